@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck install dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+install: $(STAMP_RUN)
+dev: $(STAMP_DEV)
+
+demo: $(STAMP_RUN)
+	$(BIN)/orchestrator demo
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check orchestrator tests benchmarks
+	$(BIN)/mypy orchestrator
+
+typecheck: lint
+
+test: $(STAMP_DEV)
+	$(BIN)/ruff check orchestrator tests benchmarks
+	$(BIN)/mypy orchestrator
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

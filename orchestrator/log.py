@@ -1,0 +1,71 @@
+"""Logging, configured once at the entry point.
+
+Events are nouns with fields (``unit.stopped``, ``memory.released``); context such as
+``sweep``, ``host`` and ``trial`` is bound, never formatted into messages. Output goes to
+stderr: JSON lines when stderr is not a TTY (journald-friendly), a console renderer on a TTY.
+A redaction processor keeps secrets out of every line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+_SECRET_KEYS = re.compile(r"(token|password|passphrase|secret|private_key|authorization)", re.I)
+_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S)
+_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
+
+REDACTED = "[redacted]"
+
+
+def redact_text(text: str) -> str:
+    """Remove private key blocks and bearer tokens from free text."""
+    text = _PEM_BLOCK.sub(REDACTED, text)
+    return _BEARER.sub(r"\1" + REDACTED, text)
+
+
+def redact_secrets(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor: blank values whose key names a secret, scrub secrets from text."""
+    for key, value in list(event_dict.items()):
+        if _SECRET_KEYS.search(key) and value is not None:
+            event_dict[key] = REDACTED
+        elif isinstance(value, str):
+            event_dict[key] = redact_text(value)
+    return event_dict
+
+
+def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
+    """Send structlog events to stderr; JSON unless stderr is a TTY (or ``json`` says)."""
+    as_json = not sys.stderr.isatty() if json is None else json
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_secrets,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(**context: Any) -> Any:
+    """A structlog logger with ``context`` bound."""
+    return structlog.get_logger().bind(**context)
