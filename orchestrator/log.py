@@ -17,7 +17,9 @@ from typing import Any
 import structlog
 
 _SECRET_KEYS = re.compile(r"(token|password|passphrase|secret|private_key|authorization)", re.I)
-_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S)
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
+)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
 
 REDACTED = "[redacted]"

@@ -1,0 +1,124 @@
+"""The seam between host control and how commands reach a host.
+
+Lifecycle, systemd, journal and GPU code talk to a :class:`Transport` and never to asyncssh or
+subprocess directly (as httpx's client never knows its transport). ``ssh.py`` and ``local.py``
+are the two sides; a test may hand in any object with these methods.
+
+Argv is always a sequence of strings: a transport quotes it for the remote shell itself, so no
+caller ever builds a command line by concatenating sweep values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedCommand:
+    """What a finished command left behind: its exit status and raw output bytes."""
+
+    argv: tuple[str, ...]
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def stdout_text(self) -> str:
+        """stdout decoded leniently: hosts' output may hold non-UTF-8 bytes (FACTS: SSH)."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+
+class TransportError(Exception):
+    """A host could not be reached or did not do what was asked; carries the host's name."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.message = message
+
+
+class HostUnreachable(TransportError):
+    """Connecting (or reconnecting) failed: refused, timed out, DNS, keepalive lost."""
+
+
+class HostKeyMismatch(TransportError):
+    """The host's key is unknown or differs from known_hosts: never trusted silently."""
+
+
+class CommandTimeout(TransportError):
+    """A command ran past its timeout; it was stopped with a signal on the host."""
+
+
+class CommandFailed(TransportError):
+    """A command run with ``check=True`` exited non-zero; the output is the evidence."""
+
+    def __init__(self, host: str, result: CompletedCommand) -> None:
+        tail = result.stderr_text().strip()[-400:]
+        super().__init__(host, f"{result.argv[0]} exited {result.exit_status}: {tail}")
+        self.result = result
+
+
+class LineStream(Protocol):
+    """Lines (bytes, without the trailing newline) of a long-running command's stdout."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Run commands and move files on one host."""
+
+    @property
+    def name(self) -> str:
+        """The host's name, for errors and logs."""
+        ...
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = False,
+        privileged: bool = False,
+        idempotent: bool = True,
+        stdin: bytes | None = None,
+    ) -> CompletedCommand:
+        """Run ``argv``; ``privileged`` adds ``sudo -n`` for a non-root user with sudo.
+
+        ``idempotent`` calls may be retried after a reconnect; others never are (a
+        ``systemctl start`` must not run twice because a connection dropped).
+        """
+        ...
+
+    async def read_file(self, path: str, *, timeout: float) -> bytes:
+        """The file's bytes; raises FileNotFoundError when it does not exist."""
+        ...
+
+    async def write_file_atomic(
+        self, path: str, data: bytes, *, mode: int = 0o644, timeout: float
+    ) -> None:
+        """Write to a temporary file beside ``path`` and rename it over ``path``."""
+        ...
+
+    async def remove_file(self, path: str, *, timeout: float) -> bool:
+        """Remove ``path``; False when it did not exist."""
+        ...
+
+    def stream(
+        self, argv: Sequence[str], *, privileged: bool = False
+    ) -> AbstractAsyncContextManager[LineStream]:
+        """Start ``argv`` and yield its stdout lines; leaving the context stops the command."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection; outstanding commands are stopped."""
+        ...
