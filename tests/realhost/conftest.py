@@ -1,0 +1,31 @@
+"""Fixtures for tests against REAL systemd + journald + sshd hosts (root only, else skipped)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.realhost.realhost import RealHost, ensure_sshd, unavailable_reason
+
+pytestmark = pytest.mark.realhost
+
+
+@pytest.fixture(scope="session")
+def realhost_ready() -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    ensure_sshd()
+
+
+@pytest.fixture
+def real_host(realhost_ready: None, tmp_path: Path) -> Iterator[RealHost]:
+    host = RealHost(name="orch-rh1", address="127.0.0.41", port=2241, root=tmp_path / "rh1")
+    host.root.mkdir()
+    try:
+        host.start()
+        yield host
+    finally:
+        host.stop()

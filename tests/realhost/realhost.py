@@ -1,0 +1,237 @@
+"""A REAL systemd 252 + journald + OpenSSH sshd test host, one per mount namespace.
+
+Recipe from FACTS.md ("systemd 252, journald and OpenSSH sshd run for real on these
+machines"): a cgroup slice per host in both hierarchies, a private mount namespace with its own
+/etc/systemd/system and /run, journald and sshd started from ``NAME.slice/aux.scope``, then
+``systemd --user`` exec'd as the host's manager. Only the GPU (a stand-in ``nvidia-smi`` fed by
+the simulated server's allocations) and SGLang (the simulated server) are stood in.
+
+Hosts are stopped by the PIDs listed in their slices' ``cgroup.procs`` files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_UNIFIED = Path("/sys/fs/cgroup/unified")
+CGROUP_SYSTEMD = Path("/sys/fs/cgroup/systemd")
+SYSTEMD = Path("/lib/systemd/systemd")
+JOURNALD = Path("/lib/systemd/systemd-journald")
+SSHD = Path("/usr/sbin/sshd")
+
+# Runs as the host's first process: joins the slice, builds the namespace, starts journald and
+# sshd from aux.scope, then becomes the host's systemd manager.
+_BOOT_SCRIPT = r"""
+set -eu
+NAME=$1 ADDR=$2 PORT=$3 DIR=$4
+U=/sys/fs/cgroup/unified/$NAME.slice; S=/sys/fs/cgroup/systemd/$NAME.slice
+mount --bind "$DIR/etc-systemd-system" /etc/systemd/system
+mkdir -p /run/user/0
+mount -t tmpfs -o mode=700 tmpfs /run/user/0
+mount -t tmpfs -o mode=755 tmpfs /run/systemd
+mkdir -p /run/systemd/system /run/systemd/journal
+mount -t tmpfs -o mode=755 tmpfs /run/log
+mkdir -p /run/sshd
+mount -t tmpfs -o mode=755 tmpfs /run/sshd
+ln -s /run/user/0/systemd/private /run/systemd/private
+export PATH="$DIR/bin:$PATH"
+mkdir -p "$U/aux.scope" "$S/aux.scope"
+(
+  echo "$BASHPID" > "$U/aux.scope/cgroup.procs"
+  echo "$BASHPID" > "$S/aux.scope/cgroup.procs"
+  /lib/systemd/systemd-journald &
+  /usr/sbin/sshd -D -e -f "$DIR/sshd_config" -o "ListenAddress=$ADDR" -o "Port=$PORT" \
+      2>"$DIR/sshd.log" &
+  wait
+) &
+for _ in $(seq 100); do [ -S /run/systemd/journal/stdout ] && break; sleep 0.05; done
+export XDG_RUNTIME_DIR=/run/user/0 SYSTEMD_LOG_TARGET=journal
+export SYSTEMD_UNIT_PATH=/etc/systemd/system:
+exec /lib/systemd/systemd --user
+"""
+
+
+def unavailable_reason() -> str | None:
+    """Why a real-systemd host cannot run here, or None when it can."""
+    if sys.platform != "linux":
+        return "real-systemd hosts need Linux"
+    if os.geteuid() != 0:
+        return "real-systemd hosts need root (cgroups, mount namespaces)"
+    for path in (SYSTEMD, JOURNALD):
+        if not path.exists():
+            return f"{path} is missing (Debian package systemd)"
+    if not (CGROUP_UNIFIED / "cgroup.procs").exists() or not (CGROUP_SYSTEMD / "cgroup.procs").exists():
+        return "needs the hybrid cgroup layout (/sys/fs/cgroup/unified and /sys/fs/cgroup/systemd)"
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is missing"
+    return None
+
+
+def ensure_sshd() -> None:
+    """Install Debian's openssh-server when sshd is missing (CI starts from a fresh machine)."""
+    if SSHD.exists():
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+
+
+@dataclass
+class RealHost:
+    """One running real-systemd host: SSH on ``address:port`` as root with ``identity_file``."""
+
+    name: str
+    address: str
+    port: int
+    root: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def identity_file(self) -> Path:
+        return self.root / "client_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    @property
+    def unit_dir(self) -> Path:
+        """What the host sees as /etc/systemd/system."""
+        return self.root / "etc-systemd-system"
+
+    @property
+    def bin_dir(self) -> Path:
+        """First on the PATH of the host's SSH sessions: stand-in tools such as nvidia-smi."""
+        return self.root / "bin"
+
+    def _slices(self) -> list[Path]:
+        return [CGROUP_UNIFIED / f"{self.name}.slice", CGROUP_SYSTEMD / f"{self.name}.slice"]
+
+    def prepare(self) -> None:
+        self.unit_dir.mkdir(parents=True, exist_ok=True)
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        hostkey = self.root / "ssh_host_ed25519_key"
+        for key in (hostkey, self.identity_file):
+            if not key.exists():
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+                )
+        shutil.copy(f"{self.identity_file}.pub", self.root / "authorized_keys")
+        (self.root / "sshd_config").write_text(
+            textwrap.dedent(
+                f"""\
+                HostKey {hostkey}
+                AuthorizedKeysFile {self.root}/authorized_keys
+                UsePAM no
+                StrictModes no
+                PermitRootLogin yes
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                MaxSessions 10
+                Subsystem sftp internal-sftp
+                PidFile {self.root}/sshd.pid
+                """
+            )
+        )
+        public = (Path(f"{hostkey}.pub").read_text()).split()
+        entry = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        self.known_hosts.write_text(f"{entry} {public[0]} {public[1]}\n")
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.prepare()
+        for path in self._slices():
+            path.mkdir(exist_ok=True)
+        # The child joins the slice before unshare so every process of the host lives in it.
+        join = "; ".join(f'echo $$ > "{p}/cgroup.procs"' for p in self._slices())
+        self.process = subprocess.Popen(
+            [
+                "bash",
+                "-c",
+                f'{join}; exec unshare -m --propagation private bash -c "$0" bash "$@"',
+                _BOOT_SCRIPT,
+                self.name,
+                self.address,
+                str(self.port),
+                str(self.root),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=(self.root / "host.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_tail()}")
+            if self.ssh(["systemctl", "is-system-running"], check=False).returncode in (0, 1):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not answer over SSH in {timeout}s: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        parts = []
+        for log in ("host.log", "sshd.log"):
+            path = self.root / log
+            if path.exists():
+                parts.append(path.read_text(errors="replace")[-2000:])
+        return "\n".join(parts)
+
+    def ssh_argv(self, command: list[str]) -> list[str]:
+        import shlex
+
+        return [
+            "ssh",
+            "-o", "BatchMode=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=3",
+            "-i", str(self.identity_file),
+            "-p", str(self.port),
+            f"root@{self.address}",
+            shlex.join(command),
+        ]  # fmt: skip
+
+    def ssh(self, command: list[str], *, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(self.ssh_argv(command), capture_output=True, check=check, timeout=30)
+
+    def pids(self) -> set[int]:
+        pids: set[int] = set()
+        for top in self._slices():
+            if top.exists():
+                for procs in top.rglob("cgroup.procs"):
+                    pids.update(int(p) for p in procs.read_text().split())
+        return pids
+
+    def stop(self) -> None:
+        """Kill every process in the host's slices, then remove the slice directories."""
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        if self.process is not None:
+            self.process.wait(timeout=10)
+        for top in self._slices():
+            if top.exists():
+                for path in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                    if path.is_dir():
+                        path.rmdir()
+                top.rmdir()
