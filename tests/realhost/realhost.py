@@ -11,6 +11,7 @@ Hosts are stopped by the PIDs listed in their slices' ``cgroup.procs`` files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -68,7 +69,7 @@ def unavailable_reason() -> str | None:
     for path in (SYSTEMD, JOURNALD):
         if not path.exists():
             return f"{path} is missing (Debian package systemd)"
-    if not (CGROUP_UNIFIED / "cgroup.procs").exists() or not (CGROUP_SYSTEMD / "cgroup.procs").exists():
+    if not all((top / "cgroup.procs").exists() for top in (CGROUP_UNIFIED, CGROUP_SYSTEMD)):
         return "needs the hybrid cgroup layout (/sys/fs/cgroup/unified and /sys/fs/cgroup/systemd)"
     if shutil.which("unshare") is None:
         return "unshare (util-linux) is missing"
@@ -222,10 +223,8 @@ class RealHost:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
         if self.process is not None:
             self.process.wait(timeout=10)
