@@ -1,0 +1,418 @@
+"""The one drop-in file the orchestrator owns on a host, as pure text in and text out.
+
+A trial changes the SGLang unit only through ``/etc/systemd/system/<unit>.d/90-orchestrator.conf``:
+an ``ExecStart=`` reset, the trial's argv, its ``Environment=`` lines. Everything here is pure
+(no I/O) so the systemd helper, ``plan`` and the tests share one renderer and one parser.
+
+Quoting follows systemd's unit-file rules (FACTS.md: systemd): every argv element is written
+double-quoted with ``\\``, ``"``, ``%`` and ``$`` escaped, so no sweep value can split a word,
+expand a specifier or an environment variable. :func:`parse_exec_line` is the inverse, written
+after systemd's ``extract_first_word(EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE)`` plus the specifier
+(``%%``) and exec-time (``$$``) passes, so units found on hosts can be read back exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Protocol
+
+DROPIN_NAME = "90-orchestrator.conf"
+UNIT_DIR = PurePosixPath("/etc/systemd/system")
+HEADER_PREFIX = "# managed-by: orchestrator"
+
+KnobValue = str | int | float | bool | None
+
+_SERVICE_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
+_UNIT_NAME_MAX = 255
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FORBIDDEN = ("\n", "\r", "\0")
+_HEADER = re.compile(
+    r"^# managed-by: orchestrator sweep=(?P<sweep>[A-Za-z0-9._-]+) trial=(?P<trial>\S+)[ \t]*$"
+)
+_WHITESPACE = " \t\n\r"
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
+
+
+class UnsafeValueError(ValueError):
+    """A value cannot be written into a unit file without changing its meaning."""
+
+    def __init__(self, value: str, reason: str) -> None:
+        super().__init__(f"{reason}: {value!r}")
+        self.value = value
+        self.reason = reason
+
+
+class ExecLineError(ValueError):
+    """An ``ExecStart=`` value systemd would reject, or one whose argv depends on run-time
+    expansion (specifiers, ``$VAR``) and so cannot be read back as literal words."""
+
+    def __init__(self, value: str, reason: str) -> None:
+        super().__init__(f"{reason} in {value!r}")
+        self.value = value
+        self.reason = reason
+
+
+class UnknownKnobError(KeyError):
+    """A trial names a knob the knob map does not declare."""
+
+    def __init__(self, knob: str) -> None:
+        super().__init__(knob)
+        self.knob = knob
+
+
+class KnobTarget(Protocol):
+    """How one knob reaches the server: a command-line flag or an environment variable."""
+
+    @property
+    def flag(self) -> str | None: ...
+
+    @property
+    def env(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrialInvocation:
+    """The argv and environment one trial's server runs with."""
+
+    argv: tuple[str, ...]
+    environment: dict[str, str] = field(default_factory=dict)
+    unset_environment: tuple[str, ...] = ()
+    """Knob variables this trial leaves unset: the drop-in must also remove any value the
+    unit's own ``Environment=`` gives them, or the knob would not really be absent."""
+
+
+@dataclass(frozen=True, slots=True)
+class DropinHeader:
+    """What the first line of one of our drop-ins says: which sweep and trial wrote it."""
+
+    sweep: str
+    trial: str
+
+
+def is_valid_service_name(unit: str) -> bool:
+    """systemd's rule for a service unit name (no path separators, so no traversal)."""
+    return len(unit) <= _UNIT_NAME_MAX and _SERVICE_NAME.match(unit) is not None
+
+
+def dropin_path(unit: str) -> PurePosixPath:
+    """Where our drop-in for ``unit`` lives; refuses a name that is not a service unit."""
+    if not is_valid_service_name(unit):
+        raise UnsafeValueError(unit, "not a valid systemd service name")
+    return UNIT_DIR / f"{unit}.d" / DROPIN_NAME
+
+
+def _check_line_safe(value: str) -> None:
+    for bad in _FORBIDDEN:
+        if bad in value:
+            raise UnsafeValueError(value, "newline, carriage return or NUL in a unit-file value")
+
+
+def _quote(value: str, *, escape_dollar: bool) -> str:
+    _check_line_safe(value)
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if escape_dollar:
+        escaped = escaped.replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def quote_exec_arg(value: str) -> str:
+    """One argv element as a double-quoted ``ExecStart=`` word that systemd reads back verbatim."""
+    return _quote(value, escape_dollar=True)
+
+
+def quote_environment(name: str, value: str) -> str:
+    """One ``Environment=`` assignment, quoted. systemd does no ``$`` expansion there, only
+    specifiers, so ``$`` stays as is; control characters other than tab are invalid in values."""
+    if not _ENV_NAME.match(name):
+        raise UnsafeValueError(name, "not a valid environment variable name")
+    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+        raise UnsafeValueError(value, "control character in an environment value")
+    return _quote(f"{name}={value}", escape_dollar=False)
+
+
+def quote_environment_name(name: str) -> str:
+    """A variable name for ``UnsetEnvironment=``, quoted like an assignment."""
+    if not _ENV_NAME.match(name):
+        raise UnsafeValueError(name, "not a valid environment variable name")
+    return f'"{name}"'
+
+
+def format_knob_value(value: KnobValue) -> str:
+    """A knob value as text on a command line or in the environment."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _strip_flags(argv: Sequence[str], flags: set[str]) -> list[str]:
+    """argv without any of ``flags``, whether written ``--f v``, ``--f=v`` or bare ``--f``.
+
+    The token after a flag is taken as its value unless it starts with ``--`` (SGLang's flags
+    are all long options; knob flags take at most one value)."""
+    kept = list(argv[:1])
+    index = 1
+    while index < len(argv):
+        token = argv[index]
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        if name in flags:
+            has_inline_value = "=" in token
+            index += 1
+            if not has_inline_value and index < len(argv) and not argv[index].startswith("--"):
+                index += 1
+            continue
+        kept.append(token)
+        index += 1
+    return kept
+
+
+def apply_knobs(
+    base_argv: Sequence[str],
+    base_environment: Mapping[str, str],
+    knob_map: Mapping[str, KnobTarget],
+    config: Mapping[str, KnobValue],
+    extra_flags: Sequence[str] = (),
+    environment: Mapping[str, str] | None = None,
+) -> TrialInvocation:
+    """The trial's invocation: every knob removed from the base, then the trial's knobs added.
+
+    A flag knob valued None or False is absent, True is a bare flag, anything else ``--f value``;
+    an env knob valued None is absent. The baseline (every knob None) is the base with all knob
+    flags and variables removed, so a sweep always starts from the same clean command line.
+    """
+    unknown = [name for name in config if name not in knob_map]
+    if unknown:
+        raise UnknownKnobError(unknown[0])
+    knob_flags = {target.flag for target in knob_map.values() if target.flag}
+    knob_envs = {target.env for target in knob_map.values() if target.env}
+
+    argv = _strip_flags(base_argv, knob_flags)
+    argv.extend(extra_flags)
+    env = {key: value for key, value in base_environment.items() if key not in knob_envs}
+    env.update(environment or {})
+
+    unset: list[str] = []
+    for name, target in knob_map.items():
+        value = config.get(name)
+        if target.flag:
+            if value is True:
+                argv.append(target.flag)
+            elif value is not None and value is not False:
+                argv.extend((target.flag, format_knob_value(value)))
+        elif target.env:
+            if value is None:
+                unset.append(target.env)
+            else:
+                env[target.env] = format_knob_value(value)
+    return TrialInvocation(argv=tuple(argv), environment=env, unset_environment=tuple(unset))
+
+
+def render_header(sweep_name: str, trial_key: str) -> str:
+    """The first line of our drop-in; :func:`parse_dropin_header` reads it back."""
+    line = f"{HEADER_PREFIX} sweep={sweep_name} trial={trial_key}"
+    if _HEADER.match(line) is None:
+        raise UnsafeValueError(line, "sweep name or trial key not fit for the drop-in header")
+    return line
+
+
+def render_dropin(
+    sweep_name: str,
+    trial_key: str,
+    invocation: TrialInvocation,
+    *,
+    extra_service_lines: Iterable[str] = (),
+) -> str:
+    """The exact drop-in text a trial installs.
+
+    The empty ``ExecStart=`` resets the unit's list (without it the unit gets
+    ``LoadState=bad-setting`` and the old process keeps running); ``LogRateLimitIntervalSec=0``
+    keeps journald from dropping the decode lines the accept-length metric is read from.
+    """
+    if not invocation.argv:
+        raise UnsafeValueError("", "empty argv")
+    lines = [
+        render_header(sweep_name, trial_key),
+        "# Written by the orchestrator for one trial; removed when the sweep restores the unit.",
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=" + " ".join(quote_exec_arg(arg) for arg in invocation.argv),
+    ]
+    lines.extend(
+        "Environment=" + quote_environment(name, value)
+        for name, value in sorted(invocation.environment.items())
+    )
+    lines.extend(
+        "UnsetEnvironment=" + quote_environment_name(name) for name in invocation.unset_environment
+    )
+    lines.append("LogRateLimitIntervalSec=0")
+    for extra in extra_service_lines:
+        _check_line_safe(extra)
+        lines.append(extra)
+    return "\n".join(lines) + "\n"
+
+
+def parse_dropin_header(text: str) -> DropinHeader | None:
+    """The sweep and trial named by a drop-in's first line, or None if it is not ours."""
+    first_line = text.split("\n", 1)[0]
+    match = _HEADER.match(first_line)
+    if match is None:
+        return None
+    return DropinHeader(sweep=match["sweep"], trial=match["trial"])
+
+
+def _cunescape_one(value: str, start: int) -> tuple[str, int]:
+    """Decode one escape after a backslash at ``value[start - 1]``; returns (text, next index).
+
+    systemd's ``cunescape_one``: simple escapes, ``\\xNN``, ``\\uNNNN``, ``\\UNNNNNNNN`` and three
+    octal digits; NUL and unknown escapes are errors (the unit line is rejected)."""
+    if start >= len(value):
+        raise ExecLineError(value, "trailing backslash")
+    char = value[start]
+    if char in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[char], start + 1
+    widths = {"x": (16, 2), "u": (16, 4), "U": (16, 8)}
+    if char in widths:
+        base, width = widths[char]
+        digits = value[start + 1 : start + 1 + width]
+        if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
+            raise ExecLineError(value, f"bad \\{char} escape")
+        code = int(digits, base)
+    elif char in "01234567":
+        digits = value[start : start + 3]
+        if len(digits) != 3 or not all(d in "01234567" for d in digits):
+            raise ExecLineError(value, "bad octal escape")
+        code = int(digits, 8)
+        width = 2
+    else:
+        raise ExecLineError(value, f"unknown escape \\{char}")
+    if code == 0 or code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+        raise ExecLineError(value, "escape of NUL or an invalid code point")
+    return chr(code), start + 1 + width
+
+
+def _ends_token(value: str, index: int) -> bool:
+    return index >= len(value) or value[index] in _WHITESPACE
+
+
+def split_unit_words(value: str, *, exec_line: bool = False) -> list[str]:
+    """systemd's ``extract_first_word(EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE)`` applied repeatedly.
+
+    Words split on whitespace; single and double quotes may open and close anywhere inside a
+    word; backslash escapes apply inside and outside quotes. An unterminated quote or a
+    trailing backslash is an error, as in systemd. With ``exec_line`` (``config_parse_exec``)
+    an unquoted ``;`` word separates commands (refused here: one command only) and ``\\;``
+    is a literal ``;`` word."""
+    words: list[str] = []
+    index = 0
+    length = len(value)
+    while True:
+        while index < length and value[index] in _WHITESPACE:
+            index += 1
+        if index >= length:
+            return words
+        if exec_line and value[index] == ";" and _ends_token(value, index + 1):
+            raise ExecLineError(value, "command separator ';'")
+        if exec_line and value.startswith("\\;", index) and _ends_token(value, index + 2):
+            words.append(";")
+            index += 2
+            continue
+        word: list[str] = []
+        quote: str | None = None
+        while index < length:
+            char = value[index]
+            if char == "\\":
+                text, index = _cunescape_one(value, index + 1)
+                word.append(text)
+                continue
+            if quote is not None:
+                if char == quote:
+                    quote = None
+                else:
+                    word.append(char)
+            elif char in "'\"":
+                quote = char
+            elif char in _WHITESPACE:
+                break
+            else:
+                word.append(char)
+            index += 1
+        if quote is not None:
+            raise ExecLineError(value, "unterminated quote")
+        words.append("".join(word))
+
+
+def _resolve_specifiers(word: str, line: str) -> str:
+    """``%%`` -> ``%``; any other specifier depends on the unit and is refused; a lone
+    trailing ``%`` stays literal (systemd's ``specifier_printf``)."""
+    out: list[str] = []
+    index = 0
+    while index < len(word):
+        char = word[index]
+        if char == "%" and index + 1 < len(word):
+            following = word[index + 1]
+            if following != "%":
+                raise ExecLineError(line, f"unit specifier %{following}")
+            out.append("%")
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _resolve_dollars(word: str, line: str) -> str:
+    """systemd's exec-time pass: ``$$`` -> ``$``; ``${VAR}`` anywhere and a whole word
+    ``$VAR`` are environment expansions and are refused; any other ``$`` is literal."""
+    if word.startswith("$") and word[1:2] not in ("{", "$"):
+        raise ExecLineError(line, f"environment expansion {word!r}")
+    out: list[str] = []
+    index = 0
+    while index < len(word):
+        char = word[index]
+        if char == "$" and index + 1 < len(word):
+            following = word[index + 1]
+            if following == "$":
+                out.append("$")
+                index += 2
+                continue
+            if following == "{":
+                raise ExecLineError(line, "environment expansion ${...}")
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def parse_exec_line(value: str) -> list[str]:
+    """The argv an ``ExecStart=`` value gives the process, read as systemd reads it.
+
+    The first word keeps any systemd prefix characters (``-``, ``@``, ``+``, ``!``, ``:``).
+    An unquoted ``;`` (several commands) and run-time expansions are refused with
+    :class:`ExecLineError`, since re-rendering them as literals would change their meaning."""
+    words = split_unit_words(value, exec_line=True)
+    return [_resolve_dollars(_resolve_specifiers(word, value), value) for word in words]
+
+
+def parse_environment_line(value: str) -> dict[str, str]:
+    """The variables one ``Environment=`` value sets (quoted assignments, specifiers refused)."""
+    result: dict[str, str] = {}
+    for word in split_unit_words(value):
+        assignment = _resolve_specifiers(word, value)
+        name, sep, content = assignment.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise ExecLineError(value, f"not an assignment: {assignment!r}")
+        result[name] = content
+    return result

@@ -1,0 +1,386 @@
+"""GPU memory release: never start a server over memory the previous one still holds.
+
+The seeds' sweep started each new SGLang while the old one's scheduler children still held
+VRAM. Released means (FACTS: GPU memory): the unit's processes are gone, no compute process is
+left on the unit's GPUs, and ``used`` is back within a margin of the idle baseline. Over a
+transport this reads ``nvidia-smi``'s CSV; on this machine NVML directly (``nvidia-ml-py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from orchestrator.host.transport import CompletedCommand, Transport
+from orchestrator.log import get_logger
+
+GPU_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,uuid,memory.used,memory.total",
+    "--format=csv,noheader,nounits",
+]
+APPS_QUERY = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,used_memory",
+    "--format=csv,noheader,nounits",
+]
+IDENTITY_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+
+DEFAULT_MARGIN_MIB = 512
+_MIB = 1024 * 1024
+
+
+class GpuQueryError(Exception):
+    """nvidia-smi or NVML did not give a usable answer; carries what it said."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(f"{message}: {output.strip()[:400]}" if output else message)
+        self.output = output
+
+
+class NvmlUnavailable(GpuQueryError):
+    """The NVML library (the NVIDIA driver) is not on this machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    index: int
+    uuid: str
+    used_mib: int | None
+    total_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process; ``gpu_uuid`` or ``used_mib`` may be unreadable (None)."""
+
+    gpu_uuid: str | None
+    pid: int
+    used_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    name: str
+    driver_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    gpus: tuple[GpuMemory, ...]
+    processes: tuple[GpuProcess, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """Idle ``used`` MiB per GPU index, measured while the unit was down."""
+
+    used_mib: Mapping[int, int]
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A compute process still on one of the unit's GPUs (``gpu`` None: unknown GPU)."""
+
+    pid: int
+    gpu: int | None
+    used_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseStatus:
+    released: bool
+    leftovers: tuple[Leftover, ...]
+    excess_mib: Mapping[int, int]
+    unit_processes_alive: bool = False
+
+
+class MemoryNotReleased(Exception):
+    """The unit's GPUs were still held when the wait ran out: the unit must not be started."""
+
+    def __init__(self, status: ReleaseStatus, waited_s: float) -> None:
+        parts = [f"GPU memory not released after {waited_s:.1f}s"]
+        if status.unit_processes_alive:
+            parts.append("unit processes still alive")
+        if status.leftovers:
+            parts.append(
+                "leftover processes "
+                + ", ".join(
+                    f"pid {p.pid} on GPU {p.gpu} ({p.used_mib} MiB)" for p in status.leftovers
+                )
+            )
+        over = {gpu: mib for gpu, mib in status.excess_mib.items() if mib > 0}
+        if over:
+            parts.append(f"used above baseline (MiB): {over}")
+        super().__init__("; ".join(parts))
+        self.status = status
+        self.leftovers = status.leftovers
+        self.waited_s = waited_s
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _cell_int(cell: str) -> int | None:
+    """``81234`` -> 81234; ``[N/A]``, ``[Insufficient Permissions]``, ``N/A`` -> None."""
+    text = cell.strip()
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _cell_text(cell: str) -> str | None:
+    text = cell.strip()
+    return None if not text or text.startswith("[") or text == "N/A" else text
+
+
+def _rows(text: str, width: int) -> list[list[str]]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != width:
+            raise GpuQueryError(f"expected {width} CSV cells", line)
+        rows.append(cells)
+    return rows
+
+
+def parse_gpu_memory(text: str) -> tuple[GpuMemory, ...]:
+    """``--query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits``."""
+    gpus = []
+    for index, uuid, used, total in _rows(text, 4):
+        position = _cell_int(index)
+        if position is None:
+            raise GpuQueryError("GPU index unreadable", index)
+        gpus.append(GpuMemory(position, uuid, _cell_int(used), _cell_int(total)))
+    return tuple(gpus)
+
+
+def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
+    """``--query-compute-apps=gpu_uuid,pid,used_memory``: empty output means no processes."""
+    processes = []
+    for uuid, pid, used in _rows(text, 3):
+        number = _cell_int(pid)
+        if number is None:
+            raise GpuQueryError("process pid unreadable", pid)
+        processes.append(GpuProcess(_cell_text(uuid), number, _cell_int(used)))
+    return tuple(processes)
+
+
+def parse_gpu_identities(text: str) -> tuple[GpuIdentity, ...]:
+    """``--query-gpu=name,driver_version --format=csv,noheader``."""
+    identities = []
+    for line in text.splitlines():
+        if line.strip():
+            name, _, driver = line.rpartition(",")
+            identities.append(GpuIdentity(name.strip(), driver.strip()))
+    return tuple(identities)
+
+
+# --- release logic -------------------------------------------------------------------------
+
+
+def _selected(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> list[GpuMemory]:
+    return [g for g in snapshot.gpus if gpus is None or g.index in gpus]
+
+
+def baseline_from(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseline:
+    """The idle baseline of ``gpus`` (None: all) from one snapshot taken while the unit is down."""
+    chosen = _selected(snapshot, gpus)
+    missing = set(gpus or ()) - {g.index for g in chosen}
+    if missing:
+        raise GpuQueryError(f"GPUs {sorted(missing)} not found on the host")
+    unreadable = [g.index for g in chosen if g.used_mib is None]
+    if unreadable:
+        raise GpuQueryError(f"memory.used unreadable on GPUs {unreadable}")
+    return Baseline(
+        used_mib={g.index: g.used_mib for g in chosen if g.used_mib is not None},
+        processes=snapshot.processes,
+    )
+
+
+def release_status(
+    snapshot: GpuSnapshot,
+    baseline: Baseline,
+    unit_gpu_indices: Collection[int] | None,
+    margin_mib: int,
+) -> ReleaseStatus:
+    """Released when no compute process is on the unit's GPUs and each GPU's ``used`` is within
+    ``margin_mib`` of its baseline. A process whose GPU is unreadable counts against us."""
+    chosen = _selected(snapshot, unit_gpu_indices)
+    by_uuid = {g.uuid: g.index for g in snapshot.gpus}
+    leftovers = []
+    for process in snapshot.processes:
+        gpu = by_uuid.get(process.gpu_uuid) if process.gpu_uuid else None
+        if gpu is None or unit_gpu_indices is None or gpu in unit_gpu_indices:
+            leftovers.append(Leftover(process.pid, gpu, process.used_mib))
+    excess: dict[int, int] = {}
+    over = False
+    for gpu_memory in chosen:
+        base = baseline.used_mib.get(gpu_memory.index)
+        if gpu_memory.used_mib is None or base is None:
+            over = True  # unreadable is not released
+            continue
+        excess[gpu_memory.index] = gpu_memory.used_mib - base
+        over = over or excess[gpu_memory.index] > margin_mib
+    return ReleaseStatus(
+        released=not leftovers and not over, leftovers=tuple(leftovers), excess_mib=excess
+    )
+
+
+# --- probes --------------------------------------------------------------------------------
+
+
+class GpuProbe(Protocol):
+    async def snapshot(self) -> GpuSnapshot: ...
+
+
+class NvidiaSmiProbe:
+    """GPU memory over a transport with ``nvidia-smi`` (both queries run concurrently)."""
+
+    def __init__(self, transport: Transport, *, timeout: float = 15.0) -> None:
+        self._transport = transport
+        self._timeout = timeout
+
+    async def _query(self, argv: list[str]) -> CompletedCommand:
+        result = await self._transport.run(argv, timeout=self._timeout, idempotent=True)
+        if not result.ok:
+            raise GpuQueryError(
+                f"{' '.join(argv[:2])} exited {result.exit_status}",
+                result.stderr_text() or result.stdout_text(),
+            )
+        return result
+
+    async def snapshot(self) -> GpuSnapshot:
+        # Both are awaited to the end even when one fails: no query outlives the snapshot.
+        results = await asyncio.gather(
+            self._query(GPU_QUERY), self._query(APPS_QUERY), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        memory, apps = (r for r in results if isinstance(r, CompletedCommand))
+        return GpuSnapshot(
+            parse_gpu_memory(memory.stdout_text()), parse_compute_apps(apps.stdout_text())
+        )
+
+    async def identities(self) -> tuple[GpuIdentity, ...]:
+        result = await self._query(IDENTITY_QUERY)
+        return parse_gpu_identities(result.stdout_text())
+
+
+class NvmlProbe:
+    """GPU memory on this machine through NVML; calls run in a thread (NVML blocks)."""
+
+    def __init__(self) -> None:
+        self._initialised = False
+
+    def _nvml(self) -> Any:
+        import pynvml
+
+        if not self._initialised:
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError_LibraryNotFound as exc:
+                raise NvmlUnavailable(
+                    "NVML library not found: no NVIDIA driver on this machine", str(exc)
+                ) from exc
+            except pynvml.NVMLError as exc:
+                raise GpuQueryError("nvmlInit failed", str(exc)) from exc
+            self._initialised = True
+        return pynvml
+
+    def _read(self) -> GpuSnapshot:
+        nvml = self._nvml()
+        gpus, processes = [], []
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml.nvmlDeviceGetUUID(handle)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                gpus.append(GpuMemory(index, uuid, memory.used // _MIB, memory.total // _MIB))
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used = process.usedGpuMemory
+                    processes.append(
+                        GpuProcess(uuid, int(process.pid), None if used is None else used // _MIB)
+                    )
+        except nvml.NVMLError as exc:
+            raise GpuQueryError("NVML query failed", str(exc)) from exc
+        return GpuSnapshot(tuple(gpus), tuple(processes))
+
+    def _identities(self) -> tuple[GpuIdentity, ...]:
+        nvml = self._nvml()
+        driver = nvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        names = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index))
+            names.append(
+                GpuIdentity(name.decode() if isinstance(name, bytes) else str(name), driver)
+            )
+        return tuple(names)
+
+    async def snapshot(self) -> GpuSnapshot:
+        return await asyncio.to_thread(self._read)
+
+    async def identities(self) -> tuple[GpuIdentity, ...]:
+        return await asyncio.to_thread(self._identities)
+
+    def close(self) -> None:
+        if self._initialised:
+            import pynvml
+
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+            self._initialised = False
+
+
+# --- waiting -------------------------------------------------------------------------------
+
+
+async def record_baseline(probe: GpuProbe, gpus: Collection[int] | None) -> Baseline:
+    """Measure the idle baseline now; call it only while the unit's processes are gone."""
+    baseline = baseline_from(await probe.snapshot(), gpus)
+    get_logger().info(
+        "gpu.baseline", used_mib=dict(baseline.used_mib), processes=len(baseline.processes)
+    )
+    return baseline
+
+
+async def wait_released(
+    probe: GpuProbe,
+    baseline: Baseline,
+    gpus: Collection[int] | None,
+    *,
+    unit_pids_gone: Callable[[], Awaitable[bool]] | None = None,
+    timeout: float,
+    poll_interval: float = 0.2,
+    margin_mib: int = DEFAULT_MARGIN_MIB,
+) -> ReleaseStatus:
+    """Poll until the unit's GPUs are released; raise :class:`MemoryNotReleased` at ``timeout``.
+
+    ``unit_pids_gone`` (e.g. the unit's cgroup is empty) is checked first on every poll: memory
+    looks free for a moment while a process is still tearing down.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + timeout
+    while True:
+        alive = unit_pids_gone is not None and not await unit_pids_gone()
+        status = release_status(await probe.snapshot(), baseline, gpus, margin_mib)
+        if alive:
+            status = ReleaseStatus(False, status.leftovers, status.excess_mib, True)
+        now = loop.time()
+        if status.released:
+            get_logger().info("memory.released", waited_s=round(now - started, 3))
+            return status
+        if now >= deadline:
+            raise MemoryNotReleased(status, now - started)
+        await asyncio.sleep(min(poll_interval, deadline - now))

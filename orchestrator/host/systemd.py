@@ -1,0 +1,683 @@
+"""The SGLang unit as systemd sees it: state, files, our drop-in applied and verified, restore.
+
+Facts this code rests on (FACTS: systemd): ``systemctl show`` prints ``Key=value`` lines in
+systemd's order, unset values as ``Key=``; ``show -p ExecStart`` joins argv unquoted, so the
+exact argv comes from the unit files (``systemctl cat``) read with systemd's own rules; after
+writing a drop-in only ``daemon-reload`` makes it count, and a later drop-in (lexical order across
+/etc, /run, /lib) silently overrides ours, so every install is verified against what loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
+
+from orchestrator.host.dropin import (
+    DropinHeader,
+    ExecLineError,
+    TrialInvocation,
+    dropin_path,
+    parse_dropin_header,
+    parse_environment_line,
+    parse_exec_line,
+)
+from orchestrator.host.transport import CompletedCommand, Transport
+from orchestrator.log import get_logger
+
+STATE_PROPERTIES = (
+    "Id",
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "MainPID",
+    "InvocationID",
+    "ExecMainStatus",
+    "ExecMainCode",
+    "ExecMainStartTimestampMonotonic",
+    "NRestarts",
+    "Job",
+    "NeedDaemonReload",
+    "DropInPaths",
+    "FragmentPath",
+    "KillMode",
+    "TimeoutStopUSec",
+    "Type",
+    "ExecStart",
+)
+
+_EXEC_PREFIX = re.compile(r"^[-@:+!]+")
+_TIMESPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zμ]*)")
+_TIMESPAN_UNITS = {
+    "": 1.0,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 604800.0,
+    "week": 604800.0,
+    "weeks": 604800.0,
+    "month": 2629800.0,
+    "months": 2629800.0,
+    "M": 2629800.0,
+    "y": 31557600.0,
+    "year": 31557600.0,
+    "years": 31557600.0,
+}
+# Highest priority first: a same-named drop-in in /etc masks those in /run and /lib.
+_DIR_PRIORITY = (
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+)
+_UNIT_FILE_SUFFIX = re.compile(
+    r"\.(conf|service|socket|target|timer|mount|automount|swap|path|slice|scope|device)$"
+)
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class SystemdError(Exception):
+    """A systemd operation on a unit failed; carries the unit and the command's output."""
+
+    def __init__(self, unit: str, message: str, result: CompletedCommand | None = None) -> None:
+        detail = f": {result.stderr_text().strip()[-400:]}" if result is not None else ""
+        super().__init__(f"{unit}: {message}{detail}")
+        self.unit = unit
+        self.result = result
+
+
+class UnitFileError(ValueError):
+    """A unit file line systemd would not take, or whose argv cannot be read literally."""
+
+    def __init__(self, path: str, line: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}: {line!r}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
+class DropInNotApplied(SystemdError):
+    """After daemon-reload, systemd is not running what our drop-in says; ``problems`` says why."""
+
+    def __init__(
+        self, unit: str, problems: Sequence[str], state: UnitState, files: Sequence[UnitFile]
+    ) -> None:
+        super().__init__(unit, "drop-in not applied: " + "; ".join(problems))
+        self.problems = tuple(problems)
+        self.state = state
+        self.files = tuple(files)
+
+
+class RestoreIncomplete(SystemdError):
+    """After restore, one of the files we changed does not hold its original bytes."""
+
+    def __init__(self, unit: str, paths: Sequence[str]) -> None:
+        super().__init__(unit, f"files not restored byte-identical: {', '.join(paths)}")
+        self.paths = tuple(paths)
+
+
+# --- pure: systemctl show --------------------------------------------------------------------
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """``systemctl show`` output -> {key: value}; order-free, ``Key=`` gives ``""``, the value
+    keeps every ``=`` after the first."""
+    properties: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and " " not in key:
+            properties[key] = value
+    return properties
+
+
+def parse_timespan(text: str) -> float:
+    """systemd's time span (``1min 30s``, ``500ms``, ``infinity``, ``90``) -> seconds."""
+    value = text.strip()
+    if value == "infinity":
+        return math.inf
+    if not value:
+        raise ValueError("empty time span")
+    total = 0.0
+    position = 0
+    for found in _TIMESPAN.finditer(value):
+        if value[position : found.start()].strip():
+            break
+        number, unit = found.groups()
+        if unit not in _TIMESPAN_UNITS:
+            raise ValueError(f"unknown time unit {unit!r} in {text!r}")
+        total += float(number) * _TIMESPAN_UNITS[unit]
+        position = found.end()
+    if value[position:].strip() or position == 0:
+        raise ValueError(f"not a time span: {text!r}")
+    return total
+
+
+def _optional_int(text: str | None) -> int | None:
+    if text is None or text == "" or text == "[not set]":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitState:
+    """The typed subset of ``systemctl show`` the restart protocol decides on."""
+
+    load_state: str
+    active_state: str
+    sub_state: str
+    result: str
+    main_pid: int | None
+    invocation_id: str | None
+    exec_main_status: int | None
+    exec_main_code: int | None
+    exec_main_start_monotonic: int | None
+    n_restarts: int | None
+    job: str | None
+    need_daemon_reload: bool | None
+    drop_in_paths: tuple[str, ...]
+    fragment_path: str | None
+    kill_mode: str | None
+    timeout_stop_s: float | None
+    type: str | None
+    exec_start_shown: str | None
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.load_state not in ("not-found", "")
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in ("active", "activating", "reloading")
+
+
+def unit_state(properties: Mapping[str, str]) -> UnitState:
+    """Typed state from parsed ``show`` output; absent or empty properties become None."""
+
+    def text(key: str) -> str | None:
+        value = properties.get(key)
+        return value if value else None
+
+    main_pid = _optional_int(properties.get("MainPID"))
+    reload_flag = properties.get("NeedDaemonReload")
+    timeout = text("TimeoutStopUSec")
+    return UnitState(
+        load_state=properties.get("LoadState", ""),
+        active_state=properties.get("ActiveState", ""),
+        sub_state=properties.get("SubState", ""),
+        result=properties.get("Result", ""),
+        main_pid=main_pid if main_pid else None,
+        invocation_id=text("InvocationID"),
+        exec_main_status=_optional_int(properties.get("ExecMainStatus")),
+        exec_main_code=_optional_int(properties.get("ExecMainCode")),
+        exec_main_start_monotonic=_optional_int(properties.get("ExecMainStartTimestampMonotonic")),
+        n_restarts=_optional_int(properties.get("NRestarts")),
+        job=text("Job"),
+        need_daemon_reload=None if reload_flag in (None, "") else reload_flag == "yes",
+        drop_in_paths=tuple((properties.get("DropInPaths") or "").split()),
+        fragment_path=text("FragmentPath"),
+        kill_mode=text("KillMode"),
+        timeout_stop_s=parse_timespan(timeout) if timeout else None,
+        type=text("Type"),
+        exec_start_shown=text("ExecStart"),
+        raw=dict(properties),
+    )
+
+
+def shown_exec_argv(exec_start_shown: str) -> str | None:
+    """The space-joined ``argv[]=`` of ``show -p ExecStart`` (ambiguous, but it is what LOADED)."""
+    found = re.search(r"argv\[\]=(.*?) ; ignore_errors=", exec_start_shown)
+    return found.group(1) if found else None
+
+
+# --- pure: unit files ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnitFile:
+    path: str
+    text: str
+
+    @property
+    def is_dropin(self) -> bool:
+        return PurePosixPath(self.path).parent.name.endswith(".d")
+
+
+def parse_cat(text: str) -> list[UnitFile]:
+    """``systemctl cat UNIT`` -> its files in order. Each starts with a ``# /path`` header; files
+    after the first are preceded by one blank line that systemctl adds (removed here)."""
+    files: list[UnitFile] = []
+    path: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        stripped = line.rstrip("\n")
+        if (
+            stripped.startswith("# /")
+            and _UNIT_FILE_SUFFIX.search(stripped)
+            and (path is None or (lines and lines[-1] == "\n"))
+        ):
+            if path is not None:
+                files.append(UnitFile(path, "".join(lines[:-1])))
+            path, lines = stripped[2:], []
+            continue
+        if path is not None:
+            lines.append(line)
+    if path is not None:
+        files.append(UnitFile(path, "".join(lines)))
+    return files
+
+
+def _priority(path: str) -> int:
+    for rank, directory in enumerate(_DIR_PRIORITY):
+        if path.startswith(directory + "/"):
+            return rank
+    return len(_DIR_PRIORITY)
+
+
+def order_files(files: Iterable[UnitFile]) -> list[UnitFile]:
+    """The fragment first, then drop-ins in systemd's order: by file name across directories,
+    a same-named file in a higher-priority directory masking the others."""
+    files = list(files)
+    fragments = [f for f in files if not f.is_dropin]
+    chosen: dict[str, UnitFile] = {}
+    for dropin in sorted((f for f in files if f.is_dropin), key=lambda f: _priority(f.path)):
+        chosen.setdefault(PurePosixPath(dropin.path).name, dropin)
+    return fragments[:1] + [chosen[name] for name in sorted(chosen)]
+
+
+def _logical_lines(text: str) -> Iterable[str]:
+    """Unit-file lines with comments dropped and backslash continuations joined (systemd
+    replaces the trailing backslash with a space; comment lines inside a continuation are
+    skipped)."""
+    continuation: str | None = None
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if line.startswith(("#", ";")):
+            continue
+        if continuation is None and not line:
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            continuation = (continuation or "") + line[:-1] + " "
+            continue
+        yield (continuation or "") + line
+        continuation = None
+    if continuation is not None:
+        yield continuation
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """The ``[Service]`` settings that result from a unit's fragment and drop-ins."""
+
+    exec_start: tuple[str, ...]
+    exec_start_prefix: str
+    exec_start_source: str | None
+    environment: Mapping[str, str]
+    environment_files: tuple[str, ...]
+    kill_mode: str | None
+    timeout_stop_s: float | None
+    type: str | None
+    user: str | None
+    settings: Mapping[str, tuple[str, ...]]
+
+
+def merged_service(files: Iterable[UnitFile]) -> ServiceConfig:
+    """Apply the unit's files with systemd's drop-in semantics: ``ExecStart=`` empty resets the
+    list, ``Environment=`` accumulates (empty resets), later single-valued keys win."""
+    exec_lines: list[tuple[str, str]] = []
+    environment: dict[str, str] = {}
+    environment_files: list[str] = []
+    settings: dict[str, list[str]] = {}
+    for unit_file in order_files(files):
+        section = ""
+        for line in _logical_lines(unit_file.text):
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1]
+                continue
+            key, sep, value = line.partition("=")
+            key, value = key.strip(), value.strip()
+            if section != "Service" or not sep:
+                continue
+            try:
+                if key == "ExecStart":
+                    exec_lines = [] if not value else [*exec_lines, (value, unit_file.path)]
+                elif key == "Environment":
+                    if value:
+                        environment.update(parse_environment_line(value))
+                    else:
+                        environment.clear()
+                elif key == "EnvironmentFile":
+                    if value:
+                        environment_files.append(value)
+                    else:
+                        environment_files.clear()
+            except ExecLineError as exc:
+                raise UnitFileError(unit_file.path, line, exc.reason) from exc
+            settings.setdefault(key, []).append(value)
+
+    def last(key: str) -> str | None:
+        values = [v for v in settings.get(key, []) if v]
+        return values[-1] if values else None
+
+    argv: tuple[str, ...] = ()
+    prefix = ""
+    source = None
+    if exec_lines:
+        value, source = exec_lines[-1]
+        try:
+            words = parse_exec_line(value)
+        except ExecLineError as exc:
+            raise UnitFileError(source, value, exc.reason) from exc
+        if words:
+            found = _EXEC_PREFIX.match(words[0])
+            prefix = found.group(0) if found else ""
+            words[0] = words[0][len(prefix) :]
+            # '@': the first word is the executable, the second argv[0].
+            argv = tuple(words[1:] if "@" in prefix else words)
+    timeout = last("TimeoutStopSec") or last("TimeoutSec")
+    return ServiceConfig(
+        exec_start=argv,
+        exec_start_prefix=prefix,
+        exec_start_source=source,
+        environment=environment,
+        environment_files=tuple(environment_files),
+        kill_mode=last("KillMode"),
+        timeout_stop_s=parse_timespan(timeout) if timeout else None,
+        type=last("Type"),
+        user=last("User"),
+        settings={key: tuple(values) for key, values in settings.items()},
+    )
+
+
+def verify_loaded(
+    state: UnitState,
+    service: ServiceConfig,
+    expected_dropin_path: str,
+    expected: TrialInvocation,
+) -> list[str]:
+    """Why systemd is NOT running what our drop-in asks (empty: it is)."""
+    problems: list[str] = []
+    if state.load_state != "loaded":
+        problems.append(f"LoadState={state.load_state or '(none)'}")
+    if state.need_daemon_reload:
+        problems.append("NeedDaemonReload=yes: the loaded unit is older than its files")
+    if expected_dropin_path not in state.drop_in_paths:
+        problems.append(f"{expected_dropin_path} not in DropInPaths {list(state.drop_in_paths)}")
+    if service.exec_start_source != expected_dropin_path:
+        problems.append(
+            f"ExecStart is set by {service.exec_start_source}, a drop-in applied after ours"
+        )
+    if service.exec_start != tuple(expected.argv):
+        problems.append(f"ExecStart argv {list(service.exec_start)} != {list(expected.argv)}")
+    if state.exec_start_shown is not None:
+        shown = shown_exec_argv(state.exec_start_shown)
+        # systemd 252 joins argv unquoted; accept a shell-quoted join should a version quote.
+        joined = (" ".join(expected.argv), shlex.join(expected.argv))
+        if shown is not None and shown not in joined:
+            problems.append(f"loaded ExecStart argv[] is {shown!r}")
+    if dict(service.environment) != dict(expected.environment):
+        keys = set(service.environment) | set(expected.environment)
+        differing = sorted(
+            k for k in keys if service.environment.get(k) != expected.environment.get(k)
+        )
+        problems.append(f"Environment differs in {differing}")
+    return problems
+
+
+# --- I/O -----------------------------------------------------------------------------------
+
+
+def _check_unit(unit: str) -> None:
+    if not unit or unit.startswith("-") or "/" in unit or any(c.isspace() for c in unit):
+        raise ValueError(f"not a unit name: {unit!r}")
+
+
+async def _systemctl(
+    transport: Transport,
+    args: Sequence[str],
+    unit: str,
+    *,
+    timeout: float,
+    idempotent: bool = True,
+) -> CompletedCommand:
+    _check_unit(unit)
+    result = await transport.run(
+        ["systemctl", *args, unit], timeout=timeout, privileged=True, idempotent=idempotent
+    )
+    if not result.ok:
+        raise SystemdError(unit, f"systemctl {' '.join(args)} exited {result.exit_status}", result)
+    return result
+
+
+async def show(
+    transport: Transport,
+    unit: str,
+    props: Sequence[str] = STATE_PROPERTIES,
+    *,
+    timeout: float = 10.0,
+) -> UnitState:
+    """One ``systemctl show -p A,B,...`` call. An unknown unit is ``LoadState=not-found``."""
+    result = await _systemctl(transport, ["show", "-p", ",".join(props)], unit, timeout=timeout)
+    return unit_state(parse_show(result.stdout_text()))
+
+
+async def cat(transport: Transport, unit: str, *, timeout: float = 10.0) -> list[UnitFile]:
+    result = await _systemctl(transport, ["cat", "--"], unit, timeout=timeout)
+    return parse_cat(result.stdout_text())
+
+
+async def daemon_reload(transport: Transport, *, timeout: float = 60.0) -> None:
+    result = await transport.run(
+        ["systemctl", "daemon-reload"], timeout=timeout, privileged=True, idempotent=True
+    )
+    if not result.ok:
+        raise SystemdError("(manager)", f"daemon-reload exited {result.exit_status}", result)
+
+
+async def start(transport: Transport, unit: str, *, timeout: float, no_block: bool = False) -> None:
+    """Start job; never retried after a reconnect (a start must not happen twice)."""
+    args = ["start", "--no-block"] if no_block else ["start"]
+    await _systemctl(transport, args, unit, timeout=timeout, idempotent=False)
+    get_logger(host=transport.name, unit=unit).info("unit.start_requested")
+
+
+async def stop(transport: Transport, unit: str, *, timeout: float) -> None:
+    """Stop job; returns once the cgroup is empty (or raises after ``timeout``)."""
+    await _systemctl(transport, ["stop"], unit, timeout=timeout)
+    get_logger(host=transport.name, unit=unit).info("unit.stopped")
+
+
+async def reset_failed(transport: Transport, unit: str, *, timeout: float = 10.0) -> None:
+    await _systemctl(transport, ["reset-failed"], unit, timeout=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class FileBytes:
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSnapshot:
+    """The unit as found, for backup and byte-exact restore: its files' bytes, our drop-in's
+    prior content (None: absent) and whether its directory existed."""
+
+    unit: str
+    state: UnitState
+    files: tuple[FileBytes, ...]
+    dropin_path: str
+    dropin_before: bytes | None
+    dropin_dir_existed: bool
+    dropin_mode: int = 0o644
+
+    @property
+    def stale_dropin(self) -> DropinHeader | None:
+        """The header of a drop-in of ours left by an earlier (crashed) run, if one was found."""
+        if self.dropin_before is None:
+            return None
+        return parse_dropin_header(self.dropin_before.decode("utf-8", errors="replace"))
+
+    def without_stale_dropin(self) -> UnitSnapshot:
+        """The snapshot as if our stale drop-in were absent, so restore removes it."""
+        return replace(
+            self,
+            dropin_before=None,
+            files=tuple(f for f in self.files if f.path != self.dropin_path),
+        )
+
+
+async def read_unit(
+    transport: Transport, unit: str, *, path: str | None = None, timeout: float = 20.0
+) -> UnitSnapshot:
+    """Read the unit as found: state, and the exact bytes of its fragment and drop-ins."""
+    state = await show(transport, unit, timeout=timeout)
+    if not state.exists:
+        raise SystemdError(unit, f"unit not loadable: LoadState={state.load_state}")
+    target = path or str(dropin_path(unit))
+    paths = [p for p in (state.fragment_path, *state.drop_in_paths) if p]
+    files = [FileBytes(p, await transport.read_file(p, timeout=timeout)) for p in paths]
+    before = next((f.data for f in files if f.path == target), None)
+    if before is None:
+        try:
+            before = await transport.read_file(target, timeout=timeout)
+        except FileNotFoundError:
+            before = None
+    directory = str(PurePosixPath(target).parent)
+    probe = await transport.run(["test", "-d", directory], timeout=timeout, privileged=True)
+    mode = 0o644
+    if before is not None:
+        stat = await transport.run(["stat", "-c", "%a", "--", target], timeout=timeout)
+        if stat.ok and stat.stdout_text().strip().isdigit():
+            mode = int(stat.stdout_text().strip(), 8)
+    return UnitSnapshot(unit, state, tuple(files), target, before, probe.exit_status == 0, mode)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedUnit:
+    """What systemd loaded after an install, proven equal to the drop-in's request."""
+
+    state: UnitState
+    files: tuple[UnitFile, ...]
+    service: ServiceConfig
+
+
+async def verify_unit(
+    transport: Transport,
+    unit: str,
+    expected: TrialInvocation,
+    *,
+    path: str,
+    timeout: float = 20.0,
+) -> LoadedUnit:
+    """Read back state and files and raise :class:`DropInNotApplied` unless they match."""
+    state = await show(transport, unit, timeout=timeout)
+    files = await cat(transport, unit, timeout=timeout)
+    service = merged_service(files)
+    problems = verify_loaded(state, service, path, expected)
+    if problems:
+        raise DropInNotApplied(unit, problems, state, files)
+    return LoadedUnit(state, tuple(files), service)
+
+
+async def install_dropin(
+    transport: Transport,
+    unit: str,
+    text: str,
+    expected: TrialInvocation,
+    *,
+    path: str | None = None,
+    timeout: float = 60.0,
+) -> LoadedUnit:
+    """Write our drop-in atomically, daemon-reload, and prove systemd loaded exactly it."""
+    target = path or str(dropin_path(unit))
+    directory = str(PurePosixPath(target).parent)
+    await transport.run(
+        ["mkdir", "-p", "--", directory], timeout=timeout, check=True, privileged=True
+    )
+    await transport.write_file_atomic(target, text.encode(), mode=0o644, timeout=timeout)
+    await daemon_reload(transport, timeout=timeout)
+    loaded = await verify_unit(transport, unit, expected, path=target, timeout=timeout)
+    get_logger(host=transport.name, unit=unit).info("dropin.installed", path=target)
+    return loaded
+
+
+async def remove_dropin(
+    transport: Transport, unit: str, *, path: str | None = None, timeout: float = 60.0
+) -> bool:
+    """Remove our drop-in and daemon-reload; False when there was none."""
+    target = path or str(dropin_path(unit))
+    removed = await transport.remove_file(target, timeout=timeout)
+    await daemon_reload(transport, timeout=timeout)
+    return removed
+
+
+async def restore_files(
+    transport: Transport, snapshot: UnitSnapshot, *, timeout: float = 60.0
+) -> list[str]:
+    """Put back what we changed (our drop-in: its old bytes, or gone, and its directory if we
+    made it), daemon-reload, and verify byte-identity. Returns the paths of OTHER unit files
+    that changed meanwhile (someone else's edits: reported, never overwritten)."""
+    target = snapshot.dropin_path
+    if snapshot.dropin_before is None:
+        await transport.remove_file(target, timeout=timeout)
+        if not snapshot.dropin_dir_existed:
+            directory = str(PurePosixPath(target).parent)
+            await transport.run(
+                ["rmdir", "--ignore-fail-on-non-empty", "--", directory],
+                timeout=timeout,
+                privileged=True,
+            )
+    else:
+        await transport.write_file_atomic(
+            target, snapshot.dropin_before, mode=snapshot.dropin_mode, timeout=timeout
+        )
+    await daemon_reload(transport, timeout=timeout)
+
+    try:
+        now = await transport.read_file(target, timeout=timeout)
+    except FileNotFoundError:
+        now = None
+    if now != snapshot.dropin_before:
+        raise RestoreIncomplete(snapshot.unit, [target])
+    foreign: list[str] = []
+    for unit_file in snapshot.files:
+        if unit_file.path == target:
+            continue
+        try:
+            current = await transport.read_file(unit_file.path, timeout=timeout)
+        except FileNotFoundError:
+            current = None
+        if current != unit_file.data:
+            foreign.append(unit_file.path)
+    get_logger(host=transport.name, unit=snapshot.unit).info(
+        "unit.restored", path=target, foreign_changes=foreign
+    )
+    return foreign
