@@ -50,6 +50,10 @@ class HostUnreachable(TransportError):
     """Connecting (or reconnecting) failed: refused, timed out, DNS, keepalive lost."""
 
 
+class AuthenticationFailed(HostUnreachable):
+    """The host answered but refused our key: a configuration error, never retried."""
+
+
 class HostKeyMismatch(TransportError):
     """The host's key is unknown or differs from known_hosts: never trusted silently."""
 
@@ -65,6 +69,25 @@ class CommandFailed(TransportError):
         tail = result.stderr_text().strip()[-400:]
         super().__init__(host, f"{result.argv[0]} exited {result.exit_status}: {tail}")
         self.result = result
+
+
+# File operations for a non-root user with sudo: SFTP runs as the login user, so files go
+# through ``sudo -n sh -c SCRIPT sh ARGS...``. Values travel as positional parameters, never
+# spliced into the script. A missing file exits with SUDO_FILE_MISSING_STATUS.
+SUDO_FILE_MISSING_STATUS = 44
+SUDO_READ_SCRIPT = 'test -e "$1" || exit 44; exec cat -- "$1"'
+SUDO_REMOVE_SCRIPT = 'test -e "$1" || test -L "$1" || exit 44; exec rm -f -- "$1"'
+# $1 temp path beside the target, $2 octal mode, $3 target; the bytes arrive on stdin.
+SUDO_WRITE_SCRIPT = (
+    'umask 077; { cat > "$1" && chmod "$2" "$1" && sync "$1" && mv -f -- "$1" "$3"; } '
+    '|| { rc=$?; rm -f -- "$1"; exit "$rc"; }'
+)
+
+
+def temp_path_beside(path: str, token: str) -> str:
+    """The temporary name a write goes to before it is renamed over ``path`` (same directory,
+    so the rename is atomic; recognisable, so a leftover can be traced to us)."""
+    return f"{path}.orchestrator-tmp-{token}"
 
 
 class LineStream(Protocol):
