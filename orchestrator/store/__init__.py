@@ -1,0 +1,86 @@
+"""The durable record of sweeps: SQLite in WAL mode behind an async API.
+
+Everything the orchestrator learns is committed here the moment it is known (a point with its
+requests, an attempt's end, a unit's backup), so a restart after SIGKILL or power loss resumes
+from the file alone. ``Store`` is the entry point; the records are its vocabulary.
+"""
+
+from orchestrator.store.db import DEFAULT_BUSY_TIMEOUT_S, Store, default_db_path, open_connection
+from orchestrator.store.errors import (
+    AttemptNotFound,
+    AttemptNotRunning,
+    PointAlreadyRecorded,
+    SchemaTooNew,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    StoreOpenError,
+    SweepNameConflict,
+    SweepNotFound,
+    TrialNotFound,
+)
+from orchestrator.store.records import (
+    ATTEMPT_STATES,
+    POINT_KINDS,
+    SWEEP_STATES,
+    Attempt,
+    AttemptState,
+    EventRecord,
+    HostEntry,
+    HostRecord,
+    JsonObject,
+    NewPoint,
+    NewTrial,
+    PointKind,
+    PointRecord,
+    StoredRequest,
+    SubmitResult,
+    SweepRecord,
+    SweepState,
+    TrialRecord,
+    UnfinishedAttempt,
+    UnitBackup,
+    point_key,
+)
+from orchestrator.store.schema import MIGRATIONS, Migration
+
+__all__ = [
+    "ATTEMPT_STATES",
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "MIGRATIONS",
+    "POINT_KINDS",
+    "SWEEP_STATES",
+    "Attempt",
+    "AttemptNotFound",
+    "AttemptNotRunning",
+    "AttemptState",
+    "EventRecord",
+    "HostEntry",
+    "HostRecord",
+    "JsonObject",
+    "Migration",
+    "NewPoint",
+    "NewTrial",
+    "PointAlreadyRecorded",
+    "PointKind",
+    "PointRecord",
+    "SchemaTooNew",
+    "Store",
+    "StoreBusy",
+    "StoreClosed",
+    "StoreError",
+    "StoreOpenError",
+    "StoredRequest",
+    "SubmitResult",
+    "SweepNameConflict",
+    "SweepNotFound",
+    "SweepRecord",
+    "SweepState",
+    "TrialNotFound",
+    "TrialRecord",
+    "UnfinishedAttempt",
+    "UnitBackup",
+    "default_db_path",
+    "open_connection",
+    "point_key",
+]

@@ -1,0 +1,416 @@
+"""The async Store: one SQLite connection owned by one worker thread.
+
+SQLite calls block (a ``synchronous=FULL`` commit waits for fsync), so none of them runs on the
+event loop: every operation is handed to a single-thread executor that owns the connection,
+which also serialises this process's writers without a lock. Many asyncio tasks may share one
+Store. Several processes may open the same file: WAL lets readers run beside the writer, and
+each write takes the lock up front (``BEGIN IMMEDIATE``) and waits up to the busy timeout.
+
+A write whose awaiting task is cancelled still completes or rolls back as a whole on the
+worker; it is never left half-done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+
+from orchestrator.store import ops
+from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
+from orchestrator.store.records import (
+    Attempt,
+    AttemptState,
+    EventRecord,
+    HostEntry,
+    HostRecord,
+    JsonObject,
+    NewPoint,
+    NewTrial,
+    PointRecord,
+    StoredRequest,
+    SubmitResult,
+    SweepRecord,
+    SweepState,
+    TrialRecord,
+    UnfinishedAttempt,
+    UnitBackup,
+)
+from orchestrator.store.schema import MIGRATIONS, Migration, check_not_newer, migrate
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+
+def _create_private(path: Path) -> None:
+    """Create the file 0600 before SQLite does: backups hold unit files, which may hold secrets.
+
+    SQLite gives the -wal and -shm files the database file's mode.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Another connection held the lock past the busy timeout ("database is locked")."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def open_connection(
+    path: Path,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> sqlite3.Connection:
+    """Open ``path`` in WAL mode with durable commits and bring its schema up to date."""
+    try:
+        _create_private(path)
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=True
+        )
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreOpenError(path, str(exc)) from exc
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        check_not_newer(conn, path, migrations)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreOpenError(path, f"journal_mode is {mode!r}, WAL is required")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, path, migrations)
+    except sqlite3.Error as exc:
+        conn.close()
+        if _is_busy(exc):
+            raise StoreBusy(path, busy_timeout_s, str(exc)) from exc
+        raise StoreOpenError(path, str(exc)) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _resolve_and_open(
+    path: str | os.PathLike[str], *, busy_timeout_s: float, migrations: Sequence[Migration]
+) -> tuple[Path, sqlite3.Connection]:
+    resolved = Path(path).expanduser().absolute()
+    conn = open_connection(resolved, busy_timeout_s=busy_timeout_s, migrations=migrations)
+    return resolved, conn
+
+
+def default_db_path() -> Path:
+    """``$XDG_STATE_HOME/orchestrator/orchestrator.db`` (``~/.local/state`` when unset), dir made.
+
+    The XDG spec says a relative ``$XDG_STATE_HOME`` is invalid and must be ignored.
+    """
+    state_home = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state_home) if os.path.isabs(state_home) else Path.home() / ".local" / "state"
+    directory = base / "orchestrator"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return directory / "orchestrator.db"
+
+
+class Store:
+    """The orchestrator's durable record. Open with ``await Store.open(path)``; close it."""
+
+    def __init__(
+        self,
+        path: Path,
+        executor: ThreadPoolExecutor,
+        conn: sqlite3.Connection,
+        *,
+        busy_timeout_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.path = path
+        self._executor = executor
+        self._conn: sqlite3.Connection | None = conn
+        self._busy_timeout_s = busy_timeout_s
+        self._clock = clock
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> Store:
+        """Open (creating and migrating as needed); raises StoreOpenError or SchemaTooNew."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        loop = asyncio.get_running_loop()
+        try:
+            resolved, conn = await loop.run_in_executor(
+                executor,
+                functools.partial(
+                    _resolve_and_open, path, busy_timeout_s=busy_timeout_s, migrations=migrations
+                ),
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(resolved, executor, conn, busy_timeout_s=busy_timeout_s, clock=clock)
+
+    async def close(self) -> None:
+        """Finish queued work, close the connection (checkpointing the WAL), stop the thread."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, conn.close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    async def _run(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreClosed(f"{self.path}: store is closed")
+        loop = asyncio.get_running_loop()
+        call = functools.partial(fn, conn, *args, **kwargs)
+        try:
+            return await loop.run_in_executor(self._executor, call)
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise StoreBusy(self.path, self._busy_timeout_s, str(exc)) from exc
+            raise
+
+    # --- sweeps -----------------------------------------------------------------------------
+
+    async def submit_sweep(
+        self,
+        name: str,
+        yaml_text: str,
+        *,
+        priority: int = 0,
+        source_path: str | None = None,
+        replace: bool = False,
+    ) -> SubmitResult:
+        """Queue a sweep. Same name and content as the current one: that one, ``created=False``.
+
+        Same name, other content: :class:`SweepNameConflict`, unless ``replace``, which marks
+        the old sweep replaced (its results stay under its id) and queues the new one.
+        """
+        return await self._run(
+            ops.submit_sweep,
+            name,
+            yaml_text,
+            priority=priority,
+            source_path=source_path,
+            replace=replace,
+            now=self._clock(),
+        )
+
+    async def find_sweep(self, ref: str | int) -> SweepRecord | None:
+        """By id (an int, or digits that are no sweep's name) or by name (its latest run)."""
+        return await self._run(ops.find_sweep, ref)
+
+    async def get_sweep(self, ref: str | int) -> SweepRecord:
+        """As :meth:`find_sweep`, raising :class:`SweepNotFound` instead of returning None."""
+        return await self._run(ops.get_sweep, ref)
+
+    async def list_sweeps(
+        self,
+        states: Collection[SweepState] | None = None,
+        *,
+        include_replaced: bool = False,
+    ) -> list[SweepRecord]:
+        """Queue order: priority (highest first), then submission."""
+        return await self._run(ops.list_sweeps, states, include_replaced)
+
+    async def set_sweep_state(
+        self, sweep_id: int, state: SweepState, *, summary: Mapping[str, Any] | None = None
+    ) -> SweepRecord:
+        return await self._run(ops.set_sweep_state, sweep_id, state, summary, self._clock())
+
+    # --- hosts and trials -------------------------------------------------------------------
+
+    async def add_hosts(self, sweep_id: int, hosts: Sequence[HostEntry]) -> list[HostRecord]:
+        """Idempotent; returns all the sweep's hosts."""
+        return await self._run(ops.add_hosts, sweep_id, list(hosts))
+
+    async def set_host_aside(self, sweep_id: int, host: str, reason: str | None) -> None:
+        """Record why a host takes no part (failed preflight); ``None`` takes it back."""
+        await self._run(ops.set_host_aside, sweep_id, host, reason)
+
+    async def hosts(self, sweep_id: int) -> list[HostRecord]:
+        return await self._run(ops.hosts_of, sweep_id)
+
+    async def add_trials(self, sweep_id: int, trials: Sequence[NewTrial]) -> list[TrialRecord]:
+        """Idempotent on (key, host); returns all the sweep's trials in plan order."""
+        return await self._run(ops.add_trials, sweep_id, list(trials))
+
+    async def trials(self, sweep_id: int) -> list[TrialRecord]:
+        return await self._run(ops.trials_of, sweep_id)
+
+    # --- attempts ---------------------------------------------------------------------------
+
+    async def start_attempt(self, trial_id: int, *, invocation_id: str | None = None) -> Attempt:
+        """A new running attempt, numbered after the trial's last (a retry never overwrites)."""
+        return await self._run(ops.start_attempt, trial_id, invocation_id, self._clock())
+
+    async def set_attempt_invocation(self, attempt_id: int, invocation_id: str) -> Attempt:
+        return await self._run(ops.set_attempt_invocation, attempt_id, invocation_id)
+
+    async def resume_attempt(self, attempt_id: int, *, invocation_id: str | None = None) -> Attempt:
+        """Take over an attempt a crash left running; its committed points are kept."""
+        return await self._run(ops.resume_attempt, attempt_id, invocation_id)
+
+    async def finish_attempt(
+        self,
+        attempt_id: int,
+        state: AttemptState,
+        cause: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> Attempt:
+        """End a running attempt as done, failed or skipped; a finished one raises."""
+        return await self._run(
+            ops.finish_attempt, attempt_id, state, cause, evidence, self._clock()
+        )
+
+    async def skip_trial(
+        self, trial_id: int, cause: str, evidence: Mapping[str, Any] | None = None
+    ) -> Attempt:
+        """Record a trial that will not run (host set aside, sweep aborted) as skipped."""
+        return await self._run(ops.skip_trial, trial_id, cause, evidence, self._clock())
+
+    async def get_attempt(self, attempt_id: int) -> Attempt:
+        return await self._run(ops.get_attempt, attempt_id)
+
+    async def attempts(self, sweep_id: int) -> list[Attempt]:
+        """Every attempt of the sweep, in plan order then number."""
+        return await self._run(ops.attempts_of, sweep_id)
+
+    async def running_attempts(self, sweep_id: int) -> list[UnfinishedAttempt]:
+        """What a crash left running, each with the point keys it had committed."""
+        return await self._run(ops.running_attempts, sweep_id)
+
+    # --- points -----------------------------------------------------------------------------
+
+    async def record_point(
+        self, attempt_id: int, point: NewPoint, requests: Sequence[StoredRequest]
+    ) -> int:
+        """Commit a point and its requests in one transaction; returns the point's id.
+
+        Raises :class:`PointAlreadyRecorded` if the attempt has this point already and
+        :class:`AttemptNotRunning` if the attempt has finished.
+        """
+        return await self._run(ops.record_point, attempt_id, point, list(requests), self._clock())
+
+    async def committed_point_keys(self, attempt_id: int) -> frozenset[str]:
+        return await self._run(ops.committed_point_keys, attempt_id)
+
+    async def points(
+        self, *, attempt_id: int | None = None, sweep_id: int | None = None
+    ) -> list[PointRecord]:
+        """Points of one attempt or one sweep (exactly one of the two), in commit order."""
+        return await self._run(ops.points_of, attempt_id=attempt_id, sweep_id=sweep_id)
+
+    async def requests(self, point_id: int) -> list[StoredRequest]:
+        return await self._run(ops.requests_of, point_id)
+
+    # --- events -----------------------------------------------------------------------------
+
+    async def add_event(
+        self,
+        sweep_id: int,
+        kind: str,
+        *,
+        host: str | None = None,
+        attempt_id: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+        ts: float | None = None,
+    ) -> EventRecord:
+        return await self._run(
+            ops.add_event,
+            sweep_id,
+            kind,
+            host=host,
+            attempt_id=attempt_id,
+            fields=fields,
+            ts=self._clock() if ts is None else ts,
+        )
+
+    async def events(
+        self,
+        sweep_id: int,
+        *,
+        host: str | None = None,
+        attempt_id: int | None = None,
+        kinds: Collection[str] | None = None,
+        after_id: int | None = None,
+    ) -> list[EventRecord]:
+        return await self._run(
+            ops.events_of,
+            sweep_id,
+            host=host,
+            attempt_id=attempt_id,
+            kinds=kinds,
+            after_id=after_id,
+        )
+
+    # --- unit backups -----------------------------------------------------------------------
+
+    async def save_unit_backup(
+        self,
+        sweep_id: int,
+        host: str,
+        unit: str,
+        files: Mapping[str, bytes | None],
+        state: Mapping[str, str],
+    ) -> UnitBackup:
+        """Keep the unit as found, once per sweep: a second call returns the first backup."""
+        return await self._run(
+            ops.save_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
+        )
+
+    async def get_unit_backup(self, sweep_id: int, host: str, unit: str) -> UnitBackup | None:
+        return await self._run(ops.get_unit_backup, sweep_id, host, unit)
+
+    async def pending_restores(
+        self, *, sweep_id: int | None = None, host: str | None = None
+    ) -> list[UnitBackup]:
+        """Backups whose host has not been marked restored, oldest first."""
+        return await self._run(ops.pending_restores, sweep_id, host)
+
+    async def mark_restored(self, sweep_id: int, host: str) -> int:
+        return await self._run(ops.mark_restored, sweep_id, host, self._clock())
+
+    # --- results ----------------------------------------------------------------------------
+
+    async def sweep_results(self, ref: str | int) -> JsonObject:
+        """The results JSON document (see :mod:`orchestrator.store.results`)."""
+        return await self._run(ops.sweep_results, ref)

@@ -1,0 +1,236 @@
+"""The typed records that cross the store's boundary.
+
+``New*`` classes are what callers hand in; ``*Record`` classes (and :class:`Attempt`,
+:class:`UnitBackup`) are what the store hands back, ids and timestamps included. Open-ended data
+(metrics, configs, evidence, event fields) travels as JSON objects; timestamps are Unix seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+SweepState = Literal["queued", "running", "done", "failed", "cancelled"]
+AttemptState = Literal["queued", "running", "done", "failed", "skipped"]
+PointKind = Literal["throughput", "coding"]
+
+SWEEP_STATES: tuple[SweepState, ...] = get_args(SweepState)
+ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
+FINISHED_ATTEMPT_STATES: tuple[AttemptState, ...] = ("done", "failed", "skipped")
+TERMINAL_SWEEP_STATES: tuple[SweepState, ...] = ("done", "failed", "cancelled")
+POINT_KINDS: tuple[PointKind, ...] = get_args(PointKind)
+
+JsonObject = dict[str, Any]
+
+
+def point_key(
+    kind: PointKind,
+    *,
+    context: int | None = None,
+    concurrency: int | None = None,
+    problem: str | None = None,
+) -> str:
+    """The identity of a point within an attempt, so a resumed run can skip what is committed.
+
+    A throughput point is one (context, concurrency) cell; a coding point is one problem.
+    """
+    if kind == "throughput":
+        if context is None or concurrency is None or problem is not None:
+            raise ValueError("a throughput point has a context and a concurrency, no problem")
+        return f"throughput/context={context}/concurrency={concurrency}"
+    if kind == "coding":
+        if not problem:
+            raise ValueError("a coding point names its problem")
+        return f"coding/{problem}"
+    raise ValueError(f"unknown point kind {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRecord:
+    """One submitted sweep. ``replaced_by`` is set when a later submission superseded it."""
+
+    id: int
+    name: str
+    content_hash: str
+    yaml_text: str
+    source_path: str | None
+    priority: int
+    submitted_at: float
+    state: SweepState
+    started_at: float | None
+    finished_at: float | None
+    summary: JsonObject | None
+    replaced_by: int | None
+    replaced_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """``created`` is False when the same name and content was already submitted."""
+
+    sweep: SweepRecord
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HostEntry:
+    """A host taking part in a sweep, as the runner declares it."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    sweep_id: int
+    name: str
+    type: str
+    set_aside_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewTrial:
+    """One (config, host) the plan produced; ``key`` is the plan's stable trial key."""
+
+    key: str
+    host: str
+    config: Mapping[str, Any]
+    ordinal: int
+    is_baseline: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    id: int
+    sweep_id: int
+    key: str
+    host: str
+    config: JsonObject
+    ordinal: int
+    is_baseline: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a trial. ``resumes`` counts how often a crashed run picked it up again."""
+
+    id: int
+    trial_id: int
+    number: int
+    state: AttemptState
+    cause: str | None
+    evidence: JsonObject | None
+    started_at: float | None
+    finished_at: float | None
+    invocation_id: str | None
+    resumes: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfinishedAttempt:
+    """A running attempt found after a restart, with what it already committed."""
+
+    trial: TrialRecord
+    attempt: Attempt
+    committed_point_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRequest:
+    """One benchmark request as kept: times in seconds, ``sent_at`` as Unix time.
+
+    Distinct from ``bench.client.RequestRecord`` (what the client observed, chunk by chunk);
+    the runner maps one onto the other. ``extra`` holds what not every request has (chunk
+    times, per-request accept length, ...).
+    """
+
+    sent_at: float
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    warmup: bool = False
+    extra: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewPoint:
+    """One measured point: a matrix cell or a coding problem, with its provenance."""
+
+    kind: PointKind
+    metrics: Mapping[str, Any]
+    context: int | None = None
+    concurrency: int | None = None
+    problem: str | None = None
+    accept_len: Mapping[str, Any] | None = None
+    quality: Mapping[str, Any] = field(default_factory=dict)
+    invocation_id: str | None = None
+    cursor_start: str | None = None
+    cursor_end: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def __post_init__(self) -> None:
+        point_key(
+            self.kind, context=self.context, concurrency=self.concurrency, problem=self.problem
+        )
+
+    @property
+    def key(self) -> str:
+        return point_key(
+            self.kind, context=self.context, concurrency=self.concurrency, problem=self.problem
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PointRecord:
+    id: int
+    attempt_id: int
+    key: str
+    kind: PointKind
+    context: int | None
+    concurrency: int | None
+    problem: str | None
+    metrics: JsonObject
+    accept_len: JsonObject | None
+    quality: JsonObject
+    invocation_id: str | None
+    cursor_start: str | None
+    cursor_end: str | None
+    started_at: float | None
+    finished_at: float | None
+    committed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A lifecycle event (``unit.stopped``, ``memory.released``) with its fields."""
+
+    id: int
+    sweep_id: int
+    attempt_id: int | None
+    host: str | None
+    kind: str
+    ts: float
+    fields: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class UnitBackup:
+    """A unit's files and state as found before the sweep touched it.
+
+    ``files`` maps each path to its exact bytes, or None where the file did not exist (so a
+    restore deletes it). ``state`` is what ``systemctl show`` said (ActiveState, ...).
+    """
+
+    id: int
+    sweep_id: int
+    host: str
+    unit: str
+    files: dict[str, bytes | None]
+    state: dict[str, str]
+    taken_at: float
+    restored_at: float | None

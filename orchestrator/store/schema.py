@@ -1,0 +1,202 @@
+"""The store's schema as forward migrations keyed by ``PRAGMA user_version``.
+
+A file at version N gets migrations N+1.. applied in one write transaction, so two processes
+opening the same empty file at once cannot both migrate it, and a crash mid-migration leaves
+the file at N. A file newer than :data:`MIGRATIONS` knows is refused before anything is written.
+Migrations are append-only: a released step is never edited, a change is a new step.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.store.errors import SchemaTooNew
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """Statements that take the schema from ``version - 1`` to ``version``."""
+
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+_V1 = Migration(
+    version=1,
+    summary="sweeps, hosts, trials, attempts, points, requests, events, unit backups",
+    statements=(
+        """
+        CREATE TABLE sweeps (
+            id            INTEGER PRIMARY KEY,
+            name          TEXT NOT NULL,
+            content_hash  TEXT NOT NULL,
+            yaml_text     TEXT NOT NULL,
+            source_path   TEXT,
+            priority      INTEGER NOT NULL DEFAULT 0,
+            submitted_at  REAL NOT NULL,
+            state         TEXT NOT NULL DEFAULT 'queued'
+                          CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled')),
+            started_at    REAL,
+            finished_at   REAL,
+            summary       TEXT CHECK (summary IS NULL OR json_valid(summary)),
+            replaced_by   INTEGER REFERENCES sweeps(id),
+            replaced_at   REAL
+        ) STRICT
+        """,
+        # One current (not replaced) sweep per name: the dedup rule, enforced by the file itself.
+        "CREATE UNIQUE INDEX sweeps_current_name ON sweeps(name) WHERE replaced_at IS NULL",
+        "CREATE INDEX sweeps_queue ON sweeps(state, priority DESC, submitted_at, id)",
+        """
+        CREATE TABLE sweep_hosts (
+            sweep_id          INTEGER NOT NULL REFERENCES sweeps(id),
+            name              TEXT NOT NULL,
+            type              TEXT NOT NULL,
+            set_aside_reason  TEXT,
+            PRIMARY KEY (sweep_id, name)
+        ) STRICT
+        """,
+        """
+        CREATE TABLE trials (
+            id           INTEGER PRIMARY KEY,
+            sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+            key          TEXT NOT NULL,
+            host         TEXT NOT NULL,
+            config       TEXT NOT NULL CHECK (json_valid(config)),
+            ordinal      INTEGER NOT NULL,
+            is_baseline  INTEGER NOT NULL DEFAULT 0 CHECK (is_baseline IN (0, 1)),
+            UNIQUE (sweep_id, key, host)
+        ) STRICT
+        """,
+        """
+        CREATE TABLE attempts (
+            id             INTEGER PRIMARY KEY,
+            trial_id       INTEGER NOT NULL REFERENCES trials(id),
+            number         INTEGER NOT NULL CHECK (number >= 1),
+            state          TEXT NOT NULL
+                           CHECK (state IN ('queued', 'running', 'done', 'failed', 'skipped')),
+            cause          TEXT,
+            evidence       TEXT CHECK (evidence IS NULL OR json_valid(evidence)),
+            started_at     REAL,
+            finished_at    REAL,
+            invocation_id  TEXT,
+            resumes        INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (trial_id, number)
+        ) STRICT
+        """,
+        "CREATE INDEX attempts_state ON attempts(state)",
+        """
+        CREATE TABLE points (
+            id             INTEGER PRIMARY KEY,
+            attempt_id     INTEGER NOT NULL REFERENCES attempts(id),
+            point_key      TEXT NOT NULL,
+            kind           TEXT NOT NULL CHECK (kind IN ('throughput', 'coding')),
+            context        INTEGER,
+            concurrency    INTEGER,
+            problem        TEXT,
+            metrics        TEXT NOT NULL CHECK (json_valid(metrics)),
+            accept_len     TEXT CHECK (accept_len IS NULL OR json_valid(accept_len)),
+            quality        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(quality)),
+            invocation_id  TEXT,
+            cursor_start   TEXT,
+            cursor_end     TEXT,
+            started_at     REAL,
+            finished_at    REAL,
+            committed_at   REAL NOT NULL,
+            UNIQUE (attempt_id, point_key)
+        ) STRICT
+        """,
+        """
+        CREATE TABLE requests (
+            id                 INTEGER PRIMARY KEY,
+            point_id           INTEGER NOT NULL REFERENCES points(id),
+            seq                INTEGER NOT NULL,
+            sent_at            REAL NOT NULL,
+            ttft_s             REAL,
+            e2e_s              REAL,
+            prompt_tokens      INTEGER,
+            completion_tokens  INTEGER,
+            finish_reason      TEXT,
+            error              TEXT,
+            warmup             INTEGER NOT NULL DEFAULT 0 CHECK (warmup IN (0, 1)),
+            extra              TEXT CHECK (extra IS NULL OR json_valid(extra)),
+            UNIQUE (point_id, seq)
+        ) STRICT
+        """,
+        """
+        CREATE TABLE events (
+            id          INTEGER PRIMARY KEY,
+            sweep_id    INTEGER NOT NULL REFERENCES sweeps(id),
+            attempt_id  INTEGER REFERENCES attempts(id),
+            host        TEXT,
+            kind        TEXT NOT NULL,
+            ts          REAL NOT NULL,
+            fields      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(fields))
+        ) STRICT
+        """,
+        "CREATE INDEX events_sweep ON events(sweep_id, ts, id)",
+        """
+        CREATE TABLE unit_backups (
+            id           INTEGER PRIMARY KEY,
+            sweep_id     INTEGER NOT NULL REFERENCES sweeps(id),
+            host         TEXT NOT NULL,
+            unit         TEXT NOT NULL,
+            files        TEXT NOT NULL CHECK (json_valid(files)),
+            state        TEXT NOT NULL CHECK (json_valid(state)),
+            taken_at     REAL NOT NULL,
+            restored_at  REAL,
+            UNIQUE (sweep_id, host, unit)
+        ) STRICT
+        """,
+        "CREATE INDEX unit_backups_pending ON unit_backups(restored_at) WHERE restored_at IS NULL",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1,)
+
+
+def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    return migrations[-1].version if migrations else 0
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def check_not_newer(
+    conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS
+) -> None:
+    found, known = user_version(conn), latest_version(migrations)
+    if found > known:
+        raise SchemaTooNew(path, found, known)
+
+
+def migrate(
+    conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Bring the file to the latest version in one transaction; returns the version reached.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``): the transaction is ours.
+    The version is re-read under the write lock, so a concurrent opener's work is not redone.
+    """
+    for index, step in enumerate(migrations, start=1):
+        if step.version != index:
+            raise ValueError(f"migration {index} is numbered {step.version}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        check_not_newer(conn, path, migrations)
+        current = user_version(conn)
+        for step in migrations[current:]:
+            for statement in step.statements:
+                conn.execute(statement)
+            # PRAGMA takes no parameters; the version is an int from our own table.
+            conn.execute(f"PRAGMA user_version = {int(step.version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return user_version(conn)

@@ -1,0 +1,643 @@
+"""The store on real SQLite files: schema versions, sweeps, attempts, points, backups, results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store import (
+    MIGRATIONS,
+    AttemptNotRunning,
+    HostEntry,
+    Migration,
+    NewPoint,
+    NewTrial,
+    PointAlreadyRecorded,
+    SchemaTooNew,
+    Store,
+    StoreBusy,
+    StoreClosed,
+    StoredRequest,
+    StoreOpenError,
+    SweepNameConflict,
+    SweepNotFound,
+    default_db_path,
+    open_connection,
+    point_key,
+)
+
+LATEST = MIGRATIONS[-1].version
+SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[Store]:
+    opened = await Store.open(db_path)
+    yield opened
+    await opened.close()
+
+
+def _requests(count: int, *, warmup: int = 0) -> list[StoredRequest]:
+    return [
+        StoredRequest(
+            sent_at=1000.0 + i,
+            ttft_s=0.05 + i / 1000,
+            e2e_s=1.5,
+            prompt_tokens=60,
+            completion_tokens=128,
+            finish_reason="length",
+            warmup=i < warmup,
+            extra={"chunk_times": [0.05, 0.06]},
+        )
+        for i in range(count)
+    ]
+
+
+def _throughput(context: int, concurrency: int, **metrics: float) -> NewPoint:
+    return NewPoint(
+        kind="throughput",
+        context=context,
+        concurrency=concurrency,
+        metrics={"output_tok_s": 100.0, **metrics},
+        accept_len={"journal": {"mean": 3.2, "count": 12}},
+        quality={"truncated": 2},
+        invocation_id="inv-1",
+        cursor_start="s=1;i=1",
+        cursor_end="s=1;i=9",
+        started_at=1000.0,
+        finished_at=1010.0,
+    )
+
+
+async def _sweep_with_trials(store: Store, name: str = "demo") -> tuple[int, list[int]]:
+    sweep = (await store.submit_sweep(name, SWEEP_YAML + f"# {name}\n")).sweep
+    trials = await store.add_trials(
+        sweep.id,
+        [
+            NewTrial(key="baseline", host="h1", config={}, ordinal=0, is_baseline=True),
+            NewTrial(key="b8", host="h1", config={"budget": 8}, ordinal=1),
+            NewTrial(key="b16", host="h1", config={"budget": 16}, ordinal=2),
+        ],
+    )
+    return sweep.id, [t.id for t in trials]
+
+
+# --- schema and opening ---------------------------------------------------------------------
+
+
+async def test_empty_file_is_migrated_to_latest_in_wal_mode(db_path: Path) -> None:
+    async with await Store.open(db_path) as store:
+        assert not store.closed
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {
+        "sweeps",
+        "sweep_hosts",
+        "trials",
+        "attempts",
+        "points",
+        "requests",
+        "events",
+        "unit_backups",
+    } <= tables
+    raw.close()
+    assert stat.S_IMODE(os.stat(db_path).st_mode) == 0o600
+
+
+def test_connection_is_durable_and_enforces_foreign_keys(db_path: Path) -> None:
+    conn = open_connection(db_path, busy_timeout_s=2.5)
+    try:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO trials (sweep_id, key, host, config, ordinal) "
+                "VALUES (99, 'k', 'h', '{}', 0)"
+            )
+    finally:
+        conn.close()
+
+
+async def test_reopening_keeps_data_and_version(db_path: Path) -> None:
+    async with await Store.open(db_path) as store:
+        await store.submit_sweep("demo", SWEEP_YAML)
+    async with await Store.open(db_path) as store:
+        assert (await store.get_sweep("demo")).yaml_text == SWEEP_YAML
+
+
+async def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
+    raw = sqlite3.connect(db_path)
+    raw.execute("CREATE TABLE future (x)")
+    raw.execute(f"PRAGMA user_version = {LATEST + 3}")
+    raw.commit()
+    raw.close()
+    with pytest.raises(SchemaTooNew) as caught:
+        await Store.open(db_path)
+    assert (caught.value.found, caught.value.known) == (LATEST + 3, LATEST)
+    assert "newer" in str(caught.value) and str(db_path) in str(caught.value)
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST + 3
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert raw.execute("SELECT name FROM sqlite_master WHERE name = 'sweeps'").fetchall() == []
+    raw.close()
+
+
+async def test_older_file_migrates_forward_keeping_rows(db_path: Path) -> None:
+    async with await Store.open(db_path) as store:
+        await store.submit_sweep("demo", SWEEP_YAML)
+    step = Migration(
+        version=LATEST + 1,
+        summary="a note per sweep",
+        statements=("ALTER TABLE sweeps ADD COLUMN note TEXT NOT NULL DEFAULT 'none'",),
+    )
+    async with await Store.open(db_path, migrations=(*MIGRATIONS, step)) as store:
+        assert (await store.get_sweep("demo")).yaml_text == SWEEP_YAML
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST + 1
+    assert raw.execute("SELECT note FROM sweeps").fetchall() == [("none",)]
+    raw.close()
+    # The original code now refuses the upgraded file instead of misreading it.
+    with pytest.raises(SchemaTooNew):
+        await Store.open(db_path)
+
+
+async def test_failed_migration_leaves_file_at_previous_version(db_path: Path) -> None:
+    async with await Store.open(db_path):
+        pass
+    broken = Migration(
+        version=LATEST + 1,
+        summary="half a step",
+        statements=("CREATE TABLE half (x INTEGER)", "THIS IS NOT SQL"),
+    )
+    with pytest.raises(StoreOpenError):
+        await Store.open(db_path, migrations=(*MIGRATIONS, broken))
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST
+    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'").fetchone()[0] == 0
+    raw.close()
+
+
+def _write_garbage(path: Path) -> None:
+    path.write_bytes(b"this is a sweep yaml, not a database\n" * 200)
+
+
+async def test_a_file_that_is_not_sqlite_is_refused(db_path: Path) -> None:
+    _write_garbage(db_path)
+    with pytest.raises(StoreOpenError) as caught:
+        await Store.open(db_path)
+    assert caught.value.path == db_path
+
+
+async def test_closed_store_refuses_work(db_path: Path) -> None:
+    store = await Store.open(db_path)
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreClosed):
+        await store.list_sweeps()
+
+
+def test_default_db_path_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    path = default_db_path()
+    assert path == tmp_path / "state" / "orchestrator" / "orchestrator.db"
+    assert path.parent.is_dir()
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_db_path() == tmp_path / "home/.local/state/orchestrator/orchestrator.db"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_db_path() == tmp_path / "home/.local/state/orchestrator/orchestrator.db"
+
+
+# --- sweeps ---------------------------------------------------------------------------------
+
+
+async def test_same_name_and_content_is_not_submitted_twice(store: Store) -> None:
+    first = await store.submit_sweep("demo", SWEEP_YAML, priority=3, source_path="/x/demo.yaml")
+    again = await store.submit_sweep("demo", SWEEP_YAML, priority=3)
+    assert first.created and not again.created
+    assert again.sweep == first.sweep
+    assert first.sweep.state == "queued" and first.sweep.priority == 3
+    assert first.sweep.source_path == "/x/demo.yaml"
+    assert len(first.sweep.content_hash) == 64
+    assert len(await store.list_sweeps()) == 1
+
+
+async def test_same_name_other_content_conflicts_unless_replaced(store: Store) -> None:
+    old = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+    with pytest.raises(SweepNameConflict) as caught:
+        await store.submit_sweep("demo", SWEEP_YAML + "# changed\n")
+    assert caught.value.existing == old and "--replace" in str(caught.value)
+
+    trial = (await store.add_trials(old.id, [NewTrial("b8", "h1", {"budget": 8}, 0)]))[0]
+    attempt = await store.start_attempt(trial.id)
+    await store.record_point(attempt.id, _throughput(60, 1), _requests(3))
+
+    new = await store.submit_sweep("demo", SWEEP_YAML + "# changed\n", replace=True)
+    assert new.created and new.sweep.id != old.id
+    kept = await store.get_sweep(old.id)
+    assert kept.replaced_by == new.sweep.id and kept.replaced_at is not None
+    assert (await store.get_sweep("demo")).id == new.sweep.id
+    assert [s.id for s in await store.list_sweeps()] == [new.sweep.id]
+    assert {s.id for s in await store.list_sweeps(include_replaced=True)} == {old.id, new.sweep.id}
+    old_results = await store.sweep_results(old.id)
+    assert old_results["trials"][0]["points"][0]["context"] == 60
+    # Replacing with content identical to the current sweep is a plain resubmission.
+    same = await store.submit_sweep("demo", SWEEP_YAML + "# changed\n", replace=True)
+    assert not same.created and same.sweep.id == new.sweep.id
+
+
+async def test_sweep_lookup_by_name_or_id(store: Store) -> None:
+    named = (await store.submit_sweep("alpha", SWEEP_YAML)).sweep
+    digits = (await store.submit_sweep(str(named.id), SWEEP_YAML)).sweep  # a name of digits
+    assert (await store.get_sweep(named.id)).name == "alpha"
+    assert (await store.get_sweep(str(named.id))).id == digits.id  # the name wins
+    assert (await store.get_sweep(str(digits.id))).id == digits.id
+    assert await store.find_sweep("nope") is None
+    with pytest.raises(SweepNotFound):
+        await store.get_sweep("nope")
+    with pytest.raises(SweepNotFound):
+        await store.sweep_results(999)
+
+
+async def test_list_sweeps_in_queue_order_and_by_state(store: Store) -> None:
+    low = (await store.submit_sweep("low", "a: 1\n", priority=0)).sweep
+    high = (await store.submit_sweep("high", "a: 2\n", priority=5)).sweep
+    low2 = (await store.submit_sweep("low2", "a: 3\n", priority=0)).sweep
+    assert [s.name for s in await store.list_sweeps()] == ["high", "low", "low2"]
+    await store.set_sweep_state(high.id, "running")
+    assert [s.id for s in await store.list_sweeps(["queued"])] == [low.id, low2.id]
+    assert [s.id for s in await store.list_sweeps(states={"running", "done"})] == [high.id]
+    with pytest.raises(ValueError):
+        await store.list_sweeps(["paused"])  # type: ignore[list-item]
+
+
+async def test_sweep_state_stamps(store: Store) -> None:
+    sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+    running = await store.set_sweep_state(sweep.id, "running")
+    assert running.started_at is not None and running.finished_at is None
+    resumed = await store.set_sweep_state(sweep.id, "running")
+    assert resumed.started_at == running.started_at
+    done = await store.set_sweep_state(sweep.id, "done", summary={"trials": 3, "failed": 0})
+    assert done.finished_at is not None and done.summary == {"trials": 3, "failed": 0}
+    with pytest.raises(SweepNotFound):
+        await store.set_sweep_state(12345, "done")
+
+
+# --- hosts, trials, attempts ----------------------------------------------------------------
+
+
+async def test_hosts_are_idempotent_and_can_be_set_aside(store: Store) -> None:
+    sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+    hosts = [HostEntry("h1", "rtxpro6000"), HostEntry("h2", "rtxpro6000")]
+    await store.add_hosts(sweep.id, hosts)
+    again = await store.add_hosts(sweep.id, hosts)
+    assert [h.name for h in again] == ["h1", "h2"]
+    await store.set_host_aside(sweep.id, "h2", "preflight: flag --foo unknown")
+    reasons = {h.name: h.set_aside_reason for h in await store.hosts(sweep.id)}
+    assert reasons == {"h1": None, "h2": "preflight: flag --foo unknown"}
+    with pytest.raises(KeyError):
+        await store.set_host_aside(sweep.id, "h9", "no such host")
+
+
+async def test_add_trials_is_idempotent(store: Store) -> None:
+    sweep_id, first_ids = await _sweep_with_trials(store)
+    again = await store.add_trials(
+        sweep_id,
+        [
+            NewTrial(key="b8", host="h1", config={"budget": 8}, ordinal=1),
+            NewTrial(key="b8", host="h2", config={"budget": 8}, ordinal=1),
+        ],
+    )
+    assert [t.id for t in again if t.host == "h1"] == first_ids
+    assert [(t.key, t.host) for t in again] == [
+        ("baseline", "h1"),
+        ("b8", "h1"),
+        ("b8", "h2"),
+        ("b16", "h1"),
+    ]
+    assert again[0].is_baseline and again[1].config == {"budget": 8}
+
+
+async def test_attempts_are_numbered_and_never_overwritten(store: Store) -> None:
+    sweep_id, (baseline, b8, b16) = await _sweep_with_trials(store)
+    first = await store.start_attempt(b8)
+    assert (first.number, first.state, first.started_at is not None) == (1, "running", True)
+    failed = await store.finish_attempt(
+        first.id, "failed", cause="oom", evidence={"journal": ["CUDA out of memory"]}
+    )
+    assert failed.state == "failed" and failed.finished_at is not None
+    with pytest.raises(AttemptNotRunning):
+        await store.finish_attempt(first.id, "done")
+    with pytest.raises(AttemptNotRunning):
+        await store.record_point(first.id, _throughput(60, 1), _requests(1))
+    with pytest.raises(ValueError):
+        await store.finish_attempt(first.id, "running")
+
+    retry = await store.start_attempt(b8, invocation_id="inv-2")
+    assert (retry.number, retry.invocation_id) == (2, "inv-2")
+    assert (await store.get_attempt(first.id)).cause == "oom"
+    skipped = await store.skip_trial(b16, "aborted", {"after": "b8"})
+    assert (skipped.state, skipped.number, skipped.cause) == ("skipped", 1, "aborted")
+    attempts = await store.attempts(sweep_id)
+    assert [(a.trial_id, a.number) for a in attempts] == [(b8, 1), (b8, 2), (b16, 1)]
+    assert baseline not in {a.trial_id for a in attempts}
+
+
+async def test_resume_keeps_committed_points(store: Store) -> None:
+    sweep_id, (_, b8, _) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    await store.set_attempt_invocation(attempt.id, "inv-a")
+    await store.record_point(attempt.id, _throughput(60, 1), _requests(4))
+    await store.record_point(attempt.id, _throughput(60, 8), _requests(4))
+
+    unfinished = await store.running_attempts(sweep_id)
+    assert len(unfinished) == 1
+    assert unfinished[0].trial.key == "b8" and unfinished[0].attempt.id == attempt.id
+    assert unfinished[0].committed_point_keys == {
+        point_key("throughput", context=60, concurrency=1),
+        point_key("throughput", context=60, concurrency=8),
+    }
+    resumed = await store.resume_attempt(attempt.id, invocation_id="inv-b")
+    assert (resumed.resumes, resumed.invocation_id, resumed.number) == (1, "inv-b", 1)
+    await store.finish_attempt(attempt.id, "done")
+    assert await store.running_attempts(sweep_id) == []
+    with pytest.raises(AttemptNotRunning):
+        await store.resume_attempt(attempt.id)
+
+
+# --- points ---------------------------------------------------------------------------------
+
+
+async def test_point_and_requests_round_trip(store: Store) -> None:
+    _, (_, b8, _) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    sent = _requests(5, warmup=2)
+    point_id = await store.record_point(
+        attempt.id, _throughput(1024, 8, ttft_p99_s=float("nan")), sent
+    )
+    [point] = await store.points(attempt_id=attempt.id)
+    assert point.id == point_id and point.key == "throughput/context=1024/concurrency=8"
+    assert point.metrics == {"output_tok_s": 100.0, "ttft_p99_s": None}  # NaN has no JSON
+    assert point.accept_len == {"journal": {"mean": 3.2, "count": 12}}
+    assert point.quality == {"truncated": 2}
+    assert (point.cursor_start, point.cursor_end, point.invocation_id) == (
+        "s=1;i=1",
+        "s=1;i=9",
+        "inv-1",
+    )
+    assert await store.requests(point_id) == sent
+    assert [r.warmup for r in await store.requests(point_id)] == [True, True, False, False, False]
+
+
+async def test_a_point_is_never_stored_twice(store: Store) -> None:
+    sweep_id, (_, b8, b16) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    first = await store.record_point(attempt.id, _throughput(60, 1), _requests(2))
+    with pytest.raises(PointAlreadyRecorded) as caught:
+        await store.record_point(attempt.id, _throughput(60, 1), _requests(2))
+    assert caught.value.point_id == first
+    coding = NewPoint(kind="coding", problem="fib", metrics={"outcome": "pass"})
+    await store.record_point(attempt.id, coding, _requests(1))
+    assert await store.committed_point_keys(attempt.id) == {
+        "throughput/context=60/concurrency=1",
+        "coding/fib",
+    }
+    # The same key in another attempt (a retry) is a different point.
+    other = await store.start_attempt(b16)
+    await store.record_point(other.id, _throughput(60, 1), _requests(2))
+    assert len(await store.points(sweep_id=sweep_id)) == 3
+
+
+def test_point_keys_reject_incoherent_points() -> None:
+    with pytest.raises(ValueError):
+        NewPoint(kind="throughput", context=60, metrics={})
+    with pytest.raises(ValueError):
+        NewPoint(kind="coding", metrics={})
+    with pytest.raises(ValueError):
+        NewPoint(kind="throughput", context=60, concurrency=1, problem="fib", metrics={})
+
+
+# --- events and backups ---------------------------------------------------------------------
+
+
+async def test_events_filtered_and_in_order(store: Store) -> None:
+    sweep_id, (_, b8, _) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    stopped = await store.add_event(
+        sweep_id, "unit.stopped", host="h1", ts=10.0, fields={"took_s": 4.2}
+    )
+    await store.add_event(sweep_id, "memory.released", host="h1", attempt_id=attempt.id, ts=12.0)
+    await store.add_event(sweep_id, "unit.stopped", host="h2", ts=11.0)
+    all_events = await store.events(sweep_id)
+    assert [(e.kind, e.host, e.ts) for e in all_events] == [
+        ("unit.stopped", "h1", 10.0),
+        ("unit.stopped", "h2", 11.0),
+        ("memory.released", "h1", 12.0),
+    ]
+    assert stopped.fields == {"took_s": 4.2} and all_events[2].fields == {}
+    assert [e.host for e in await store.events(sweep_id, kinds=["unit.stopped"])] == ["h1", "h2"]
+    assert [e.kind for e in await store.events(sweep_id, host="h1")] == [
+        "unit.stopped",
+        "memory.released",
+    ]
+    assert [e.ts for e in await store.events(sweep_id, attempt_id=attempt.id)] == [12.0]
+    assert len(await store.events(sweep_id, after_id=stopped.id)) == 2
+
+
+async def test_unit_backup_is_taken_once_per_sweep(store: Store) -> None:
+    sweep_id, _ = await _sweep_with_trials(store)
+    unit_file = b"[Service]\nExecStart=/opt/sglang --port 30000\n\xff\xfe not utf-8\n"
+    files = {
+        "/etc/systemd/system/sglang.service": unit_file,
+        "/etc/systemd/system/sglang.service.d/90-orchestrator.conf": None,
+    }
+    first = await store.save_unit_backup(
+        sweep_id, "h1", "sglang.service", files, {"ActiveState": "active"}
+    )
+    second = await store.save_unit_backup(
+        sweep_id, "h1", "sglang.service", {"/x": b"changed by the sweep"}, {"ActiveState": "failed"}
+    )
+    assert second == first
+    assert first.files == files and first.state == {"ActiveState": "active"}
+    assert await store.get_unit_backup(sweep_id, "h1", "sglang.service") == first
+    assert await store.get_unit_backup(sweep_id, "h2", "sglang.service") is None
+
+    await store.save_unit_backup(sweep_id, "h2", "sglang.service", {}, {"ActiveState": "inactive"})
+    assert [b.host for b in await store.pending_restores()] == ["h1", "h2"]
+    assert await store.mark_restored(sweep_id, "h1") == 1
+    assert [b.host for b in await store.pending_restores(sweep_id=sweep_id)] == ["h2"]
+    assert await store.pending_restores(host="h1") == []
+    restored = await store.get_unit_backup(sweep_id, "h1", "sglang.service")
+    assert restored is not None and restored.restored_at is not None
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+async def test_results_document_shape(store: Store) -> None:
+    sweep_id, (baseline, b8, _) = await _sweep_with_trials(store)
+    await store.set_sweep_state(sweep_id, "running")
+    await store.add_hosts(sweep_id, [HostEntry("h1", "b300"), HostEntry("h2", "b300")])
+    await store.set_host_aside(sweep_id, "h2", "unreachable")
+    base = await store.start_attempt(baseline)
+    await store.record_point(base.id, _throughput(60, 1), _requests(2))
+    await store.record_point(
+        base.id, NewPoint(kind="coding", problem="gcd", metrics={"outcome": "pass"}), _requests(1)
+    )
+    await store.finish_attempt(base.id, "done")
+    first = await store.start_attempt(b8)
+    await store.finish_attempt(first.id, "failed", cause="invalid-config", evidence={"line": "x"})
+    await store.start_attempt(b8)
+
+    results = await store.sweep_results("demo")
+    json.dumps(results, allow_nan=False)  # a plain JSON document
+    assert {"sweep", "id", "state", "trials"} <= results.keys()
+    assert (results["sweep"], results["id"], results["state"]) == ("demo", sweep_id, "running")
+    entries = [(t["key"], t["attempt"], t["state"], t["cause"]) for t in results["trials"]]
+    assert entries == [
+        ("baseline", 1, "done", None),
+        ("b8", 1, "failed", "invalid-config"),
+        ("b8", 2, "running", None),
+        ("b16", None, "queued", None),
+    ]
+    for entry in results["trials"]:
+        assert {"key", "host", "config", "state", "cause", "attempt", "points"} <= entry.keys()
+    assert results["trials"][1]["config"] == {"budget": 8}
+    points = results["trials"][0]["points"]
+    assert [p["kind"] for p in points] == ["throughput", "coding"]
+    required = {"kind", "context", "concurrency", "problem", "metrics", "accept_len"}
+    assert all(required <= point.keys() for point in points)
+    assert (points[0]["context"], points[0]["concurrency"], points[0]["problem"]) == (60, 1, None)
+    assert points[0]["metrics"]["output_tok_s"] == 100.0
+    assert (points[1]["problem"], points[1]["accept_len"]) == ("gcd", None)
+    assert results["trials"][3]["points"] == []
+    assert results["hosts"] == [
+        {"name": "h1", "type": "b300", "set_aside": None},
+        {"name": "h2", "type": "b300", "set_aside": "unreachable"},
+    ]
+
+
+# --- concurrency and the event loop ---------------------------------------------------------
+
+
+async def test_many_tasks_write_through_one_store(store: Store) -> None:
+    sweep_id = (await store.submit_sweep("demo", SWEEP_YAML)).sweep.id
+    trials = await store.add_trials(
+        sweep_id, [NewTrial(f"t{i}", "h1", {"i": i}, i) for i in range(20)]
+    )
+
+    async def one_trial(trial_id: int) -> None:
+        attempt = await store.start_attempt(trial_id)
+        for concurrency in (1, 2, 4, 8, 16):
+            await store.add_event(sweep_id, "point.started", attempt_id=attempt.id)
+            await store.record_point(attempt.id, _throughput(60, concurrency), _requests(10))
+        await store.finish_attempt(attempt.id, "done")
+
+    async def submit(n: int) -> bool:
+        return (await store.submit_sweep("same", "same: true\n")).created
+
+    outcomes = await asyncio.gather(
+        *(one_trial(t.id) for t in trials), *(submit(n) for n in range(10))
+    )
+    assert outcomes[len(trials) :].count(True) == 1  # submitted once, recognised nine times
+    points = await store.points(sweep_id=sweep_id)
+    assert len(points) == 100
+    assert [len(await store.requests(p.id)) for p in points] == [10] * 100
+    assert len(await store.events(sweep_id)) == 100
+    assert {a.state for a in await store.attempts(sweep_id)} == {"done"}
+
+
+async def test_event_loop_stays_responsive_while_writing(store: Store) -> None:
+    """Heavy commits run on the worker thread: the loop keeps ticking on time meanwhile."""
+    _, (_, b8, _) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    big = _requests(20_000)
+    ticking = True
+    worst_lag = 0.0
+
+    async def ticker() -> None:
+        nonlocal worst_lag
+        interval = 0.005
+        while ticking:
+            before = time.perf_counter()
+            await asyncio.sleep(interval)
+            worst_lag = max(worst_lag, time.perf_counter() - before - interval)
+
+    tick_task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    durations = []
+    for concurrency in range(1, 5):
+        started = time.perf_counter()
+        await store.record_point(attempt.id, _throughput(8192, concurrency), big)
+        durations.append(time.perf_counter() - started)
+    ticking = False
+    await tick_task
+    # Blocking the loop would show a lag as long as the longest write; loose for shared CI.
+    assert worst_lag < max(durations) / 2, (worst_lag, durations)
+
+
+async def test_lock_held_elsewhere_surfaces_as_store_busy(db_path: Path) -> None:
+    async with await Store.open(db_path, busy_timeout_s=0.2) as store:
+        holder = sqlite3.connect(db_path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreBusy) as caught:
+                await store.submit_sweep("demo", SWEEP_YAML)
+            assert time.monotonic() - started >= 0.15
+            assert caught.value.path == db_path and caught.value.timeout_s == 0.2
+            with pytest.raises(StoreBusy):  # opening migrates under the same lock
+                await Store.open(db_path, busy_timeout_s=0.2)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert (await store.submit_sweep("demo", SWEEP_YAML)).created
+
+
+async def test_cancelled_write_is_all_or_nothing(store: Store) -> None:
+    _, (_, b8, _) = await _sweep_with_trials(store)
+    attempt = await store.start_attempt(b8)
+    tasks = [
+        asyncio.create_task(store.record_point(attempt.id, _throughput(60, c), _requests(200)))
+        for c in range(1, 21)
+    ]
+    await asyncio.sleep(0.01)
+    for task in tasks[::2]:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0)
+    points = await store.points(attempt_id=attempt.id)
+    assert points, "some writes completed"
+    assert [len(await store.requests(p.id)) for p in points] == [200] * len(points)
+
+
+def test_store_file_mode_stays_private_with_wal(db_path: Path) -> None:
+    conn = open_connection(db_path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO sweeps (name, content_hash, yaml_text, submitted_at) "
+            "VALUES ('x', 'h', 'y', 0)"
+        )
+        conn.execute("COMMIT")
+        wal = Path(f"{db_path}-wal")
+        assert wal.exists()
+        assert stat.S_IMODE(os.stat(wal).st_mode) == 0o600
+    finally:
+        conn.close()
