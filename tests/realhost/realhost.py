@@ -43,7 +43,8 @@ mount -t tmpfs -o mode=755 tmpfs /run/log
 mkdir -p /run/sshd
 mount -t tmpfs -o mode=755 tmpfs /run/sshd
 ln -s /run/user/0/systemd/private /run/systemd/private
-export PATH="$DIR/bin:$PATH"
+# sshd gives sessions its standard PATH: put the stand-in tools where that PATH looks first.
+mount --bind "$DIR/bin" /usr/local/sbin
 mkdir -p "$U/aux.scope" "$S/aux.scope"
 (
   echo "$BASHPID" > "$U/aux.scope/cgroup.procs"
@@ -115,7 +116,7 @@ class RealHost:
 
     @property
     def bin_dir(self) -> Path:
-        """First on the PATH of the host's SSH sessions: stand-in tools such as nvidia-smi."""
+        """The host's /usr/local/sbin (first on sshd's PATH): stand-ins such as nvidia-smi."""
         return self.root / "bin"
 
     def _slices(self) -> list[Path]:

@@ -1,0 +1,721 @@
+"""The restart protocol: point a host's SGLang unit at a trial's config and prove that the NEW
+process serves it.
+
+The seeds lost a night because ``systemctl restart`` returned while the old process still
+answered HTTP and the readiness check believed it, and because the new process started before
+the old one had released its GPU memory. So: stop, wait until the GPUs are back at their idle
+baseline, start, and declare ready only when the unit has a new InvocationID and MainPID, the
+running server reports the trial's config, and a real generation returned tokens. A config that
+cannot start is failed within a poll interval of its exit, with its cause and journal excerpt.
+See docs/architecture.md for the step table and what each cause means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import aiohttp
+
+from orchestrator.host import gpu, journal, systemd
+from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
+from orchestrator.host.transport import (
+    CommandFailed,
+    CommandTimeout,
+    HostUnreachable,
+    Transport,
+    TransportError,
+)
+from orchestrator.log import get_logger
+from orchestrator.sglang import (
+    ConfigCheck,
+    ConfigDifference,
+    EnvKnob,
+    FailureEvent,
+    KnobResolution,
+    Provenance,
+    build_provenance,
+    check_server_config,
+    parse_log_line,
+    parse_proc_environ,
+    probe_generation,
+    resolve_flag_knob,
+)
+
+FailureCause = Literal[
+    "bad-flag",
+    "invalid-config",
+    "oom",
+    "port-in-use",
+    "warmup-failed",
+    "exited",
+    "start-limit",
+    "memory-not-released",
+    "ready-timeout",
+    "config-mismatch",
+    "host-unreachable",
+    "stop-timeout",
+]
+RestorePolicy = Literal["as-found", "stopped", "leave"]
+ProbeApi = Literal["chat", "generate"]
+
+EXCERPT_LINES = 60
+
+
+class TrialFailed(Exception):
+    """A trial's server could not be brought up; ``cause`` is one of :data:`FailureCause` and
+    the journal excerpt of that invocation and the exit status are the evidence."""
+
+    def __init__(
+        self,
+        cause: FailureCause,
+        message: str,
+        *,
+        excerpt: Sequence[str] = (),
+        exit_status: int | None = None,
+        invocation_id: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{cause}: {message}")
+        self.cause: FailureCause = cause
+        self.message = message
+        self.excerpt = tuple(excerpt)
+        self.exit_status = exit_status
+        self.invocation_id = invocation_id
+        self.evidence = dict(evidence or {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "message": self.message,
+            "exit_status": self.exit_status,
+            "invocation_id": self.invocation_id,
+            "excerpt": list(self.excerpt),
+            **self.evidence,
+        }
+
+
+class KnobSpec(Protocol):
+    """How one knob reaches the server (the sweep file's knob mapping)."""
+
+    @property
+    def flag(self) -> str | None: ...
+
+    @property
+    def env(self) -> str | None: ...
+
+    @property
+    def server_info_key(self) -> str | None: ...
+
+    @property
+    def overridden_by_server(self) -> bool: ...
+
+
+class EventSink(Protocol):
+    """Where lifecycle steps go (the store's event table): a noun and its fields."""
+
+    async def __call__(self, kind: str, /, **fields: Any) -> None: ...
+
+
+async def no_events(kind: str, /, **fields: Any) -> None:
+    """An :class:`EventSink` that drops events (tools and tests that keep no store)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleTimeouts:
+    """Every bound of the protocol, in seconds; none is hidden in the code."""
+
+    stop: float = 180.0
+    memory_release: float = 300.0
+    ready: float = 900.0
+    command: float = 30.0
+    state_poll: float = 0.5
+    memory_poll: float = 0.2
+    probe_initial: float = 0.25
+    probe_max: float = 2.0
+    probe_request: float = 60.0
+    failure_settle: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class TrialConfig:
+    """What one trial asks of a host: the drop-in to install and how to prove it took."""
+
+    sweep: str
+    key: str
+    invocation: TrialInvocation
+    dropin_text: str
+    flag_knobs: tuple[KnobResolution, ...] = ()
+    env_knobs: tuple[EnvKnob, ...] = ()
+    server_may_override: frozenset[str] = frozenset()
+    """Knobs the sweep marks ``overridden_by_server``: a differing value is a warning."""
+
+
+def trial_config(
+    found: systemd.UnitSnapshot,
+    *,
+    sweep: str,
+    key: str,
+    knobs: Mapping[str, KnobSpec],
+    config: Mapping[str, Any],
+    extra_flags: Sequence[str] = (),
+    environment: Mapping[str, str] | None = None,
+) -> TrialConfig:
+    """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
+    Environment with every knob removed, then the trial's knobs added."""
+    service = systemd.merged_service(
+        systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
+    )
+    invocation = apply_knobs(
+        service.exec_start, service.environment, knobs, config, extra_flags, environment
+    )
+    flag_knobs = tuple(
+        resolve_flag_knob(name, spec.flag, config.get(name), server_info_key=spec.server_info_key)
+        for name, spec in knobs.items()
+        if spec.flag is not None and name in config
+    )
+    env_knobs = tuple(
+        EnvKnob(name, spec.env, config.get(name))
+        for name, spec in knobs.items()
+        if spec.env is not None
+    )
+    return TrialConfig(
+        sweep=sweep,
+        key=key,
+        invocation=invocation,
+        dropin_text=render_dropin(sweep, key, invocation),
+        flag_knobs=flag_knobs,
+        env_knobs=env_knobs,
+        server_may_override=frozenset(n for n, s in knobs.items() if s.overridden_by_server),
+    )
+
+
+@dataclass
+class HostSession:
+    """One host for the length of a sweep: how to reach it, what was found, the idle baseline."""
+
+    name: str
+    transport: Transport
+    unit: str
+    base_url: str
+    api: ProbeApi
+    model: str
+    gpu_probe: gpu.GpuProbe
+    gpus: tuple[int, ...] | None = None
+    timeouts: LifecycleTimeouts = field(default_factory=LifecycleTimeouts)
+    events: EventSink = no_events
+    found: systemd.UnitSnapshot | None = None
+    baseline: gpu.Baseline | None = None
+
+    async def read_found(self) -> systemd.UnitSnapshot:
+        """The unit as found before this sweep changed anything (read once, then kept).
+
+        A drop-in of ours left by a crashed earlier run is recognised by its header and is not
+        part of what we restore to: the operator never wrote it.
+        """
+        if self.found is None:
+            snapshot = await systemd.read_unit(
+                self.transport, self.unit, timeout=self.timeouts.command
+            )
+            stale = snapshot.stale_dropin
+            if stale is not None:
+                await self.events(
+                    "dropin.stale_found", sweep=stale.sweep, trial=stale.trial, host=self.name
+                )
+                snapshot = snapshot.without_stale_dropin()
+            self.found = snapshot
+        return self.found
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """A server proven to run a trial's config: the NEW process, with what identifies it."""
+
+    base_url: str
+    api: ProbeApi
+    model: str
+    invocation_id: str
+    main_pid: int
+    start_cursor: str | None
+    timeline: Mapping[str, float]
+    overridden: tuple[ConfigDifference, ...]
+    server_info: Mapping[str, Any]
+    provenance: Provenance
+
+
+async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
+    """Install ``trial``'s drop-in, restart the unit cleanly and return the proven server.
+
+    Raises :class:`TrialFailed` with a cause and evidence; the unit is never started while GPU
+    memory is still held.
+    """
+    log = get_logger(host=session.name, sweep=trial.sweep, trial=trial.key)
+    timeline: dict[str, float] = {"begin": time.time()}
+    transport, unit, t = session.transport, session.unit, session.timeouts
+    try:
+        await session.read_found()
+        try:
+            await systemd.install_dropin(
+                transport, unit, trial.dropin_text, trial.invocation, timeout=t.command
+            )
+        except systemd.DropInNotApplied as exc:
+            raise TrialFailed(
+                "config-mismatch",
+                "systemd did not load the drop-in as written",
+                evidence={"problems": list(exc.problems)},
+            ) from exc
+        timeline["dropin_installed"] = time.time()
+        await session.events("dropin.installed", trial=trial.key)
+
+        old = await systemd.show(transport, unit, timeout=t.command)
+        cursor = await _last_cursor(transport, unit, t.command)
+        await _stop(session, old, timeline)
+        if session.baseline is None:
+            session.baseline = await gpu.record_baseline(session.gpu_probe, session.gpus)
+            await session.events("gpu.baseline", used_mib=dict(session.baseline.used_mib))
+        await _wait_memory_released(session, timeline)
+        state = await systemd.show(transport, unit, timeout=t.command)
+        if state.active_state == "failed" or state.result not in ("success", ""):
+            await systemd.reset_failed(transport, unit, timeout=t.command)
+        new = await _start(session, old.invocation_id, cursor, timeline)
+        server = await _await_ready(session, trial, new, cursor, timeline)
+    except TransportError as exc:
+        raise TrialFailed("host-unreachable", str(exc)) from exc
+    log.info("server.ready", invocation=server.invocation_id, main_pid=server.main_pid)
+    return server
+
+
+# --- steps ---------------------------------------------------------------------------------
+
+
+async def _last_cursor(transport: Transport, unit: str, timeout: float) -> str | None:
+    """The unit's newest journal cursor: everything after it belongs to what we start next."""
+    entries = await journal.read_entries(transport, unit, lines=1, timeout=timeout)
+    return entries[-1].cursor if entries else None
+
+
+async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str, float]) -> None:
+    t = session.timeouts
+    timeline["stop_requested"] = time.time()
+    await session.events(
+        "unit.stopping", invocation=old.invocation_id, main_pid=old.main_pid, state=old.active_state
+    )
+    try:
+        await systemd.stop(session.transport, session.unit, timeout=t.stop)
+    except CommandTimeout as exc:
+        raise TrialFailed(
+            "stop-timeout", f"systemctl stop did not return within {t.stop:g}s"
+        ) from exc
+    except CommandFailed as exc:
+        raise TrialFailed(
+            "stop-timeout", f"systemctl stop failed: {exc.result.stderr_text().strip()[:300]}"
+        ) from exc
+    timeline["stopped"] = time.time()
+    await session.events(
+        "unit.stopped", waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3)
+    )
+
+
+async def _wait_memory_released(session: HostSession, timeline: dict[str, float]) -> None:
+    transport, unit, t = session.transport, session.unit, session.timeouts
+    assert session.baseline is not None
+
+    async def unit_processes_gone() -> bool:
+        state = await systemd.show(transport, unit, ("ActiveState", "MainPID"), timeout=t.command)
+        return state.main_pid is None and state.active_state in ("inactive", "failed")
+
+    try:
+        status = await gpu.wait_released(
+            session.gpu_probe,
+            session.baseline,
+            session.gpus,
+            unit_pids_gone=unit_processes_gone,
+            timeout=t.memory_release,
+            poll_interval=t.memory_poll,
+        )
+    except gpu.MemoryNotReleased as exc:
+        leftovers = [
+            {"pid": item.pid, "gpu": item.gpu, "used_mib": item.used_mib}
+            for item in exc.status.leftovers
+        ]
+        await session.events("memory.not_released", leftovers=leftovers)
+        raise TrialFailed(
+            "memory-not-released",
+            f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
+            evidence={"leftovers": leftovers, "excess_mib": dict(exc.status.excess_mib)},
+        ) from exc
+    timeline["memory_released"] = time.time()
+    await session.events(
+        "memory.released",
+        waited_s=round(timeline["memory_released"] - timeline["stopped"], 3),
+        excess_mib=dict(status.excess_mib),
+    )
+
+
+async def _start(
+    session: HostSession, old_invocation: str | None, cursor: str | None, timeline: dict[str, float]
+) -> systemd.UnitState:
+    """``systemctl start``, never run twice: after a dropped connection the unit's InvocationID
+    says whether the start happened."""
+    transport, unit, t = session.transport, session.unit, session.timeouts
+    timeline["start_requested"] = time.time()
+    await session.events("unit.starting")
+    try:
+        await systemd.start(transport, unit, timeout=t.command)
+    except HostUnreachable:
+        state = await systemd.show(transport, unit, timeout=t.command)
+        if state.invocation_id in (None, old_invocation):
+            await systemd.start(transport, unit, timeout=t.command)
+    except CommandFailed as exc:
+        state = await systemd.show(transport, unit, timeout=t.command)
+        excerpt = await _excerpt(session, cursor, state.invocation_id)
+        if state.result == "start-limit-hit":
+            raise TrialFailed(
+                "start-limit",
+                "systemd's start rate limit refused the start",
+                excerpt=excerpt,
+            ) from exc
+        cause, message = _classify(excerpt, state)
+        raise TrialFailed(
+            cause,
+            message or exc.result.stderr_text().strip()[:300],
+            excerpt=excerpt,
+            exit_status=state.exec_main_status,
+            invocation_id=state.invocation_id,
+        ) from exc
+    deadline = time.monotonic() + t.command
+    while True:
+        state = await systemd.show(transport, unit, timeout=t.command)
+        if state.invocation_id not in (None, old_invocation):
+            break
+        if time.monotonic() > deadline:
+            raise TrialFailed("exited", "the unit has no new invocation after start")
+        await asyncio.sleep(t.state_poll)
+    timeline["started"] = time.time()
+    await session.events("unit.started", invocation=state.invocation_id, main_pid=state.main_pid)
+    return state
+
+
+@dataclass
+class _Watch:
+    """What the journal follower has seen of the new invocation so far."""
+
+    invocation_id: str
+    lines: list[str] = field(default_factory=list)
+    failure: FailureEvent | None = None
+    ready_line: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self, entry: journal.JournalEntry) -> None:
+        if entry.invocation_id not in (None, self.invocation_id) or entry.message is None:
+            return
+        self.lines.append(entry.message)
+        del self.lines[:-EXCERPT_LINES]
+        event = parse_log_line(entry.message)
+        if event is None:
+            return
+        if event.kind == "ready":
+            self.ready_line.set()
+        elif isinstance(event, FailureEvent) and self.failure is None:
+            self.failure = event
+
+
+async def _await_ready(
+    session: HostSession,
+    trial: TrialConfig,
+    started: systemd.UnitState,
+    cursor: str | None,
+    timeline: dict[str, float],
+) -> Server:
+    """Watch the journal, the unit state and the HTTP API at once until the new process has
+    proven itself, or one of them shows it cannot."""
+    t = session.timeouts
+    assert started.invocation_id is not None
+    watch = _Watch(started.invocation_id)
+
+    async def follow() -> None:
+        follower = journal.JournalFollower(session.transport, session.unit, cursor)
+        async with contextlib.aclosing(aiter(follower)) as entries:
+            async for entry in entries:
+                watch.take(entry)
+
+    follower_task = asyncio.create_task(follow(), name=f"journal:{session.name}")
+    try:
+        async with asyncio.timeout(t.ready):
+            async with aiohttp.ClientSession() as http:
+                state_task = asyncio.create_task(_watch_state(session, started))
+                probe_task = asyncio.create_task(_probe_until_ready(session, trial, watch, http))
+                done, _pending = await asyncio.wait(
+                    {state_task, probe_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in (state_task, probe_task):
+                    if task not in done:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+                if probe_task in done:
+                    server_info, check = probe_task.result()
+                    return await _server(
+                        session, trial, started, cursor, server_info, check, timeline
+                    )
+                ended = state_task.result()
+    except TimeoutError:
+        excerpt = watch.lines[-EXCERPT_LINES:]
+        raise TrialFailed(
+            "ready-timeout",
+            f"no generation from the new process within {t.ready:g}s",
+            excerpt=excerpt,
+            invocation_id=started.invocation_id,
+            evidence={"ready_line_seen": watch.ready_line.is_set()},
+        ) from None
+    finally:
+        follower_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await follower_task
+
+    # The process died: wait briefly for its last lines to reach the journal, then classify.
+    excerpt = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
+    cause, message = _classify(excerpt, ended)
+    await session.events("server.exited", cause=cause, exit_status=ended.exec_main_status)
+    raise TrialFailed(
+        cause,
+        message,
+        excerpt=excerpt,
+        exit_status=ended.exec_main_status,
+        invocation_id=started.invocation_id,
+    )
+
+
+async def _watch_state(session: HostSession, started: systemd.UnitState) -> systemd.UnitState:
+    """Return the unit's state as soon as the started invocation is no longer running."""
+    t = session.timeouts
+    while True:
+        await asyncio.sleep(t.state_poll)
+        state = await systemd.show(session.transport, session.unit, timeout=t.command)
+        restarted = state.invocation_id not in (None, started.invocation_id)
+        if restarted or state.active_state in ("failed", "inactive", "deactivating"):
+            return state
+
+
+async def _probe_until_ready(
+    session: HostSession, trial: TrialConfig, watch: _Watch, http: aiohttp.ClientSession
+) -> tuple[dict[str, Any], ConfigCheck]:
+    """Probe with backoff; the journal's ready line cuts the wait short. Returns the server's
+    /server_info and the config check once a real generation succeeded."""
+    t = session.timeouts
+    delay = t.probe_initial
+    while True:
+        info = await _server_info(http, session.base_url, t.probe_request)
+        if info is not None:
+            probe = await probe_generation(
+                http, session.base_url, session.api, session.model, t.probe_request
+            )
+            if probe.ok:
+                return info, await _check_config(session, trial, info)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await watch.ready_line.wait()
+        delay = min(delay * 2, t.probe_max)
+
+
+async def _server_info(
+    http: aiohttp.ClientSession, base_url: str, timeout: float
+) -> dict[str, Any] | None:
+    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            async with http.get(
+                base_url.rstrip("/") + path, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                if response.status == 404:
+                    continue
+                if response.status != 200:
+                    return None
+                body = await response.json(content_type=None)
+                return body if isinstance(body, dict) else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
+            return None
+    return None
+
+
+async def _check_config(
+    session: HostSession, trial: TrialConfig, info: Mapping[str, Any]
+) -> ConfigCheck:
+    """Flag knobs against /server_info, env knobs against the main process's environment."""
+    environ: dict[str, str] = {}
+    if trial.env_knobs:
+        state = await systemd.show(
+            session.transport, session.unit, ("MainPID",), timeout=session.timeouts.command
+        )
+        if state.main_pid is not None:
+            result = await session.transport.run(
+                ["cat", f"/proc/{state.main_pid}/environ"],
+                timeout=session.timeouts.command,
+                privileged=True,
+            )
+            environ = parse_proc_environ(result.stdout) if result.ok else {}
+    check = check_server_config(info, trial.flag_knobs, trial.env_knobs, environ)
+    allowed = [d for d in check.mismatches if d.knob in trial.server_may_override]
+    if not allowed:
+        return check
+    return ConfigCheck(
+        mismatches=tuple(d for d in check.mismatches if d not in allowed),
+        overridden=(*check.overridden, *allowed),
+    )
+
+
+async def _server(
+    session: HostSession,
+    trial: TrialConfig,
+    started: systemd.UnitState,
+    cursor: str | None,
+    info: Mapping[str, Any],
+    check: ConfigCheck,
+    timeline: dict[str, float],
+) -> Server:
+    """The last proofs: same invocation still running, config as asked. Then the Server."""
+    t = session.timeouts
+    state = await systemd.show(session.transport, session.unit, timeout=t.command)
+    if state.invocation_id != started.invocation_id or not state.running:
+        raise TrialFailed(
+            "exited",
+            "the unit changed invocation while the probe ran",
+            invocation_id=started.invocation_id,
+        )
+    if not check.ok:
+        mismatches = [
+            {"knob": d.knob, "where": d.where, "expected": d.expected, "actual": d.actual}
+            for d in check.mismatches
+        ]
+        raise TrialFailed(
+            "config-mismatch",
+            "the running server does not report the trial's config",
+            invocation_id=started.invocation_id,
+            evidence={"mismatches": mismatches},
+        )
+    timeline["ready"] = time.time()
+    identities = await _gpu_identities(session)
+    provenance = build_provenance(
+        info, identities, trial.invocation.argv, trial.invocation.environment
+    )
+    await session.events(
+        "server.ready",
+        invocation=started.invocation_id,
+        main_pid=state.main_pid,
+        load_s=round(timeline["ready"] - timeline["started"], 3),
+        overridden=[
+            {"knob": d.knob, "expected": d.expected, "actual": d.actual, "why": d.reason}
+            for d in check.overridden
+        ],
+    )
+    assert started.invocation_id is not None and state.main_pid is not None
+    return Server(
+        base_url=session.base_url,
+        api=session.api,
+        model=session.model,
+        invocation_id=started.invocation_id,
+        main_pid=state.main_pid,
+        start_cursor=cursor,
+        timeline=dict(timeline),
+        overridden=tuple(check.overridden),
+        server_info=dict(info),
+        provenance=provenance,
+    )
+
+
+async def _gpu_identities(session: HostSession) -> tuple[gpu.GpuIdentity, ...]:
+    identities = getattr(session.gpu_probe, "identities", None)
+    if identities is None:
+        return ()
+    try:
+        return tuple(await identities())
+    except (gpu.GpuQueryError, TransportError):
+        return ()
+
+
+async def _excerpt(
+    session: HostSession,
+    cursor: str | None,
+    invocation_id: str | None,
+    *,
+    settle: float = 0.0,
+) -> list[str]:
+    """The journal lines of one invocation after ``cursor``; waits up to ``settle`` seconds
+    for a failure line, since journald can lag behind a process's death."""
+    deadline = time.monotonic() + settle
+    while True:
+        entries = await journal.read_entries(
+            session.transport, session.unit, cursor, timeout=session.timeouts.command
+        )
+        lines = [
+            e.message
+            for e in entries
+            if e.message is not None and e.invocation_id in (None, invocation_id)
+        ]
+        found = any(
+            isinstance(parse_log_line(line), FailureEvent) for line in lines[-EXCERPT_LINES:]
+        )
+        if found or time.monotonic() >= deadline:
+            return lines[-EXCERPT_LINES:]
+        await asyncio.sleep(0.2)
+
+
+def _classify(excerpt: Sequence[str], state: systemd.UnitState) -> tuple[FailureCause, str]:
+    """The cause of a startup death: the first failure line of the excerpt, else ``exited``."""
+    for line in excerpt:
+        event = parse_log_line(line)
+        if isinstance(event, FailureEvent):
+            return event.cause, event.message
+    status = state.exec_main_status
+    return "exited", f"the process exited (status {status}, result {state.result})"
+
+
+# --- restore -------------------------------------------------------------------------------
+
+
+async def restore(
+    session: HostSession, policy: RestorePolicy, *, trial: TrialConfig | None = None
+) -> list[str]:
+    """Put the host back: unit files byte-identical to the backup, and the unit running iff
+    it was (``as-found``), ``stopped``, or left as is (``leave``). Returns other people's
+    files that changed meanwhile (reported, never overwritten)."""
+    snapshot = await session.read_found()
+    t = session.timeouts
+    await session.events("restore.begin", policy=policy)
+    foreign = await systemd.restore_files(session.transport, snapshot, timeout=t.command)
+    want_running = snapshot.state.running if policy == "as-found" else None
+    if policy == "stopped" or want_running is False:
+        await systemd.stop(session.transport, session.unit, timeout=t.stop)
+    elif want_running:
+        old = await systemd.show(session.transport, session.unit, timeout=t.command)
+        cursor = await _last_cursor(session.transport, session.unit, t.command)
+        timeline: dict[str, float] = {}
+        await _stop(session, old, timeline)
+        if session.baseline is not None:
+            await _wait_memory_released(session, timeline)
+        state = await systemd.show(session.transport, session.unit, timeout=t.command)
+        if state.active_state == "failed":
+            await systemd.reset_failed(session.transport, session.unit, timeout=t.command)
+        new = await _start(session, old.invocation_id, cursor, timeline)
+        as_found = TrialConfig(
+            sweep=trial.sweep if trial else "",
+            key="restore",
+            invocation=TrialInvocation(argv=(), environment={}),
+            dropin_text="",
+        )
+        await _await_ready(session, as_found, new, cursor, timeline)
+    final = await systemd.show(session.transport, session.unit, timeout=t.command)
+    if want_running is not None and final.running != want_running:
+        raise systemd.SystemdError(
+            session.unit,
+            f"restore wanted it {'running' if want_running else 'stopped'},"
+            f" found ActiveState={final.active_state}",
+        )
+    await session.events(
+        "restore.done", policy=policy, active_state=final.active_state, foreign_changes=foreign
+    )
+    return foreign
