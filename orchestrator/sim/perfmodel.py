@@ -1,0 +1,216 @@
+"""The simulated server's performance model: step time and acceptance, as pure functions.
+
+A sweep needs something real to find, so the model reproduces the shapes that matter on real
+hardware (see docs/simulator.md for the equations):
+
+- a decode step costs a fixed time plus terms that grow with the tokens the target model verifies
+  (batch x verify width), with the context held in the KV cache, and with tree size;
+- speculative acceptance grows with tree budget / top-k and saturates (never above the DFLASH
+  block size), while verify cost keeps growing, so throughput peaks at an INTERIOR budget;
+- DFLASH's gain over the baseline shrinks with concurrency (verify work becomes compute-bound);
+- a drafter without a sliding window loses acceptance on long contexts; the window keeps it.
+
+Everything here is deterministic except :func:`sample_accepted`, which takes a seeded RNG.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class SpecKind(Enum):
+    """How the target model verifies drafts: not at all, a chain, or a tree."""
+
+    NONE = "none"
+    CHAIN = "chain"
+    TREE = "tree"
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Constants of the model. Times in milliseconds, before the time scale is applied.
+
+    The defaults describe a large model on one 8-GPU host: ~65 tok/s per request at C=1
+    without speculative decoding.
+    """
+
+    step_base_ms: float = 15.0
+    """Fixed cost of one target forward pass (weights streamed once per step)."""
+    verify_token_ms: float = 0.032
+    """Cost per token the target processes in a step (batch size x verify width)."""
+    context_ms_per_ktok: float = 0.05
+    """Attention cost per 1000 tokens of KV cache read in a step (summed over the batch)."""
+    tree_node_ms: float = 0.06
+    """Tree-verify overhead per (tree node)^2 per step: the tree mask and tree attention are
+    quadratic in the node count."""
+    tree_node_batch_ref: float = 16.0
+    """The tree-node overhead grows by (1 + batch / this)."""
+    draft_base_ms: float = 5.0
+    """Fixed cost of one drafter pass (DFLASH drafts a whole block in one pass)."""
+    draft_token_ms: float = 0.0077
+    """Drafter cost per drafted token in the batch."""
+    draft_context_ms_per_ktok: float = 0.02
+    """Drafter attention per 1000 tokens of context it reads (capped by the draft window)."""
+    eagle_step_ms: float = 1.6
+    """Cost of one sequential EAGLE draft step."""
+    prefill_base_ms: float = 10.0
+    prefill_token_ms: float = 0.08
+    """Prefill cost per new (uncached) prompt token: ~12.5k tok/s."""
+    alpha_dflash: float = 0.78
+    """Per-position acceptance of the DFLASH drafter at short context."""
+    alpha_eagle: float = 0.70
+    alpha_ngram: float = 0.45
+    topk_gain: float = 0.8
+    """Top-k k lifts per-depth acceptance to 1 - (1 - alpha) * k ** -topk_gain."""
+    tree_width_per_extra_k: float = 0.1
+    """A budget-N tree with top-k k reaches depth ~ N / (1 + (k - 1) * this)."""
+    long_context_penalty: float = 0.06
+    """Acceptance loss per doubling of drafter context beyond long_context_ref tokens."""
+    long_context_ref: float = 2048.0
+    ddtree_depth_bonus_gain: float = 0.05
+    """Each unit of SGLANG_DDTREE_DEPTH_BONUS deepens the tree by this fraction of its depth."""
+
+
+@dataclass(frozen=True)
+class SpecShape:
+    """What a speculative configuration means to the model, after SGLang's resolution rules.
+
+    ``verify_width``: tokens the target verifies per request per step (1 without speculation).
+    ``max_depth``: most draft tokens one step can accept (the bonus token comes on top).
+    ``topk``: branching per depth (1 = chain). ``window``: drafter sliding window or None.
+    ``draft_steps``: sequential draft passes (EAGLE) or 1 (DFLASH one-shot block drafting).
+    """
+
+    kind: SpecKind
+    algorithm: str
+    verify_width: int
+    max_depth: int
+    topk: int
+    window: int | None
+    draft_steps: int
+    depth_bonus: float = 0.0
+
+    @property
+    def speculative(self) -> bool:
+        return self.kind is not SpecKind.NONE
+
+
+BASELINE = SpecShape(
+    kind=SpecKind.NONE, algorithm="", verify_width=1, max_depth=0, topk=1, window=None,
+    draft_steps=0,
+)
+
+
+def base_alpha(shape: SpecShape, params: PerfParams) -> float:
+    """The drafter's per-position acceptance at short context, by algorithm family."""
+    if shape.algorithm == "NGRAM":
+        return params.alpha_ngram
+    if shape.algorithm in ("DFLASH", "DDTREE", "DSPARK"):
+        return params.alpha_dflash
+    return params.alpha_eagle
+
+
+def per_depth_acceptance(shape: SpecShape, context_tokens: int, params: PerfParams) -> float:
+    """Probability that the next depth of the draft is accepted, given the context length.
+
+    alpha(ctx) = alpha0 - penalty * log2(1 + max(0, ctx_seen - ref) / ref), where ctx_seen is
+    capped by the draft window (a drafter trained on a window is lost beyond it without one).
+    Top-k lifts it: p = 1 - (1 - alpha) * k ** -gain.
+    """
+    seen = float(context_tokens if shape.window is None else min(context_tokens, shape.window))
+    excess = max(0.0, seen - params.long_context_ref) / params.long_context_ref
+    alpha = base_alpha(shape, params) - params.long_context_penalty * math.log2(1.0 + excess)
+    alpha = min(0.98, max(0.05, alpha))
+    lift: float = float(shape.topk) ** (-params.topk_gain)
+    return 1.0 - (1.0 - alpha) * lift
+
+
+def effective_depth(shape: SpecShape, params: PerfParams) -> float:
+    """How deep the verified draft reaches (fractional), before acceptance."""
+    if shape.kind is SpecKind.NONE:
+        return 0.0
+    if shape.kind is SpecKind.CHAIN:
+        return float(shape.max_depth)
+    width = 1.0 + (shape.topk - 1) * params.tree_width_per_extra_k
+    depth = (shape.verify_width - 1) / width
+    depth *= 1.0 + params.ddtree_depth_bonus_gain * shape.depth_bonus
+    return max(1.0, min(float(shape.max_depth), depth))
+
+
+def expected_accept_len(shape: SpecShape, context_tokens: int, params: PerfParams) -> float:
+    """E[tokens emitted per request per verify step] = 1 + sum_{d=1..D} p^d (fractional D)."""
+    if not shape.speculative:
+        return 1.0
+    p = per_depth_acceptance(shape, context_tokens, params)
+    depth = effective_depth(shape, params)
+    whole = int(depth)
+    total = sum(p**d for d in range(1, whole + 1))
+    total += (depth - whole) * p ** (whole + 1)
+    return 1.0 + total
+
+
+def sample_accepted(
+    rng: random.Random, shape: SpecShape, context_tokens: int, params: PerfParams
+) -> int:
+    """Draw the tokens one request gains in one step (>= 1), matching expected_accept_len."""
+    if not shape.speculative:
+        return 1
+    p = per_depth_acceptance(shape, context_tokens, params)
+    depth = effective_depth(shape, params)
+    whole = int(depth)
+    n = 1
+    for _ in range(whole):
+        if rng.random() >= p:
+            return n
+        n += 1
+    if rng.random() < depth - whole and rng.random() < p:
+        n += 1
+    return n
+
+
+def step_time_ms(shape: SpecShape, contexts: Sequence[int], params: PerfParams) -> float:
+    """Duration of one decode (draft + verify) step for a running batch with these contexts.
+
+    t = base + verify_token * B * W + ctx * sum(ctx_i)/1000
+        + [tree] tree_node * W^2 * (1 + B / ref)
+        + [spec] draft_steps * (draft_base or eagle_step) + draft_token * B * W
+                 + draft_ctx * sum(min(ctx_i, window))/1000
+    """
+    batch = len(contexts)
+    if batch == 0:
+        return 0.0
+    width = shape.verify_width
+    total_ctx = float(sum(contexts))
+    t = params.step_base_ms + params.verify_token_ms * batch * width
+    t += params.context_ms_per_ktok * total_ctx / 1000.0
+    if not shape.speculative:
+        return t
+    if shape.kind is SpecKind.TREE:
+        t += params.tree_node_ms * width * width * (1.0 + batch / params.tree_node_batch_ref)
+    if shape.algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
+        t += params.eagle_step_ms * shape.draft_steps
+    elif shape.algorithm != "NGRAM":
+        t += params.draft_base_ms
+    seen = float(sum(c if shape.window is None else min(c, shape.window) for c in contexts))
+    t += params.draft_token_ms * batch * width
+    t += params.draft_context_ms_per_ktok * seen / 1000.0
+    return t
+
+
+def prefill_time_ms(new_tokens: int, params: PerfParams) -> float:
+    """Prefill of a batch of new requests: fixed cost plus per uncached prompt token."""
+    return params.prefill_base_ms + params.prefill_token_ms * new_tokens
+
+
+def steady_throughput(
+    shape: SpecShape, context_tokens: int, concurrency: int, params: PerfParams
+) -> float:
+    """Per-request decode tokens per second (unscaled) with ``concurrency`` equal requests."""
+    contexts = [context_tokens] * concurrency
+    return 1000.0 * expected_accept_len(shape, context_tokens, params) / step_time_ms(
+        shape, contexts, params
+    )

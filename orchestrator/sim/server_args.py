@@ -1,0 +1,285 @@
+"""SGLang's command line as the simulated server takes it: strict argparse plus SGLang's rules.
+
+The parser has SGLang's real flag names for what the simulator models and, like SGLang, rejects
+anything else (``error: unrecognized arguments: ...``, exit 2). Which spelling of the draft-window
+flag exists depends on the SGLang version the sim pretends to be; DDTree flags exist only when
+the settings say the build has the fork. :func:`resolve` then applies SGLang's post-parse rules
+(DFLASH forcing steps = topk = 1, the EAGLE auto-choice and topk-1 adjustment, the window >= block
+check, unknown algorithm names) and raises the exception type SGLang raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.sim.perfmodel import BASELINE, SpecKind, SpecShape
+
+OLD_WINDOW_FLAG = "--speculative-dflash-draft-window-size"
+NEW_WINDOW_FLAG = "--speculative-draft-window-size"
+
+BUILTIN_ALGORITHMS: tuple[str, ...] = (
+    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
+)
+DFLASH_FAMILY: tuple[str, ...] = ("DFLASH", "DSPARK", "DDTREE")
+EAGLE_FAMILY: tuple[str, ...] = ("EAGLE", "EAGLE3", "STANDALONE", "UNO")
+DEFAULT_DFLASH_BLOCK = 16
+DEFAULT_DDTREE_TOPK = 4
+DEFAULT_DDTREE_BUDGET = 16
+
+REASONING_PARSER_CHOICES: tuple[str, ...] = (
+    "deepseek-r1", "deepseek-v3", "glm45", "gpt-oss", "kimi", "kimi_k2", "minimax",
+    "qwen3", "qwen3-thinking", "step3",
+)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.5.23' -> (0, 5, 23); suffixes such as 'rc1' or '.post1' are ignored."""
+    parts: list[int] = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def window_flag_spellings(version: str) -> tuple[str, ...]:
+    """Draft-window flags a build accepts: 0.5.11 old only, 0.5.12-0.5.19 both, >=0.5.20 new."""
+    v = parse_version(version)
+    if v < (0, 5, 11):
+        return ()
+    if v < (0, 5, 12):
+        return (OLD_WINDOW_FLAG,)
+    if v < (0, 5, 20):
+        return (NEW_WINDOW_FLAG, OLD_WINDOW_FLAG)
+    return (NEW_WINDOW_FLAG,)
+
+
+def window_dest(version: str) -> str:
+    """The /server_info key of the draft window for this version."""
+    spellings = window_flag_spellings(version)
+    if spellings == (OLD_WINDOW_FLAG,):
+        return "speculative_dflash_draft_window_size"
+    return "speculative_draft_window_size"
+
+
+def build_parser(version: str, ddtree: bool) -> argparse.ArgumentParser:
+    """The strict parser of ``python -m sglang.launch_server`` for this build."""
+    p = argparse.ArgumentParser(prog="launch_server.py", allow_abbrev=False)
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    p.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--quantization", default=None)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--chunked-prefill-size", type=int, default=None)
+    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--schedule-policy", default="fcfs")
+    p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument("--watchdog-timeout", type=float, default=300.0)
+    p.add_argument("--attention-backend", default=None)
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--enable-cache-report", action="store_true")
+    p.add_argument("--skip-server-warmup", action="store_true")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--reasoning-parser", choices=REASONING_PARSER_CHOICES, default=None)
+    p.add_argument("--tool-call-parser", default=None)
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument(
+        "--speculative-draft-model-path", "--speculative-draft-model",
+        dest="speculative_draft_model_path", default=None,
+    )
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-dflash-block-size", type=int, default=None)
+    spellings = window_flag_spellings(version)
+    if spellings:
+        p.add_argument(*spellings, dest=window_dest(version), type=int, default=None)
+    if ddtree:
+        p.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    return p
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Resolved arguments: what /server_info reports and what the model runs."""
+
+    values: Mapping[str, Any]
+    """Every resolved server arg by its SGLang name (dest)."""
+    shape: SpecShape
+    warnings: tuple[str, ...]
+    deprecated_window_flag: bool
+
+    @property
+    def model_path(self) -> str:
+        return str(self.values["model_path"])
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.values["served_model_name"])
+
+    @property
+    def tp_size(self) -> int:
+        return int(self.values["tp_size"])
+
+    @property
+    def speculative(self) -> bool:
+        return self.shape.speculative
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+
+def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return float(raw)
+
+
+def resolve(
+    ns: argparse.Namespace,
+    argv: Sequence[str],
+    *,
+    version: str,
+    ddtree: bool,
+    environ: Mapping[str, str],
+) -> ServerArgs:
+    """Apply SGLang's post-parse rules. Raises ValueError / AssertionError as SGLang does."""
+    values: dict[str, Any] = dict(vars(ns))
+    warnings: list[str] = []
+    wkey = window_dest(version)
+    values.setdefault(wkey, None)
+    if values["served_model_name"] is None:
+        values["served_model_name"] = values["model_path"]
+    raw_algo = values["speculative_algorithm"]
+    shape = BASELINE
+    if raw_algo is not None:
+        algo = str(raw_algo).upper()
+        known = BUILTIN_ALGORITHMS + (("DDTREE",) if ddtree else ())
+        if algo not in known:
+            raise ValueError(f"Unknown speculative algorithm name: {raw_algo}")
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        values["speculative_algorithm"] = algo
+        if algo in DFLASH_FAMILY:
+            shape = _resolve_dflash(values, algo, wkey, warnings, environ)
+        elif algo == "NGRAM":
+            n = values["speculative_num_draft_tokens"] or 12
+            values["speculative_num_draft_tokens"] = n
+            shape = SpecShape(SpecKind.CHAIN, algo, n, n - 1, 1, None, 0)
+        else:
+            shape = _resolve_eagle(values, algo, warnings)
+        if values["max_running_requests"] is None:
+            values["max_running_requests"] = 48
+    if values["max_running_requests"] is None:
+        values["max_running_requests"] = 1024
+    deprecated = OLD_WINDOW_FLAG in argv and NEW_WINDOW_FLAG in window_flag_spellings(version)
+    return ServerArgs(values, shape, tuple(warnings), deprecated)
+
+
+def _resolve_dflash(
+    values: dict[str, Any],
+    algo: str,
+    wkey: str,
+    warnings: list[str],
+    environ: Mapping[str, str],
+) -> SpecShape:
+    if not values["speculative_draft_model_path"]:
+        raise ValueError(f"{algo} speculative decoding requires --speculative-draft-model-path")
+    if values["speculative_num_steps"] not in (None, 1) or values["speculative_eagle_topk"] not in (
+        None, 1,
+    ):
+        warnings.append(
+            f"{algo} ignores --speculative-num-steps and --speculative-eagle-topk; "
+            "setting both to 1"
+        )
+    values["speculative_num_steps"] = 1
+    values["speculative_eagle_topk"] = 1
+    block = (
+        values["speculative_num_draft_tokens"]
+        or values["speculative_dflash_block_size"]
+        or DEFAULT_DFLASH_BLOCK
+    )
+    if block < 2:
+        raise ValueError(f"{algo} block size must be >= 2, got {block}")
+    values["speculative_num_draft_tokens"] = block
+    values["speculative_dflash_block_size"] = block
+    window = values.get(wkey)
+    if window is not None and window < block:
+        raise ValueError(
+            f"{wkey}={window} must be >= the DFLASH block size ({block}); "
+            "the draft window must hold at least one block"
+        )
+    if algo != "DDTREE":
+        return SpecShape(SpecKind.CHAIN, algo, block, block - 1, 1, window, 1)
+    budget = values.get("speculative_ddtree_budget") or DEFAULT_DDTREE_BUDGET
+    if budget < 1:
+        raise ValueError(f"speculative_ddtree_budget must be >= 1, got {budget}")
+    values["speculative_ddtree_budget"] = budget
+    topk = int(_env_float(environ, "SGLANG_DDTREE_MAX_TOPK", DEFAULT_DDTREE_TOPK))
+    if topk < 1:
+        raise ValueError(f"SGLANG_DDTREE_MAX_TOPK must be >= 1, got {topk}")
+    bonus = _env_float(environ, "SGLANG_DDTREE_DEPTH_BONUS", 0.0)
+    values["ddtree_max_topk"] = topk
+    values["ddtree_depth_bonus"] = bonus
+    return SpecShape(SpecKind.TREE, algo, budget, block - 1, topk, window, 1, bonus)
+
+
+def _resolve_eagle(values: dict[str, Any], algo: str, warnings: list[str]) -> SpecShape:
+    if values["speculative_num_steps"] is None:
+        assert values["speculative_eagle_topk"] is None and (
+            values["speculative_num_draft_tokens"] is None
+        )
+        steps, topk, draft = (3, 1, 4) if algo == "STANDALONE" else (5, 4, 8)
+        values["speculative_num_steps"] = steps
+        values["speculative_eagle_topk"] = topk
+        values["speculative_num_draft_tokens"] = draft
+    steps = int(values["speculative_num_steps"])
+    topk = int(values["speculative_eagle_topk"] or 1)
+    values["speculative_eagle_topk"] = topk
+    draft = values["speculative_num_draft_tokens"]
+    if topk == 1 and draft != steps + 1:
+        warnings.append(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+            "when speculative_eagle_topk == 1"
+        )
+        draft = steps + 1
+    if draft is None:
+        draft = steps + 1
+    values["speculative_num_draft_tokens"] = draft
+    kind = SpecKind.CHAIN if topk == 1 else SpecKind.TREE
+    return SpecShape(kind, algo, int(draft), steps, topk, None, steps)
+
+
+def server_args_repr(args: ServerArgs) -> str:
+    """The ``server_args=ServerArgs(...)`` text SGLang logs at startup."""
+    inner = ", ".join(f"{k}={v!r}" for k, v in args.values.items())
+    return f"server_args=ServerArgs({inner})"
+
+
+def shape_dict(shape: SpecShape) -> dict[str, Any]:
+    data = dataclasses.asdict(shape)
+    data["kind"] = shape.kind.value
+    return data

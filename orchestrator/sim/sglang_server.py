@@ -1,0 +1,257 @@
+"""Entry point: ``python -m orchestrator.sim.sglang_server [SGLang flags]``.
+
+Lifecycle, as a real SGLang server goes through it: parse flags (strict; exit 2) -> resolve
+(ValueError traceback; exit 1) -> bind HTTP -> register GPU memory -> load (``/v1/models``
+answers, ``/health`` 503) -> own warm-up ``/generate`` -> ready line -> serve. SIGTERM: keep
+serving ``stop_delay_s``, then exit 0. Faults from the settings file (ORCH_SIM_CONFIG) bend
+this path; see docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+import aiohttp
+from aiohttp import web
+
+from orchestrator.sim import server_faults
+from orchestrator.sim.server_args import (
+    DFLASH_FAMILY,
+    ServerArgs,
+    build_parser,
+    resolve,
+    server_args_repr,
+)
+from orchestrator.sim.server_engine import Scheduler
+from orchestrator.sim.server_gpu import gpu_indices, register_gpu_memory
+from orchestrator.sim.server_http import Phase, ServerState, SimServerApp
+from orchestrator.sim.server_log import READY_LINE, SglangLog, dflash_init_line
+from orchestrator.sim.settings import ServerSimSettings
+
+WARMUP_PROMPT = "The capital city of France is"
+
+
+def _log_ms(environ: Mapping[str, str]) -> bool:
+    return environ.get("SGLANG_LOG_MS", "") == "1"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = ServerSimSettings.from_env()
+    parser = build_parser(settings.sglang_version, settings.ddtree)
+    ns = parser.parse_args(argv)  # exits 2 on an unknown flag, like SGLang
+    early_log = SglangLog(tp_size=1, ms=_log_ms(os.environ))
+    try:
+        args = resolve(ns, argv, version=settings.sglang_version, ddtree=settings.ddtree,
+                       environ=os.environ)
+    except (ValueError, AssertionError) as exc:
+        server_faults.log_startup_exception(early_log, exc)
+        return 1
+    log = SglangLog(tp_size=args.tp_size, ms=_log_ms(os.environ))
+    if args.deprecated_window_flag:
+        log.main("--speculative-dflash-draft-window-size is deprecated; use "
+                 "--speculative-draft-window-size instead.")
+    log.main(server_args_repr(args))
+    for warning in args.warnings:
+        log.main(warning)
+
+    host, port = str(args.get("host")), int(args.get("port"))
+    crash = settings.faults.crash_at_start.active(argv)
+    if crash == "port-in-use":
+        server_faults.log_port_in_use(log, host, port)
+        return 1
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            server_faults.log_port_in_use(log, host, port)
+            return 1
+        raise
+
+    gpus = gpu_indices(args.tp_size, settings.gpu_count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    linger = settings.faults.leftover_child_s.active(argv)
+    if linger is not None:
+        server_faults.fork_leftover_child(settings, gpus, float(linger))
+    elif settings.gpu_state_dir:
+        register_gpu_memory(settings.gpu_state_dir, os.getpid(), gpus,
+                            settings.weights_mib_per_gpu)
+
+    launch = shlex.join([sys.executable, "-m", "orchestrator.sim.sglang_server", *argv])
+    state = ServerState(args=args, settings=settings, argv=tuple(argv), launch_command=launch,
+                        log=log)
+    try:
+        return asyncio.run(_serve(state, sock, crash))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(state: ServerState, sock: socket.socket, crash: str | None) -> int:
+    log = state.log
+    settings = state.settings
+    args = state.args
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    ignore_term = bool(settings.faults.ignore_sigterm.active(state.argv))
+
+    def on_term() -> None:
+        if ignore_term:
+            return
+        if not stop.is_set():
+            stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, on_term)
+
+    runner = web.AppRunner(SimServerApp(state).build(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    pid = os.getpid()
+    log.write_raw(f"INFO:     Started server process [{pid}]")
+    log.write_raw("INFO:     Waiting for application startup.")
+    log.write_raw("INFO:     Application startup complete.")
+    log.write_raw(f"INFO:     Uvicorn running on http://{args.get('host')}:{args.get('port')} "
+                  "(Press CTRL+C to quit)")
+
+    lifecycle = asyncio.create_task(_start_up(state, crash))
+    stop_wait = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({lifecycle, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    if lifecycle in done:
+        error = lifecycle.exception()
+        if error is not None:
+            server_faults.log_startup_exception(log, error)
+            return 1
+        code = lifecycle.result()
+        if code is not None:
+            return code
+        await stop.wait()
+    # The stop phase: SIGTERM received, keep answering for a while like a real server does.
+    await asyncio.sleep(settings.scaled(settings.stop_delay_s))
+    lifecycle.cancel()
+    await runner.cleanup()
+    return 0
+
+
+async def _start_up(state: ServerState, crash: str | None) -> int | None:
+    """Load, warm up, announce readiness, then run the scheduler. Returns an exit code on a
+    startup crash, or None once ready (the scheduler keeps running in the background)."""
+    log = state.log
+    settings = state.settings
+    args = state.args
+    load_s = settings.scaled(settings.effective_load_s(state.argv))
+    log.all_ranks(f"Load weight begin. avail mem={settings.gpu_total_mib / 1024:.2f} GB")
+    if crash == "oom":
+        await asyncio.sleep(load_s * 0.3)
+        server_faults.log_cuda_oom(log, settings)
+        return 1
+    if crash == "exited":
+        await asyncio.sleep(load_s * 0.3)
+        server_faults.log_scheduler_died(log)
+        return 1
+    await asyncio.sleep(load_s)
+    weight_gb = settings.weights_mib_per_gpu / 1024
+    log.all_ranks(
+        f"Load weight end. type=SimForCausalLM, dtype=torch.bfloat16, "
+        f"avail mem={(settings.gpu_total_mib - settings.weights_mib_per_gpu) / 1024:.2f} GB, "
+        f"mem usage={weight_gb:.2f} GB."
+    )
+    log.all_ranks(f"KV Cache is allocated. #tokens: {settings.max_total_tokens}")
+    if args.shape.algorithm in DFLASH_FAMILY:
+        log.rank(dflash_init_line(model=str(args.get("speculative_draft_model_path")),
+                                  block_size=int(args.get("speculative_num_draft_tokens")),
+                                  window=args.shape.window))
+    log.rank(
+        f"max_total_num_tokens={settings.max_total_tokens}, "
+        f"chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
+        f"max_prefill_tokens=16384, max_running_requests={args.get('max_running_requests')}, "
+        f"context_len={args.get('context_length') or 262144}"
+    )
+    scheduler = _make_scheduler(state)
+    state.scheduler = scheduler
+    state.phase = Phase.WARMING
+    loop_task = asyncio.create_task(scheduler.run())
+    state.background.add(loop_task)
+    await asyncio.sleep(settings.scaled(settings.warmup_s))
+    if not args.get("skip_server_warmup"):
+        error = await _warm_up(args)
+        if error is not None:
+            log.main(f"Initialization failed. warmup error: {error}")
+            return 1
+    state.phase = Phase.READY
+    log.main(READY_LINE)
+    return None
+
+
+def _make_scheduler(state: ServerState) -> Scheduler:
+    settings = state.settings
+    args = state.args
+    crash_after = settings.faults.crash_after_requests.active(state.argv)
+
+    def on_completed(count: int) -> None:
+        if crash_after is not None and count >= crash_after:
+            asyncio.get_running_loop().call_later(
+                0.05, server_faults.crash_scheduler, state.log
+            )
+
+    return Scheduler(
+        shape=args.shape,
+        perf=settings.perf,
+        time_scale=settings.time_scale,
+        seed=settings.seed if args.get("random_seed") is None else int(args.get("random_seed")),
+        max_running=int(args.get("max_running_requests")),
+        max_total_tokens=settings.max_total_tokens,
+        decode_log_interval=int(args.get("decode_log_interval")),
+        radix_cache=not args.get("disable_radix_cache"),
+        log=state.log,
+        on_completed=on_completed,
+    )
+
+
+async def _warm_up(args: ServerArgs) -> str | None:
+    """SGLang's own warm-up: a real /generate to itself over HTTP."""
+    host = str(args.get("host"))
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    url = f"http://{host}:{args.get('port')}/generate"
+    body = {"text": WARMUP_PROMPT,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}}
+    try:
+        async with aiohttp.ClientSession() as session, session.post(
+            url, json=body, timeout=aiohttp.ClientTimeout(total=600)
+        ) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                return f"HTTP {resp.status}: {text[:200]}"
+            json.loads(text)
+    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+        return repr(exc)
+    return None
+
+
+def run() -> None:
+    """Exit without waiting on anything left behind (the process dies like SGLang's does)."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
