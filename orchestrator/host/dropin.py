@@ -191,7 +191,8 @@ def apply_knobs(
     """The trial's invocation: every knob removed from the base, then the trial's knobs added.
 
     A flag knob valued None or False is absent, True is a bare flag, anything else ``--f value``;
-    an env knob valued None is absent. The baseline (every knob None) is the base with all knob
+    an env knob valued None is absent (and listed in ``unset_environment``), True/False are
+    ``1``/``0``. The baseline (every knob None) is the base with all knob
     flags and variables removed, so a sweep always starts from the same clean command line.
     """
     unknown = [name for name in config if name not in knob_map]

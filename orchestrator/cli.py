@@ -1,0 +1,247 @@
+"""The ``orchestrator`` command: parses arguments and hands off to the modules that do the work.
+
+Each verb is one entry in :data:`VERBS`: either an object in this file or the dotted name of a
+module elsewhere (e.g. ``"orchestrator.sim.cli"``) that exposes ``configure_parser(parser)``
+and ``run(args) -> int``; its docstring's first line is the verb's help. Exit codes: 0 ok,
+1 a sweep or trial failed, 2 bad input. ``--json`` writes exactly one JSON document to stdout;
+logs and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.resources
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, Protocol, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import __version__
+from orchestrator.log import configure_logging, get_logger
+from orchestrator.plan import Plan, plan_json, plan_sweep, render_trial_dropin
+from orchestrator.sweepfile import (
+    Sweep,
+    SweepFileError,
+    content_hash,
+    load_sweep_with_text,
+    parse_sweep,
+    sweep_json_schema,
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class Verb(Protocol):
+    """What a verb provides: its arguments and what it does."""
+
+    __doc__: str | None
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _emit_json(document: Any, out: TextIO | None = None) -> None:
+    stream = out or sys.stdout
+    stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    stream.flush()
+
+
+def _report_problems(error: SweepFileError) -> None:
+    for problem in error.problems:
+        print(problem, file=sys.stderr)
+
+
+def _problems_json(path: str, error: SweepFileError | None) -> dict[str, Any]:
+    problems = error.problems if error else []
+    return {
+        "file": path,
+        "valid": error is None,
+        "problems": [
+            {"file": p.file, "line": p.line, "field": p.field_path, "message": p.message}
+            for p in problems
+        ],
+    }
+
+
+def _config_text(trial_config: dict[str, Any]) -> str:
+    if not trial_config:
+        return "baseline (every knob removed)"
+    return " ".join(f"{name}={json.dumps(value)}" for name, value in trial_config.items())
+
+
+def _print_plan(sweep: Sweep, plan: Plan, *, show_dropins: bool, console: Console) -> None:
+    table = Table(title=f"sweep {sweep.name}: {len(plan)} trials on {len(sweep.hosts)} hosts")
+    for column in ("#", "host", "config", "key"):
+        table.add_column(column, overflow="fold")
+    for trial in plan.trials:
+        table.add_row(str(trial.ordinal), trial.host, _config_text(trial.config), trial.key)
+    console.print(table)
+    if show_dropins:
+        for trial in plan.trials:
+            console.rule(trial.key)
+            console.print(render_trial_dropin(sweep, trial), markup=False, highlight=False)
+
+
+class ValidateVerb:
+    """Check a sweep file (the file alone: no hosts, no network) and list every problem."""
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("file", help="the sweep file (YAML)")
+        parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            sweep, text = load_sweep_with_text(args.file)
+        except SweepFileError as error:
+            if args.json:
+                _emit_json(_problems_json(args.file, error))
+            _report_problems(error)
+            return EXIT_BAD_INPUT
+        plan = plan_sweep(sweep)
+        if args.json:
+            document = _problems_json(args.file, None)
+            document.update(sweep=sweep.name, trials=len(plan), sha256=content_hash(text))
+            _emit_json(document)
+        else:
+            print(
+                f"{args.file}: ok: sweep {sweep.name!r}, {len(sweep.hosts)} host(s), "
+                f"{len(plan)} trial(s), sha256 {content_hash(text)[:12]}"
+            )
+        return EXIT_OK
+
+
+class SchemaVerb:
+    """Print the sweep file's JSON Schema (for editors' YAML language servers)."""
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None:
+        del parser
+
+    def run(self, args: argparse.Namespace) -> int:
+        del args
+        _emit_json(sweep_json_schema())
+        return EXIT_OK
+
+
+class PlanVerb:
+    """Show the trials a sweep file would run, each with its key and drop-in."""
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("file", help="the sweep file (YAML)")
+        parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        parser.add_argument(
+            "--show-dropins", action="store_true", help="print each trial's drop-in too"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            sweep, _ = load_sweep_with_text(args.file)
+        except SweepFileError as error:
+            _report_problems(error)
+            return EXIT_BAD_INPUT
+        plan = plan_sweep(sweep)
+        if args.json:
+            _emit_json(plan_json(plan, sweep))
+        else:
+            _print_plan(sweep, plan, show_dropins=args.show_dropins, console=Console())
+        return EXIT_OK
+
+
+DEMO_RESOURCE = "demo.yaml"
+
+
+def load_demo_sweep() -> tuple[Sweep, str]:
+    """The packaged demo sweep (``orchestrator/data/demo.yaml``) and its text."""
+    text = (importlib.resources.files("orchestrator") / "data" / DEMO_RESOURCE).read_text("utf-8")
+    return parse_sweep(text, f"orchestrator/data/{DEMO_RESOURCE}"), text
+
+
+class DemoVerb:
+    """Run the demo sweep on simulated hosts (for now: validate and plan it)."""
+
+    def configure_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="the plan as one JSON document")
+
+    def run(self, args: argparse.Namespace) -> int:
+        log = get_logger(verb="demo")
+        try:
+            sweep, text = load_demo_sweep()
+        except SweepFileError as error:
+            _report_problems(error)
+            return EXIT_FAILED  # a broken packaged file is our failure, not the user's input
+        plan = plan_sweep(sweep)
+        log.info("demo.planned", sweep=sweep.name, trials=len(plan), sha256=content_hash(text))
+        if args.json:
+            _emit_json(plan_json(plan, sweep))
+        else:
+            _print_plan(sweep, plan, show_dropins=False, console=Console())
+        print(
+            "orchestrator demo: the demo sweep is valid and planned above. The simulated hosts "
+            "and the sweep runner are not built yet, so nothing was run.",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+
+
+VERBS: dict[str, Verb | str] = {
+    "validate": ValidateVerb(),
+    "schema": SchemaVerb(),
+    "plan": PlanVerb(),
+    "demo": DemoVerb(),
+}
+"""verb -> implementation, or the dotted name of a module with configure_parser and run."""
+
+
+def _resolve(target: Verb | str) -> Verb:
+    if isinstance(target, str):
+        module: Any = importlib.import_module(target)
+        return module  # type: ignore[no-any-return]
+    return target
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrator",
+        description="Unattended speculative-decoding config sweeps on SGLang GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="logging threshold (logs go to stderr)",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    for name, target in VERBS.items():
+        verb = _resolve(target)
+        summary = (verb.__doc__ or "").strip().splitlines()[0] if verb.__doc__ else ""
+        sub = verbs.add_parser(name, help=summary, description=summary)
+        verb.configure_parser(sub)
+        sub.set_defaults(handler=verb)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_BAD_INPUT
+    configure_logging(args.log_level)
+    handler: Verb = args.handler
+    try:
+        return handler.run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

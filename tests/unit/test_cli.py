@@ -1,0 +1,150 @@
+"""The ``orchestrator`` command as scripts meet it: exit codes, and stdout that is pure JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator import __version__, cli
+from orchestrator.plan import plan_json, plan_sweep
+from orchestrator.sweepfile import load_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / ".venv" / "bin" / "orchestrator"
+DEMO = ROOT / "sweeps" / "demo.yaml"
+BAD = ROOT / "tests" / "data" / "sweeps" / "bad" / "unknown_keys.yaml"
+
+
+def orchestrator(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "orchestrator.cli"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_validate_good_file_prints_one_summary_line() -> None:
+    result = orchestrator("validate", str(DEMO))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{DEMO}: ok: sweep 'demo', 2 host(s), 12 trial(s)")
+
+
+def test_validate_bad_file_lists_problems_on_stderr_and_exits_2() -> None:
+    result = orchestrator("validate", str(BAD))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert f"{BAD}:2: hostz: unknown key (did you mean 'hosts'?)" in lines
+    assert f"{BAD}:1: hosts: required key missing" in lines
+    assert all(line.startswith(f"{BAD}:") for line in lines)
+
+
+def test_validate_json_is_one_document_either_way() -> None:
+    good = orchestrator("validate", "--json", str(DEMO))
+    assert good.returncode == 0
+    document = json.loads(good.stdout)
+    assert document["valid"] is True and document["problems"] == []
+    assert document["sweep"] == "demo" and len(document["sha256"]) == 64
+    bad = orchestrator("validate", "--json", str(BAD))
+    assert bad.returncode == 2
+    document = json.loads(bad.stdout)
+    assert document["valid"] is False
+    assert {"file": str(BAD), "line": 2, "field": "hostz"}.items() <= document["problems"][
+        1
+    ].items()
+
+
+def test_validate_missing_file_is_bad_input(tmp_path: Path) -> None:
+    result = orchestrator("validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2
+    assert "cannot read" in result.stderr
+
+
+def test_schema_prints_the_json_schema() -> None:
+    result = orchestrator("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "orchestrator sweep file"
+    assert "hosts" in schema["properties"]
+
+
+def test_plan_json_matches_the_library_and_nothing_else_is_on_stdout() -> None:
+    result = orchestrator("plan", str(DEMO), "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # the whole of stdout is one document
+    sweep = load_sweep(DEMO)
+    assert document == json.loads(json.dumps(plan_json(plan_sweep(sweep), sweep)))
+
+
+def test_plan_table_names_hosts_and_trials() -> None:
+    result = orchestrator("plan", str(DEMO), "--show-dropins")
+    assert result.returncode == 0, result.stderr
+    assert "sweep demo: 12 trials on 2 hosts" in result.stdout
+    assert "sim-01" in result.stdout and "sim-02" in result.stdout
+    assert "# managed-by: orchestrator sweep=demo trial=sim-01.baseline." in result.stdout
+
+
+def test_plan_bad_file_exits_2() -> None:
+    result = orchestrator("plan", "--json", str(BAD))
+    assert result.returncode == 2
+    assert result.stdout == ""
+
+
+def test_demo_plans_the_packaged_sweep_and_says_what_it_cannot_do() -> None:
+    result = orchestrator("demo")
+    assert result.returncode == 0, result.stderr
+    assert "sweep demo: 12 trials on 2 hosts" in result.stdout
+    assert "not built yet" in result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any(event["event"] == "demo.planned" for event in events)
+
+
+def test_demo_json_stdout_is_pure() -> None:
+    result = orchestrator("demo", "--json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["sweep"] == "demo"
+
+
+def test_version_and_usage_errors() -> None:
+    version = orchestrator("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"orchestrator {__version__}"
+    assert orchestrator().returncode == 2
+    assert orchestrator("frobnicate").returncode == 2
+    assert orchestrator("validate").returncode == 2
+    helptext = orchestrator("--help")
+    assert helptext.returncode == 0
+    for verb in ("validate", "schema", "plan", "demo"):
+        assert verb in helptext.stdout
+
+
+def test_a_verb_from_another_module_is_one_table_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "extra_verb_for_test.py").write_text(
+        textwrap.dedent(
+            '''
+            """Say hello to someone (a verb living outside cli.py)."""
+            import argparse
+
+            def configure_parser(parser: argparse.ArgumentParser) -> None:
+                parser.add_argument("who")
+
+            def run(args: argparse.Namespace) -> int:
+                print(f"hello {args.who}")
+                return 1
+            '''
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.VERBS, "hello", "extra_verb_for_test")
+    assert cli.main(["hello", "world"]) == 1
+    assert capsys.readouterr().out == "hello world\n"
+    cli.main(["--help"])
+    assert "Say hello to someone" in capsys.readouterr().out

@@ -1,0 +1,204 @@
+"""The plan: expansion, dedup, baseline first, stable keys, distribution, and its JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.host.dropin import parse_dropin_header, parse_exec_line
+from orchestrator.plan import expand_configs, plan_json, plan_sweep, trial_key
+from orchestrator.sweepfile import load_sweep, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HEAD = """\
+name: p
+hosts:
+  - {name: a1, address: 10.0.0.1, base_url: "http://10.0.0.1:30000", type: a}
+  - {name: a2, address: 10.0.0.2, base_url: "http://10.0.0.2:30000", type: a}
+  - {name: a3, address: 10.0.0.3, base_url: "http://10.0.0.3:30000", type: a}
+  - {name: b1, address: 10.0.0.4, base_url: "http://10.0.0.4:30000", type: b}
+server:
+  model: m
+  knobs:
+    algorithm: {flag: --speculative-algorithm}
+    budget: {flag: --speculative-ddtree-budget}
+    topk: {env: SGLANG_DDTREE_MAX_TOPK}
+    window: {flag: --speculative-draft-window-size}
+"""
+
+
+def test_grid_and_list_expand_with_duplicates_removed_and_baseline_first() -> None:
+    sweep = parse_sweep(
+        HEAD
+        + """\
+baseline: true
+configs:
+  - {budget: 8, algorithm: DDTREE, topk: 4}
+  - {algorithm: DDTREE, budget: 8, topk: 4, window: null}
+  - {window: null}
+grid:
+  algorithm: [DDTREE]
+  budget: [4, 8, 8]
+  topk: [4]
+  window: [null, 2048]
+"""
+    )
+    configs = expand_configs(sweep)
+    assert configs == [
+        {},
+        {"algorithm": "DDTREE", "budget": 8, "topk": 4},
+        {"algorithm": "DDTREE", "budget": 4, "topk": 4},
+        {"algorithm": "DDTREE", "budget": 4, "topk": 4, "window": 2048},
+        {"algorithm": "DDTREE", "budget": 8, "topk": 4, "window": 2048},
+    ]
+    plan = plan_sweep(sweep)
+    assert len(plan) == 5 * 4
+    assert [t.ordinal for t in plan] == list(range(20))
+    assert [t.is_baseline for t in plan.trials[:4]] == [True] * 4
+    assert not any(t.is_baseline for t in plan.trials[4:])
+    assert len({t.key for t in plan}) == 20
+    assert [t.host for t in plan.for_host("b1")] == ["b1"] * 5
+
+
+def test_values_of_different_types_are_different_configs() -> None:
+    sweep = parse_sweep(HEAD + "configs:\n  - {budget: 1}\n  - {budget: true}\n  - {budget: '1'}\n")
+    assert len(expand_configs(sweep)) == 3
+
+
+def test_key_is_independent_of_key_order_and_absent_knobs() -> None:
+    one = trial_key("h1", "sglang.service", {"budget": 8, "topk": 4})
+    assert one == trial_key("h1", "sglang.service", {"topk": 4, "budget": 8, "window": None})
+    assert one != trial_key("h2", "sglang.service", {"budget": 8, "topk": 4})
+    assert one != trial_key("h1", "other.service", {"budget": 8, "topk": 4})
+    assert one != trial_key("h1", "sglang.service", {"budget": 8, "topk": 5})
+    assert one.startswith("h1.budget-8_topk-4.")
+    assert trial_key("h1", "u.service", {}).startswith("h1.baseline.")
+
+
+def test_reordered_file_gives_the_same_keys() -> None:
+    forward = parse_sweep(
+        HEAD + "configs:\n  - {budget: 8, topk: 4}\n  - {algorithm: DDTREE, window: 2048}\n"
+    )
+    backward = parse_sweep(
+        HEAD + "configs:\n  - {window: 2048, algorithm: DDTREE}\n  - {topk: 4, budget: 8}\n"
+    )
+    keys = {(t.host, t.key) for t in plan_sweep(forward)}
+    assert keys == {(t.host, t.key) for t in plan_sweep(backward)}
+
+
+def test_keys_are_stable_across_processes() -> None:
+    path = ROOT / "sweeps" / "demo.yaml"
+    code = (
+        "import json,sys;from orchestrator.plan import plan_sweep;"
+        "from orchestrator.sweepfile import load_sweep;"
+        f"print(json.dumps([t.key for t in plan_sweep(load_sweep({str(path)!r}))]))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert runs[0] == runs[1]
+    assert json.loads(runs[0]) == [t.key for t in plan_sweep(load_sweep(path))]
+
+
+def test_across_type_runs_each_config_once_per_type_round_robin() -> None:
+    sweep = parse_sweep(HEAD + "distribute: across-type\ngrid:\n  budget: [1, 2, 3, 4]\n")
+    plan = plan_sweep(sweep)
+    assert [(t.config["budget"], t.host) for t in plan] == [
+        (1, "a1"),
+        (1, "b1"),
+        (2, "a2"),
+        (2, "b1"),
+        (3, "a3"),
+        (3, "b1"),
+        (4, "a1"),
+        (4, "b1"),
+    ]
+
+
+def test_host_type_defaults_to_name_so_across_type_is_each_host_without_types() -> None:
+    text = HEAD.replace(", type: a}", "}").replace(", type: b}", "}")
+    plan = plan_sweep(parse_sweep(text + "distribute: across-type\nbaseline: true\n"))
+    assert [t.host for t in plan] == ["a1", "a2", "a3", "b1"]
+
+
+def test_plan_json_renders_each_trials_exact_dropin() -> None:
+    sweep = load_sweep(ROOT / "sweeps" / "demo.yaml")
+    plan = plan_sweep(sweep)
+    document = plan_json(plan, sweep)
+    assert document["sweep"] == "demo"
+    assert len(document["trials"]) == len(plan)
+    for entry, trial in zip(document["trials"], plan.trials, strict=True):
+        assert {"key", "host", "config", "dropin"} <= set(entry)
+        assert entry["key"] == trial.key
+        header = parse_dropin_header(entry["dropin"])
+        assert header is not None and header.trial == trial.key and header.sweep == "demo"
+        exec_lines = [
+            line.removeprefix("ExecStart=")
+            for line in entry["dropin"].splitlines()
+            if line.startswith("ExecStart=")
+        ]
+        assert exec_lines[0] == ""
+        argv = parse_exec_line(exec_lines[1])
+        assert argv[:3] == ["/usr/bin/python3", "-m", "orchestrator.sim.sglang_server"]
+        assert "--enable-metrics" in argv
+        if trial.is_baseline:
+            assert "--speculative-algorithm" not in argv
+            assert 'UnsetEnvironment="SGLANG_DDTREE_MAX_TOPK"' in entry["dropin"]
+        else:
+            index = argv.index("--speculative-algorithm")
+            assert argv[index + 1] == trial.config["algorithm"]
+            assert argv.count("--speculative-algorithm") == 1
+    legacy = next(e for e in document["trials"] if "legacy_window" in e["config"])
+    assert '"--speculative-dflash-draft-window-size" "2048"' in legacy["dropin"]
+    json.dumps(document)
+
+
+def test_plan_json_without_exec_start_shows_the_delta() -> None:
+    sweep = parse_sweep(
+        HEAD + "configs:\n  - {algorithm: DDTREE, budget: 8, topk: 4}\nbaseline: true\n"
+    )
+    entry = plan_json(plan_sweep(sweep), sweep)["trials"][4]
+    text = entry["dropin"]
+    assert parse_dropin_header(text) is not None
+    assert "#   removed: --speculative-algorithm --speculative-ddtree-budget" in text
+    assert '#   added:   "--speculative-algorithm" "DDTREE" "--speculative-ddtree-budget" "8"' in (
+        text
+    )
+    assert 'Environment="SGLANG_DDTREE_MAX_TOPK=4"' in text
+    assert "ExecStart=" not in text
+
+
+def test_host_level_spelling_reaches_that_hosts_dropin() -> None:
+    text = HEAD.replace(
+        '"http://10.0.0.4:30000", type: b}',
+        '"http://10.0.0.4:30000", type: b, knobs: {window: {flag: --old-window}}}',
+    )
+    sweep = parse_sweep(text + "configs:\n  - {window: 2048}\n")
+    by_host = {e["host"]: e["dropin"] for e in plan_json(plan_sweep(sweep), sweep)["trials"]}
+    assert '"--old-window" "2048"' in by_host["b1"]
+    assert '"--speculative-draft-window-size" "2048"' in by_host["a1"]
+
+
+def test_seed_sweeps_plan_baseline_plus_four() -> None:
+    for name in ("kimi-k26-dflash-rtxpro6000", "kimi-k26-dflash-b300"):
+        sweep = load_sweep(ROOT / "sweeps" / f"{name}.yaml")
+        plan = plan_sweep(sweep)
+        assert [t.is_baseline for t in plan] == [True, False, False, False, False]
+        dropins = [entry["dropin"] for entry in plan_json(plan, sweep)["trials"]]
+        assert "--speculative-dflash-draft-window-size" not in dropins[1]  # budget 8: no window
+        assert 'Environment="SGLANG_DDTREE_MAX_TOPK=4"' in dropins[1]
+        assert '"--speculative-dflash-draft-window-size" "2048"' in dropins[2]
+        assert '"--speculative-ddtree-budget" "16"' in dropins[2]
+        assert 'Environment="SGLANG_DDTREE_MAX_TOPK=6"' in dropins[4]
+        assert '"--speculative-algorithm" "DFLASH"' not in "".join(dropins[1:])
