@@ -194,6 +194,8 @@ VERBS: dict[str, Verb | str] = {
     "schema": SchemaVerb(),
     "plan": PlanVerb(),
     "demo": DemoVerb(),
+    "check": "orchestrator.verbs.check",
+    "run": "orchestrator.verbs.run",
 }
 """verb -> implementation, or the dotted name of a module with configure_parser and run."""
 

@@ -60,6 +60,7 @@ FailureCause = Literal[
     "config-mismatch",
     "host-unreachable",
     "stop-timeout",
+    "crashed",
 ]
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 ProbeApi = Literal["chat", "generate"]

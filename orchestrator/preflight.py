@@ -1,0 +1,188 @@
+"""Preflight: everything about a host that can be known before anything on it changes.
+
+The seeds lost a whole night to a flag the host's SGLang build did not know. So before a sweep
+touches a host, the preflight asks the host's own SGLang for its flag list (the unit's program
+with ``--help``) and checks every mapped flag; it also proves SSH with the verified host key,
+root or working sudo, a loadable unit with a readable ExecStart, answering GPUs and free disk.
+An unreachable or broken host is set aside with the reason; an unknown flag fails, before any
+restart, just the trials that use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.host import systemd
+from orchestrator.host.gpu import GpuProbe, GpuQueryError
+from orchestrator.host.transport import Transport, TransportError
+
+HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
+MIN_FREE_BYTES = 1 << 30
+LOG_DIR = "/var/log"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostCheck:
+    """One host's preflight: ``reason`` set when the host must be set aside."""
+
+    host: str
+    checks: tuple[Check, ...]
+    unknown_flags: frozenset[str] = frozenset()
+    reason: str | None = None
+    exec_start: tuple[str, ...] = ()
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "reason": self.reason,
+            "unknown_flags": sorted(self.unknown_flags),
+            "exec_start": list(self.exec_start),
+            "gpus": list(self.gpus),
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+        }
+
+
+def help_argv(exec_start: Sequence[str]) -> list[str]:
+    """The unit's program asked for its flags: ``python -m sglang.launch_server --help``
+    stays a module run; anything else is its first word."""
+    if len(exec_start) >= 3 and exec_start[1] == "-m":
+        return [*exec_start[:3], "--help"]
+    return [exec_start[0], "--help"]
+
+
+def flags_known(help_text: str, flags: Iterable[str]) -> frozenset[str]:
+    """The flags of ``flags`` that the help text does not mention as whole words."""
+    missing = set()
+    for flag in flags:
+        if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is None:
+            missing.add(flag)
+    return frozenset(missing)
+
+
+def _free_bytes(df_output: str) -> int | None:
+    """Available bytes from ``df -P -B1 PATH``."""
+    lines = df_output.strip().splitlines()
+    if len(lines) < 2:
+        return None
+    cells = lines[-1].split()
+    return int(cells[3]) if len(cells) >= 4 and cells[3].isdigit() else None
+
+
+@dataclass
+class _Checks:
+    items: list[Check] = field(default_factory=list)
+
+    def add(self, name: str, ok: bool, detail: str) -> bool:
+        self.items.append(Check(name, ok, detail))
+        return ok
+
+
+async def check_host(
+    name: str,
+    transport: Transport,
+    probe: GpuProbe,
+    *,
+    unit: str,
+    flags: Iterable[str],
+    gpus: Sequence[int] | None,
+    command_timeout: float = 30.0,
+    help_timeout: float = HELP_TIMEOUT_S,
+) -> HostCheck:
+    """Run every check on one host; never changes anything on it."""
+    checks = _Checks()
+    try:
+        whoami = await transport.run(["id", "-u"], timeout=command_timeout, check=True)
+        uid = whoami.stdout_text().strip()
+        checks.add("ssh", True, "reachable, host key verified")
+        if uid != "0":
+            sudo = await transport.run(["true"], timeout=command_timeout, privileged=True)
+            if not checks.add("privileges", sudo.ok, f"uid {uid}, sudo -n: rc {sudo.exit_status}"):
+                return HostCheck(name, tuple(checks.items), reason="not root and sudo -n fails")
+        else:
+            checks.add("privileges", True, "root")
+
+        state = await systemd.show(transport, unit, timeout=command_timeout)
+        if not checks.add("unit", state.load_state == "loaded", f"LoadState={state.load_state}"):
+            return HostCheck(
+                name, tuple(checks.items), reason=f"{unit}: LoadState={state.load_state}"
+            )
+        service = systemd.merged_service(
+            await systemd.cat(transport, unit, timeout=command_timeout)
+        )
+        if not checks.add("exec_start", bool(service.exec_start), " ".join(service.exec_start)):
+            return HostCheck(name, tuple(checks.items), reason=f"{unit} has no ExecStart")
+
+        try:
+            snapshot = await probe.snapshot()
+        except GpuQueryError as exc:
+            checks.add("gpus", False, str(exc))
+            return HostCheck(name, tuple(checks.items), reason=f"GPU query failed: {exc}")
+        present = tuple(g.index for g in snapshot.gpus)
+        missing = sorted(set(gpus or ()) - set(present))
+        detail = f"{len(present)} GPUs: {list(present)}"
+        if not checks.add("gpus", bool(present) and not missing, detail):
+            return HostCheck(
+                name, tuple(checks.items), reason=f"GPUs {missing or 'none'} not present"
+            )
+
+        df = await transport.run(["df", "-P", "-B1", LOG_DIR], timeout=command_timeout)
+        free = _free_bytes(df.stdout_text()) if df.ok else None
+        checks.add(
+            "disk",
+            free is None or free >= MIN_FREE_BYTES,
+            "unknown" if free is None else f"{free / (1 << 30):.1f} GiB free in {LOG_DIR}",
+        )
+
+        wanted = sorted(set(flags))
+        unknown: frozenset[str] = frozenset()
+        if wanted:
+            shown = await transport.run(
+                help_argv(service.exec_start), timeout=help_timeout, privileged=True
+            )
+            text = shown.stdout_text() + shown.stderr_text()
+            if not checks.add("sglang_help", shown.ok, f"--help exited {shown.exit_status}"):
+                return HostCheck(
+                    name,
+                    tuple(checks.items),
+                    reason="the unit's program does not answer --help",
+                    exec_start=service.exec_start,
+                )
+            unknown = flags_known(text, wanted)
+            checks.add(
+                "flags",
+                not unknown,
+                f"unknown to this build: {sorted(unknown)}" if unknown else "all known",
+            )
+        return HostCheck(
+            name,
+            tuple(checks.items),
+            unknown_flags=unknown,
+            exec_start=service.exec_start,
+            gpus=present,
+        )
+    except TransportError as exc:
+        checks.add("ssh", False, exc.message)
+        return HostCheck(name, tuple(checks.items), reason=str(exc))
+
+
+def mapped_flags(knobs: Mapping[str, Any], extra_flags: Sequence[str]) -> set[str]:
+    """Every flag a sweep may put on a host's command line."""
+    flags = {spec.flag for spec in knobs.values() if getattr(spec, "flag", None)}
+    flags.update(f.split("=", 1)[0] for f in extra_flags if f.startswith("--"))
+    return flags

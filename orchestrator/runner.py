@@ -1,0 +1,676 @@
+"""One sweep, unattended: hosts in parallel, on each host its trials one at a time.
+
+The store is the truth. Every point is committed the moment it is measured; a restarted runner
+keeps every committed point, re-applies the trial's config on the host (never trusting the
+host's state) and measures only what is missing. A failed config is recorded with its evidence
+and the sweep goes on (or stops, per policy); at the end or on cancel every host is restored
+from the backup taken before the first change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestrator.bench import acceptlen
+from orchestrator.bench.client import BenchClient, RequestRecord
+from orchestrator.bench.coding import CodingResult, run_coding
+from orchestrator.bench.matrix import PointResult, run_point
+from orchestrator.bench.problems import Problem, builtin_problems, load_problem_file, select
+from orchestrator.bench.prompts import PromptFactory
+from orchestrator.bench.sandbox import SandboxConfig
+from orchestrator.host import journal, systemd
+from orchestrator.host.connect import gpu_probe, open_transport
+from orchestrator.host.transport import TransportError
+from orchestrator.lifecycle import (
+    HostSession,
+    LifecycleTimeouts,
+    Server,
+    TrialConfig,
+    TrialFailed,
+    reconfigure,
+    restore,
+    trial_config,
+)
+from orchestrator.log import get_logger
+from orchestrator.plan import Trial, plan_sweep
+from orchestrator.preflight import HostCheck, check_host, mapped_flags
+from orchestrator.store import (
+    Attempt,
+    HostEntry,
+    NewPoint,
+    NewTrial,
+    Store,
+    StoredRequest,
+    SweepRecord,
+    TrialRecord,
+    point_key,
+)
+from orchestrator.sweepfile import HostSpec, Sweep
+
+# Causes a retry cannot cure: the same config fails the same way.
+DETERMINISTIC_CAUSES = frozenset({"bad-flag", "invalid-config", "config-mismatch"})
+JOURNAL_SETTLE_S = 0.3
+JOURNAL_SETTLE_MAX_S = 3.0
+
+
+class Progress(Protocol):
+    """Where the runner reports what each host is doing (the live display, the daemon)."""
+
+    def update(self, host: str, **fields: Any) -> None: ...
+
+
+class _NoProgress:
+    def update(self, host: str, **fields: Any) -> None:
+        pass
+
+
+@dataclass
+class SweepOutcome:
+    """How a sweep ended, and its results in the store's JSON shape."""
+
+    sweep_id: int
+    name: str
+    state: str
+    results: dict[str, Any]
+
+    @property
+    def all_succeeded(self) -> bool:
+        trials = self.results.get("trials", [])
+        latest: dict[tuple[str, str], str] = {}
+        for trial in trials:
+            latest[(trial["key"], trial["host"])] = trial["state"]
+        return self.state == "done" and all(state == "done" for state in latest.values())
+
+
+@dataclass
+class StopSignal:
+    """Asks a running sweep to stop at its next safe step (between points and trials)."""
+
+    reason: str | None = None
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.event.is_set()
+
+
+def local_deadline(clock: str, now: dt.datetime) -> dt.datetime:
+    """The next time ``HH:MM`` (control machine local time) at or after ``now``."""
+    hours, minutes = (int(part) for part in clock.split(":"))
+    moment = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    return moment if moment >= now else moment + dt.timedelta(days=1)
+
+
+def _timeouts(sweep: Sweep) -> LifecycleTimeouts:
+    t = sweep.timeouts
+    return LifecycleTimeouts(
+        stop=t.stop,
+        memory_release=t.memory_release,
+        ready=t.ready,
+        command=t.connect,
+        probe_request=min(t.probe, t.request),
+    )
+
+
+def _problems(sweep: Sweep) -> list[Problem]:
+    assert sweep.coding is not None
+    spec = sweep.coding
+    problems = (
+        builtin_problems() if spec.problems == "builtin" else load_problem_file(spec.problems)
+    )
+    return select(problems, spec.select) if spec.select else problems
+
+
+@dataclass
+class _SweepRun:
+    """Shared state of one running sweep."""
+
+    sweep: Sweep
+    record: SweepRecord
+    store: Store
+    progress: Progress
+    stop: StopSignal
+    failures: int = 0
+
+    async def event(
+        self,
+        kind: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        host: str | None = None,
+        attempt_id: int | None = None,
+    ) -> None:
+        await self.store.add_event(
+            self.record.id, kind, host=host, attempt_id=attempt_id, fields=dict(fields or {})
+        )
+
+
+async def run_sweep(
+    sweep: Sweep,
+    yaml_text: str,
+    store: Store,
+    *,
+    source_path: str | None = None,
+    replace: bool = False,
+    progress: Progress | None = None,
+    stop: StopSignal | None = None,
+    now: Callable[[], dt.datetime] = dt.datetime.now,
+) -> SweepOutcome:
+    """Run (or resume) ``sweep`` to its end; a sweep already finished is not run again."""
+    submitted = await store.submit_sweep(
+        sweep.name, yaml_text, priority=sweep.priority, source_path=source_path, replace=replace
+    )
+    record = submitted.sweep
+    if record.state in ("done", "failed", "cancelled"):
+        return SweepOutcome(
+            record.id, record.name, record.state, await store.sweep_results(record.id)
+        )
+    stop = stop or StopSignal()
+    run = _SweepRun(sweep, record, store, progress or _NoProgress(), stop)
+    log = get_logger(sweep=sweep.name, sweep_id=record.id)
+
+    if sweep.schedule and sweep.schedule.not_before and record.state == "queued":
+        start_at = local_deadline(sweep.schedule.not_before, now())
+        wait_s = (start_at - now()).total_seconds()
+        if wait_s > 0:
+            log.info("sweep.waiting", not_before=start_at.isoformat())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await stop.event.wait()
+    deadline_task: asyncio.Task[None] | None = None
+    if sweep.schedule and sweep.schedule.finish_by:
+        finish_at = local_deadline(sweep.schedule.finish_by, now())
+        deadline_task = asyncio.create_task(
+            _stop_at(stop, (finish_at - now()).total_seconds(), "finish_by deadline")
+        )
+
+    plan = plan_sweep(sweep)
+    await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
+    trials = await store.add_trials(
+        record.id,
+        [NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline) for t in plan.trials],
+    )
+    await store.set_sweep_state(record.id, "running")
+    await run.event("sweep.started", {"trials": len(trials), "resumed": not submitted.created})
+    log.info("sweep.started", trials=len(trials), resumed=not submitted.created)
+    by_host: dict[str, list[tuple[Trial, TrialRecord]]] = {}
+    planned = {(t.key, t.host): t for t in plan.trials}
+    for trial in sorted(trials, key=lambda t: t.ordinal):
+        by_host.setdefault(trial.host, []).append((planned[(trial.key, trial.host)], trial))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for host in sweep.hosts:
+                group.create_task(_run_host(run, host, by_host.get(host.name, [])))
+    finally:
+        if deadline_task is not None:
+            deadline_task.cancel()
+    if stop.reason == "cancel":
+        state = "cancelled"
+    elif stop.reason is not None:
+        state = "failed" if stop.reason.startswith("abort") else "done"
+    else:
+        state = "done"
+    results = await store.sweep_results(record.id)
+    summary = {"stopped": stop.reason, "failed_attempts": run.failures}
+    await store.set_sweep_state(record.id, state, summary=summary)  # type: ignore[arg-type]
+    await run.event("sweep.finished", {"state": state, "stopped": stop.reason})
+    log.info("sweep.finished", state=state, stopped=stop.reason)
+    results["state"] = state
+    return SweepOutcome(record.id, record.name, state, results)
+
+
+async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
+    await asyncio.sleep(max(seconds, 0.0))
+    stop.stop(reason)
+
+
+# --- one host ------------------------------------------------------------------------------
+
+
+async def _run_host(
+    run: _SweepRun, host: HostSpec, trials: Sequence[tuple[Trial, TrialRecord]]
+) -> None:
+    """Preflight, backup, the host's trials in order, then restore. Crash-safe at each step."""
+    sweep, store = run.sweep, run.store
+    log = get_logger(sweep=sweep.name, host=host.name)
+    transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
+
+    async def events(kind: str, /, **fields: Any) -> None:
+        await run.event(kind, fields, host=host.name)
+
+    session = HostSession(
+        name=host.name,
+        transport=transport,
+        unit=sweep.server.unit,
+        base_url=str(host.base_url).rstrip("/"),
+        api=sweep.benchmark.api,
+        model=sweep.server.model,
+        gpu_probe=gpu_probe(host, transport),
+        gpus=tuple(host.gpus) if host.gpus else None,
+        timeouts=_timeouts(sweep),
+        events=events,
+    )
+    knobs = host.effective_knobs(sweep.server.knobs)
+    try:
+        run.progress.update(host.name, step="preflight", trial=None)
+        check = await check_host(
+            host.name,
+            transport,
+            session.gpu_probe,
+            unit=sweep.server.unit,
+            flags=mapped_flags(knobs, sweep.server.extra_flags),
+            gpus=host.gpus,
+            command_timeout=sweep.timeouts.connect,
+        )
+        await events("preflight", **check.to_json())
+        if not check.ok:
+            await _set_aside(run, host, trials, check)
+            return
+        await _load_or_take_backup(run, session)
+        last: TrialConfig | None = None
+        for planned, trial in trials:
+            if run.stop.stopping:
+                break
+            last = await _run_trial(run, session, host, planned, trial, check) or last
+        await _restore_host(run, session, last)
+    except TransportError as exc:
+        log.error("host.unreachable", error=str(exc))
+        await events("host.unreachable", error=str(exc))
+        await store.set_host_aside(run.record.id, host.name, f"unreachable: {exc}")
+    finally:
+        run.progress.update(host.name, step="done", trial=None)
+        await transport.close()
+
+
+async def _set_aside(
+    run: _SweepRun, host: HostSpec, trials: Sequence[tuple[Trial, TrialRecord]], check: HostCheck
+) -> None:
+    reason = check.reason or "preflight failed"
+    await run.store.set_host_aside(run.record.id, host.name, reason)
+    for _planned, trial in trials:
+        await run.store.skip_trial(trial.id, "host-set-aside", {"reason": reason})
+    get_logger(host=host.name).warning("host.set_aside", reason=reason)
+
+
+def _snapshot_to_backup(
+    snapshot: systemd.UnitSnapshot,
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
+    files[snapshot.dropin_path] = snapshot.dropin_before
+    state = dict(snapshot.state.raw)
+    state["__dropin_path"] = snapshot.dropin_path
+    state["__dropin_dir_existed"] = "yes" if snapshot.dropin_dir_existed else "no"
+    state["__dropin_mode"] = oct(snapshot.dropin_mode)
+    return files, state
+
+
+def _backup_to_snapshot(
+    unit: str, files: Mapping[str, bytes | None], state: Mapping[str, str]
+) -> systemd.UnitSnapshot:
+    raw = {k: v for k, v in state.items() if not k.startswith("__")}
+    dropin = state["__dropin_path"]
+    decoded = dict(files)
+    return systemd.UnitSnapshot(
+        unit=unit,
+        state=systemd.unit_state(raw),
+        files=tuple(
+            systemd.FileBytes(p, d) for p, d in decoded.items() if d is not None and p != dropin
+        ),
+        dropin_path=dropin,
+        dropin_before=decoded.get(dropin),
+        dropin_dir_existed=state["__dropin_dir_existed"] == "yes",
+        dropin_mode=int(state["__dropin_mode"], 8),
+    )
+
+
+async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:
+    """The unit as found, from the store when this sweep already backed it up (a resumed run
+    must not take the host's current, changed state for the original)."""
+    backup = await run.store.get_unit_backup(run.record.id, session.name, session.unit)
+    if backup is not None:
+        session.found = _backup_to_snapshot(session.unit, backup.files, backup.state)
+        await session.events("backup.loaded")
+        return
+    snapshot = await session.read_found()
+    files, state = _snapshot_to_backup(snapshot)
+    await run.store.save_unit_backup(run.record.id, session.name, session.unit, files, state)
+    await session.events("backup.saved", files=sorted(files))
+
+
+async def _restore_host(run: _SweepRun, session: HostSession, last: TrialConfig | None) -> None:
+    if run.stop.reason == "shutdown":
+        return  # the daemon stops; the sweep resumes later, so the host keeps its trial
+    run.progress.update(session.name, step="restore", trial=None)
+    foreign = await restore(session, run.sweep.policy.restore, trial=last)
+    await run.store.mark_restored(run.record.id, session.name)
+    if foreign:
+        await session.events("restore.foreign_changes", paths=foreign)
+
+
+# --- one trial -----------------------------------------------------------------------------
+
+
+async def _run_trial(
+    run: _SweepRun,
+    session: HostSession,
+    host: HostSpec,
+    planned: Trial,
+    trial: TrialRecord,
+    check: HostCheck,
+) -> TrialConfig | None:
+    """Attempts of one trial until it succeeds, fails for good, or the sweep stops."""
+    store, sweep = run.store, run.sweep
+    attempts = [a for a in await store.attempts(run.record.id) if a.trial_id == trial.id]
+    latest = attempts[-1] if attempts else None
+    retries = sweep.policy.trial_retries
+    if latest is not None and latest.state in ("done", "skipped"):
+        return None
+    if latest is not None and latest.state == "failed" and not _may_retry(latest, retries):
+        return None
+    knobs = host.effective_knobs(sweep.server.knobs)
+    unknown = sorted(
+        knobs[name].flag or ""
+        for name, value in planned.config.items()
+        if value is not None and knobs[name].flag in check.unknown_flags
+    )
+    if unknown:
+        attempt = latest if latest is not None and latest.state == "running" else None
+        attempt = attempt or await store.start_attempt(trial.id)
+        await store.finish_attempt(
+            attempt.id,
+            "failed",
+            cause="bad-flag",
+            evidence={"found_by": "preflight", "unknown_flags": unknown},
+        )
+        run.failures += 1
+        await _after_failure(run)
+        return None
+
+    assert session.found is not None
+    config = trial_config(
+        session.found,
+        sweep=sweep.name,
+        key=trial.key,
+        knobs=knobs,
+        config=planned.config,
+        extra_flags=sweep.server.extra_flags,
+        environment=sweep.server.environment,
+    )
+    if latest is not None and latest.state == "running":
+        attempt = await store.resume_attempt(latest.id)
+    else:
+        attempt = await store.start_attempt(trial.id)
+    while True:
+        run.progress.update(
+            session.name, trial=trial.key, step="reconfigure", attempt=attempt.number
+        )
+        try:
+            server = await reconfigure(session, config)
+            await store.set_attempt_invocation(attempt.id, server.invocation_id)
+            await _measure(run, session, attempt, server)
+            await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
+            return config
+        except TrialFailed as failed:
+            run.failures += 1
+            await store.finish_attempt(
+                attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
+            )
+            await session.events(
+                "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
+            )
+            finished = await store.get_attempt(attempt.id)
+            if run.stop.stopping or not _may_retry(finished, retries):
+                await _after_failure(run)
+                return config
+            attempt = await store.start_attempt(trial.id)
+        except _Stopped:
+            return config
+
+
+def _may_retry(attempt: Attempt, retries: int) -> bool:
+    return attempt.number <= retries and attempt.cause not in DETERMINISTIC_CAUSES
+
+
+async def _after_failure(run: _SweepRun) -> None:
+    if run.sweep.policy.on_trial_failure == "abort":
+        run.stop.stop("abort: a trial failed and policy.on_trial_failure is abort")
+
+
+def _server_evidence(server: Server) -> dict[str, Any]:
+    return {
+        "invocation_id": server.invocation_id,
+        "main_pid": server.main_pid,
+        "timeline": dict(server.timeline),
+        "provenance": server.provenance.to_json(),
+        "overridden": [
+            {
+                "knob": d.knob,
+                "where": d.where,
+                "expected": d.expected,
+                "actual": d.actual,
+                "why": d.reason,
+            }
+            for d in server.overridden
+        ],
+    }
+
+
+class _Stopped(Exception):
+    """The sweep was asked to stop between two points; the attempt stays resumable."""
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, server: Server) -> None:
+    """The matrix, then the coding anchor; each point committed as measured, committed points
+    of a resumed attempt skipped."""
+    sweep, store = run.sweep, run.store
+    bench = sweep.benchmark
+    committed = await store.committed_point_keys(attempt.id)
+    total = len(bench.contexts) * len(bench.concurrency) + (
+        len(_problems(sweep)) if sweep.coding else 0
+    )
+    done = len(committed)
+    async with BenchClient(
+        server.base_url,
+        api=bench.api,
+        model=sweep.server.model,
+        concurrency=max(bench.concurrency),
+        request_timeout=sweep.timeouts.request,
+    ) as client:
+        prompts = PromptFactory(client)
+        for context in bench.contexts:
+            for concurrency in bench.concurrency:
+                key = point_key("throughput", context=context, concurrency=concurrency)
+                if key in committed:
+                    continue
+                if run.stop.stopping:
+                    raise _Stopped
+                run.progress.update(
+                    session.name, step=f"ctx {context} x c{concurrency}", done=done, total=total
+                )
+                cursor = await _cursor(session)
+                point = await run_point(
+                    client,
+                    prompts,
+                    context=context,
+                    concurrency=concurrency,
+                    rounds=bench.rounds,
+                    warmup_requests=bench.warmup_requests,
+                    max_tokens=bench.max_tokens,
+                    temperature=bench.temperature,
+                    ignore_eos=bench.ignore_eos,
+                    scrape_metrics=True,
+                )
+                entries = await _journal_window(session, cursor, server.invocation_id)
+                point.attach_journal(
+                    acceptlen.decode_samples_from_messages(
+                        [e.message for e in entries if e.message],
+                        decode_log_interval=_decode_interval(server),
+                    )
+                )
+                point.invocation_id = server.invocation_id
+                point.journal_cursor_start = cursor
+                point.journal_cursor_end = entries[-1].cursor if entries else cursor
+                await store.record_point(attempt.id, *_throughput_point(point))
+                done += 1
+                run.progress.update(
+                    session.name, done=done, total=total, last_point=point.metrics.as_fields()
+                )
+                await _still_serving(session, server, cursor)
+        if sweep.coding is None:
+            return
+        pending = [
+            p for p in _problems(sweep) if point_key("coding", problem=p.id) not in committed
+        ]
+        for problem in pending:
+            if run.stop.stopping:
+                raise _Stopped
+            run.progress.update(session.name, step=f"coding {problem.id}", done=done, total=total)
+            started = time.time()
+            cursor = await _cursor(session)
+            (result,) = await run_coding(
+                client,
+                [problem],
+                api=bench.api,
+                model=sweep.server.model,
+                max_tokens=sweep.coding.max_tokens,
+                temperature=sweep.coding.temperature,
+                timeout_s=sweep.timeouts.request,
+                sandbox=SandboxConfig(wall_timeout_s=sweep.coding.timeout_s),
+            )
+            await store.record_point(
+                attempt.id,
+                _coding_point(result, server.invocation_id, started),
+                [],
+            )
+            done += 1
+            await _still_serving(session, server, cursor)
+
+
+def _decode_interval(server: Server) -> int:
+    value = server.server_info.get("decode_log_interval", 40)
+    return int(value) if isinstance(value, int | float) and value > 0 else 40
+
+
+async def _cursor(session: HostSession) -> str | None:
+    entries = await journal.read_entries(
+        session.transport, session.unit, lines=1, timeout=session.timeouts.command
+    )
+    return entries[-1].cursor if entries else None
+
+
+async def _journal_window(
+    session: HostSession, cursor: str | None, invocation_id: str
+) -> list[journal.JournalEntry]:
+    """This invocation's entries after ``cursor``, read once the journal has settled: lines
+    lag a little behind the process that wrote them."""
+    previous = -1
+    waited = 0.0
+    while True:
+        await asyncio.sleep(JOURNAL_SETTLE_S)
+        waited += JOURNAL_SETTLE_S
+        entries = await journal.read_entries(
+            session.transport, session.unit, cursor, timeout=session.timeouts.command
+        )
+        if len(entries) == previous or waited >= JOURNAL_SETTLE_MAX_S:
+            return [e for e in entries if e.invocation_id in (None, invocation_id)]
+        previous = len(entries)
+
+
+async def _still_serving(session: HostSession, server: Server, cursor: str | None) -> None:
+    """A server that died during a point fails the attempt (its points stay recorded)."""
+    state = await systemd.show(session.transport, session.unit, timeout=session.timeouts.command)
+    if state.invocation_id == server.invocation_id and state.running:
+        return
+    entries = await journal.read_entries(
+        session.transport, session.unit, cursor, timeout=session.timeouts.command
+    )
+    raise TrialFailed(
+        "crashed",
+        f"the server died during the benchmark (ActiveState={state.active_state})",
+        excerpt=[e.message for e in entries if e.message][-60:],
+        exit_status=state.exec_main_status,
+        invocation_id=server.invocation_id,
+    )
+
+
+def _stored_request(record: RequestRecord) -> StoredRequest:
+    data = record.to_dict()
+    return StoredRequest(
+        sent_at=record.send_time,
+        ttft_s=record.ttft,
+        e2e_s=record.e2e,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        finish_reason=record.finish_reason,
+        error=None if record.error is None else record.error.value,
+        warmup=record.phase == "warmup",
+        extra={
+            k: data[k]
+            for k in (
+                "tpot_s",
+                "chunks",
+                "spec_verify_ct",
+                "spec_accept_length",
+                "http_status",
+                "error_detail",
+                "token_source",
+                "label",
+            )
+        },
+    )
+
+
+def _throughput_point(point: PointResult) -> tuple[NewPoint, list[StoredRequest]]:
+    full = point.to_dict(include_requests=False)
+    metrics = point.metrics.as_fields()
+    metrics["calibration"] = full.get("calibration")
+    new = NewPoint(
+        kind="throughput",
+        metrics=metrics,
+        context=point.spec.context,
+        concurrency=point.spec.concurrency,
+        accept_len=point.accept_len.to_dict(),
+        quality={flag: True for flag in point.flags},
+        invocation_id=point.invocation_id,
+        cursor_start=point.journal_cursor_start,
+        cursor_end=point.journal_cursor_end,
+        started_at=point.started_unix,
+        finished_at=point.started_unix + (point.ended_monotonic - point.started_monotonic),
+    )
+    return new, [_stored_request(r) for r in point.requests]
+
+
+def _coding_point(result: CodingResult, invocation_id: str, started: float) -> NewPoint:
+    return NewPoint(
+        kind="coding",
+        problem=result.problem_id,
+        metrics={
+            "outcome": result.outcome.value,
+            "detail": result.detail,
+            "finish_reason": result.finish_reason,
+            "completion_tokens": result.completion_tokens,
+            "elapsed_s": result.elapsed_s,
+            "tokens_per_s": result.tokens_per_s,
+            "code": result.code,
+            "output": result.output_text,
+            "containment": result.sandbox.containment if result.sandbox else None,
+        },
+        quality={"truncated": True} if result.outcome.value == "TRUNCATED" else {},
+        invocation_id=invocation_id,
+        started_at=started,
+        finished_at=time.time(),
+    )

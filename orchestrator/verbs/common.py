@@ -1,0 +1,47 @@
+"""What every verb shares: exit codes, JSON on stdout, problems on stderr, the store's path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.store import default_db_path
+from orchestrator.sweepfile import Sweep, SweepFileError, load_sweep_with_text
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """The user's input is wrong; the verb exits 2 after printing the message."""
+
+
+def emit_json(document: Any) -> None:
+    """Exactly one JSON document on stdout (scripts pipe it into a parser)."""
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def load_sweep_or_raise(path: str) -> tuple[Sweep, str]:
+    try:
+        return load_sweep_with_text(path)
+    except SweepFileError as error:
+        raise BadInput("\n".join(str(p) for p in error.problems)) from error
+    except OSError as error:
+        raise BadInput(f"{path}: {error.strerror or error}") from error
+
+
+def db_path(value: str | None) -> Path:
+    """``--db PATH``, else ``$XDG_STATE_HOME/orchestrator/orchestrator.db``."""
+    return Path(value).expanduser() if value else default_db_path()
+
+
+def add_db_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the store (default: $XDG_STATE_HOME/orchestrator/orchestrator.db)",
+    )
