@@ -61,6 +61,8 @@ FailureCause = Literal[
     "host-unreachable",
     "stop-timeout",
     "crashed",
+    "gpu-query-failed",
+    "orchestrator-error",
 ]
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 ProbeApi = Literal["chat", "generate"]
@@ -287,6 +289,8 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
         server = await _await_ready(session, trial, new, cursor, timeline)
     except TransportError as exc:
         raise TrialFailed("host-unreachable", str(exc)) from exc
+    except gpu.GpuQueryError as exc:
+        raise TrialFailed("gpu-query-failed", str(exc)) from exc
     log.info("server.ready", invocation=server.invocation_id, main_pid=server.main_pid)
     return server
 

@@ -16,7 +16,10 @@ from typing import Any
 
 import structlog
 
-_SECRET_KEYS = re.compile(r"(token|password|passphrase|secret|private_key|authorization)", re.I)
+# Whole words at the end of a key: ``api_token`` is a secret, ``completion_tokens`` is not.
+_SECRET_KEYS = re.compile(
+    r"(^|_)(token|password|passphrase|secret|private_key|authorization|api_key)$", re.I
+)
 _PEM_BLOCK = re.compile(
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
 )
@@ -69,5 +72,10 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
 
 
 def get_logger(**context: Any) -> Any:
-    """A structlog logger with ``context`` bound."""
-    return structlog.get_logger().bind(**context)
+    """A structlog logger with ``context`` bound.
+
+    Lazy: a module-level logger made at import time still follows the configuration that
+    :func:`configure_logging` sets later (binding eagerly would freeze structlog's default,
+    which prints to stdout and would corrupt ``--json`` output).
+    """
+    return structlog.get_logger(**context)

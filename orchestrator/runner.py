@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -288,6 +289,11 @@ async def _run_host(
         log.error("host.unreachable", error=str(exc))
         await events("host.unreachable", error=str(exc))
         await store.set_host_aside(run.record.id, host.name, f"unreachable: {exc}")
+    except Exception as exc:
+        # Other hosts go on; this host's state is in the events and its backup in the store.
+        log.exception("host.error")
+        await events("host.error", error=repr(exc), traceback=traceback.format_exc()[-4000:])
+        await store.set_host_aside(run.record.id, host.name, f"orchestrator error: {exc!r}")
     finally:
         run.progress.update(host.name, step="done", trial=None)
         await transport.close()
@@ -435,6 +441,22 @@ async def _run_trial(
                 return config
             attempt = await store.start_attempt(trial.id)
         except _Stopped:
+            return config
+        except (TransportError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # A bug of ours must not end the night: record it with its traceback as this
+            # attempt's failure and go on with the next trial.
+            run.failures += 1
+            log = get_logger(sweep=sweep.name, host=session.name, trial=trial.key)
+            log.exception("trial.orchestrator_error")
+            await store.finish_attempt(
+                attempt.id,
+                "failed",
+                cause="orchestrator-error",
+                evidence={"error": repr(exc), "traceback": traceback.format_exc()[-4000:]},
+            )
+            await _after_failure(run)
             return config
 
 

@@ -372,11 +372,17 @@ async def wait_released(
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = started + timeout
+    status = ReleaseStatus(False, (), {}, True)
     while True:
         alive = unit_pids_gone is not None and not await unit_pids_gone()
-        status = release_status(await probe.snapshot(), baseline, gpus, margin_mib)
-        if alive:
-            status = ReleaseStatus(False, status.leftovers, status.excess_mib, True)
+        try:
+            status = release_status(await probe.snapshot(), baseline, gpus, margin_mib)
+        except GpuQueryError as exc:
+            # One failed query is not a verdict: keep polling until the deadline.
+            get_logger().warning("gpu.query_failed", error=str(exc))
+        else:
+            if alive:
+                status = ReleaseStatus(False, status.leftovers, status.excess_mib, True)
         now = loop.time()
         if status.released:
             get_logger().info("memory.released", waited_s=round(now - started, 3))

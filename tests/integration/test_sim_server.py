@@ -19,10 +19,21 @@ import pytest
 from tests.integration.sim_server_proc import SimServer, run_to_exit, start_server
 
 DFLASH_FLAGS = [
-    "--model-path", "moonshotai/Kimi-K2.6", "--tp", "8",
-    "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "z-lab/dflash",
-    "--speculative-draft-window-size", "2048", "--reasoning-parser", "kimi_k2",
-    "--enable-metrics", "--decode-log-interval", "4",
+    "--model-path",
+    "moonshotai/Kimi-K2.6",
+    "--tp",
+    "8",
+    "--speculative-algorithm",
+    "DFLASH",
+    "--speculative-draft-model-path",
+    "z-lab/dflash",
+    "--speculative-draft-window-size",
+    "2048",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--enable-metrics",
+    "--decode-log-interval",
+    "4",
 ]
 CODING_PROMPT = "Write a Python function `gcd(a, b)` that returns the greatest common divisor."
 
@@ -53,7 +64,9 @@ def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dflash_server(module_tmp: Path) -> Iterator[SimServer]:
     """One DFLASH + kimi_k2 parser server (TP 8, ms logs, metrics) shared by read-only tests."""
     server = start_server(
-        module_tmp, DFLASH_FLAGS, {"gpu_state_dir": str(module_tmp / "gpu")},
+        module_tmp,
+        DFLASH_FLAGS,
+        {"gpu_state_dir": str(module_tmp / "gpu")},
         env={"SGLANG_LOG_MS": "1", "CUDA_VISIBLE_DEVICES": "4,5,6,7,0,1,2,3"},
         name="dflash",
     )
@@ -115,8 +128,16 @@ def test_window_flag_spelling_by_version(
 ) -> None:
     # A window smaller than the block makes a parsed config fail with exit 1, so exit code 2
     # vs 1 tells "flag unknown to this build" from "flag accepted".
-    flags = ["--model-path", "m", "--speculative-algorithm", "dflash",
-             "--speculative-draft-model-path", "d", flag, "8"]
+    flags = [
+        "--model-path",
+        "m",
+        "--speculative-algorithm",
+        "dflash",
+        "--speculative-draft-model-path",
+        "d",
+        flag,
+        "8",
+    ]
     code, out = run_to_exit(tmp_path, flags, {"sglang_version": version})
     if parses:
         assert code == 1, out
@@ -127,9 +148,18 @@ def test_window_flag_spelling_by_version(
 
 
 def test_dflash_window_below_block_is_value_error(tmp_path: Path) -> None:
-    flags = ["--model-path", "m", "--speculative-algorithm", "DFLASH",
-             "--speculative-draft-model-path", "d", "--speculative-num-draft-tokens", "16",
-             "--speculative-draft-window-size", "8"]
+    flags = [
+        "--model-path",
+        "m",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+        "--speculative-num-draft-tokens",
+        "16",
+        "--speculative-draft-window-size",
+        "8",
+    ]
     code, out = run_to_exit(tmp_path, flags)
     assert code == 1
     assert "Traceback (most recent call last):" in out
@@ -140,12 +170,19 @@ def test_unknown_algorithm_and_ddtree_without_the_fork(tmp_path: Path) -> None:
     code, out = run_to_exit(tmp_path, ["--model-path", "m", "--speculative-algorithm", "foo"])
     assert code == 1
     assert "ValueError: Unknown speculative algorithm name: foo" in out
-    flags = ["--model-path", "m", "--speculative-algorithm", "DDTREE",
-             "--speculative-draft-model-path", "d"]
+    flags = [
+        "--model-path",
+        "m",
+        "--speculative-algorithm",
+        "DDTREE",
+        "--speculative-draft-model-path",
+        "d",
+    ]
     code, out = run_to_exit(tmp_path, flags, {"ddtree": False})
     assert code == 1 and "Unknown speculative algorithm name: DDTREE" in out
-    code, out = run_to_exit(tmp_path, [*flags, "--speculative-ddtree-budget", "8"],
-                            {"ddtree": False})
+    code, out = run_to_exit(
+        tmp_path, [*flags, "--speculative-ddtree-budget", "8"], {"ddtree": False}
+    )
     assert code == 2 and "unrecognized arguments: --speculative-ddtree-budget 8" in out
 
 
@@ -160,9 +197,11 @@ async def test_models_answer_during_load_while_health_is_503(tmp_path: Path) -> 
         async with aiohttp.ClientSession() as s:
             while time.monotonic() < deadline:
                 try:
-                    async with s.get(f"{server.url}/v1/models") as models, s.get(
-                        f"{server.url}/health"
-                    ) as health, s.get(f"{server.url}/health_generate") as health_gen:
+                    async with (
+                        s.get(f"{server.url}/v1/models") as models,
+                        s.get(f"{server.url}/health") as health,
+                        s.get(f"{server.url}/health_generate") as health_gen,
+                    ):
                         if health.status == 200:
                             break
                         assert models.status == 200
@@ -181,8 +220,10 @@ async def test_models_answer_during_load_while_health_is_503(tmp_path: Path) -> 
 
 
 async def test_log_lines_match_sglang_formats(dflash_server: SimServer) -> None:
-    await _post(f"{dflash_server.url}/generate", {
-        "text": "hello", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}})
+    await _post(
+        f"{dflash_server.url}/generate",
+        {"text": "hello", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}},
+    )
     log = dflash_server.log().splitlines()
     ready = [ln for ln in log if ln.endswith("The server is fired up and ready to roll!")]
     assert len(ready) == 1
@@ -202,7 +243,8 @@ async def test_log_lines_match_sglang_formats(dflash_server: SimServer) -> None:
     assert len(init) == 1
     assert init[0].endswith(
         "Initialized DFLASH draft runner. attention_backend=fa3, model=z-lab/dflash, "
-        "block_size=16, draft_window_size=2048, compact_cache=True")
+        "block_size=16, draft_window_size=2048, compact_cache=True"
+    )
     assert log.index(init[0]) < log.index(ready[0])
 
 
@@ -210,8 +252,10 @@ async def test_baseline_log_has_no_tp_tag_and_no_accept_len(tmp_path: Path) -> N
     server = start_server(tmp_path, ["--model-path", "m", "--decode-log-interval", "2"])
     try:
         await server.wait_ready()
-        data = await _post(f"{server.url}/generate", {
-            "text": "hi", "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}})
+        data = await _post(
+            f"{server.url}/generate",
+            {"text": "hi", "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}},
+        )
         assert "spec_verify_ct" not in data["meta_info"]
         decode = [ln for ln in server.log().splitlines() if "Decode batch" in ln]
         assert decode
@@ -228,9 +272,14 @@ async def test_baseline_log_has_no_tp_tag_and_no_accept_len(tmp_path: Path) -> N
 
 
 async def test_chat_stream_shape_line_by_line(dflash_server: SimServer) -> None:
-    body = {"model": "x", "messages": [{"role": "user", "content": CODING_PROMPT}],
-            "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 4000,
-            "temperature": 0}
+    body = {
+        "model": "x",
+        "messages": [{"role": "user", "content": CODING_PROMPT}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 4000,
+        "temperature": 0,
+    }
     lines = await _sse_lines(f"{dflash_server.url}/v1/chat/completions", body)
     assert lines[-1] == "data: [DONE]"
     events = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
@@ -272,8 +321,11 @@ async def test_chat_stream_shape_line_by_line(dflash_server: SimServer) -> None:
 
 
 async def test_generate_meta_info_and_cumulative_stream(dflash_server: SimServer) -> None:
-    body = {"text": "Tell me about GPUs.", "stream": True,
-            "sampling_params": {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0}}
+    body = {
+        "text": "Tell me about GPUs.",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0},
+    }
     lines = await _sse_lines(f"{dflash_server.url}/generate", body)
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
@@ -294,8 +346,11 @@ async def test_generate_meta_info_and_cumulative_stream(dflash_server: SimServer
 
 
 async def test_truncated_reasoning_is_all_reasoning_content(dflash_server: SimServer) -> None:
-    body = {"messages": [{"role": "user", "content": CODING_PROMPT}], "max_tokens": 40,
-            "temperature": 0}
+    body = {
+        "messages": [{"role": "user", "content": CODING_PROMPT}],
+        "max_tokens": 40,
+        "temperature": 0,
+    }
     data = await _post(f"{dflash_server.url}/v1/chat/completions", body)
     (choice,) = data["choices"]
     assert choice["finish_reason"] == "length"
@@ -311,7 +366,9 @@ async def test_openai_client_streams_reasoning_and_usage(dflash_server: SimServe
         stream = await client.chat.completions.create(
             model="moonshotai/Kimi-K2.6",
             messages=[{"role": "user", "content": CODING_PROMPT}],
-            stream=True, stream_options={"include_usage": True}, max_tokens=3000,
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=3000,
             temperature=0,
         )
         reasoning, content, usage, finish = "", "", None, None
@@ -380,8 +437,11 @@ async def test_outputs_identical_across_speculative_configs(
     base = start_server(tmp_path, ["--model-path", "m", "--reasoning-parser", "kimi_k2"])
     try:
         await base.wait_ready()
-        body = {"messages": [{"role": "user", "content": CODING_PROMPT}], "max_tokens": 3000,
-                "temperature": 0}
+        body = {
+            "messages": [{"role": "user", "content": CODING_PROMPT}],
+            "max_tokens": 3000,
+            "temperature": 0,
+        }
         a = await _post(f"{base.url}/v1/chat/completions", body)
         b = await _post(f"{dflash_server.url}/v1/chat/completions", body)
         assert a["choices"][0]["message"] == b["choices"][0]["message"]
@@ -394,8 +454,10 @@ async def test_outputs_identical_across_speculative_configs(
 
 
 def test_crash_at_start_oom_registers_memory_then_dies(tmp_path: Path) -> None:
-    settings = {"gpu_state_dir": str(tmp_path / "gpu"),
-                "faults": {"crash_at_start": {"value": "oom", "when_args": ["--tp", "2"]}}}
+    settings = {
+        "gpu_state_dir": str(tmp_path / "gpu"),
+        "faults": {"crash_at_start": {"value": "oom", "when_args": ["--tp", "2"]}},
+    }
     code, out = run_to_exit(tmp_path, ["--model-path", "m", "--tp", "2"], settings)
     assert code == 1
     assert "torch.OutOfMemoryError: CUDA out of memory." in out
@@ -414,8 +476,7 @@ async def test_crash_at_start_when_args_not_matching_does_not_fire(tmp_path: Pat
 
 
 async def test_crash_after_requests(tmp_path: Path) -> None:
-    server = start_server(tmp_path, ["--model-path", "m"],
-                          {"faults": {"crash_after_requests": 2}})
+    server = start_server(tmp_path, ["--model-path", "m"], {"faults": {"crash_after_requests": 2}})
     try:
         await server.wait_ready()
         body = {"text": "a", "sampling_params": {"max_new_tokens": 5}}
@@ -465,8 +526,9 @@ async def test_stop_delay_keeps_serving_after_sigterm(tmp_path: Path) -> None:
         sent = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.2)
-        data = await _post(f"{server.url}/generate",
-                           {"text": "a", "sampling_params": {"max_new_tokens": 3}})
+        data = await _post(
+            f"{server.url}/generate", {"text": "a", "sampling_params": {"max_new_tokens": 3}}
+        )
         assert data["meta_info"]["completion_tokens"] == 3
         assert await asyncio.to_thread(server.wait_exit, 10) == 0
         assert time.monotonic() - sent >= 0.9
@@ -502,23 +564,33 @@ async def test_leftover_child_holds_memory_after_main_exits(tmp_path: Path) -> N
 
 async def test_concurrency_slows_each_step(tmp_path: Path) -> None:
     """One continuous-batching loop: 32 running requests make every step longer than 1 does."""
-    flags = ["--model-path", "m", "--speculative-algorithm", "DFLASH",
-             "--speculative-draft-model-path", "d", "--decode-log-interval", "5"]
+    flags = [
+        "--model-path",
+        "m",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+        "--decode-log-interval",
+        "5",
+    ]
     server = start_server(tmp_path, flags, {"time_scale": 0.2, "warmup_s": 0.0})
     try:
         await server.wait_ready()
         body = {"text": "x", "sampling_params": {"max_new_tokens": 120, "ignore_eos": True}}
 
         async def step_ms(concurrency: int) -> float:
-            results = await asyncio.gather(*[
-                _post(f"{server.url}/generate", {**body, "text": f"{concurrency} {i}"})
-                for i in range(concurrency)])
+            results = await asyncio.gather(
+                *[
+                    _post(f"{server.url}/generate", {**body, "text": f"{concurrency} {i}"})
+                    for i in range(concurrency)
+                ]
+            )
             ids = ",".join(r["meta_info"]["id"] for r in results)
             records = await _get(f"{server.url}/sim/requests?ids={ids}")
             assert len(records) == concurrency
             per_step: list[float] = [
-                (r["chunks"][-1][0] - r["arrival_monotonic"]) / r["verify_steps"]
-                for r in records
+                (r["chunks"][-1][0] - r["arrival_monotonic"]) / r["verify_steps"] for r in records
             ]
             return 1000.0 * sum(per_step) / len(per_step)
 

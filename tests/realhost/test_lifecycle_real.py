@@ -35,7 +35,7 @@ def _base_argv(host: RealHost) -> list[str]:
         sys.executable, "-m", "orchestrator.sim.sglang_server",
         "--model-path", "/models/Kimi-K2.6", "--served-model-name", "kimi-k2.6",
         "--tp-size", "8", "--host", host.address, "--port", str(PORT),
-        "--reasoning-parser", "kimi_k2",
+        "--reasoning-parser", "kimi_k2", "--enable-metrics", "--decode-log-interval", "4",
         "--speculative-algorithm", "DFLASH",
         "--speculative-draft-model-path", "/models/Kimi-K2.6-DFlash",
     ]  # fmt: skip

@@ -1,0 +1,279 @@
+"""``orchestrator sim up``: simulated GPU hosts on loopback, for manual play and demos.
+
+Starts N hosts on consecutive 127.0.0.x addresses, writes a client key, a known_hosts file and a
+ready-to-run sweep file into the state directory, prints the hosts as soon as they answer (with
+``--json``: one JSON line, flushed at once, every path absolute), then runs until SIGINT/SIGTERM
+and stops every process it started. Also runnable as ``python -m orchestrator.sim.cli up ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import yaml
+
+from orchestrator.log import configure_logging, get_logger
+from orchestrator.sim.faults import FaultsFileError, load_faults_file, settings_for
+from orchestrator.sim.host import UNIT_NAME, SimHost, SimHostConfig, sglang_argv
+
+CLIENT_KEY_NAME = "id_ed25519"
+READY_TIMEOUT_S = 30.0
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add ``up`` and its options to ``parser`` (the ``sim`` verb's parser)."""
+    verbs = parser.add_subparsers(dest="sim_verb", required=True)
+    up = verbs.add_parser("up", help="start simulated GPU hosts on loopback until interrupted")
+    up.add_argument("--hosts", type=int, default=2, help="how many hosts (default 2)")
+    up.add_argument("--json", action="store_true", help="print one JSON line describing them")
+    up.add_argument("--faults", type=Path, help="YAML: host name or '*' -> settings and faults")
+    up.add_argument("--time-scale", type=float, default=None, help="multiply simulated durations")
+    up.add_argument("--state-dir", type=Path, help="where keys, hosts and the sweep go")
+    up.add_argument("--base-address", default="127.0.0.11", help="first host's loopback address")
+    up.add_argument("--port", type=int, default=2222, help="SSH port of every host")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``sim up``; exit status 0 after a clean shutdown, 2 on bad input."""
+    configure_logging()
+    try:
+        return asyncio.run(_up(args))
+    except FaultsFileError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"sim up: {exc}\n")
+        return 1
+
+
+def host_names(count: int) -> list[str]:
+    return [f"sim-{index:02d}" for index in range(1, count + 1)]
+
+
+def host_addresses(base: str, count: int) -> list[str]:
+    first = ipaddress.IPv4Address(base)
+    addresses = [str(first + offset) for offset in range(count)]
+    if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
+        raise ValueError("simulated hosts live on loopback addresses (127.0.0.0/8) only")
+    return addresses
+
+
+def write_client_key(state_dir: Path) -> tuple[Path, str]:
+    """An ed25519 client key (mode 600); returns its path and public key line."""
+    path = state_dir / CLIENT_KEY_NAME
+    if path.exists():
+        key = asyncssh.read_private_key(str(path))
+    else:
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="orchestrator-sim")
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(key.export_private_key())
+        key.write_public_key(str(path) + ".pub")
+    os.chmod(path, 0o600)
+    return path, key.export_public_key().decode().strip()
+
+
+def render_sweep(hosts: list[dict[str, Any]], *, window_flag: str) -> dict[str, Any]:
+    """A small sweep for the simulated hosts: baseline + 3 DDTree configs, about a minute."""
+    argv = sglang_argv(hosts[0]["address"]) if hosts else []
+    return {
+        "name": "sim-quick",
+        "description": "DDTree budget/top-k/window on simulated hosts (written by `sim up`).",
+        "hosts": [
+            {
+                "name": host["name"],
+                "address": host["address"],
+                "port": host["port"],
+                "user": host["user"],
+                "identity_file": host["identity_file"],
+                "known_hosts": host["known_hosts"],
+                "base_url": host["base_url"],
+                "type": "sim-gpu",
+            }
+            for host in hosts
+        ],
+        "server": {
+            "unit": UNIT_NAME,
+            "model": "kimi-k2.6",
+            "knobs": {
+                "algorithm": {"flag": "--speculative-algorithm"},
+                "draft_model": {"flag": "--speculative-draft-model-path"},
+                "budget": {"flag": "--speculative-ddtree-budget"},
+                "topk": {"env": "SGLANG_DDTREE_MAX_TOPK"},
+                "window": {"flag": window_flag},
+            },
+            "exec_start": argv,
+        },
+        "baseline": True,
+        "configs": [
+            {"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash", "budget": 8,
+             "topk": 4},
+            {"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash", "budget": 16,
+             "topk": 4, "window": 2048},
+            {"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash", "budget": 12,
+             "topk": 6, "window": 2048},
+        ],
+        "benchmark": {
+            "api": "chat",
+            "contexts": [60, 512],
+            "concurrency": [1, 4],
+            "max_tokens": 64,
+            "rounds": 1,
+            "warmup_requests": 1,
+            "temperature": 0.0,
+        },
+        "coding": {
+            "problems": "builtin",
+            "select": ["is_palindrome", "fib", "gcd"],
+            "max_tokens": 2048,
+            "temperature": 0.0,
+            "timeout_s": 10,
+        },
+        "timeouts": {"stop": 60, "memory_release": 60, "ready": 120, "request": 120},
+        "policy": {"on_trial_failure": "continue", "trial_retries": 0, "restore": "as-found"},
+    }
+
+
+def _window_flag(version: str) -> str:
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    return (
+        "--speculative-dflash-draft-window-size"
+        if parts and parts < (0, 5, 12)
+        else "--speculative-draft-window-size"
+    )
+
+
+async def _up(args: argparse.Namespace) -> int:
+    log = get_logger(component="sim.up")
+    if args.hosts < 1:
+        sys.stderr.write("sim up: --hosts must be at least 1\n")
+        return 2
+    state_dir = (
+        args.state_dir or Path(tempfile.mkdtemp(prefix="orchestrator-sim-"))
+    ).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    names = host_names(args.hosts)
+    try:
+        addresses = host_addresses(args.base_address, args.hosts)
+    except ValueError as exc:
+        sys.stderr.write(f"sim up: {exc}\n")
+        return 2
+    faults = load_faults_file(args.faults, names) if args.faults else {}
+    defaults: dict[str, Any] = {"ddtree": True}
+    if args.time_scale is not None:
+        defaults["time_scale"] = args.time_scale
+    key_path, public_key = write_client_key(state_dir)
+    authorized = state_dir / "authorized_keys"
+    authorized.write_text(public_key + "\n", encoding="utf-8")
+    hosts = [
+        SimHost(
+            SimHostConfig(
+                name=name,
+                address=address,
+                port=args.port,
+                directory=state_dir / "hosts" / name,
+                authorized_keys=authorized,
+                settings=settings_for(name, faults, defaults),
+            )
+        )
+        for name, address in zip(names, addresses, strict=True)
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[SimHost] = []
+    try:
+        for host in hosts:
+            (state_dir / "hosts" / host.name).mkdir(parents=True, exist_ok=True)
+            await host.start()
+            started.append(host)
+        known_hosts = state_dir / "known_hosts"
+        known_hosts.write_text("".join(h.known_hosts_line() + "\n" for h in hosts), "utf-8")
+        await _wait_answering(hosts, key_path, known_hosts)
+        described = [
+            {
+                "name": host.name,
+                "address": host.address,
+                "port": host.port,
+                "user": "root",
+                "identity_file": str(key_path),
+                "known_hosts": str(known_hosts),
+                "base_url": host.base_url,
+            }
+            for host in hosts
+        ]
+        sweep_path = state_dir / "sweep.yaml"
+        sweep = render_sweep(described, window_flag=_window_flag(hosts[0].settings.sglang_version))
+        sweep_path.write_text(
+            "# Written by `orchestrator sim up`: a quick sweep over the simulated hosts.\n"
+            + yaml.safe_dump(sweep, sort_keys=False),
+            encoding="utf-8",
+        )
+        _announce(args.json, described, sweep_path, state_dir)
+        log.info("sim.up", hosts=len(hosts), state_dir=str(state_dir))
+        await stop.wait()
+    finally:
+        for host in reversed(started):
+            with contextlib.suppress(Exception):
+                await host.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    log.info("sim.down", hosts=len(started))
+    return 0
+
+
+async def _wait_answering(hosts: list[SimHost], key: Path, known_hosts: Path) -> None:
+    """Each host answers a command over SSH (so printing the hosts means they are usable)."""
+    for host in hosts:
+        async with asyncio.timeout(READY_TIMEOUT_S), asyncssh.connect(
+            host.address,
+            host.port,
+            username="root",
+            client_keys=[str(key)],
+            known_hosts=str(known_hosts),
+            config=None,
+        ) as conn:
+            await conn.run("true", check=True)
+
+
+def _announce(as_json: bool, hosts: list[dict[str, Any]], sweep: Path, state_dir: Path) -> None:
+    if as_json:
+        document = {"hosts": hosts, "sweep_file": str(sweep), "state_dir": str(state_dir)}
+        sys.stdout.write(json.dumps(document) + "\n")
+        sys.stdout.flush()
+        return
+    lines = [f"Simulated hosts ({len(hosts)}), state in {state_dir}:"]
+    for host in hosts:
+        lines.append(
+            f"  {host['name']}: ssh -i {host['identity_file']} -o UserKnownHostsFile="
+            f"{host['known_hosts']} -p {host['port']} root@{host['address']}   "
+            f"server {host['base_url']}"
+        )
+    lines.append(f"Sweep file: {sweep}")
+    lines.append("Press Ctrl-C to stop.")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="orchestrator sim")
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+

@@ -1,0 +1,96 @@
+"""A whole sweep through `orchestrator run` against a REAL systemd + journald + sshd host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.realhost.realhost import RealHost
+from tests.realhost.test_lifecycle_real import UNIT, _install_host
+
+
+def _sweep_file(host: RealHost, path: Path) -> Path:
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            name: realhost-e2e
+            hosts:
+              - name: {host.name}
+                address: {host.address}
+                port: {host.port}
+                user: root
+                identity_file: {host.identity_file}
+                known_hosts: {host.known_hosts}
+                base_url: http://{host.address}:30000
+            server:
+              unit: {UNIT}
+              model: kimi-k2.6
+              knobs:
+                algorithm: {{flag: --speculative-algorithm}}
+                block: {{flag: --speculative-num-draft-tokens}}
+                window: {{flag: --speculative-draft-window-size}}
+                legacy_window: {{flag: --speculative-dflash-draft-window-size}}
+            baseline: true
+            configs:
+              - {{algorithm: DFLASH, block: 16, window: 2048}}
+              - {{algorithm: DFLASH, block: 16, window: 8}}
+              - {{algorithm: DFLASH, legacy_window: 2048}}
+            benchmark:
+              contexts: [60]
+              concurrency: [1, 2]
+              max_tokens: 32
+              rounds: 1
+              warmup_requests: 1
+            coding:
+              select: [fib]
+              max_tokens: 2048
+            timeouts: {{connect: 15, stop: 30, memory_release: 20, ready: 40, request: 60}}
+            policy: {{trial_retries: 0, restore: as-found}}
+            """
+        )
+    )
+    return path
+
+
+def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
+    _install_host(
+        real_host,
+        {"time_scale": 0.05, "load_s": 10.0, "warmup_s": 2.0, "stop_delay_s": 2.0,
+         "coding_wrong_rate": 0.0},
+    )
+    real_host.ssh(["systemctl", "start", UNIT])
+    before = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
+    sweep = _sweep_file(real_host, tmp_path / "sweep.yaml")
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "--db",
+         str(tmp_path / "o.db"), "--json"],
+        capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]  # two configs fail by design
+    results = json.loads(result.stdout)
+    by_config = {json.dumps(t["config"], sort_keys=True): t for t in results["trials"]}
+    baseline = by_config["{}"]
+    assert baseline["state"] == "done", baseline
+    good = by_config[json.dumps({"algorithm": "DFLASH", "block": 16, "window": 2048}, sort_keys=True)]
+    assert good["state"] == "done", good
+    kinds = sorted((p["kind"], p["concurrency"]) for p in good["points"] if p["kind"] == "throughput")
+    assert kinds == [("throughput", 1), ("throughput", 2)]
+    accept = [p["accept_len"] for p in good["points"] if p["kind"] == "throughput"]
+    # Both sources of THIS run: the journal window between the point's cursors and /metrics.
+    assert all(a["accept_len_journal"] and a["accept_len_metrics"] for a in accept), accept
+    assert all(abs(a["accept_len_journal"] / a["accept_len_metrics"] - 1) < 0.25 for a in accept)
+    coding = [p for p in good["points"] if p["kind"] == "coding"]
+    assert [p["metrics"]["outcome"] for p in coding] == ["PASS"]
+    invalid = by_config[json.dumps({"algorithm": "DFLASH", "block": 16, "window": 8}, sort_keys=True)]
+    assert (invalid["state"], invalid["cause"]) == ("failed", "invalid-config")
+    flag = by_config[json.dumps({"algorithm": "DFLASH", "legacy_window": 2048}, sort_keys=True)]
+    assert (flag["state"], flag["cause"]) == ("failed", "bad-flag")
+    assert flag["evidence"]["found_by"] == "preflight"
+
+    after = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
+    assert after == before
+    show = real_host.ssh(["systemctl", "show", "-p", "ActiveState", UNIT]).stdout.decode()
+    assert "ActiveState=active" in show
