@@ -196,6 +196,13 @@ VERBS: dict[str, Verb | str] = {
     "demo": DemoVerb(),
     "check": "orchestrator.verbs.check",
     "run": "orchestrator.verbs.run",
+    "daemon": "orchestrator.verbs.daemon",
+    "submit": "orchestrator.verbs.submit",
+    "status": "orchestrator.verbs.status",
+    "cancel": "orchestrator.verbs.cancel",
+    "results": "orchestrator.verbs.results",
+    "restore": "orchestrator.verbs.restore",
+    "report": "orchestrator.verbs.report",
 }
 """verb -> implementation, or the dotted name of a module with configure_parser and run."""
 

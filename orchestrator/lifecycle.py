@@ -25,12 +25,11 @@ import aiohttp
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
 from orchestrator.host.transport import (
-    CommandFailed,
-    CommandTimeout,
     HostUnreachable,
     Transport,
     TransportError,
 )
+from orchestrator.host.unitcontrol import JobFailed, JobTimeout, SystemctlControl, UnitControl
 from orchestrator.log import get_logger
 from orchestrator.sglang import (
     ConfigCheck,
@@ -214,6 +213,12 @@ class HostSession:
     events: EventSink = no_events
     found: systemd.UnitSnapshot | None = None
     baseline: gpu.Baseline | None = None
+    control: UnitControl = field(default=None)  # type: ignore[assignment]
+    """How the unit is driven: ``systemctl`` over the transport unless given (D-Bus locally)."""
+
+    def __post_init__(self) -> None:
+        if self.control is None:
+            self.control = SystemctlControl(self.transport)
 
     async def read_found(self) -> systemd.UnitSnapshot:
         """The unit as found before this sweep changed anything (read once, then kept).
@@ -275,16 +280,16 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
         timeline["dropin_installed"] = time.time()
         await session.events("dropin.installed", trial=trial.key)
 
-        old = await systemd.show(transport, unit, timeout=t.command)
+        old = await session.control.show(session.unit, timeout=t.command)
         cursor = await _last_cursor(transport, unit, t.command)
         await _stop(session, old, timeline)
         if session.baseline is None:
             session.baseline = await gpu.record_baseline(session.gpu_probe, session.gpus)
             await session.events("gpu.baseline", used_mib=dict(session.baseline.used_mib))
         await _wait_memory_released(session, timeline)
-        state = await systemd.show(transport, unit, timeout=t.command)
+        state = await session.control.show(session.unit, timeout=t.command)
         if state.active_state == "failed" or state.result not in ("success", ""):
-            await systemd.reset_failed(transport, unit, timeout=t.command)
+            await session.control.reset_failed(session.unit, timeout=t.command)
         new = await _start(session, old.invocation_id, cursor, timeline)
         server = await _await_ready(session, trial, new, cursor, timeline)
     except TransportError as exc:
@@ -311,15 +316,13 @@ async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str
         "unit.stopping", invocation=old.invocation_id, main_pid=old.main_pid, state=old.active_state
     )
     try:
-        await systemd.stop(session.transport, session.unit, timeout=t.stop)
-    except CommandTimeout as exc:
+        await session.control.stop(session.unit, timeout=t.stop)
+    except JobTimeout as exc:
         raise TrialFailed(
-            "stop-timeout", f"systemctl stop did not return within {t.stop:g}s"
+            "stop-timeout", f"the stop job did not finish within {t.stop:g}s"
         ) from exc
-    except CommandFailed as exc:
-        raise TrialFailed(
-            "stop-timeout", f"systemctl stop failed: {exc.result.stderr_text().strip()[:300]}"
-        ) from exc
+    except JobFailed as exc:
+        raise TrialFailed("stop-timeout", f"the stop job failed: {exc}") from exc
     timeline["stopped"] = time.time()
     await session.events(
         "unit.stopped", waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3)
@@ -327,11 +330,13 @@ async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str
 
 
 async def _wait_memory_released(session: HostSession, timeline: dict[str, float]) -> None:
-    transport, unit, t = session.transport, session.unit, session.timeouts
+    t = session.timeouts
     assert session.baseline is not None
 
     async def unit_processes_gone() -> bool:
-        state = await systemd.show(transport, unit, ("ActiveState", "MainPID"), timeout=t.command)
+        state = await session.control.show(
+            session.unit, ("ActiveState", "MainPID"), timeout=t.command
+        )
         return state.main_pid is None and state.active_state in ("inactive", "failed")
 
     try:
@@ -367,17 +372,19 @@ async def _start(
 ) -> systemd.UnitState:
     """``systemctl start``, never run twice: after a dropped connection the unit's InvocationID
     says whether the start happened."""
-    transport, unit, t = session.transport, session.unit, session.timeouts
+    t = session.timeouts
     timeline["start_requested"] = time.time()
     await session.events("unit.starting")
     try:
-        await systemd.start(transport, unit, timeout=t.command)
+        await session.control.start(session.unit, timeout=t.command)
     except HostUnreachable:
-        state = await systemd.show(transport, unit, timeout=t.command)
+        state = await session.control.show(session.unit, timeout=t.command)
         if state.invocation_id in (None, old_invocation):
-            await systemd.start(transport, unit, timeout=t.command)
-    except CommandFailed as exc:
-        state = await systemd.show(transport, unit, timeout=t.command)
+            await session.control.start(session.unit, timeout=t.command)
+    except JobTimeout as exc:
+        raise TrialFailed("ready-timeout", f"the start job did not finish: {exc}") from exc
+    except JobFailed as exc:
+        state = await session.control.show(session.unit, timeout=t.command)
         excerpt = await _excerpt(session, cursor, state.invocation_id)
         if state.result == "start-limit-hit":
             raise TrialFailed(
@@ -388,14 +395,14 @@ async def _start(
         cause, message = _classify(excerpt, state)
         raise TrialFailed(
             cause,
-            message or exc.result.stderr_text().strip()[:300],
+            message or str(exc),
             excerpt=excerpt,
             exit_status=state.exec_main_status,
             invocation_id=state.invocation_id,
         ) from exc
     deadline = time.monotonic() + t.command
     while True:
-        state = await systemd.show(transport, unit, timeout=t.command)
+        state = await session.control.show(session.unit, timeout=t.command)
         if state.invocation_id not in (None, old_invocation):
             break
         if time.monotonic() > deadline:
@@ -500,7 +507,7 @@ async def _watch_state(session: HostSession, started: systemd.UnitState) -> syst
     t = session.timeouts
     while True:
         await asyncio.sleep(t.state_poll)
-        state = await systemd.show(session.transport, session.unit, timeout=t.command)
+        state = await session.control.show(session.unit, timeout=t.command)
         restarted = state.invocation_id not in (None, started.invocation_id)
         if restarted or state.active_state in ("failed", "inactive", "deactivating"):
             return state
@@ -553,8 +560,8 @@ async def _check_config(
     """Flag knobs against /server_info, env knobs against the main process's environment."""
     environ: dict[str, str] = {}
     if trial.env_knobs:
-        state = await systemd.show(
-            session.transport, session.unit, ("MainPID",), timeout=session.timeouts.command
+        state = await session.control.show(
+            session.unit, ("MainPID",), timeout=session.timeouts.command
         )
         if state.main_pid is not None:
             result = await session.transport.run(
@@ -584,7 +591,7 @@ async def _server(
 ) -> Server:
     """The last proofs: same invocation still running, config as asked. Then the Server."""
     t = session.timeouts
-    state = await systemd.show(session.transport, session.unit, timeout=t.command)
+    state = await session.control.show(session.unit, timeout=t.command)
     if state.invocation_id != started.invocation_id or not state.running:
         raise TrialFailed(
             "exited",
@@ -694,17 +701,17 @@ async def restore(
     foreign = await systemd.restore_files(session.transport, snapshot, timeout=t.command)
     want_running = snapshot.state.running if policy == "as-found" else None
     if policy == "stopped" or want_running is False:
-        await systemd.stop(session.transport, session.unit, timeout=t.stop)
+        await session.control.stop(session.unit, timeout=t.stop)
     elif want_running:
-        old = await systemd.show(session.transport, session.unit, timeout=t.command)
+        old = await session.control.show(session.unit, timeout=t.command)
         cursor = await _last_cursor(session.transport, session.unit, t.command)
         timeline: dict[str, float] = {}
         await _stop(session, old, timeline)
         if session.baseline is not None:
             await _wait_memory_released(session, timeline)
-        state = await systemd.show(session.transport, session.unit, timeout=t.command)
+        state = await session.control.show(session.unit, timeout=t.command)
         if state.active_state == "failed":
-            await systemd.reset_failed(session.transport, session.unit, timeout=t.command)
+            await session.control.reset_failed(session.unit, timeout=t.command)
         new = await _start(session, old.invocation_id, cursor, timeline)
         as_found = TrialConfig(
             sweep=trial.sweep if trial else "",
@@ -713,7 +720,7 @@ async def restore(
             dropin_text="",
         )
         await _await_ready(session, as_found, new, cursor, timeline)
-    final = await systemd.show(session.transport, session.unit, timeout=t.command)
+    final = await session.control.show(session.unit, timeout=t.command)
     if want_running is not None and final.running != want_running:
         raise systemd.SystemdError(
             session.unit,

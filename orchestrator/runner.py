@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
-from orchestrator.bench.coding import CodingResult, run_coding
+from orchestrator.bench.coding import CodingResult, Outcome, run_coding
 from orchestrator.bench.matrix import PointResult, run_point
 from orchestrator.bench.problems import Problem, builtin_problems, load_problem_file, select
 from orchestrator.bench.prompts import PromptFactory
@@ -523,7 +523,6 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
                 run.progress.update(
                     session.name, step=f"ctx {context} x c{concurrency}", done=done, total=total
                 )
-                cursor = await _cursor(session)
                 point = await run_point(
                     client,
                     prompts,
@@ -535,7 +534,9 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
                     temperature=bench.temperature,
                     ignore_eos=bench.ignore_eos,
                     scrape_metrics=True,
+                    before_measured=lambda: _cursor(session),
                 )
+                cursor = point.measured_marker
                 entries = await _journal_window(session, cursor, server.invocation_id)
                 point.attach_journal(
                     acceptlen.decode_samples_from_messages(
@@ -614,7 +615,7 @@ async def _journal_window(
 
 async def _still_serving(session: HostSession, server: Server, cursor: str | None) -> None:
     """A server that died during a point fails the attempt (its points stay recorded)."""
-    state = await systemd.show(session.transport, session.unit, timeout=session.timeouts.command)
+    state = await session.control.show(session.unit, timeout=session.timeouts.command)
     if state.invocation_id == server.invocation_id and state.running:
         return
     entries = await journal.read_entries(
@@ -659,7 +660,7 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
 def _throughput_point(point: PointResult) -> tuple[NewPoint, list[StoredRequest]]:
     full = point.to_dict(include_requests=False)
     metrics = point.metrics.as_fields()
-    metrics["calibration"] = full.get("calibration")
+    metrics["calibration"] = full.get("prompt_calibration")
     new = NewPoint(
         kind="throughput",
         metrics=metrics,
@@ -691,7 +692,7 @@ def _coding_point(result: CodingResult, invocation_id: str, started: float) -> N
             "output": result.output_text,
             "containment": result.sandbox.containment if result.sandbox else None,
         },
-        quality={"truncated": True} if result.outcome.value == "TRUNCATED" else {},
+        quality={"truncated": True} if result.outcome is Outcome.TRUNCATED else {},
         invocation_id=invocation_id,
         started_at=started,
         finished_at=time.time(),

@@ -153,6 +153,8 @@ class PointResult:
     invocation_id: str | None = None
     journal_cursor_start: str | None = None
     journal_cursor_end: str | None = None
+    measured_marker: Any = None
+    """What ``before_measured`` returned at the start of the measured phase."""
 
     def attach_journal(self, samples: Sequence[DecodeSample]) -> None:
         """Recombine accept_len with the journal window's decode lines for this point."""
@@ -372,6 +374,7 @@ async def run_point(
     scrape_metrics: bool = False,
     thresholds: QualityThresholds | None = None,
     metrics_timeout: float = 10.0,
+    before_measured: Callable[[], Awaitable[Any]] | None = None,
 ) -> PointResult:
     """Measure one point: calibrate the context, warm up, then the closed loop."""
     if concurrency > client.concurrency:
@@ -396,6 +399,9 @@ async def run_point(
             client, warm_prompts, concurrency=concurrency, spec=spec, phase="warmup"
         )
     measured_prompts = [prompts.prompt(calibration) for _ in range(spec.measured_requests)]
+    # The caller marks where the measured phase starts (e.g. the journal cursor), so every
+    # accept_len source covers the same requests and no warm-up.
+    marker = await before_measured() if before_measured is not None else None
     before = await client.scrape_metrics(timeout=metrics_timeout) if scrape_metrics else None
     monitor = LoopLagMonitor()
     monitor.start()
@@ -451,6 +457,7 @@ async def run_point(
         accept_len=accept,
         metrics_text_before=before,
         metrics_text_after=after,
+        measured_marker=marker,
     )
 
 

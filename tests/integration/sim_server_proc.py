@@ -97,8 +97,16 @@ def start_server(
     config_path.write_text(json.dumps(config), encoding="utf-8")
     log_path = tmp / f"{name}.log"
     full_env = {**os.environ, "ORCH_SIM_CONFIG": str(config_path), **(env or {})}
-    argv = [sys.executable, "-m", "orchestrator.sim.sglang_server", *flags,
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "orchestrator.sim.sglang_server",
+        *flags,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     return SimServer(proc, port, log_path, config_path)

@@ -1,0 +1,505 @@
+"""The report as one self-contained HTML file: the Markdown's tables plus inline SVG plots.
+
+No script, no external stylesheet, font or image: the file opens from a mail attachment or a
+ticket on a machine without network, and prints (A4 landscape, figures kept whole). Failed
+and flagged points are drawn as such (red crosses in a "no result" strip, amber rings),
+never as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.report import fmt, svg, tables
+from orchestrator.report.compare import compare
+from orchestrator.report.model import (
+    FLAGS,
+    HostTypeGroup,
+    SweepReport,
+    ThroughputPoint,
+    TrialView,
+    flag_codes,
+    flag_info,
+)
+from orchestrator.report.svg import esc
+
+CSS = """
+:root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #111827;
+       margin: 0 auto; padding: 20px 28px 40px; max-width: 1400px; background: #fff; }
+h1 { font-size: 24px; margin: 0 0 4px; }
+h2 { font-size: 19px; margin: 28px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #e5e7eb; }
+h3 { font-size: 15px; margin: 20px 0 6px; }
+p.meta { color: #374151; margin: 4px 0 10px; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 6px 0 10px; font-size: 12.5px; }
+.legend span.swatch { display: inline-block; width: 22px; height: 4px; margin: 0 6px 3px 0;
+                      vertical-align: middle; border-radius: 2px; }
+.legend span.dashed { background: repeating-linear-gradient(90deg, #555 0 6px, transparent 6px 10px)
+                      !important; }
+.keys { font-size: 12.5px; color: #374151; margin: 4px 0 8px; }
+.keys b { color: var(--flag); }
+.keys .x { color: var(--fail); font-weight: 700; }
+.panels { display: flex; flex-wrap: wrap; gap: 10px 14px; align-items: flex-start; }
+figure { margin: 8px 0 14px; break-inside: avoid; }
+figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; max-width: 1300px; }
+table { border-collapse: collapse; margin: 6px 0 4px; font-size: 12.5px;
+        font-variant-numeric: tabular-nums; break-inside: avoid; }
+th, td { border: 1px solid #e5e7eb; padding: 3px 7px; text-align: right; vertical-align: top; }
+th { background: #f9fafb; font-weight: 600; text-align: center; }
+td:first-child, th:first-child { text-align: left; }
+tr.baseline td:first-child { font-style: italic; }
+td.failed { background: #fef2f2; color: var(--fail); font-weight: 600; }
+td.missing { color: var(--muted); }
+td.best { background: #ecfdf5; font-weight: 700; }
+td.flagged { background: #fffbeb; }
+td.good { color: var(--good); }
+td.bad { color: var(--bad); }
+td.text { text-align: left; }
+sup.flags { color: var(--flag); font-weight: 700; margin-left: 2px; cursor: help; }
+p.note { font-size: 12px; color: var(--muted); margin: 0 0 8px; }
+pre { background: #f9fafb; border: 1px solid #e5e7eb; padding: 6px 8px; font-size: 12px;
+      white-space: pre-wrap; margin: 4px 0 10px; }
+ul.warnings li { margin: 2px 0; }
+.scroll { overflow-x: auto; }
+@page { size: A4 landscape; margin: 10mm; }
+@media print {
+  body { padding: 0; max-width: none; font-size: 11px; }
+  h2 { break-before: auto; break-after: avoid; }
+  h3 { break-after: avoid; }
+  .scroll { overflow: visible; }
+  table { font-size: 10px; }
+  a { color: inherit; text-decoration: none; }
+}
+"""
+
+_TEXT_KINDS = {"config", "host", "cell", "sides", "failures (outcome)", "ExecStart (baseline)"}
+
+
+def _cell_html(cell: tables.Cell, header: str) -> str:
+    classes: list[str] = [cell.kind] if cell.kind else []
+    if (
+        header in _TEXT_KINDS
+        or header.startswith("best:")
+        or not any(ch.isdigit() for ch in cell.text)
+    ):
+        classes.append("text")
+    attrs = f' class="{" ".join(classes)}"' if classes else ""
+    if cell.title:
+        attrs += f' title="{esc(cell.title)}"'
+    flags = ""
+    if cell.flags:
+        meaning = "; ".join(flag_info(f).meaning for f in cell.flags)
+        flags = f'<sup class="flags" title="{esc(meaning)}">{esc(flag_codes(cell.flags))}</sup>'
+    return f"<td{attrs}>{esc(cell.text)}{flags}</td>"
+
+
+def table_html(t: tables.Table, *, heading: str = "h3") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in t.headers)
+    rows = []
+    for row in t.rows:
+        cls = ' class="baseline"' if row and row[0].kind == "baseline" else ""
+        cells = "".join(_cell_html(c, h) for c, h in zip(row, t.headers, strict=False))
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
+    return (
+        f'<{heading}>{esc(t.title)}</{heading}><div class="scroll"><table><thead><tr>{head}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
+    )
+
+
+# --- plots ---------------------------------------------------------------------------------
+
+
+def _colors(group: HostTypeGroup) -> dict[str, str]:
+    colors: dict[str, str] = {}
+    index = 0
+    for trial in group.trials:
+        if trial.is_baseline:
+            colors[trial.key] = svg.BASELINE_COLOR
+        else:
+            colors[trial.key] = svg.color_for(index)
+            index += 1
+    return colors
+
+
+def _legend(group: HostTypeGroup, colors: dict[str, str]) -> str:
+    items = []
+    for trial in group.trials:
+        dashed = " dashed" if trial.is_baseline else ""
+        failed = f" ({trial.state}: {trial.cause})" if trial.state == "failed" else ""
+        items.append(
+            f'<span><span class="swatch{dashed}" style="background:{colors[trial.key]}"></span>'
+            f"{esc(group.display(trial))}{esc(failed)}</span>"
+        )
+    return f'<div class="legend">{"".join(items)}</div>'
+
+
+def _keys() -> str:
+    return (
+        '<div class="keys"><span class="x">×</span> in the red strip: no result (failed '
+        "trial or point), never a zero. A ring <b>◯</b> marks a point with quality flags "
+        "(hover for the details).</div>"
+    )
+
+
+def _status(trial: TrialView, point: ThroughputPoint | None) -> svg.MarkStatus:
+    if point is None or point.output_tok_s is None:
+        return "failed"
+    return "flagged" if point.flags else "ok"
+
+
+def _point_title(group: HostTypeGroup, trial: TrialView, point: ThroughputPoint | None) -> str:
+    name = group.display(trial)
+    if point is None:
+        reason = f"{trial.state}: {trial.cause}" if trial.cause else "not measured"
+        return f"{name}: no result ({reason})"
+    flags = f" [{', '.join(flag_info(f).meaning for f in point.flags)}]" if point.flags else ""
+    return (
+        f"{name}, context {point.context}, c={point.concurrency}: "
+        f"{fmt.rate(point.output_tok_s)} tok/s, accept_len {fmt.accept(point.accept_len)}{flags}"
+    )
+
+
+def throughput_figure(group: HostTypeGroup, colors: dict[str, str]) -> str:
+    panels = []
+    for context in group.contexts:
+        series = [
+            svg.Series(
+                name=group.display(trial),
+                color=colors[trial.key],
+                dashed=trial.is_baseline,
+                marks=tuple(
+                    svg.Mark(
+                        x=float(conc),
+                        y=p.output_tok_s if (p := trial.point(context, conc)) is not None else None,
+                        status=_status(trial, trial.point(context, conc)),
+                        title=_point_title(group, trial, trial.point(context, conc)),
+                    )
+                    for conc in group.concurrencies
+                ),
+            )
+            for trial in group.trials
+        ]
+        panels.append(
+            svg.xy_panel(
+                series,
+                title=f"context {context} tokens",
+                x_label="concurrency",
+                y_label="aggregate output tok/s",
+                x_categories=[float(c) for c in group.concurrencies],
+            )
+        )
+    return _figure(
+        panels,
+        "Throughput vs concurrency, one panel per context (aggregate output tokens/s).",
+    )
+
+
+def speedup_figure(group: HostTypeGroup) -> str | None:
+    trials = [t for t in group.trials if not t.is_baseline]
+    if not trials or not any(t.is_baseline for t in group.trials):
+        return None
+    cells = group.cells
+    grid: list[list[svg.HeatCell]] = []
+    for trial in trials:
+        row = []
+        for ctx, conc in cells:
+            point = trial.point(ctx, conc)
+            value = group.speedup(trial, ctx, conc)
+            if value is None:
+                failed = point is None and trial.state == "failed"
+                row.append(
+                    svg.HeatCell(
+                        None,
+                        "FAILED" if failed else fmt.MISSING,
+                        "failed" if failed else "ok",
+                        _point_title(group, trial, point),
+                    )
+                )
+                continue
+            codes = flag_codes(point.flags) if point else ""
+            row.append(
+                svg.HeatCell(
+                    value,
+                    fmt.ratio(value) + ("!" if codes else ""),
+                    "flagged" if codes else "ok",
+                    _point_title(group, trial, point) + f" = {fmt.ratio(value)} the baseline",
+                )
+            )
+        grid.append(row)
+    chart = svg.heatmap(
+        [group.display(t) for t in trials],
+        [fmt.cell_name(ctx, conc) for ctx, conc in cells],
+        grid,
+        title="Speedup over the baseline (context/concurrency)",
+    )
+    return _figure(
+        [chart],
+        "Green: faster than the baseline, red: slower; hatched: no result; an amber border "
+        "and ! mark a flagged point.",
+    )
+
+
+def _sweep_knob(group: HostTypeGroup) -> str | None:
+    """The numeric knob with the most distinct values (the sweep's budget, usually)."""
+    best: tuple[int, str] | None = None
+    names = {n for t in group.trials for n in t.config}
+    for name in sorted(names):
+        values = {
+            t.config[name]
+            for t in group.trials
+            if isinstance(t.config.get(name), int | float)
+            and not isinstance(t.config.get(name), bool)
+        }
+        if len(values) >= 2 and (best is None or len(values) > best[0]):
+            best = (len(values), name)
+    return best[1] if best else None
+
+
+_CONTEXT_COLORS = ("#1f77b4", "#9467bd", "#8c564b", "#2ca02c", "#17becf", "#bcbd22")
+
+
+def _context_color(index: int) -> str:
+    return _CONTEXT_COLORS[index % len(_CONTEXT_COLORS)]
+
+
+def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
+    panels = []
+    knob = _sweep_knob(group)
+    if knob is not None:
+        series = []
+        for index, context in enumerate(group.contexts):
+            marks = []
+            for trial in group.trials:
+                value = trial.config.get(knob)
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    continue
+                points = [trial.point(context, c) for c in group.concurrencies]
+                values = [p.accept_len for p in points if p is not None and p.accept_len]
+                flagged = any(p.flags for p in points if p is not None)
+                mean = sum(values) / len(values) if values else None
+                marks.append(
+                    svg.Mark(
+                        float(value),
+                        mean,
+                        "failed" if mean is None else ("flagged" if flagged else "ok"),
+                        f"{group.display(trial)}, context {context}: "
+                        + (
+                            f"accept_len {mean:.2f} (mean over concurrencies)"
+                            if mean is not None
+                            else f"no result ({trial.state}: {trial.cause})"
+                        ),
+                    )
+                )
+            series.append(svg.Series(f"context {context}", _context_color(index), tuple(marks)))
+        panels.append(
+            svg.xy_panel(
+                series,
+                title=f"accept_len vs {knob}",
+                x_label=knob,
+                y_label="accept_len",
+                y_zero=False,
+            )
+        )
+        legend_items = "".join(
+            f'<span><span class="swatch" style="background:{_context_color(i)}"></span>'
+            f"context {c}</span>"
+            for i, c in enumerate(group.contexts)
+        )
+    else:
+        legend_items = ""
+    for context in group.contexts:
+        series = []
+        for trial in group.trials:
+            scatter = tuple(
+                svg.Mark(
+                    p.accept_len, p.output_tok_s, _status(trial, p), _point_title(group, trial, p)
+                )
+                for conc in group.concurrencies
+                if (p := trial.point(context, conc)) is not None
+                and p.accept_len is not None
+                and p.output_tok_s is not None
+            )
+            if scatter:
+                series.append(
+                    svg.Series(group.display(trial), colors[trial.key], scatter, connect=False)
+                )
+        if series:
+            panels.append(
+                svg.xy_panel(
+                    series,
+                    title=f"tok/s vs accept_len, context {context}",
+                    x_label="accept_len",
+                    y_label="aggregate output tok/s",
+                )
+            )
+    if not panels:
+        return None
+    caption = (
+        "accept_len (the most tightly scoped source: meta_info, else /metrics, else the "
+        "journal) against the swept knob, and against throughput (one mark per concurrency)."
+    )
+    legend = f'<div class="legend">{legend_items}</div>' if legend_items else ""
+    return _figure(panels, caption, prefix=legend)
+
+
+def ttft_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
+    panels = []
+    for context in group.contexts:
+        groups = []
+        for conc in group.concurrencies:
+            boxes = []
+            for trial in group.trials:
+                point = trial.point(context, conc)
+                samples = point.ttft_samples_s if point is not None else ()
+                boxes.append(
+                    svg.Box(
+                        group.display(trial),
+                        colors[trial.key],
+                        tuple(samples),
+                        _status(trial, point) if samples else "failed",
+                        "" if samples else _point_title(group, trial, point),
+                    )
+                )
+            groups.append((f"c={conc}", boxes))
+        panels.append(
+            svg.box_panel(
+                groups,
+                title=f"TTFT, context {context} tokens",
+                x_label="concurrency",
+                y_label="TTFT (s, log)",
+            )
+        )
+    if not panels:
+        return None
+    return _figure(
+        panels,
+        "TTFT distribution of the measured requests: box p25-p75, line the median, whiskers "
+        "p10-p90; one box per config in legend order.",
+    )
+
+
+def _figure(panels: Sequence[str], caption: str, *, prefix: str = "") -> str:
+    return (
+        f'<figure>{prefix}<div class="panels">{"".join(panels)}</div>'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+def _header(report: SweepReport) -> str:
+    states: dict[str, int] = {}
+    for trial in report.trials:
+        states[trial.state] = states.get(trial.state, 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    return (
+        f'<p class="meta">Sweep <b>{esc(report.name)}</b> (id {report.id}): '
+        f"<b>{esc(report.state)}</b> · model <code>{esc(report.model or fmt.MISSING)}</code> · "
+        f"started {esc(fmt.when(report.started_at))}, finished {esc(fmt.when(report.finished_at))}"
+        f" ({esc(fmt.duration(report.started_at, report.finished_at))}) · "
+        f"{len(report.trials)} trials ({esc(counts or 'none')})</p>"
+    )
+
+
+def _flag_legend(reports: Sequence[SweepReport]) -> str:
+    used = {f for r in reports for t in r.trials for p in t.throughput for f in p.flags}
+    ordered = [f for f in FLAGS if f in used] + sorted(used - set(FLAGS))
+    if not ordered:
+        return ""
+    items = "; ".join(
+        f"<b>{esc(flag_info(f).code)}</b> {esc(flag_info(f).meaning)}" for f in ordered
+    )
+    return (
+        f'<div class="keys">Flags on numbers: {items}. A point flagged E, N, C or S wins a cell '
+        "only if the cell has no clean point.</div>"
+    )
+
+
+def _failed_html(group: HostTypeGroup) -> str:
+    failed = tables.failed_trials(group)
+    if not failed:
+        return "<h3>Failed trials</h3><p>None.</p>"
+    parts = ["<h3>Failed trials</h3>"]
+    for f in failed:
+        parts.append(
+            f"<p><b>{esc(f.label)}</b> on <code>{esc(f.host)}</code>, attempt {f.attempt}: "
+            f'{esc(f.state)} (<code class="cause">{esc(f.cause or "unknown")}</code>)</p>'
+        )
+        if f.lines:
+            parts.append(f"<pre>{esc(chr(10).join(f.lines))}</pre>")
+    return "".join(parts)
+
+
+def _warnings_html(report: SweepReport, heading: str) -> str:
+    grouped = tables.warning_groups([(w.kind, w.host, w.trial, w.message) for w in report.warnings])
+    if not grouped:
+        return f"<{heading}>Warnings</{heading}><p>None.</p>"
+    items = "".join(
+        f"<li><b>{esc(kind)}</b><ul>{''.join(f'<li>{esc(m)}</li>' for m in messages)}</ul></li>"
+        for kind, messages in grouped.items()
+    )
+    return f'<{heading}>Warnings</{heading}><ul class="warnings">{items}</ul>'
+
+
+def group_html(report: SweepReport, group: HostTypeGroup, heading: str, sub: str) -> str:
+    colors = _colors(group)
+    hosts = ", ".join(h.name for h in group.hosts) or fmt.MISSING
+    parts = [
+        f'<section class="group"><{heading}>Host type <code>{esc(group.host_type)}</code> '
+        f"(hosts: {esc(hosts)})</{heading}>",
+        table_html(tables.best_table(group), heading=sub),
+        f"<{sub}>Plots</{sub}>",
+        _legend(group, colors),
+        _keys(),
+        throughput_figure(group, colors),
+    ]
+    for figure in (
+        speedup_figure(group),
+        accept_figure(group, colors),
+        ttft_figure(group, colors),
+    ):
+        if figure:
+            parts.append(figure)
+    parts.append(table_html(tables.configs_table(group), heading=sub))
+    parts += [table_html(t, heading=sub) for t in tables.throughput_tables(group)]
+    parts += [
+        table_html(tables.speedup_table(group), heading=sub),
+        table_html(tables.coding_table(group), heading=sub),
+        _failed_html(group),
+        table_html(tables.lifecycle_table(group), heading=sub),
+        table_html(tables.provenance_table(group, report.model), heading=sub),
+        "</section>",
+    ]
+    return "".join(parts)
+
+
+def render_html(reports: Sequence[SweepReport]) -> str:
+    """One sweep's report, or several side by side (comparison first, then each sweep)."""
+    names = " vs ".join(r.name for r in reports)
+    title = f"Sweep report: {names}" if len(reports) == 1 else f"Sweep comparison: {names}"
+    body = [f"<h1>{esc(title)}</h1>"]
+    body += [_header(r) for r in reports]
+    body.append(_flag_legend(reports))
+    if len(reports) == 1:
+        report = reports[0]
+        body += [group_html(report, g, "h2", "h3") for g in report.groups]
+        body.append(_warnings_html(report, "h2"))
+    else:
+        for comparison in compare(reports):
+            body.append(f"<h2>Comparison: {esc(comparison.title)}</h2>")
+            body += [table_html(t) for t in tables.comparison_tables(comparison)]
+        for report in reports:
+            body.append(f"<h2>Sweep {esc(report.name)}</h2>")
+            body += [group_html(report, g, "h2", "h3") for g in report.groups]
+            body.append(_warnings_html(report, "h3"))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,141 @@
+"""The report as Markdown: for the terminal and for pasting into a ticket.
+
+GitHub-flavoured tables; a flagged number carries its flag codes in brackets (``412 [E,T]``)
+with the legend at the top, a failed trial says FAILED where its numbers would be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from orchestrator.report import fmt, tables
+from orchestrator.report.compare import Comparison, compare
+from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _cell(cell: tables.Cell) -> str:
+    text = cell.text
+    if cell.flags:
+        text += f" [{flag_codes(cell.flags)}]"
+    if cell.kind == "best" and text:
+        text = f"**{text}**"
+    return _escape(text)
+
+
+def table(t: tables.Table) -> list[str]:
+    lines = [
+        "| " + " | ".join(_escape(h) for h in t.headers) + " |",
+        "|" + "|".join("---" for _ in t.headers) + "|",
+    ]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in t.rows]
+    if t.note:
+        lines += ["", f"_{t.note}_"]
+    return lines
+
+
+def _used_flags(reports: Iterable[SweepReport]) -> list[str]:
+    used = {f for r in reports for t in r.trials for p in t.throughput for f in p.flags}
+    known = [f for f in FLAGS if f in used]
+    return known + sorted(used - set(known))
+
+
+def _legend(reports: Sequence[SweepReport]) -> list[str]:
+    used = _used_flags(reports)
+    if not used:
+        return []
+    parts = [f"`{flag_info(f).code}` {flag_info(f).meaning}" for f in used]
+    return [
+        "**Flags** (a point flagged E, N, C or S wins a cell only if the cell has no clean "
+        "point): " + "; ".join(parts),
+        "",
+    ]
+
+
+def _sweep_header(report: SweepReport) -> list[str]:
+    states: dict[str, int] = {}
+    for trial in report.trials:
+        states[trial.state] = states.get(trial.state, 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    return [
+        f"Sweep `{report.name}` (id {report.id}): **{report.state}**; model "
+        f"`{report.model or fmt.MISSING}`; started {fmt.when(report.started_at)}, finished "
+        f"{fmt.when(report.finished_at)} ({fmt.duration(report.started_at, report.finished_at)}); "
+        f"{len(report.trials)} trials ({counts or 'none'}).",
+        "",
+    ]
+
+
+def sweep_sections(report: SweepReport, level: int = 2) -> list[str]:
+    """Every section of one sweep's report, headings starting at ``level``."""
+    h = "#" * level
+    lines: list[str] = []
+    for group in report.groups:
+        hosts = ", ".join(host.name for host in group.hosts) or fmt.MISSING
+        lines += [f"{h} Host type `{group.host_type}` (hosts: {hosts})", ""]
+        configs = tables.configs_table(group)
+        lines += [f"{h}# {configs.title}", "", *table(configs), ""]
+        for t in tables.throughput_tables(group):
+            lines += [f"{h}# Throughput, {t.title.lower()}", "", *table(t), ""]
+        for t in (
+            tables.best_table(group),
+            tables.speedup_table(group),
+            tables.coding_table(group),
+        ):
+            lines += [f"{h}# {t.title}", "", *table(t), ""]
+        failed = tables.failed_trials(group)
+        lines += [f"{h}# Failed trials", ""]
+        if not failed:
+            lines += ["None.", ""]
+        for f in failed:
+            lines += [
+                f"- **{_escape(f.label)}** on `{f.host}`, attempt {f.attempt}: "
+                f"{f.state} (`{f.cause or 'unknown'}`)",
+            ]
+            if f.lines:
+                lines += ["", "  ```", *(f"  {line}" for line in f.lines), "  ```"]
+        lines.append("")
+        for t in (
+            tables.lifecycle_table(group),
+            tables.provenance_table(group, report.model),
+        ):
+            lines += [f"{h}# {t.title}", "", *table(t), ""]
+    lines += [f"{h} Warnings", ""]
+    grouped = tables.warning_groups([(w.kind, w.host, w.trial, w.message) for w in report.warnings])
+    if not grouped:
+        lines += ["None.", ""]
+    for kind, messages in grouped.items():
+        lines += [f"- **{kind}**"]
+        lines += [f"  - {_escape(m)}" for m in messages]
+    lines.append("")
+    return lines
+
+
+def comparison_sections(comparisons: Sequence[Comparison]) -> list[str]:
+    lines: list[str] = []
+    for comparison in comparisons:
+        lines += [f"## Comparison: {comparison.title}", ""]
+        for t in tables.comparison_tables(comparison):
+            lines += [f"### {t.title}", "", *table(t), ""]
+    return lines
+
+
+def render_markdown(reports: Sequence[SweepReport]) -> str:
+    """One sweep's report, or several side by side (comparison first, then each sweep)."""
+    if len(reports) == 1:
+        report = reports[0]
+        lines = [f"# Sweep report: {report.name}", "", *_sweep_header(report), *_legend(reports)]
+        lines += sweep_sections(report)
+    else:
+        names = " vs ".join(r.name for r in reports)
+        lines = [f"# Sweep comparison: {names}", ""]
+        for report in reports:
+            lines += _sweep_header(report)
+        lines += _legend(reports)
+        lines += comparison_sections(compare(reports))
+        for report in reports:
+            lines += [f"## Sweep `{report.name}`", "", *sweep_sections(report, level=3)]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,953 @@
+"""A sweep as typed report data: what every renderer (Markdown, HTML, CSV, JSON) draws from.
+
+:func:`load_report` is the only I/O (reads the store); :func:`build_report` turns the store's
+records into the report's vocabulary with no clock and no network, so the renderers and the
+analysis (best config per cell, speedup over the baseline, losslessness, warnings) are tested
+on plain values. Numbers carry their quality: every point keeps the flags the benchmark and
+the accept_len cross-check raised, and a failed trial keeps its cause and evidence instead of
+turning into zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from orchestrator.bench.coding import CodingResult, Outcome
+from orchestrator.bench.lossless import check_lossless
+from orchestrator.store import (
+    Attempt,
+    EventRecord,
+    HostRecord,
+    JsonObject,
+    PointRecord,
+    Store,
+    StoredRequest,
+    SweepRecord,
+    TrialRecord,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FlagInfo:
+    """How a quality flag shows in a table (a one-letter code) and what it means."""
+
+    code: str
+    meaning: str
+
+
+FLAGS: dict[str, FlagInfo] = {
+    "errors": FlagInfo("E", "some requests failed"),
+    "truncated": FlagInfo("T", "outputs were truncated"),
+    "too_few_requests": FlagInfo("N", "too few successful requests to trust the numbers"),
+    "concurrency_short": FlagInfo("C", "the client held less than the requested concurrency"),
+    "client_saturated": FlagInfo("S", "the client's CPU or event loop was saturated"),
+    "accept_len_disagree": FlagInfo(
+        "A", "accept_len sources (journal, meta_info, /metrics) disagree"
+    ),
+    "no_decode_lines": FlagInfo("L", "no decode line with accept len in the journal window"),
+    "short_outputs": FlagInfo("O", "outputs ended before max_tokens despite ignore_eos"),
+    "prompt_length_inexact": FlagInfo("P", "prompt lengths missed the requested context"),
+}
+"""Quality flags a point can carry, in the order tables list them."""
+
+UNTRUSTED_FLAGS = frozenset({"errors", "too_few_requests", "concurrency_short", "client_saturated"})
+"""A point with one of these is not a clean server measurement: it wins a cell only when the
+cell has no clean point, and then shows its flags."""
+
+_ACCEPT_FLAG_NAMES = {"disagree": "accept_len_disagree", "no_decode_lines": "no_decode_lines"}
+
+
+def flag_info(flag: str) -> FlagInfo:
+    return FLAGS.get(flag, FlagInfo("?", flag.replace("_", " ")))
+
+
+def flag_codes(flags: Sequence[str]) -> str:
+    """``"E,T"`` for a point flagged with errors and truncation; ``""`` when clean."""
+    return ",".join(flag_info(flag).code for flag in flags)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def format_knob(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def config_label(config: Mapping[str, Any], *, omit: frozenset[str] = frozenset()) -> str:
+    """``algorithm=DDTREE budget=8``; the baseline (no knob set) is ``baseline``."""
+    if not config:
+        return "baseline"
+    shown = [f"{name}={format_knob(config[name])}" for name in sorted(config) if name not in omit]
+    return (
+        " ".join(shown)
+        if shown
+        else " ".join(f"{name}={format_knob(config[name])}" for name in sorted(config))
+    )
+
+
+# --- points --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    """One (context, concurrency) cell of one trial, with every metric as the runner stored it.
+
+    ``metrics`` is ``PointMetrics.as_fields()`` (plus calibration), ``accept`` is
+    ``AcceptLen.to_dict()``; ``flags`` joins the benchmark's quality flags and the accept_len
+    cross-check's. ``ttft_samples_s`` are the measured (not warm-up) requests' TTFTs.
+    """
+
+    context: int
+    concurrency: int
+    metrics: JsonObject
+    accept: JsonObject
+    flags: tuple[str, ...]
+    ttft_samples_s: tuple[float, ...] = ()
+    requests: tuple[JsonObject, ...] = ()
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def value(self, name: str) -> float | None:
+        return _number(self.metrics.get(name))
+
+    @property
+    def output_tok_s(self) -> float | None:
+        """Aggregate output tokens per second over the point's wall time."""
+        return self.value("output_tok_s")
+
+    @property
+    def request_tok_s(self) -> float | None:
+        """Median per-request decode tokens per second."""
+        return self.value("request_decode_tok_s_p50")
+
+    @property
+    def ttft_p50_s(self) -> float | None:
+        return self.value("ttft_p50_s")
+
+    @property
+    def ttft_p99_s(self) -> float | None:
+        return self.value("ttft_p99_s")
+
+    @property
+    def accept_len(self) -> float | None:
+        return _number(self.accept.get("accept_len"))
+
+    @property
+    def trusted(self) -> bool:
+        """A clean server measurement: it has a throughput and no flag that voids it."""
+        return self.output_tok_s is not None and not UNTRUSTED_FLAGS.intersection(self.flags)
+
+
+@dataclass(frozen=True, slots=True)
+class CodingPoint:
+    """One coding problem's outcome (``Outcome`` values: pass, fail, ..., truncated)."""
+
+    problem: str
+    outcome: str
+    detail: str | None
+    finish_reason: str | None
+    completion_tokens: int | None
+    elapsed_s: float | None
+    output: str
+    code: str | None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == Outcome.PASS.value
+
+    @property
+    def scored(self) -> bool:
+        return self.outcome not in {o.value for o in (Outcome.TRUNCATED, Outcome.REQUEST_ERROR)}
+
+
+@dataclass(frozen=True, slots=True)
+class CodingSummary:
+    passed: int
+    scored: int
+    total: int
+    failures: tuple[tuple[str, str], ...]
+    """(problem, outcome) of every problem that did not pass, truncated ones included."""
+
+
+# --- trials --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """How long the restart protocol's steps took for one attempt (seconds)."""
+
+    stop_s: float | None
+    memory_release_s: float | None
+    load_s: float | None
+    reconfigure_s: float | None
+    source: str
+    """``timeline`` (the attempt's own stamps) or ``events`` (the host's event log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    number: int
+    state: str
+    cause: str | None
+    evidence: JsonObject
+    started_at: float | None
+    finished_at: float | None
+    lifecycle: Lifecycle | None
+    events: tuple[JsonObject, ...] = ()
+
+    def evidence_lines(self, limit: int = 8) -> list[str]:
+        """The first lines that explain a failure: the message, then the journal excerpt."""
+        evidence = self.evidence
+        lines: list[str] = []
+        message = evidence.get("message") or evidence.get("reason")
+        if message:
+            lines.append(str(message))
+        if evidence.get("exit_status") is not None:
+            lines.append(f"exit status {evidence['exit_status']}")
+        if evidence.get("unknown_flags"):
+            lines.append("unknown flags: " + " ".join(map(str, evidence["unknown_flags"])))
+        for mismatch in evidence.get("mismatches") or []:
+            if isinstance(mismatch, Mapping):
+                lines.append(
+                    f"{mismatch.get('knob')}: expected {mismatch.get('expected')!r}, "
+                    f"server reports {mismatch.get('actual')!r}"
+                )
+        excerpt = [str(line) for line in evidence.get("excerpt") or []]
+        lines.extend(excerpt[-max(limit - len(lines), 0) :] if excerpt else [])
+        return lines[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """The losslessness check of one config's coding outputs against the baseline's."""
+
+    baseline_key: str
+    compared: int
+    exact_matches: int
+    drifted: bool
+    differing: tuple[str, ...]
+    earliest_divergence_char: int | None
+
+
+@dataclass(slots=True)
+class TrialView:
+    """One config on one host: its outcome, points, provenance and losslessness."""
+
+    key: str
+    host: str
+    host_type: str
+    config: JsonObject
+    is_baseline: bool
+    ordinal: int
+    label: str
+    attempts: tuple[AttemptView, ...]
+    throughput: tuple[ThroughputPoint, ...]
+    coding: tuple[CodingPoint, ...]
+    short_label: str = ""
+    lossless: Drift | None = None
+
+    @property
+    def latest(self) -> AttemptView | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def state(self) -> str:
+        return self.latest.state if self.latest else "queued"
+
+    @property
+    def cause(self) -> str | None:
+        return self.latest.cause if self.latest else None
+
+    @property
+    def done_attempt(self) -> AttemptView | None:
+        return next((a for a in reversed(self.attempts) if a.state == "done"), None)
+
+    @property
+    def provenance(self) -> JsonObject | None:
+        done = self.done_attempt
+        value = done.evidence.get("provenance") if done else None
+        return value if isinstance(value, dict) else None
+
+    @property
+    def overridden(self) -> list[JsonObject]:
+        done = self.done_attempt
+        values = done.evidence.get("overridden") if done else None
+        return [v for v in values or [] if isinstance(v, dict)]
+
+    @property
+    def lifecycle(self) -> Lifecycle | None:
+        for attempt in reversed(self.attempts):
+            if attempt.lifecycle is not None:
+                return attempt.lifecycle
+        return None
+
+    def point(self, context: int, concurrency: int) -> ThroughputPoint | None:
+        for point in self.throughput:
+            if point.context == context and point.concurrency == concurrency:
+                return point
+        return None
+
+    def coding_summary(self) -> CodingSummary:
+        return CodingSummary(
+            passed=sum(1 for c in self.coding if c.passed),
+            scored=sum(1 for c in self.coding if c.scored),
+            total=len(self.coding),
+            failures=tuple((c.problem, c.outcome) for c in self.coding if not c.passed),
+        )
+
+
+# --- hosts, groups, the sweep --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    name: str
+    type: str
+    set_aside_reason: str | None
+    provenance: JsonObject | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportWarning:
+    """Something a reader must know before trusting a number."""
+
+    kind: str
+    host: str | None
+    trial: str | None
+    message: str
+
+
+@dataclass(slots=True)
+class HostTypeGroup:
+    """The trials of every host of one type: the unit a report's tables compare within."""
+
+    host_type: str
+    hosts: tuple[HostView, ...]
+    trials: tuple[TrialView, ...]
+    contexts: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+
+    @property
+    def cells(self) -> list[tuple[int, int]]:
+        return [(ctx, conc) for ctx in self.contexts for conc in self.concurrencies]
+
+    @property
+    def show_host(self) -> bool:
+        return len({t.host for t in self.trials}) > 1
+
+    def baseline_for(self, trial: TrialView) -> TrialView | None:
+        """The baseline on the trial's own host, else one on another host of the same type."""
+        baselines = [t for t in self.trials if t.is_baseline]
+        same_host = [t for t in baselines if t.host == trial.host]
+        for candidate in same_host + baselines:
+            if candidate.state == "done" or candidate.throughput:
+                return candidate
+        return None
+
+    def speedup(self, trial: TrialView, context: int, concurrency: int) -> float | None:
+        """Aggregate tok/s over the baseline's in the same cell (None when either is missing)."""
+        baseline = self.baseline_for(trial)
+        if baseline is None:
+            return None
+        mine, theirs = trial.point(context, concurrency), baseline.point(context, concurrency)
+        if mine is None or theirs is None:
+            return None
+        a, b = mine.output_tok_s, theirs.output_tok_s
+        return a / b if a is not None and b else None
+
+    def best(self, context: int, concurrency: int) -> tuple[TrialView, ThroughputPoint] | None:
+        """The trial with the highest aggregate tok/s in the cell among its trusted points;
+        only when the cell has none, the highest flagged one (its flags travel with it)."""
+        candidates = [
+            (trial, point)
+            for trial in self.trials
+            if (point := trial.point(context, concurrency)) is not None
+            and point.output_tok_s is not None
+        ]
+        trusted = [c for c in candidates if c[1].trusted]
+        pool = trusted or candidates
+        if not pool:
+            return None
+        return max(pool, key=lambda c: c[1].output_tok_s or 0.0)
+
+    def display(self, trial: TrialView) -> str:
+        """The trial's name in this group's tables: short label, with the host when needed."""
+        label = trial.short_label or trial.label
+        return f"{label} @{trial.host}" if self.show_host else label
+
+
+@dataclass(slots=True)
+class SweepReport:
+    name: str
+    id: int
+    state: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    summary: JsonObject | None
+    model: str | None
+    coding_temperature: float | None
+    groups: tuple[HostTypeGroup, ...]
+    warnings: tuple[ReportWarning, ...]
+    sweep_events: tuple[JsonObject, ...] = ()
+
+    @property
+    def trials(self) -> list[TrialView]:
+        return [t for g in self.groups for t in g.trials]
+
+
+# --- building ------------------------------------------------------------------------------
+
+
+def _event_json(event: EventRecord) -> JsonObject:
+    return {"kind": event.kind, "ts": event.ts, "host": event.host, **event.fields}
+
+
+def _lifecycle(evidence: Mapping[str, Any], events: Sequence[EventRecord]) -> Lifecycle | None:
+    timeline = evidence.get("timeline")
+    if isinstance(timeline, Mapping) and timeline:
+        stamps = {k: float(v) for k, v in timeline.items() if _number(v) is not None}
+
+        def span(start: str, end: str) -> float | None:
+            if start in stamps and end in stamps:
+                return stamps[end] - stamps[start]
+            return None
+
+        return Lifecycle(
+            stop_s=span("stop_requested", "stopped"),
+            memory_release_s=span("stopped", "memory_released"),
+            load_s=span("started", "ready"),
+            reconfigure_s=span("begin", "ready"),
+            source="timeline",
+        )
+    by_kind = {e.kind: e.fields for e in events}
+    if not any(k in by_kind for k in ("unit.stopped", "memory.released", "server.ready")):
+        return None
+    return Lifecycle(
+        stop_s=_number(by_kind.get("unit.stopped", {}).get("waited_s")),
+        memory_release_s=_number(by_kind.get("memory.released", {}).get("waited_s")),
+        load_s=_number(by_kind.get("server.ready", {}).get("load_s")),
+        reconfigure_s=None,
+        source="events",
+    )
+
+
+def _attempt_events(
+    attempt: Attempt, host: str, events: Sequence[EventRecord], next_start: float | None
+) -> list[EventRecord]:
+    """The host's events during the attempt (the lifecycle logs by host, not by attempt)."""
+    if attempt.started_at is None:
+        return [e for e in events if e.attempt_id == attempt.id]
+    end = attempt.finished_at if attempt.finished_at is not None else next_start
+    return [
+        e
+        for e in events
+        if e.attempt_id == attempt.id
+        or (
+            e.attempt_id is None
+            and e.host == host
+            and e.ts >= attempt.started_at
+            and (end is None or e.ts <= end)
+        )
+    ]
+
+
+def _point_flags(point: PointRecord) -> tuple[str, ...]:
+    flags = [name for name, on in (point.quality or {}).items() if on]
+    accept = point.accept_len or {}
+    speculative = any(
+        _number(accept.get(f"accept_len_{source}")) is not None
+        for source in ("journal", "meta_info", "metrics")
+    )
+    for flag in accept.get("accept_len_flags") or []:
+        name = _ACCEPT_FLAG_NAMES.get(str(flag), f"accept_len_{flag}")
+        # Without speculative decoding no decode line has an accept len: that is expected,
+        # not a lost journal. Only flag it when another source shows drafts were verified.
+        if name == "no_decode_lines" and not speculative:
+            continue
+        if name not in flags:
+            flags.append(name)
+    order = list(FLAGS)
+    return tuple(sorted(flags, key=lambda f: (order.index(f) if f in order else len(order), f)))
+
+
+def _request_json(request: StoredRequest) -> JsonObject:
+    return {
+        "sent_at": request.sent_at,
+        "ttft_s": request.ttft_s,
+        "e2e_s": request.e2e_s,
+        "prompt_tokens": request.prompt_tokens,
+        "completion_tokens": request.completion_tokens,
+        "finish_reason": request.finish_reason,
+        "error": request.error,
+        "warmup": request.warmup,
+        "extra": dict(request.extra) if request.extra else None,
+    }
+
+
+def _throughput_point(
+    point: PointRecord, requests: Sequence[StoredRequest], include_requests: bool
+) -> ThroughputPoint:
+    assert point.context is not None and point.concurrency is not None
+    return ThroughputPoint(
+        context=point.context,
+        concurrency=point.concurrency,
+        metrics=dict(point.metrics),
+        accept=dict(point.accept_len or {}),
+        flags=_point_flags(point),
+        ttft_samples_s=tuple(
+            r.ttft_s for r in requests if not r.warmup and r.ttft_s is not None and r.error is None
+        ),
+        requests=tuple(_request_json(r) for r in requests) if include_requests else (),
+        started_at=point.started_at,
+        finished_at=point.finished_at,
+    )
+
+
+def _coding_point(point: PointRecord) -> CodingPoint:
+    metrics = point.metrics
+    outcome = str(metrics.get("outcome") or "").lower() or "unknown"
+    tokens = metrics.get("completion_tokens")
+    return CodingPoint(
+        problem=point.problem or "?",
+        outcome=outcome,
+        detail=metrics.get("detail"),
+        finish_reason=metrics.get("finish_reason"),
+        completion_tokens=tokens if isinstance(tokens, int) else None,
+        elapsed_s=_number(metrics.get("elapsed_s")),
+        output=str(metrics.get("output") or ""),
+        code=metrics.get("code"),
+    )
+
+
+def _coding_result(point: CodingPoint) -> CodingResult:
+    """The stored point as the lossless check's input (output = reasoning + content)."""
+    try:
+        outcome = Outcome(point.outcome)
+    except ValueError:
+        outcome = Outcome.ERROR
+    return CodingResult(
+        problem_id=point.problem,
+        outcome=outcome,
+        detail=point.detail or "",
+        code=point.code,
+        content=point.output,
+        reasoning_content=None,
+        finish_reason=point.finish_reason,
+        completion_tokens=point.completion_tokens,
+        elapsed_s=point.elapsed_s or 0.0,
+        sandbox=None,
+    )
+
+
+def _drift(trial: TrialView, baseline: TrialView, temperature: float) -> Drift | None:
+    if not trial.coding or not baseline.coding or trial is baseline:
+        return None
+    report = check_lossless(
+        [_coding_result(c) for c in baseline.coding],
+        [_coding_result(c) for c in trial.coding],
+        temperature=temperature,
+    )
+    if report.compared == 0:
+        return None
+    return Drift(
+        baseline_key=baseline.key,
+        compared=report.compared,
+        exact_matches=report.exact_matches,
+        drifted=report.drifted,
+        differing=tuple(c.problem_id for c in report.comparisons if not c.identical),
+        earliest_divergence_char=report.earliest_divergence_char,
+    )
+
+
+def _section(data: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    value = data.get(name)
+    return value if isinstance(value, dict) else None
+
+
+def _sweep_settings(yaml_text: str) -> tuple[str | None, list[int], list[int], float | None]:
+    """Model, planned contexts and concurrencies, coding temperature, read leniently: a
+    report must render even for a sweep file a later version would no longer accept."""
+    try:
+        data = yaml.safe_load(yaml_text)
+    except yaml.YAMLError:
+        return None, [], [], None
+    if not isinstance(data, dict):
+        return None, [], [], None
+    server = _section(data, "server") or {}
+    bench = _section(data, "benchmark") or {}
+    coding = _section(data, "coding")
+    model = server.get("model") if isinstance(server.get("model"), str) else None
+
+    def ints(value: Any) -> list[int]:
+        return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+    temperature = None
+    if coding is not None:
+        raw = coding.get("temperature", 0.0)
+        temperature = float(raw) if isinstance(raw, int | float) else None
+    return model, ints(bench.get("contexts")), ints(bench.get("concurrency")), temperature
+
+
+def _short_labels(trials: Sequence[TrialView]) -> None:
+    """Drop the knob values most configs of the group share: ``budget=8`` reads faster than
+    four knobs of which three never change. Falls back to full labels if two would collide."""
+    configs = [t.config for t in trials if not t.is_baseline and t.config]
+    counts: dict[tuple[str, str], int] = {}
+    for config in configs:
+        for name, value in config.items():
+            pair = (name, json.dumps(value, sort_keys=True))
+            counts[pair] = counts.get(pair, 0) + 1
+    shared = {
+        pair for pair, count in counts.items() if len(configs) > 1 and count * 2 > len(configs)
+    }
+    labels: dict[int, str] = {}
+    for index, trial in enumerate(trials):
+        omit = frozenset(
+            name
+            for name, value in trial.config.items()
+            if (name, json.dumps(value, sort_keys=True)) in shared
+        )
+        labels[index] = config_label(trial.config, omit=omit)
+    by_config: dict[str, set[str]] = {}
+    for index, trial in enumerate(trials):
+        by_config.setdefault(labels[index], set()).add(trial.label)
+    collide = any(len(full) > 1 for full in by_config.values())
+    for index, trial in enumerate(trials):
+        trial.short_label = trial.label if collide else labels[index]
+
+
+def _warnings(
+    report_groups: Sequence[HostTypeGroup], events: Sequence[EventRecord]
+) -> list[ReportWarning]:
+    found: list[ReportWarning] = []
+    for group in report_groups:
+        for host in group.hosts:
+            if host.set_aside_reason:
+                found.append(
+                    ReportWarning("host-set-aside", host.name, None, host.set_aside_reason)
+                )
+        for trial in group.trials:
+            name = group.display(trial)
+            for item in trial.overridden:
+                why = f" ({item['why']})" if item.get("why") else ""
+                found.append(
+                    ReportWarning(
+                        "overridden",
+                        trial.host,
+                        name,
+                        f"{item.get('knob')}: asked {item.get('expected')!r}, the server runs "
+                        f"{item.get('actual')!r}{why}",
+                    )
+                )
+            drift = trial.lossless
+            if drift is not None and drift.drifted:
+                where = (
+                    f", first divergence at character {drift.earliest_divergence_char}"
+                    if drift.earliest_divergence_char is not None
+                    else ""
+                )
+                found.append(
+                    ReportWarning(
+                        "output-drift",
+                        trial.host,
+                        name,
+                        f"{drift.compared - drift.exact_matches} of {drift.compared} coding "
+                        f"outputs differ from the baseline's at temperature 0 "
+                        f"({', '.join(drift.differing)}){where}",
+                    )
+                )
+            for point in trial.throughput:
+                found.extend(_point_warnings(trial, name, point))
+            truncated = [c.problem for c in trial.coding if c.outcome == Outcome.TRUNCATED.value]
+            if truncated:
+                found.append(
+                    ReportWarning(
+                        "coding-truncated",
+                        trial.host,
+                        name,
+                        f"coding outputs cut off (not scored): {', '.join(truncated)}",
+                    )
+                )
+    for event in events:
+        if event.kind in _EVENT_WARNINGS:
+            details = ", ".join(f"{k}={v}" for k, v in event.fields.items())
+            found.append(
+                ReportWarning(
+                    event.kind,
+                    event.host,
+                    None,
+                    f"{_EVENT_WARNINGS[event.kind]}: {details}"
+                    if details
+                    else _EVENT_WARNINGS[event.kind],
+                )
+            )
+    return found
+
+
+_EVENT_WARNINGS = {
+    "memory.not_released": "GPU memory was not released after the stop",
+    "restore.foreign_changes": "someone else changed the unit's files during the sweep",
+    "dropin.stale_found": "a drop-in left by an earlier run was found and ignored",
+    "host.unreachable": "the host became unreachable",
+}
+
+
+def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list[ReportWarning]:
+    where = f"context {point.context}, concurrency {point.concurrency}"
+    out: list[ReportWarning] = []
+    flags = set(point.flags)
+    if "concurrency_short" in flags:
+        held = point.value("concurrency_held")
+        held_text = f"{held:.2f}" if held is not None else "unknown"
+        out.append(
+            ReportWarning(
+                "concurrency-short",
+                trial.host,
+                name,
+                f"{where}: the client held {held_text} of {point.concurrency} requests in flight",
+            )
+        )
+    if "client_saturated" in flags:
+        cpu = point.value("client_cpu_fraction")
+        lag = point.value("loop_lag_p99_s")
+        out.append(
+            ReportWarning(
+                "client-saturated",
+                trial.host,
+                name,
+                f"{where}: client CPU {_pct(cpu)}, event-loop lag p99 "
+                f"{'?' if lag is None else f'{lag * 1000:.1f} ms'}",
+            )
+        )
+    if "accept_len_disagree" in flags:
+        values = ", ".join(
+            f"{source} {value:.2f}"
+            for source in ("journal", "meta_info", "metrics")
+            if (value := _number(point.accept.get(f"accept_len_{source}"))) is not None
+        )
+        out.append(ReportWarning("accept-len-disagree", trial.host, name, f"{where}: {values}"))
+    if "errors" in flags:
+        kinds = point.metrics.get("errors_by_kind") or {}
+        detail = ", ".join(f"{k} x{v}" for k, v in kinds.items()) if kinds else ""
+        out.append(
+            ReportWarning(
+                "errors",
+                trial.host,
+                name,
+                f"{where}: {point.metrics.get('errors')} of {point.metrics.get('requests')} "
+                f"requests failed{f' ({detail})' if detail else ''}",
+            )
+        )
+    if "truncated" in flags:
+        out.append(
+            ReportWarning(
+                "truncated",
+                trial.host,
+                name,
+                f"{where}: {point.metrics.get('truncated')} outputs truncated",
+            )
+        )
+    if "too_few_requests" in flags:
+        out.append(
+            ReportWarning(
+                "too-few-requests",
+                trial.host,
+                name,
+                f"{where}: only {point.metrics.get('requests_ok')} successful requests",
+            )
+        )
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{value * 100:.0f}%"
+
+
+def build_report(
+    sweep: SweepRecord,
+    hosts: Sequence[HostRecord],
+    trials: Sequence[TrialRecord],
+    attempts: Sequence[Attempt],
+    points: Sequence[PointRecord],
+    events: Sequence[EventRecord],
+    requests: Mapping[int, Sequence[StoredRequest]],
+    *,
+    include_requests: bool = False,
+) -> SweepReport:
+    """The report of one sweep from its records (pure: no store, no clock)."""
+    model, planned_contexts, planned_concurrency, temperature = _sweep_settings(sweep.yaml_text)
+    host_types = {h.name: h.type for h in hosts}
+    attempts_by_trial: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
+    points_by_attempt: dict[int, list[PointRecord]] = {}
+    for point in points:
+        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    events_by_host: dict[str | None, list[EventRecord]] = {}
+    for event in events:
+        events_by_host.setdefault(event.host, []).append(event)
+
+    views: list[TrialView] = []
+    for trial in sorted(trials, key=lambda t: t.ordinal):
+        tried = sorted(attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
+        host_events = events_by_host.get(trial.host, [])
+        attempt_views: list[AttemptView] = []
+        for index, attempt in enumerate(tried):
+            next_start = tried[index + 1].started_at if index + 1 < len(tried) else None
+            mine = _attempt_events(attempt, trial.host, host_events, next_start)
+            attempt_views.append(
+                AttemptView(
+                    number=attempt.number,
+                    state=attempt.state,
+                    cause=attempt.cause,
+                    evidence=dict(attempt.evidence or {}),
+                    started_at=attempt.started_at,
+                    finished_at=attempt.finished_at,
+                    lifecycle=_lifecycle(attempt.evidence or {}, mine)
+                    if attempt.state != "skipped"
+                    else None,
+                    events=tuple(_event_json(e) for e in mine),
+                )
+            )
+        # The trial's numbers are its last attempt's: a retry never mixes with a failed try.
+        shown = points_by_attempt.get(tried[-1].id, []) if tried else []
+        throughput = tuple(
+            _throughput_point(p, requests.get(p.id, ()), include_requests)
+            for p in shown
+            if p.kind == "throughput"
+        )
+        coding = tuple(_coding_point(p) for p in shown if p.kind == "coding")
+        views.append(
+            TrialView(
+                key=trial.key,
+                host=trial.host,
+                host_type=host_types.get(trial.host, "unknown"),
+                config=dict(trial.config),
+                is_baseline=trial.is_baseline,
+                ordinal=trial.ordinal,
+                label=config_label(trial.config),
+                attempts=tuple(attempt_views),
+                throughput=throughput,
+                coding=coding,
+            )
+        )
+
+    groups: list[HostTypeGroup] = []
+    type_order: list[str] = []
+    for name in [h.name for h in hosts] + [v.host for v in views]:
+        host_type = host_types.get(name, "unknown")
+        if host_type not in type_order:
+            type_order.append(host_type)
+    for host_type in type_order:
+        members = [v for v in views if v.host_type == host_type]
+        _short_labels(members)
+        contexts = sorted(
+            {p.context for v in members for p in v.throughput} | set(planned_contexts)
+        )
+        concurrencies = sorted(
+            {p.concurrency for v in members for p in v.throughput} | set(planned_concurrency)
+        )
+        host_views = tuple(
+            HostView(
+                name=h.name,
+                type=h.type,
+                set_aside_reason=h.set_aside_reason,
+                provenance=_host_provenance([v for v in members if v.host == h.name]),
+            )
+            for h in hosts
+            if h.type == host_type
+        )
+        group = HostTypeGroup(
+            host_type=host_type,
+            hosts=host_views,
+            trials=tuple(members),
+            contexts=tuple(contexts),
+            concurrencies=tuple(concurrencies),
+        )
+        if temperature == 0.0:
+            for member in members:
+                baseline = group.baseline_for(member)
+                if baseline is not None and not member.is_baseline:
+                    member.lossless = _drift(member, baseline, temperature)
+        groups.append(group)
+
+    return SweepReport(
+        name=sweep.name,
+        id=sweep.id,
+        state=sweep.state,
+        submitted_at=sweep.submitted_at,
+        started_at=sweep.started_at,
+        finished_at=sweep.finished_at,
+        summary=sweep.summary,
+        model=model,
+        coding_temperature=temperature,
+        groups=tuple(groups),
+        warnings=tuple(_warnings(groups, events)),
+        sweep_events=tuple(_event_json(e) for e in events if e.host is None),
+    )
+
+
+def _host_provenance(trials: Sequence[TrialView]) -> JsonObject | None:
+    """The host's provenance as its baseline trial saw it (else its first successful trial)."""
+    ordered = sorted(trials, key=lambda t: (not t.is_baseline, t.ordinal))
+    return next((p for t in ordered if (p := t.provenance) is not None), None)
+
+
+async def load_report(
+    store: Store, ref: str | int, *, include_requests: bool = False
+) -> SweepReport:
+    """Read one sweep (by name or id) from the store; raises ``SweepNotFound``."""
+    sweep = await store.get_sweep(ref)
+    hosts = await store.hosts(sweep.id)
+    trials = await store.trials(sweep.id)
+    attempts = await store.attempts(sweep.id)
+    points = await store.points(sweep_id=sweep.id)
+    events = await store.events(sweep.id)
+    requests: dict[int, list[StoredRequest]] = {}
+    for point in points:
+        if point.kind == "throughput":
+            requests[point.id] = await store.requests(point.id)
+    return build_report(
+        sweep,
+        hosts,
+        trials,
+        attempts,
+        points,
+        events,
+        requests,
+        include_requests=include_requests,
+    )
+
+
+__all__ = [
+    "FLAGS",
+    "UNTRUSTED_FLAGS",
+    "AttemptView",
+    "CodingPoint",
+    "CodingSummary",
+    "Drift",
+    "FlagInfo",
+    "HostTypeGroup",
+    "HostView",
+    "Lifecycle",
+    "ReportWarning",
+    "SweepReport",
+    "ThroughputPoint",
+    "TrialView",
+    "build_report",
+    "config_label",
+    "flag_codes",
+    "flag_info",
+    "load_report",
+]

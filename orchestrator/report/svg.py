@@ -1,0 +1,545 @@
+"""Small, dependency-free SVG charts for the HTML report: lines, scatter, heatmap, boxes.
+
+Hand-written so the report stays one self-contained file with no JavaScript and no network,
+and so a missing value can never be drawn as zero: a point without a value (failed trial,
+failed point) is drawn as a red cross in a "no result" strip under the axis, and a point
+whose numbers carry quality flags is drawn hollow with an amber ring. Every mark has a
+``<title>`` (the browser's tooltip) saying what it is.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#9c755f",
+    "#ff9da7",
+    "#17becf",
+)
+BASELINE_COLOR = "#555555"
+FLAG_COLOR = "#d97706"
+FAIL_COLOR = "#c81e1e"
+GRID = "#e5e7eb"
+AXIS = "#6b7280"
+FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
+
+MarkStatus = Literal["ok", "flagged", "failed"]
+
+
+def esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def color_for(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (1, 2, 2.5, 5 x 10^n steps)."""
+    if not math.isfinite(low) or not math.isfinite(high):
+        return [0.0, 1.0]
+    if high <= low:
+        high = low + (abs(low) or 1.0)
+    raw = (high - low) / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    start = math.floor(low / step) * step
+    ticks = []
+    value = start
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 10))
+        value += step
+    if ticks[-1] < high:
+        ticks.append(round(value, 10))
+    return ticks
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1, 2, 5 x 10^n ticks covering [low, high] (both > 0)."""
+    ticks: list[float] = []
+    exponent = math.floor(math.log10(low))
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > high * 1.0001:
+                return _trim(ticks, low)
+            ticks.append(float(value))
+        exponent += 1
+
+
+def _trim(ticks: list[float], low: float) -> list[float]:
+    kept = [t for t in ticks if t >= low * 0.9999]
+    below = [t for t in ticks if t < low * 0.9999]
+    return ([below[-1]] if below else []) + kept
+
+
+def tick_label(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 10000:
+        return f"{value / 1000:g}k"
+    if abs(value) >= 1:
+        return f"{value:g}"
+    return f"{value:.3g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One data point; ``y`` None means "no result" (never zero)."""
+
+    x: float
+    y: float | None
+    status: MarkStatus = "ok"
+    title: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    name: str
+    color: str
+    marks: tuple[Mark, ...]
+    dashed: bool = False
+    connect: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """Maps data to pixels on one axis, linear or log."""
+
+    low: float
+    high: float
+    start: float
+    end: float
+    log: bool = False
+
+    def __call__(self, value: float) -> float:
+        if self.log:
+            lo, hi, v = math.log(self.low), math.log(self.high), math.log(max(value, 1e-12))
+        else:
+            lo, hi, v = self.low, self.high, value
+        span = (hi - lo) or 1.0
+        return self.start + (v - lo) / span * (self.end - self.start)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A panel's geometry: outer size and the margins around the plotting area."""
+
+    width: int = 420
+    height: int = 300
+    left: int = 58
+    right: int = 14
+    top: int = 30
+    bottom: int = 44
+
+    @property
+    def plot_left(self) -> int:
+        return self.left
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - self.right
+
+    @property
+    def plot_top(self) -> int:
+        return self.top
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - self.bottom
+
+
+def _svg_open(frame: Frame, label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.width} {frame.height}" '
+        f'width="{frame.width}" height="{frame.height}" role="img" aria-label="{esc(label)}" '
+        f'style="{FONT}">'
+    )
+
+
+def _axes(
+    frame: Frame,
+    xs: Callable[[float], float],
+    ys: Callable[[float], float],
+    x_ticks: Sequence[float],
+    y_ticks: Sequence[float],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    x_tick_labels: Sequence[str] | None = None,
+) -> list[str]:
+    parts = [
+        f'<text x="{frame.width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
+        f'font-weight="600" fill="#111827">{esc(title)}</text>'
+    ]
+    for tick in y_ticks:
+        y = ys(tick)
+        parts.append(
+            f'<line x1="{frame.plot_left}" x2="{frame.plot_right}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="{GRID}" stroke-width="1"/>'
+        )
+        parts.append(
+            f'<text x="{frame.plot_left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
+            f'fill="{AXIS}">{esc(tick_label(tick))}</text>'
+        )
+    labels = x_tick_labels or [tick_label(t) for t in x_ticks]
+    for tick, text in zip(x_ticks, labels, strict=True):
+        x = xs(tick)
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{frame.plot_bottom}" '
+            f'y2="{frame.plot_bottom + 4}" stroke="{AXIS}"/>'
+        )
+        parts.append(
+            f'<text x="{x:.1f}" y="{frame.plot_bottom + 16}" text-anchor="middle" '
+            f'font-size="11" fill="{AXIS}">{esc(text)}</text>'
+        )
+    parts.append(
+        f'<line x1="{frame.plot_left}" x2="{frame.plot_right}" y1="{frame.plot_bottom}" '
+        f'y2="{frame.plot_bottom}" stroke="{AXIS}"/>'
+    )
+    parts.append(
+        f'<line x1="{frame.plot_left}" x2="{frame.plot_left}" y1="{frame.plot_top}" '
+        f'y2="{frame.plot_bottom}" stroke="{AXIS}"/>'
+    )
+    parts.append(
+        f'<text x="{(frame.plot_left + frame.plot_right) / 2:.1f}" y="{frame.height - 4}" '
+        f'text-anchor="middle" font-size="11" fill="#374151">{esc(x_label)}</text>'
+    )
+    mid = (frame.plot_top + frame.plot_bottom) / 2
+    parts.append(
+        f'<text x="13" y="{mid:.1f}" text-anchor="middle" font-size="11" fill="#374151" '
+        f'transform="rotate(-90 13 {mid:.1f})">{esc(y_label)}</text>'
+    )
+    return parts
+
+
+def _mark(x: float, y: float, mark: Mark, color: str) -> str:
+    title = f"<title>{esc(mark.title)}</title>" if mark.title else ""
+    if mark.status == "flagged":
+        return (
+            f'<g class="mark flagged"><circle cx="{x:.1f}" cy="{y:.1f}" r="6" fill="white" '
+            f'stroke="{FLAG_COLOR}" stroke-width="2.5"/><circle cx="{x:.1f}" cy="{y:.1f}" '
+            f'r="2.5" fill="{color}"/>{title}</g>'
+        )
+    return (
+        f'<circle class="mark" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}" '
+        f'stroke="white" stroke-width="1">{title}</circle>'
+    )
+
+
+def _no_result_label(frame: Frame, y: float) -> str:
+    """The strip's name, left of the axis where a y tick would be: never over a mark."""
+    return (
+        f'<text x="{frame.plot_left - 5}" y="{y + 3.5:.1f}" text-anchor="end" font-size="9.5" '
+        f'fill="{FAIL_COLOR}">none</text>'
+    )
+
+
+def _cross(x: float, y: float, title: str) -> str:
+    size = 5
+    return (
+        f'<g class="mark failed" stroke="{FAIL_COLOR}" stroke-width="2.5">'
+        f'<line x1="{x - size:.1f}" y1="{y - size:.1f}" x2="{x + size:.1f}" y2="{y + size:.1f}"/>'
+        f'<line x1="{x - size:.1f}" y1="{y + size:.1f}" x2="{x + size:.1f}" y2="{y - size:.1f}"/>'
+        f"<title>{esc(title)}</title></g>"
+    )
+
+
+def xy_panel(
+    series: Sequence[Series],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    x_log: bool = False,
+    y_log: bool = False,
+    x_categories: Sequence[float] | None = None,
+    y_zero: bool = True,
+    frame: Frame | None = None,
+) -> str:
+    """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
+    (evenly spaced), e.g. the concurrencies measured."""
+    frame = frame or Frame()
+    values = [m.y for s in series for m in s.marks if m.y is not None]
+    xs_all = [m.x for s in series for m in s.marks]
+    has_failed = any(m.y is None for s in series for m in s.marks)
+    if y_log and values:
+        y_low, y_high = min(values) * 0.8, max(values) * 1.25
+        y_ticks = log_ticks(y_low, y_high)
+        y_low, y_high = min(y_ticks[0], y_low), max(y_ticks[-1], y_high)
+    else:
+        low = 0.0 if y_zero or not values else min(values)
+        high = max(values) if values else 1.0
+        if not y_zero and values:
+            pad = (high - low) * 0.1 or 0.5
+            low, high = low - pad, high + pad
+        y_ticks = nice_ticks(low, high)
+        y_low, y_high = y_ticks[0], y_ticks[-1]
+    strip = 22 if has_failed else 0
+    ys = Scale(y_low, y_high, frame.plot_bottom - strip, frame.plot_top, log=y_log)
+    if x_categories:
+        positions = {v: i for i, v in enumerate(x_categories)}
+        n = max(len(x_categories) - 1, 1)
+        pad = 0.35
+
+        def xmap(v: float) -> float:
+            return frame.plot_left + (positions.get(v, 0) + pad) / (n + 2 * pad) * (
+                frame.plot_right - frame.plot_left
+            )
+
+        x_ticks: list[float] = list(x_categories)
+    else:
+        lo = min(xs_all) if xs_all else 0.0
+        hi = max(xs_all) if xs_all else 1.0
+        if x_log:
+            x_ticks = log_ticks(lo, hi)
+            xscale = Scale(
+                min(x_ticks[0], lo),
+                max(x_ticks[-1], hi),
+                frame.plot_left,
+                frame.plot_right,
+                log=True,
+            )
+        else:
+            pad_x = (hi - lo) * 0.08 or 0.5
+            x_ticks = nice_ticks(lo - pad_x, hi + pad_x)
+            xscale = Scale(x_ticks[0], x_ticks[-1], frame.plot_left, frame.plot_right)
+
+        def xmap(v: float) -> float:
+            return xscale(v)
+
+    parts = [_svg_open(frame, title)]
+    parts += _axes(
+        frame,
+        xmap,
+        ys,
+        x_ticks,
+        [t for t in y_ticks if y_low <= t <= y_high],
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+    )
+    if has_failed:
+        y_strip = frame.plot_bottom - strip / 2
+        parts.append(
+            f'<rect x="{frame.plot_left + 1}" y="{frame.plot_bottom - strip}" '
+            f'width="{frame.plot_right - frame.plot_left - 1}" height="{strip}" fill="#fef2f2"/>'
+        )
+        parts.append(_no_result_label(frame, y_strip))
+    for s in series:
+        if s.connect:
+            segment: list[str] = []
+            runs: list[list[str]] = []
+            for mark in sorted(s.marks, key=lambda m: m.x):
+                if mark.y is None:
+                    if segment:
+                        runs.append(segment)
+                    segment = []
+                    continue
+                segment.append(f"{xmap(mark.x):.1f},{ys(mark.y):.1f}")
+            if segment:
+                runs.append(segment)
+            dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+            for run in runs:
+                if len(run) > 1:
+                    parts.append(
+                        f'<polyline points="{" ".join(run)}" fill="none" stroke="{s.color}" '
+                        f'stroke-width="2"{dash}><title>{esc(s.name)}</title></polyline>'
+                    )
+        for mark in s.marks:
+            if mark.y is not None:
+                parts.append(_mark(xmap(mark.x), ys(mark.y), mark, s.color))
+    # Several series failing at one x would hide each other: spread them along the strip.
+    failed = [(mark, s) for s in series for mark in s.marks if mark.y is None]
+    per_x: dict[float, int] = {}
+    for mark, _ in failed:
+        per_x[mark.x] = per_x.get(mark.x, 0) + 1
+    placed: dict[float, int] = {}
+    for mark, _ in failed:
+        k = placed.get(mark.x, 0)
+        placed[mark.x] = k + 1
+        offset = (k - (per_x[mark.x] - 1) / 2) * 13
+        parts.append(_cross(xmap(mark.x) + offset, frame.plot_bottom - strip / 2, mark.title))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def heat_color(value: float, center: float = 1.0, span: float = 1.5) -> str:
+    """Diverging: red below ``center``, white at it, green above (saturating at +-span)."""
+    t = max(-1.0, min(1.0, (value - center) / span if value >= center else (value - center) / 0.5))
+    if t >= 0:
+        r, g, b = (255 - int(t * (255 - 34)), 255 - int(t * (255 - 139)), 255 - int(t * (255 - 34)))
+    else:
+        t = -t
+        r, g, b = (255 - int(t * (255 - 200)), 255 - int(t * (255 - 30)), 255 - int(t * (255 - 30)))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+@dataclass(frozen=True, slots=True)
+class HeatCell:
+    value: float | None
+    text: str
+    status: MarkStatus = "ok"
+    title: str = ""
+
+
+def heatmap(
+    rows: Sequence[str],
+    columns: Sequence[str],
+    cells: Sequence[Sequence[HeatCell]],
+    *,
+    title: str,
+    center: float = 1.0,
+    cell_width: int = 64,
+    cell_height: int = 26,
+) -> str:
+    """Rows x columns of colored cells; a cell without a value is hatched, never colored as
+    a number."""
+    label_width = max((len(r) for r in rows), default=6) * 7 + 16
+    top = 58
+    width = label_width + cell_width * len(columns) + 10
+    height = top + cell_height * len(rows) + 10
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{esc(title)}" style="{FONT}">',
+        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f3f4f6"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#d1d5db" stroke-width="3"/></pattern></defs>',
+        f'<text x="{width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
+        f'font-weight="600" fill="#111827">{esc(title)}</text>',
+    ]
+    for j, column in enumerate(columns):
+        x = label_width + j * cell_width + cell_width / 2
+        parts.append(
+            f'<text x="{x:.1f}" y="{top - 8}" text-anchor="middle" font-size="11" '
+            f'fill="{AXIS}">{esc(column)}</text>'
+        )
+    for i, row in enumerate(rows):
+        y = top + i * cell_height
+        parts.append(
+            f'<text x="{label_width - 8}" y="{y + cell_height / 2 + 4:.1f}" text-anchor="end" '
+            f'font-size="11" fill="#111827">{esc(row)}</text>'
+        )
+        for j, cell in enumerate(cells[i]):
+            x = label_width + j * cell_width
+            fill = "url(#hatch)" if cell.value is None else heat_color(cell.value, center)
+            stroke = FLAG_COLOR if cell.status == "flagged" else "white"
+            stroke_width = 2.5 if cell.status == "flagged" else 1
+            text_color = FAIL_COLOR if cell.status == "failed" else "#111827"
+            tip = f"<title>{esc(cell.title)}</title>" if cell.title else ""
+            parts.append(
+                f'<g class="cell {cell.status}"><rect x="{x + 1}" y="{y + 1}" '
+                f'width="{cell_width - 2}" height="{cell_height - 2}" fill="{fill}" '
+                f'stroke="{stroke}" stroke-width="{stroke_width}"/>'
+                f'<text x="{x + cell_width / 2:.1f}" y="{y + cell_height / 2 + 4:.1f}" '
+                f'text-anchor="middle" font-size="11" fill="{text_color}">{esc(cell.text)}</text>'
+                f"{tip}</g>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """One distribution: drawn as p10..p90 whiskers, p25..p75 box and the median."""
+
+    name: str
+    color: str
+    samples: tuple[float, ...]
+    status: MarkStatus = "ok"
+    title: str = ""
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    rank = (len(ordered) - 1) * q
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def box_panel(
+    groups: Sequence[tuple[str, Sequence[Box]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    y_log: bool = True,
+    frame: Frame | None = None,
+) -> str:
+    """Box plots grouped along x (e.g. one group per concurrency, one box per config)."""
+    frame = frame or Frame()
+    values = [v for _, boxes in groups for b in boxes for v in b.samples if v > 0]
+    has_failed = any(not b.samples for _, boxes in groups for b in boxes)
+    strip = 22 if has_failed else 0
+    if values:
+        low, high = min(values) * 0.8, max(values) * 1.25
+    else:
+        low, high = 0.001, 1.0
+    ticks = log_ticks(low, high) if y_log else nice_ticks(0.0, high)
+    ys = Scale(
+        min(ticks[0], low) if y_log else ticks[0],
+        max(ticks[-1], high) if y_log else ticks[-1],
+        frame.plot_bottom - strip,
+        frame.plot_top,
+        log=y_log,
+    )
+    width = frame.plot_right - frame.plot_left
+    slot = width / max(len(groups), 1)
+    centers = [frame.plot_left + slot * (i + 0.5) for i in range(len(groups))]
+    parts = [_svg_open(frame, title)]
+    parts += _axes(
+        frame,
+        lambda v: centers[int(v)],
+        ys,
+        [float(i) for i in range(len(groups))],
+        ticks,
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+        x_tick_labels=[name for name, _ in groups],
+    )
+    for index, (_, boxes) in enumerate(groups):
+        n = max(len(boxes), 1)
+        box_w = min(slot * 0.8 / n, 22.0)
+        start = centers[index] - box_w * n / 2
+        for k, box in enumerate(boxes):
+            x = start + k * box_w
+            cx = x + box_w / 2
+            if not box.samples:
+                parts.append(
+                    _cross(cx, frame.plot_bottom - strip / 2, box.title or f"{box.name}: no result")
+                )
+                continue
+            ordered = sorted(box.samples)
+            p10, p25, p50, p75, p90 = (_quantile(ordered, q) for q in (0.1, 0.25, 0.5, 0.75, 0.9))
+            stroke = FLAG_COLOR if box.status == "flagged" else box.color
+            tip = esc(
+                box.title
+                or f"{box.name}: median {p50 * 1000:.0f} ms, p90 {p90 * 1000:.0f} ms, "
+                f"{len(ordered)} requests"
+            )
+            parts.append(
+                f'<g class="box {box.status}"><title>{tip}</title>'
+                f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{ys(p10):.1f}" y2="{ys(p90):.1f}" '
+                f'stroke="{stroke}" stroke-width="1.5"/>'
+                f'<rect x="{x + 2:.1f}" y="{ys(p75):.1f}" width="{max(box_w - 4, 2):.1f}" '
+                f'height="{max(ys(p25) - ys(p75), 1):.1f}" fill="{box.color}" '
+                f'fill-opacity="0.35" stroke="{stroke}" stroke-width="1.5"/>'
+                f'<line x1="{x + 2:.1f}" x2="{x + box_w - 2:.1f}" y1="{ys(p50):.1f}" '
+                f'y2="{ys(p50):.1f}" stroke="{box.color}" stroke-width="2.5"/></g>'
+            )
+    if has_failed:
+        parts.append(_no_result_label(frame, frame.plot_bottom - strip / 2))
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,0 +1,85 @@
+"""Render sweep results as Markdown, HTML (with plots), CSV or JSON; two sweeps side by side."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import cast
+
+from orchestrator.report import FORMATS, ReportFormat, render_report
+from orchestrator.store import Store, StoreError, SweepNotFound
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_OK, add_db_argument, db_path
+
+_SUFFIXES: dict[str, ReportFormat] = {".md": "md", ".html": "html", ".htm": "html", ".csv": "csv"}
+_SUFFIXES[".json"] = "json"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "sweeps", nargs="+", metavar="SWEEP", help="sweep name or id; two or more compare"
+    )
+    add_db_argument(parser)
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="md (default), html, csv or json; default from -o's suffix when given",
+    )
+    parser.add_argument("-o", "--output", metavar="PATH", help="write here instead of stdout")
+    parser.add_argument(
+        "--requests", action="store_true", help="JSON: include every request's record"
+    )
+
+
+def _format(args: argparse.Namespace) -> ReportFormat:
+    if args.format:
+        return cast(ReportFormat, args.format)
+    if args.output:
+        return _SUFFIXES.get(Path(args.output).suffix.lower(), "md")
+    return "md"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A reader (a browser refreshing, a CI artefact upload) never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+async def _render(args: argparse.Namespace, fmt: ReportFormat) -> str:
+    path = db_path(args.db)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such store (run a sweep first, or pass --db)")
+    async with await Store.open(path) as store:
+        refs: list[str | int] = list(args.sweeps)
+        return await render_report(store, refs, fmt, include_requests=args.requests)
+
+
+def run(args: argparse.Namespace) -> int:
+    fmt = _format(args)
+    try:
+        text = asyncio.run(_render(args, fmt))
+    except SweepNotFound as error:
+        print(f"report: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (FileNotFoundError, StoreError) as error:
+        print(f"report: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.output:
+        output = Path(args.output).expanduser()
+        write_atomically(output, text)
+        print(f"report: wrote {output} ({fmt})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return EXIT_OK
