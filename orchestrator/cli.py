@@ -21,14 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator import __version__
-from orchestrator.log import configure_logging, get_logger
+from orchestrator.log import configure_logging
 from orchestrator.plan import Plan, plan_json, plan_sweep, render_trial_dropin
 from orchestrator.sweepfile import (
     Sweep,
     SweepFileError,
     content_hash,
     load_sweep_with_text,
-    parse_sweep,
     sweep_json_schema,
 )
 
@@ -153,48 +152,13 @@ class PlanVerb:
         return EXIT_OK
 
 
-DEMO_RESOURCE = "demo.yaml"
-
-
-def load_demo_sweep() -> tuple[Sweep, str]:
-    """The packaged demo sweep (``orchestrator/data/demo.yaml``) and its text."""
-    text = (importlib.resources.files("orchestrator") / "data" / DEMO_RESOURCE).read_text("utf-8")
-    return parse_sweep(text, f"orchestrator/data/{DEMO_RESOURCE}"), text
-
-
-class DemoVerb:
-    """Run the demo sweep on simulated hosts (for now: validate and plan it)."""
-
-    def configure_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--json", action="store_true", help="the plan as one JSON document")
-
-    def run(self, args: argparse.Namespace) -> int:
-        log = get_logger(verb="demo")
-        try:
-            sweep, text = load_demo_sweep()
-        except SweepFileError as error:
-            _report_problems(error)
-            return EXIT_FAILED  # a broken packaged file is our failure, not the user's input
-        plan = plan_sweep(sweep)
-        log.info("demo.planned", sweep=sweep.name, trials=len(plan), sha256=content_hash(text))
-        if args.json:
-            _emit_json(plan_json(plan, sweep))
-        else:
-            _print_plan(sweep, plan, show_dropins=False, console=Console())
-        print(
-            "orchestrator demo: the demo sweep is valid and planned above. The simulated hosts "
-            "and the sweep runner are not built yet, so nothing was run.",
-            file=sys.stderr,
-        )
-        return EXIT_OK
-
-
 VERBS: dict[str, Verb | str] = {
     "validate": ValidateVerb(),
     "schema": SchemaVerb(),
     "plan": PlanVerb(),
-    "demo": DemoVerb(),
+    "demo": "orchestrator.verbs.demo",
     "check": "orchestrator.verbs.check",
+    "sim": "orchestrator.sim.cli",
     "run": "orchestrator.verbs.run",
     "daemon": "orchestrator.verbs.daemon",
     "submit": "orchestrator.verbs.submit",

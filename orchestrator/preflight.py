@@ -179,6 +179,9 @@ async def check_host(
     except TransportError as exc:
         checks.add("ssh", False, exc.message)
         return HostCheck(name, tuple(checks.items), reason=str(exc))
+    except (systemd.SystemdError, systemd.UnitFileError) as exc:
+        checks.add("unit", False, str(exc))
+        return HostCheck(name, tuple(checks.items), reason=str(exc))
 
 
 def mapped_flags(knobs: Mapping[str, Any], extra_flags: Sequence[str]) -> set[str]:

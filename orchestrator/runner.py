@@ -49,6 +49,7 @@ from orchestrator.store import (
     Store,
     StoredRequest,
     SweepRecord,
+    SweepState,
     TrialRecord,
     point_key,
 )
@@ -113,7 +114,8 @@ def local_deadline(clock: str, now: dt.datetime) -> dt.datetime:
     return moment if moment >= now else moment + dt.timedelta(days=1)
 
 
-def _timeouts(sweep: Sweep) -> LifecycleTimeouts:
+def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
+    """The restart protocol's bounds from a sweep file's ``timeouts``."""
     t = sweep.timeouts
     return LifecycleTimeouts(
         stop=t.stop,
@@ -202,9 +204,10 @@ async def run_sweep(
         record.id,
         [NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline) for t in plan.trials],
     )
+    resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
-    await run.event("sweep.started", {"trials": len(trials), "resumed": not submitted.created})
-    log.info("sweep.started", trials=len(trials), resumed=not submitted.created)
+    await run.event("sweep.started", {"trials": len(trials), "resumed": resumed})
+    log.info("sweep.started", trials=len(trials), resumed=resumed)
     by_host: dict[str, list[tuple[Trial, TrialRecord]]] = {}
     planned = {(t.key, t.host): t for t in plan.trials}
     for trial in sorted(trials, key=lambda t: t.ordinal):
@@ -216,18 +219,23 @@ async def run_sweep(
     finally:
         if deadline_task is not None:
             deadline_task.cancel()
+    if stop.reason == "shutdown":
+        # The daemon is stopping: the sweep stays running and the next start resumes it.
+        await run.event("sweep.suspended", {"stopped": stop.reason})
+        log.info("sweep.suspended")
+        return SweepOutcome(record.id, record.name, "running", await store.sweep_results(record.id))
+    state: SweepState
     if stop.reason == "cancel":
         state = "cancelled"
-    elif stop.reason is not None:
-        state = "failed" if stop.reason.startswith("abort") else "done"
+    elif stop.reason is not None and stop.reason.startswith("abort"):
+        state = "failed"
     else:
         state = "done"
-    results = await store.sweep_results(record.id)
     summary = {"stopped": stop.reason, "failed_attempts": run.failures}
-    await store.set_sweep_state(record.id, state, summary=summary)  # type: ignore[arg-type]
+    await store.set_sweep_state(record.id, state, summary=summary)
     await run.event("sweep.finished", {"state": state, "stopped": stop.reason})
     log.info("sweep.finished", state=state, stopped=stop.reason)
-    results["state"] = state
+    results = await store.sweep_results(record.id)
     return SweepOutcome(record.id, record.name, state, results)
 
 
@@ -259,7 +267,7 @@ async def _run_host(
         model=sweep.server.model,
         gpu_probe=gpu_probe(host, transport),
         gpus=tuple(host.gpus) if host.gpus else None,
-        timeouts=_timeouts(sweep),
+        timeouts=lifecycle_timeouts(sweep),
         events=events,
     )
     knobs = host.effective_knobs(sweep.server.knobs)
@@ -309,7 +317,7 @@ async def _set_aside(
     get_logger(host=host.name).warning("host.set_aside", reason=reason)
 
 
-def _snapshot_to_backup(
+def snapshot_to_backup(
     snapshot: systemd.UnitSnapshot,
 ) -> tuple[dict[str, bytes | None], dict[str, str]]:
     files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
@@ -321,7 +329,7 @@ def _snapshot_to_backup(
     return files, state
 
 
-def _backup_to_snapshot(
+def backup_to_snapshot(
     unit: str, files: Mapping[str, bytes | None], state: Mapping[str, str]
 ) -> systemd.UnitSnapshot:
     raw = {k: v for k, v in state.items() if not k.startswith("__")}
@@ -345,11 +353,11 @@ async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:
     must not take the host's current, changed state for the original)."""
     backup = await run.store.get_unit_backup(run.record.id, session.name, session.unit)
     if backup is not None:
-        session.found = _backup_to_snapshot(session.unit, backup.files, backup.state)
+        session.found = backup_to_snapshot(session.unit, backup.files, backup.state)
         await session.events("backup.loaded")
         return
     snapshot = await session.read_found()
-    files, state = _snapshot_to_backup(snapshot)
+    files, state = snapshot_to_backup(snapshot)
     await run.store.save_unit_backup(run.record.id, session.name, session.unit, files, state)
     await session.events("backup.saved", files=sorted(files))
 

@@ -17,6 +17,8 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,79 @@ def _window_flag(version: str) -> str:
     )
 
 
+@dataclass
+class SimCluster:
+    """Running simulated hosts and how to reach them (one client key, one known_hosts)."""
+
+    hosts: list[SimHost]
+    key_path: Path
+    known_hosts: Path
+    state_dir: Path
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": host.name,
+                "address": host.address,
+                "port": host.port,
+                "user": "root",
+                "identity_file": str(self.key_path),
+                "known_hosts": str(self.known_hosts),
+                "base_url": host.base_url,
+            }
+            for host in self.hosts
+        ]
+
+
+@contextlib.asynccontextmanager
+async def simulated_hosts(
+    state_dir: Path,
+    hosts: Sequence[tuple[str, str, int]],
+    *,
+    defaults: dict[str, Any],
+    faults: dict[str, Any] | None = None,
+) -> AsyncIterator[SimCluster]:
+    """Start simulated hosts ``(name, address, port)`` with a client key and known_hosts in
+    ``state_dir``; once every host answers over SSH, yield them; stop them all on exit."""
+    key_path, authorized = _prepare_state_dir(state_dir)
+    sims = [
+        SimHost(
+            SimHostConfig(
+                name=name,
+                address=address,
+                port=port,
+                directory=state_dir / "hosts" / name,
+                authorized_keys=authorized,
+                settings=settings_for(name, faults or {}, defaults),
+            )
+        )
+        for name, address, port in hosts
+    ]
+    started: list[SimHost] = []
+    try:
+        for host in sims:
+            (state_dir / "hosts" / host.name).mkdir(parents=True, exist_ok=True)
+            await host.start()
+            started.append(host)
+        known_hosts = state_dir / "known_hosts"
+        known_hosts.write_text("".join(h.known_hosts_line() + "\n" for h in sims), "utf-8")
+        await _wait_answering(sims, key_path, known_hosts)
+        yield SimCluster(sims, key_path, known_hosts, state_dir)
+    finally:
+        for host in reversed(started):
+            with contextlib.suppress(Exception):
+                await host.stop()
+
+
+def _prepare_state_dir(state_dir: Path) -> tuple[Path, Path]:
+    """The client key and the authorized_keys file every simulated host trusts."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    key_path, public_key = write_client_key(state_dir)
+    authorized = state_dir / "authorized_keys"
+    authorized.write_text(public_key + "\n", encoding="utf-8")
+    return key_path, authorized
+
+
 async def _up(args: argparse.Namespace) -> int:
     log = get_logger(component="sim.up")
     if args.hosts < 1:
@@ -162,7 +237,6 @@ async def _up(args: argparse.Namespace) -> int:
     state_dir = (
         args.state_dir or Path(tempfile.mkdtemp(prefix="orchestrator-sim-"))
     ).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
     names = host_names(args.hosts)
     try:
         addresses = host_addresses(args.base_address, args.hosts)
@@ -173,64 +247,29 @@ async def _up(args: argparse.Namespace) -> int:
     defaults: dict[str, Any] = {"ddtree": True}
     if args.time_scale is not None:
         defaults["time_scale"] = args.time_scale
-    key_path, public_key = write_client_key(state_dir)
-    authorized = state_dir / "authorized_keys"
-    authorized.write_text(public_key + "\n", encoding="utf-8")
-    hosts = [
-        SimHost(
-            SimHostConfig(
-                name=name,
-                address=address,
-                port=args.port,
-                directory=state_dir / "hosts" / name,
-                authorized_keys=authorized,
-                settings=settings_for(name, faults, defaults),
-            )
-        )
-        for name, address in zip(names, addresses, strict=True)
-    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    started: list[SimHost] = []
+    specs = [(name, address, args.port) for name, address in zip(names, addresses, strict=True)]
     try:
-        for host in hosts:
-            (state_dir / "hosts" / host.name).mkdir(parents=True, exist_ok=True)
-            await host.start()
-            started.append(host)
-        known_hosts = state_dir / "known_hosts"
-        known_hosts.write_text("".join(h.known_hosts_line() + "\n" for h in hosts), "utf-8")
-        await _wait_answering(hosts, key_path, known_hosts)
-        described = [
-            {
-                "name": host.name,
-                "address": host.address,
-                "port": host.port,
-                "user": "root",
-                "identity_file": str(key_path),
-                "known_hosts": str(known_hosts),
-                "base_url": host.base_url,
-            }
-            for host in hosts
-        ]
-        sweep_path = state_dir / "sweep.yaml"
-        sweep = render_sweep(described, window_flag=_window_flag(hosts[0].settings.sglang_version))
-        sweep_path.write_text(
-            "# Written by `orchestrator sim up`: a quick sweep over the simulated hosts.\n"
-            + yaml.safe_dump(sweep, sort_keys=False),
-            encoding="utf-8",
-        )
-        _announce(args.json, described, sweep_path, state_dir)
-        log.info("sim.up", hosts=len(hosts), state_dir=str(state_dir))
-        await stop.wait()
+        async with simulated_hosts(state_dir, specs, defaults=defaults, faults=faults) as cluster:
+            described = cluster.describe()
+            sweep_path = state_dir / "sweep.yaml"
+            version = cluster.hosts[0].settings.sglang_version
+            sweep = render_sweep(described, window_flag=_window_flag(version))
+            sweep_path.write_text(
+                "# Written by `orchestrator sim up`: a quick sweep over the simulated hosts.\n"
+                + yaml.safe_dump(sweep, sort_keys=False),
+                encoding="utf-8",
+            )
+            _announce(args.json, described, sweep_path, state_dir)
+            log.info("sim.up", hosts=len(cluster.hosts), state_dir=str(state_dir))
+            await stop.wait()
     finally:
-        for host in reversed(started):
-            with contextlib.suppress(Exception):
-                await host.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    log.info("sim.down", hosts=len(started))
+    log.info("sim.down", hosts=len(specs))
     return 0
 
 

@@ -96,21 +96,6 @@ def test_plan_bad_file_exits_2() -> None:
     assert result.stdout == ""
 
 
-def test_demo_plans_the_packaged_sweep_and_says_what_it_cannot_do() -> None:
-    result = orchestrator("demo")
-    assert result.returncode == 0, result.stderr
-    assert "sweep demo: 12 trials on 2 hosts" in result.stdout
-    assert "not built yet" in result.stderr
-    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-    assert any(event["event"] == "demo.planned" for event in events)
-
-
-def test_demo_json_stdout_is_pure() -> None:
-    result = orchestrator("demo", "--json")
-    assert result.returncode == 0
-    assert json.loads(result.stdout)["sweep"] == "demo"
-
-
 def test_version_and_usage_errors() -> None:
     version = orchestrator("--version")
     assert version.returncode == 0

@@ -1,0 +1,200 @@
+"""The daemon's HTTP API (aiohttp): submit, list, status, cancel, results, restore.
+
+It listens on a unix socket whose file mode (0600) is its access control, and optionally on a
+loopback TCP port where every request must carry ``Authorization: Bearer <token>``. This module
+only maps HTTP onto the daemon's operations (:class:`DaemonOps`) and their errors onto status
+codes; it never shows a client a stack trace.
+
+Endpoints (all answer JSON)::
+
+    GET  /health                      {"ok": true, "version"}
+    POST /sweeps[?replace=1]          body: the sweep YAML -> 201 queued | 200 already known
+                                      | 400 {"problems"} | 409 name taken | 413 too big
+    GET  /sweeps[?all=1]              {"sweeps": [{"name", "id", "state", "priority", ...}]}
+    GET  /sweeps/{ref}                one sweep with each host's current trial and step
+    POST /sweeps/{ref}/cancel         stop at the next safe step and restore its hosts
+    GET  /sweeps/{ref}/results        the store's results document
+    POST /restore                     {"host": NAME} | {"all": true}
+
+``ref`` is a sweep name (its latest run) or an id.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from orchestrator import __version__
+from orchestrator.log import get_logger
+from orchestrator.store import SweepNameConflict, SweepNotFound
+from orchestrator.sweepfile import SweepFileError
+
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest request body; a sweep file is limited to the same size."""
+
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_FILENAME = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Conflict(Exception):
+    """The request is well formed but the daemon's state refuses it (HTTP 409)."""
+
+
+class DaemonOps(Protocol):
+    """What the API asks of the daemon. Errors: ``SweepFileError`` (400), ``SweepNotFound``
+    (404), ``SweepNameConflict`` and :class:`Conflict` (409), ``ValueError`` (400)."""
+
+    async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]: ...
+
+    async def list_sweeps(self, *, include_replaced: bool) -> list[dict[str, Any]]: ...
+
+    async def sweep_status(self, ref: str) -> dict[str, Any]: ...
+
+    async def cancel(self, ref: str) -> dict[str, Any]: ...
+
+    async def results(self, ref: str) -> dict[str, Any]: ...
+
+    async def restore_hosts(self, host: str | None) -> dict[str, Any]: ...
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+def _problems(error: SweepFileError) -> list[dict[str, Any]]:
+    return [
+        {"file": p.file, "line": p.line, "field": p.field_path, "message": p.message}
+        for p in error.problems
+    ]
+
+
+def valid_ref(ref: str) -> bool:
+    """A sweep name or id: no slashes, no dot-only names, nothing a path could be made of."""
+    return bool(_REF.fullmatch(ref)) and ref not in (".", "..")
+
+
+def _ref(request: web.Request) -> str:
+    ref = request.match_info["ref"]
+    if not valid_ref(ref):
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "a sweep is named by its name or id"}),
+            content_type="application/json",
+        )
+    return ref
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _error_middleware() -> Any:
+    log = get_logger(component="api")
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
+        except web.HTTPException as exc:
+            if exc.content_type == "application/json" or exc.status < 400:
+                raise
+            return _error(exc.status, exc.reason)
+        except SweepFileError as exc:
+            return _error(400, "invalid sweep file", problems=_problems(exc))
+        except SweepNotFound as exc:
+            return _error(404, str(exc))
+        except SweepNameConflict as exc:
+            return _error(
+                409, str(exc), existing={"id": exc.existing.id, "state": exc.existing.state}
+            )
+        except Conflict as exc:
+            return _error(409, str(exc))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        except Exception as exc:
+            log.exception("api.internal_error", path=request.path, error=type(exc).__name__)
+            return _error(500, "internal error (see the daemon's log)")
+
+    return errors
+
+
+def _auth_middleware(token: str) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            get_logger(component="api").warning("api.unauthorized", path=request.path)
+            return _error(401, "send the daemon's token as 'Authorization: Bearer <token>'")
+        return await handler(request)
+
+    return auth
+
+
+def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
+    """The API over ``ops``; with ``token``, every request must present it (loopback TCP)."""
+    middlewares = [_error_middleware()]
+    if token is not None:
+        middlewares.append(_auth_middleware(token))
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
+
+    async def health(request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"ok": True, "version": __version__})
+
+    async def submit(request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(400, "the body is not UTF-8 text")
+        filename = request.headers.get("X-Sweep-Filename", "submitted.yaml")
+        if not _FILENAME.fullmatch(filename):
+            filename = "submitted.yaml"
+        outcome = await ops.submit(text, filename=filename, replace=_flag(request, "replace"))
+        return web.json_response(outcome, status=201 if outcome["created"] else 200)
+
+    async def list_sweeps(request: web.Request) -> web.Response:
+        sweeps = await ops.list_sweeps(include_replaced=_flag(request, "all"))
+        return web.json_response({"sweeps": sweeps})
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response(await ops.sweep_status(_ref(request)))
+
+    async def cancel(request: web.Request) -> web.Response:
+        return web.json_response(await ops.cancel(_ref(request)), status=202)
+
+    async def results(request: web.Request) -> web.Response:
+        return web.json_response(await ops.results(_ref(request)))
+
+    async def restore(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
+        if not isinstance(body, dict):
+            return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
+        host, everything = body.get("host"), body.get("all") is True
+        if everything == (host is not None) or (host is not None and not isinstance(host, str)):
+            return _error(400, 'give exactly one of {"host": NAME} and {"all": true}')
+        if host is not None and not valid_ref(host):
+            return _error(400, f"not a host name: {host!r}")
+        return web.json_response(await ops.restore_hosts(host))
+
+    app.router.add_get("/health", health)
+    app.router.add_post("/sweeps", submit)
+    app.router.add_get("/sweeps", list_sweeps)
+    app.router.add_get("/sweeps/{ref}", status)
+    app.router.add_post("/sweeps/{ref}/cancel", cancel)
+    app.router.add_get("/sweeps/{ref}/results", results)
+    app.router.add_post("/restore", restore)
+    return app

@@ -1,0 +1,130 @@
+"""Run the demo sweep on two simulated GPU hosts and print the HTML report's path.
+
+The demo is the product end to end with only the hosts simulated: the packaged sweep
+(``orchestrator/data/demo.yaml``; ``sweeps/demo.yaml`` is its readable copy) runs over SSH
+against simulated hosts with a live display, the hosts are restored, the simulator stops, and
+the report is written. It exits 0 when every trial ended as the demo intends: the one on a flag
+the simulated build does not know fails with ``bad-flag`` (found by the preflight), the DFLASH
+config with a window smaller than its block fails with ``invalid-config``, everything else
+succeeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.resources
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.log import get_logger
+from orchestrator.report import render_report
+from orchestrator.sim.cli import simulated_hosts
+from orchestrator.store import Store
+from orchestrator.sweepfile import Sweep, parse_sweep
+from orchestrator.verbs.common import EXIT_FAILED, EXIT_OK, emit_json
+from orchestrator.verbs.run import run_in_foreground
+
+DEMO_RESOURCE = "demo.yaml"
+# Fast enough for a demo on 2 cores, slow enough that loads and benchmarks are visible.
+DEMO_TIME_SCALE = 0.1
+# config knob -> the failure cause the demo expects for configs that carry it.
+EXPECTED_FAILURES = {"legacy_window": "bad-flag"}
+
+
+def load_demo_sweep() -> tuple[Sweep, str]:
+    """The packaged demo sweep and its text."""
+    text = (importlib.resources.files("orchestrator") / "data" / DEMO_RESOURCE).read_text("utf-8")
+    return parse_sweep(text, f"orchestrator/data/{DEMO_RESOURCE}"), text
+
+
+def expected_cause(config: dict[str, Any]) -> str | None:
+    """How the demo means a trial to end: None = success, else its failure cause."""
+    for knob, cause in EXPECTED_FAILURES.items():
+        if config.get(knob) is not None:
+            return cause
+    window, block = config.get("window"), config.get("block_size")
+    if isinstance(window, int) and isinstance(block, int) and window < block:
+        return "invalid-config"
+    return None
+
+
+def unexpected_outcomes(results: dict[str, Any]) -> list[str]:
+    """Trials that did not end as the demo intends (empty: the demo ran as intended)."""
+    problems = []
+    for trial in results["trials"]:
+        want = expected_cause(trial["config"])
+        got = None if trial["state"] == "done" else (trial["cause"] or trial["state"])
+        if got != want:
+            problems.append(f"{trial['key']}: expected {want or 'success'}, got {got or 'success'}")
+    return problems
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where the demo's key, hosts, store and report go "
+        "(default: the directory of the demo sweep's identity_file)",
+    )
+    parser.add_argument("--json", action="store_true", help="the results as JSON on stdout")
+
+
+async def _demo(sweep: Sweep, text: str, state_dir: Path) -> tuple[dict[str, Any], Path]:
+    hosts = [(h.name, h.address, h.port) for h in sweep.hosts]
+    db = state_dir / "demo.db"
+    for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        stale.unlink(missing_ok=True)  # every demo starts from an empty store
+    async with simulated_hosts(
+        state_dir, hosts, defaults={"ddtree": True, "time_scale": DEMO_TIME_SCALE}
+    ):
+        outcome = await run_in_foreground(
+            sweep, text, db=str(db), source="orchestrator/data/demo.yaml", replace=True
+        )
+    report = state_dir / "demo-report.html"
+    async with await Store.open(db) as store:
+        html = await render_report(store, [outcome.sweep_id], "html")
+    temp = report.with_suffix(".html.tmp")
+    temp.write_text(html, encoding="utf-8")
+    os.replace(temp, report)
+    return outcome.results, report.resolve()
+
+
+def run(args: argparse.Namespace) -> int:
+    log = get_logger(verb="demo")
+    sweep, text = load_demo_sweep()
+    identity = sweep.hosts[0].identity_file or "~/.local/state/orchestrator/demo/id_ed25519"
+    state_dir = (args.state_dir or Path(identity).expanduser().parent).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if args.state_dir is not None:
+        sweep = _with_state_dir(sweep, state_dir)
+    results, report = asyncio.run(_demo(sweep, text, state_dir))
+    problems = unexpected_outcomes(results)
+    for problem in problems:
+        log.error("demo.unexpected", problem=problem)
+    if args.json:
+        emit_json({"report": str(report), "as_intended": not problems, "results": results})
+    else:
+        print(str(report))
+    print(
+        "demo: every trial ended as intended" if not problems else "demo: " + "; ".join(problems),
+        file=sys.stderr,
+    )
+    return EXIT_OK if not problems else EXIT_FAILED
+
+
+def _with_state_dir(sweep: Sweep, state_dir: Path) -> Sweep:
+    """The demo sweep with its hosts' key and known_hosts under ``state_dir``."""
+    hosts = [
+        host.model_copy(
+            update={
+                "identity_file": str(state_dir / "id_ed25519"),
+                "known_hosts": str(state_dir / "known_hosts"),
+            }
+        )
+        for host in sweep.hosts
+    ]
+    return sweep.model_copy(update={"hosts": hosts})
+

@@ -1,0 +1,210 @@
+"""The daemon's HTTP API against a real daemon process: access, limits, submit semantics."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.verbs.apiclient import call
+from tests.integration.daemon_proc import (
+    ORCHESTRATOR,
+    DaemonProcess,
+    HostEntry,
+    UntrustedSSHServer,
+    clock_a_minute_ago,
+    free_port,
+    running_daemon,
+    sweep_yaml,
+)
+
+TOKEN = "t0ken-for-the-api-tests-0123456789"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    with running_daemon(tmp_path / "state") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def untrusted() -> Iterator[UntrustedSSHServer]:
+    with UntrustedSSHServer() as server:
+        yield server
+
+
+def waiting_sweep(tmp_path: Path, name: str, port: int, *, budget: int = 4) -> str:
+    """A sweep that waits for its not_before time (about a day); once stopped, its host
+    (an SSH server nobody trusts) is set aside at once."""
+    host = HostEntry(f"h-{name}", port)
+    return sweep_yaml(
+        name, [host], tmp_path / "keys", budget=budget, not_before=clock_a_minute_ago()
+    )
+
+
+def test_socket_is_private(daemon: DaemonProcess) -> None:
+    mode = daemon.socket.lstat().st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    assert stat.S_IMODE(daemon.state_dir.stat().st_mode) == 0o700
+
+
+def test_tcp_needs_the_bearer_token(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    port = free_port()
+    config = tmp_path / "daemon.yaml"
+    config.write_text(f"tcp: 127.0.0.1:{port}\ntoken_file: {token_file}\n")
+
+    def get(headers: dict[str, str]) -> tuple[int, bytes]:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/sweeps", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    with running_daemon(tmp_path / "state", "--config", str(config)):
+        status, body = get({})
+        assert status == 401 and b"Bearer" in body
+        assert get({"Authorization": "Bearer wrong-token"})[0] == 401
+        assert get({"Authorization": TOKEN})[0] == 401
+        status, body = get({"Authorization": f"Bearer {TOKEN}"})
+        assert status == 200 and body == b'{"sweeps": []}'
+
+
+def test_daemon_refuses_a_readable_token_or_a_public_address(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o644)
+    config = tmp_path / "daemon.yaml"
+    config.write_text(f"tcp: 127.0.0.1:{free_port()}\ntoken_file: {token_file}\n")
+    state = ["--state-dir", str(tmp_path / "state")]
+    result = subprocess.run(
+        [*ORCHESTRATOR, "daemon", "--config", str(config), *state],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1 and "chmod 600" in result.stderr
+    config.write_text(f"tcp: 0.0.0.0:{free_port()}\ntoken_file: {token_file}\n")
+    result = subprocess.run(
+        [*ORCHESTRATOR, "daemon", "--config", str(config), *state],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2 and "not a loopback address" in result.stderr
+
+
+def test_oversized_body_is_413(daemon: DaemonProcess) -> None:
+    response = call(daemon.socket, "POST", "/sweeps", body=b"#" * (1024 * 1024 + 1))
+    assert response.status == 413
+    assert "over" in response.document["error"]
+
+
+def test_invalid_sweep_is_400_with_every_problem(daemon: DaemonProcess) -> None:
+    response = call(
+        daemon.socket,
+        "POST",
+        "/sweeps",
+        body=b"name: x\nhostz: []\n",
+        headers={"X-Sweep-Filename": "mine.yaml"},
+    )
+    assert response.status == 400
+    problems = response.document["problems"]
+    assert {"file": "mine.yaml", "line": 2, "field": "hostz"}.items() <= problems[-1].items()
+    assert len(problems) >= 2
+    assert call(daemon.socket, "GET", "/sweeps").document == {"sweeps": []}
+    assert call(daemon.socket, "POST", "/sweeps", body=b"\xff\xfe").status == 400
+
+
+def test_same_file_twice_is_one_sweep_and_other_content_needs_replace(
+    daemon: DaemonProcess, tmp_path: Path, untrusted: UntrustedSSHServer
+) -> None:
+    first = waiting_sweep(tmp_path, "nightly", untrusted.port).encode()
+    created = call(daemon.socket, "POST", "/sweeps", body=first)
+    assert created.status == 201 and created.document["created"] is True
+    again = call(daemon.socket, "POST", "/sweeps", body=first)
+    assert again.status == 200 and again.document["created"] is False
+    assert again.document["id"] == created.document["id"]
+
+    other = waiting_sweep(tmp_path, "nightly", untrusted.port, budget=8)
+    path = tmp_path / "other.yaml"
+    path.write_text(other)
+    conflict = call(daemon.socket, "POST", "/sweeps", body=other.encode())
+    assert conflict.status == 409 and "--replace" in conflict.document["error"]
+    assert conflict.document["existing"]["id"] == created.document["id"]
+    cli = daemon.cli("submit", str(path))
+    assert cli.returncode == 2 and "--replace" in cli.stderr
+
+    replaced = daemon.cli("submit", str(path), "--replace", "--json")
+    assert replaced.returncode == 0
+    document = replaced.json()
+    assert document["created"] is True and document["replaced"] == created.document["id"]
+    listed = call(daemon.socket, "GET", "/sweeps").document["sweeps"]
+    assert [(s["name"], s["id"]) for s in listed] == [("nightly", document["id"])]
+    everything = call(daemon.socket, "GET", "/sweeps", params={"all": "1"}).document["sweeps"]
+    old = next(s for s in everything if s["id"] == created.document["id"])
+    assert old["replaced_by"] == document["id"]
+    assert old["state"] == "cancelled"  # it was running (waiting): stopped, hosts restored
+    # A name means the latest run; the old one stays reachable by id.
+    assert call(daemon.socket, "GET", "/sweeps/nightly").document["id"] == document["id"]
+    by_id = call(daemon.socket, "GET", f"/sweeps/{created.document['id']}/results")
+    assert by_id.status == 200 and by_id.document["id"] == created.document["id"]
+
+
+def test_refs_and_unknown_paths_are_refused_without_traces(daemon: DaemonProcess) -> None:
+    for path in ("/sweeps/..%2F..%2Fetc%2Fpasswd", "/sweeps/%2E%2E/results", "/sweeps/a%00b"):
+        response = call(daemon.socket, "GET", path)
+        assert response.status in (400, 404), path
+        assert "Traceback" not in str(response.document)
+    assert call(daemon.socket, "GET", "/sweeps/nope").status == 404
+    assert call(daemon.socket, "POST", "/sweeps/nope/cancel").status == 404
+    assert call(daemon.socket, "GET", "/nowhere").status == 404
+    assert call(daemon.socket, "DELETE", "/sweeps").status == 405
+    bad_restore = call(daemon.socket, "POST", "/restore", body=b'{"host": "a", "all": true}')
+    assert bad_restore.status == 400
+    assert call(daemon.socket, "POST", "/restore", body=b"[1]").status == 400
+
+
+def test_restore_with_nothing_pending(daemon: DaemonProcess) -> None:
+    response = call(daemon.socket, "POST", "/restore", body=b'{"all": true}')
+    assert response.status == 200 and response.document == {"restored": []}
+    cli = daemon.cli("restore", "--all", "--json")
+    assert cli.returncode == 0 and cli.json() == {"restored": []}
+    assert daemon.cli("restore", "gpu-1").returncode == 0
+    assert daemon.cli("restore").returncode == 2  # a host or --all
+
+
+def test_socket_access_is_its_file_mode(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """A user other than the owner cannot connect (root bypasses modes, so drop to nobody)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    script = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX)\n"
+        "try:\n s.connect(sys.argv[1])\nexcept PermissionError:\n sys.exit(13)\n"
+    )
+    daemon.state_dir.chmod(0o755)  # let nobody reach the socket file, so its own mode decides
+    try:
+        result = subprocess.run(
+            ["python3", "-c", script, str(daemon.socket)],
+            user=nobody.pw_uid,
+            group=nobody.pw_gid,
+            capture_output=True,
+            timeout=30,
+        )
+    finally:
+        daemon.state_dir.chmod(0o700)
+    assert result.returncode == 13

@@ -1,0 +1,268 @@
+"""The daemon as operators use it: a real process, its inbox, its socket, its store, the CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.daemon import pick_runnable
+from tests.integration.daemon_proc import (
+    ORCHESTRATOR,
+    DaemonProcess,
+    HostEntry,
+    UntrustedSSHServer,
+    clock_a_minute_ago,
+    free_port,
+    running_daemon,
+    sweep_yaml,
+)
+
+BAD = Path(__file__).parents[1] / "data" / "sweeps" / "bad" / "unknown_keys.yaml"
+
+
+@pytest.fixture(scope="module")
+def untrusted() -> Iterator[UntrustedSSHServer]:
+    with UntrustedSSHServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def untrusted_too() -> Iterator[UntrustedSSHServer]:
+    with UntrustedSSHServer() as server:
+        yield server
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    with running_daemon(tmp_path / "state") as process:
+        yield process
+
+
+def wait_path(path: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def drop(inbox: Path, name: str, text: str) -> None:
+    """Write elsewhere, then rename in: the way the operator guide recommends."""
+    staging = inbox.parent / f".{name}.staging"
+    staging.write_text(text)
+    os.replace(staging, inbox / name)
+
+
+# --- intake ---------------------------------------------------------------------------------
+
+
+def test_bad_inbox_file_is_rejected_with_every_problem(daemon: DaemonProcess) -> None:
+    inbox, rejected = daemon.state_dir / "inbox", daemon.state_dir / "rejected"
+    shutil.copy(BAD, inbox / "night.yaml")
+    wait_path(rejected / "night.yaml.error")
+    wait_path(rejected / "night.yaml")
+    errors = (rejected / "night.yaml.error").read_text().splitlines()
+    assert "night.yaml:2: hostz: unknown key (did you mean 'hosts'?)" in errors
+    assert "night.yaml:1: hosts: required key missing" in errors
+    assert len(errors) >= 5 and all(line.startswith("night.yaml:") for line in errors)
+    assert not (inbox / "night.yaml").exists()
+    assert (rejected / "night.yaml").read_bytes() == BAD.read_bytes()
+    # The same name again does not overwrite the first rejection.
+    shutil.copy(BAD, inbox / "night.yaml")
+    wait_path(rejected / "night.1.yaml.error")
+    status = daemon.cli("status", "--json")
+    assert status.returncode == 0 and status.json() == {"sweeps": []}
+
+
+def test_good_inbox_file_is_accepted_and_queued(
+    daemon: DaemonProcess, untrusted: UntrustedSSHServer, tmp_path: Path
+) -> None:
+    inbox, accepted = daemon.state_dir / "inbox", daemon.state_dir / "accepted"
+    text = sweep_yaml("inbox-good", [HostEntry("h1", untrusted.port)], tmp_path / "keys")
+    # Written slowly in two halves: the first half alone is invalid and must not be taken.
+    with open(inbox / "good.yaml", "w") as handle:
+        handle.write(text[: len(text) // 2])
+        handle.flush()
+        time.sleep(0.2)
+        handle.write(text[len(text) // 2 :])
+    (inbox / "ignored.yaml.part").write_text("not: taken")
+    wait_path(accepted / "good.yaml")
+    assert (accepted / "good.yaml").read_text() == text
+    assert not (daemon.state_dir / "rejected" / "good.yaml.error").exists()
+    sweeps = daemon.cli("status", "--json").json()["sweeps"]
+    assert [(s["name"], s["source_path"]) for s in sweeps] == [
+        ("inbox-good", str(accepted / "good.yaml"))
+    ]
+    assert sweeps[0]["state"] in ("queued", "running", "done")
+    done = daemon.wait_for("inbox-good", ("done",))
+    assert done["hosts"][0]["set_aside"]  # the untrusted host key was refused
+    assert (inbox / "ignored.yaml.part").exists()
+    # The same file dropped again is recognised: accepted, not queued a second time.
+    drop(inbox, "good.yaml", text)
+    wait_path(accepted / "good.1.yaml")
+    assert len(daemon.cli("status", "--json").json()["sweeps"]) == 1
+
+
+# --- scheduling -----------------------------------------------------------------------------
+
+
+def test_pick_runnable_keeps_order_per_host() -> None:
+    a, b, c, d = frozenset({"x"}), frozenset({"x", "y"}), frozenset({"y"}), frozenset({"z"})
+    queue = [("a", a), ("b", b), ("c", c), ("d", d)]
+    assert pick_runnable(queue, busy=set(), slots=8) == ["a", "d"]  # b waits for x, c behind b
+    assert pick_runnable(queue, busy={"z"}, slots=8) == ["a"]
+    assert pick_runnable(queue, busy=set(), slots=1) == ["a"]
+
+
+def test_sweeps_sharing_a_host_wait_and_others_run_at_once(
+    daemon: DaemonProcess,
+    untrusted: UntrustedSSHServer,
+    untrusted_too: UntrustedSSHServer,
+    tmp_path: Path,
+) -> None:
+    keys = tmp_path / "keys"
+    closed = free_port()
+    files = {
+        # About 7.5 s on host "x": nothing listens, the transport retries.
+        "slow": sweep_yaml("slow", [HostEntry("x", closed)], keys),
+        # Also host "x" (same name, other address): must wait; higher priority goes first.
+        "low": sweep_yaml("low", [HostEntry("x", untrusted.port)], keys, priority=0),
+        "high": sweep_yaml("high", [HostEntry("x", untrusted.port)], keys, priority=5),
+        # Host "y" only (another name, another address): runs at once, beside "slow".
+        "other": sweep_yaml("other", [HostEntry("y", untrusted_too.port)], keys),
+    }
+    for name in ("slow", "low", "high", "other"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(files[name])
+        result = daemon.cli("submit", str(path), "--json")
+        assert result.returncode == 0, result.stderr
+        assert result.json()["created"] is True
+    other = daemon.wait_for("other", ("done",), timeout=5)
+    slow = daemon.cli("status", "slow", "--json").json()
+    assert slow["state"] == "running"  # "other" ran and ended while "slow" held host x
+    for name in ("slow", "low", "high"):
+        daemon.wait_for(name, ("done",), timeout=30)
+    sweeps = {s["name"]: s for s in daemon.cli("status", "--json").json()["sweeps"]}
+    assert sweeps["slow"]["finished_at"] <= sweeps["high"]["started_at"]
+    assert sweeps["high"]["finished_at"] <= sweeps["low"]["started_at"]
+    assert other["finished_at"] < sweeps["slow"]["finished_at"]
+    assert next(s["name"] for s in daemon.cli("status", "--json").json()["sweeps"]) == "high"
+
+
+# --- cancel, results, status from the CLI ---------------------------------------------------
+
+
+def test_cancel_results_and_status_from_the_cli(
+    daemon: DaemonProcess, untrusted: UntrustedSSHServer, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    waiting = tmp_path / "waiting.yaml"
+    waiting.write_text(
+        sweep_yaml(
+            "waiting", [HostEntry("w", untrusted.port)], keys, not_before=clock_a_minute_ago()
+        )
+    )
+    behind = tmp_path / "behind.yaml"
+    behind.write_text(sweep_yaml("behind", [HostEntry("w", untrusted.port)], keys))
+    assert daemon.cli("submit", str(waiting)).returncode == 0
+    assert daemon.cli("submit", str(behind)).returncode == 0
+
+    status = daemon.cli("status", "--json")
+    document = status.json()  # exactly one JSON document on stdout
+    assert {s["name"]: (s["state"], s["active"]) for s in document["sweeps"]} == {
+        "waiting": ("queued", True),  # started, waiting for its not_before time
+        "behind": ("queued", False),  # waits for host w
+    }
+
+    cancelled = daemon.cli("cancel", "behind", "--json")
+    assert cancelled.returncode == 0
+    assert cancelled.json()["state"] == "cancelled" and cancelled.json()["cancelling"] is False
+    stopping = daemon.cli("cancel", "waiting", "--json")
+    assert stopping.returncode == 0 and stopping.json()["cancelling"] is True
+    final = daemon.wait_for("waiting", ("cancelled",))
+    assert final["active"] is False
+    again = daemon.cli("cancel", "waiting", "--json")
+    assert again.returncode == 2 and "already ended" in again.json()["error"]
+
+    results = daemon.cli("results", "behind", "--json")
+    assert results.returncode == 0
+    document = results.json()
+    assert document["sweep"] == "behind" and document["state"] == "cancelled"
+    assert document["trials"] == []  # never started: nothing was planned into the store
+    by_id = daemon.cli("results", str(final["id"]), "--json").json()
+    assert by_id["sweep"] == "waiting" and by_id["state"] == "cancelled"
+
+    missing = daemon.cli("results", "no-such-sweep", "--json")
+    assert missing.returncode == 2 and "no sweep" in missing.json()["error"]
+    tricky = daemon.cli("results", "../../etc/passwd")
+    assert tricky.returncode == 2 and tricky.stdout == ""
+
+    # --db reads the store file directly, with no daemon involved.
+    direct = daemon.cli("results", "waiting", "--db", str(daemon.state_dir / "orchestrator.db"))
+    assert direct.returncode == 0 and "waiting" in direct.stdout
+    direct_json = daemon.cli(
+        "results", "waiting", "--json", "--db", str(daemon.state_dir / "orchestrator.db")
+    )
+    assert direct_json.json()["state"] == "cancelled"
+
+
+def test_clients_without_a_daemon_fail_cleanly(tmp_path: Path) -> None:
+    nobody = DaemonProcess(tmp_path / "none")
+    for args in (("status", "--json"), ("cancel", "x"), ("results", "x"), ("restore", "--all")):
+        result = nobody.cli(*args)
+        assert result.returncode == 1, args
+        assert "no daemon answers on" in result.stderr and result.stdout == ""
+
+
+# --- stopping and resuming ------------------------------------------------------------------
+
+
+def test_sigterm_exits_promptly_and_the_next_start_resumes(
+    tmp_path: Path, untrusted: UntrustedSSHServer
+) -> None:
+    state = tmp_path / "state"
+    sweep = tmp_path / "long.yaml"
+    sweep.write_text(
+        sweep_yaml(
+            "long",
+            [HostEntry("l", untrusted.port)],
+            tmp_path / "keys",
+            not_before=clock_a_minute_ago(),
+        )
+    )
+    with running_daemon(state) as first:
+        assert first.cli("submit", str(sweep)).returncode == 0
+        first.wait_for("long", ("queued",))
+        assert first.cli("status", "long", "--json").json()["active"] is True
+        took = first.terminate()
+        assert took < 10.0
+        assert first.process is not None and first.process.returncode == 0
+        assert first.events("daemon.stopped")
+        assert first.events("sweep.suspended")
+    assert not (state / "orchestrator.sock").exists()
+    with sqlite3.connect(state / "orchestrator.db") as db:
+        (stored,) = db.execute("SELECT state FROM sweeps WHERE name = 'long'").fetchone()
+    assert stored == "running"  # suspended, not finished: the next start picks it up
+    with running_daemon(state) as second:
+        done = second.wait_for("long", ("done",))
+        assert done["hosts"][0]["set_aside"]
+        starting = [e for e in second.events("sweep.starting") if e["sweep"] == "long"][-1]
+        assert starting["resumed"] is True
+
+
+def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon: DaemonProcess) -> None:
+    second = subprocess.run(
+        [*ORCHESTRATOR, "daemon", "--state-dir", str(daemon.state_dir), "--socket", "/tmp/x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert "another daemon is running on" in second.stderr
+    assert daemon.cli("status", "--json").returncode == 0

@@ -1,0 +1,122 @@
+"""What the daemon tells others: systemd (sd_notify) and the sweep's webhook."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from tests.integration.daemon_proc import (
+    HostEntry,
+    UntrustedSSHServer,
+    clock_a_minute_ago,
+    free_port,
+    running_daemon,
+    sweep_yaml,
+)
+
+
+@pytest.fixture(scope="module")
+def untrusted() -> Iterator[UntrustedSSHServer]:
+    with UntrustedSSHServer() as server:
+        yield server
+
+
+# --- sd_notify ------------------------------------------------------------------------------
+
+
+def test_sd_notify_ready_watchdog_status_stopping(
+    tmp_path: Path, untrusted: UntrustedSSHServer
+) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify_path = tmp_path / "notify.sock"
+    listener.bind(str(notify_path))
+    listener.settimeout(5)
+    env = {"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "400000"}
+    messages: list[str] = []
+
+    def receive_until(predicate: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(predicate in m for m in messages):
+            assert time.monotonic() < deadline, f"no {predicate!r} in {messages}"
+            messages.append(listener.recv(4096).decode())
+
+    try:
+        with running_daemon(tmp_path / "state", env=env) as daemon:
+            receive_until("READY=1")
+            ready = next(m for m in messages if "READY=1" in m)
+            assert f"MAINPID={daemon.process.pid}" in ready  # type: ignore[union-attr]
+            sweep = tmp_path / "n.yaml"
+            sweep.write_text(
+                sweep_yaml(
+                    "notified",
+                    [HostEntry("n", untrusted.port)],
+                    tmp_path / "keys",
+                    not_before=clock_a_minute_ago(),
+                )
+            )
+            assert daemon.cli("submit", str(sweep)).returncode == 0
+            receive_until("STATUS=1 running")
+            begun = time.monotonic()
+            count = sum(m.count("WATCHDOG=1") for m in messages)
+            while time.monotonic() - begun < 1.0:
+                messages.append(listener.recv(4096).decode())
+            assert sum(m.count("WATCHDOG=1") for m in messages) - count >= 3  # every 0.2 s
+            status = [m for m in messages if "STATUS=1 running" in m][-1]
+            assert "notified" in status
+            daemon.terminate()
+            receive_until("STOPPING=1")
+    finally:
+        listener.close()
+
+
+# --- the webhook ----------------------------------------------------------------------------
+
+
+async def test_webhook_gets_the_summary_and_a_down_webhook_changes_nothing(
+    tmp_path: Path, untrusted: UntrustedSSHServer
+) -> None:
+    received: list[dict[str, object]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    keys = tmp_path / "keys"
+    try:
+        with running_daemon(tmp_path / "state") as daemon:
+            for name, url in (
+                ("hooked", f"http://127.0.0.1:{port}/hook"),
+                ("hook-down", f"http://127.0.0.1:{free_port()}/hook"),
+            ):
+                path = tmp_path / f"{name}.yaml"
+                host = HostEntry(f"h-{name}", untrusted.port)
+                path.write_text(sweep_yaml(name, [host], keys, webhook=url))
+                result = await asyncio.to_thread(daemon.cli, "submit", str(path))
+                assert result.returncode == 0
+            for name in ("hooked", "hook-down"):
+                await asyncio.to_thread(daemon.wait_for, name, ("done",))
+            deadline = time.monotonic() + 10
+            while not received or not daemon.events("webhook.failed"):
+                assert time.monotonic() < deadline, (received, daemon.log()[-2000:])
+                await asyncio.sleep(0.1)
+    finally:
+        await runner.cleanup()
+    (summary,) = received
+    assert summary["event"] == "sweep.finished" and summary["sweep"] == "hooked"
+    assert summary["state"] == "done"
+    assert summary["trials"] == {"skipped": 1}
+    assert summary["hosts_set_aside"][0]["name"] == "h-hooked"  # type: ignore[index]
+    json.dumps(summary)
