@@ -1,0 +1,58 @@
+"""`orchestrator demo`: the whole product against two simulated hosts, from any directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.plan import plan_sweep
+from orchestrator.verbs.demo import expected_cause, load_demo_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_packaged_demo_matches_its_readable_copy() -> None:
+    _sweep, text = load_demo_sweep()
+    assert text == (REPO / "sweeps" / "demo.yaml").read_text()
+
+
+def test_demo_intends_exactly_two_failure_kinds() -> None:
+    sweep, _text = load_demo_sweep()
+    causes = [expected_cause(t.config) for t in plan_sweep(sweep).trials]
+    per_host = len(sweep.hosts)
+    assert causes.count("bad-flag") == per_host
+    assert causes.count("invalid-config") == per_host
+    # a baseline and at least four speculative configs on every host, most of them succeeding
+    assert len(causes) >= 5 * per_host
+    assert causes.count(None) >= 3 * per_host
+
+
+def test_demo_runs_as_intended_and_prints_the_report_path(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "demo", "--state-dir", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,  # from any directory: the demo sweep ships inside the package
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["as_intended"] is True
+    report = Path(document["report"])
+    assert report.is_absolute() and report.exists()
+    html = report.read_text()
+    assert "<svg" in html and "invalid-config" in html and "bad-flag" in html
+    trials = document["results"]["trials"]
+    assert {t["state"] for t in trials} == {"done", "failed"}
+    done = [t for t in trials if t["state"] == "done"]
+    assert all(
+        len([p for p in t["points"] if p["kind"] == "throughput"]) == 4 for t in done
+    )  # 2 contexts x 2 concurrencies, every one committed
+    # Nothing of the simulator is left running.
+    leftover = subprocess.run(
+        ["pgrep", "-f", r"orchestrator\.sim\.sglang_server .*--host 127\.0\.0\.1[12] "],
+        capture_output=True,
+    )
+    assert leftover.returncode == 1
