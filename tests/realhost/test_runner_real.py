@@ -85,7 +85,7 @@ def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
         apart = abs(a["accept_len_journal"] / a["accept_len_metrics"] - 1) > 0.05
         assert apart == ("disagree" in a["accept_len_flags"]), a
     coding = [p for p in good["points"] if p["kind"] == "coding"]
-    assert [p["metrics"]["outcome"] for p in coding] == ["PASS"]
+    assert [p["metrics"]["outcome"] for p in coding] == ["pass"]
     invalid = by_config[json.dumps({"algorithm": "DFLASH", "block": 16, "window": 8}, sort_keys=True)]
     assert (invalid["state"], invalid["cause"]) == ("failed", "invalid-config")
     flag = by_config[json.dumps({"algorithm": "DFLASH", "legacy_window": 2048}, sort_keys=True)]
