@@ -26,13 +26,13 @@ demo: $(STAMP_RUN)
 	$(BIN)/orchestrator demo
 
 lint: $(STAMP_DEV)
-	$(BIN)/ruff check orchestrator tests benchmarks
+	$(BIN)/ruff check orchestrator tests $(wildcard benchmarks)
 	$(BIN)/mypy orchestrator
 
 typecheck: lint
 
 test: $(STAMP_DEV)
-	$(BIN)/ruff check orchestrator tests benchmarks
+	$(BIN)/ruff check orchestrator tests $(wildcard benchmarks)
 	$(BIN)/mypy orchestrator
 	$(BIN)/python -m pytest -q tests
 

@@ -55,6 +55,10 @@ def _sweep_file(host: RealHost, path: Path) -> Path:
     return path
 
 
+def _key(config: dict[str, object]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
 def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
     _install_host(
         real_host,
@@ -71,12 +75,13 @@ def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]  # two configs fail by design
     results = json.loads(result.stdout)
-    by_config = {json.dumps(t["config"], sort_keys=True): t for t in results["trials"]}
+    by_config = {_key(t["config"]): t for t in results["trials"]}
     baseline = by_config["{}"]
     assert baseline["state"] == "done", baseline
-    good = by_config[json.dumps({"algorithm": "DFLASH", "block": 16, "window": 2048}, sort_keys=True)]
+    good = by_config[_key({"algorithm": "DFLASH", "block": 16, "window": 2048})]
     assert good["state"] == "done", good
-    kinds = sorted((p["kind"], p["concurrency"]) for p in good["points"] if p["kind"] == "throughput")
+    throughput = [p for p in good["points"] if p["kind"] == "throughput"]
+    kinds = sorted((p["kind"], p["concurrency"]) for p in throughput)
     assert kinds == [("throughput", 1), ("throughput", 2)]
     accept = [p["accept_len"] for p in good["points"] if p["kind"] == "throughput"]
     # Both sources of THIS run: the journal window between the point's cursors and /metrics.
@@ -86,9 +91,9 @@ def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
         assert apart == ("disagree" in a["accept_len_flags"]), a
     coding = [p for p in good["points"] if p["kind"] == "coding"]
     assert [p["metrics"]["outcome"] for p in coding] == ["pass"]
-    invalid = by_config[json.dumps({"algorithm": "DFLASH", "block": 16, "window": 8}, sort_keys=True)]
+    invalid = by_config[_key({"algorithm": "DFLASH", "block": 16, "window": 8})]
     assert (invalid["state"], invalid["cause"]) == ("failed", "invalid-config")
-    flag = by_config[json.dumps({"algorithm": "DFLASH", "legacy_window": 2048}, sort_keys=True)]
+    flag = by_config[_key({"algorithm": "DFLASH", "legacy_window": 2048})]
     assert (flag["state"], flag["cause"]) == ("failed", "bad-flag")
     assert flag["evidence"]["found_by"] == "preflight"
 
