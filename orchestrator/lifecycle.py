@@ -282,10 +282,19 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
 
         old = await session.control.show(session.unit, timeout=t.command)
         cursor = await _last_cursor(transport, unit, t.command)
+        if session.baseline is None:
+            session.baseline = await gpu.record_idle_baseline(session.gpu_probe, session.gpus)
+            if session.baseline is not None:
+                await session.events(
+                    "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="before-stop"
+                )
         await _stop(session, old, timeline)
         if session.baseline is None:
+            # A process's memory was unreadable: the best left is a reading once it is stopped.
             session.baseline = await gpu.record_baseline(session.gpu_probe, session.gpus)
-            await session.events("gpu.baseline", used_mib=dict(session.baseline.used_mib))
+            await session.events(
+                "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="after-stop"
+            )
         await _wait_memory_released(session, timeline)
         state = await session.control.show(session.unit, timeout=t.command)
         if state.active_state == "failed" or state.result not in ("success", ""):
@@ -324,8 +333,16 @@ async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str
     except JobFailed as exc:
         raise TrialFailed("stop-timeout", f"the stop job failed: {exc}") from exc
     timeline["stopped"] = time.time()
+    # A stop job is "done" even when systemd had to SIGKILL (Result=timeout) or processes
+    # stayed around after it: the result is the evidence of what the memory wait faces next.
+    after = await session.control.show(
+        session.unit, ("Result", "ActiveState"), timeout=t.command
+    )
     await session.events(
-        "unit.stopped", waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3)
+        "unit.stopped",
+        waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3),
+        result=after.result,
+        state=after.active_state,
     )
 
 
@@ -719,7 +736,17 @@ async def restore(
             invocation=TrialInvocation(argv=(), environment={}),
             dropin_text="",
         )
-        await _await_ready(session, as_found, new, cursor, timeline)
+        try:
+            await _await_ready(session, as_found, new, cursor, timeline)
+            await session.events("restore.serving")
+        except TrialFailed as exc:
+            if exc.cause != "ready-timeout":
+                raise systemd.SystemdError(
+                    session.unit, f"the restored unit did not come up: {exc}"
+                ) from exc
+            # Running as found but not (yet) serving a generation: reported, not a failure
+            # of the restore, whose job is the files and the running state.
+            await session.events("restore.not_serving", waited_s=t.ready)
     final = await session.control.show(session.unit, timeout=t.command)
     if want_running is not None and final.running != want_running:
         raise systemd.SystemdError(

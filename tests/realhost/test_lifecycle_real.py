@@ -3,6 +3,7 @@ server as the unit's program and a stand-in nvidia-smi fed by its GPU registrati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -173,3 +174,56 @@ async def test_bad_flag_is_bad_flag(real_host: RealHost, session: HostSession) -
     assert any("unrecognized arguments" in line for line in failed.value.excerpt)
     assert time.monotonic() - started < 20
     await restore(session, "as-found")
+
+
+async def test_leftover_process_holds_memory_so_the_unit_is_not_started(
+    real_host: RealHost, session: HostSession
+) -> None:
+    # KillMode=process: a scheduler child outlives the stop and keeps its GPU memory (FACTS.md).
+    config = real_host.root / "sim.json"
+    settings = json.loads(config.read_text())
+    settings["faults"] = {"leftover_child_s": -1}
+    config.write_text(json.dumps(settings))
+    unit = real_host.unit_dir / UNIT
+    unit.write_text(unit.read_text().replace("KillMode=control-group", "KillMode=process"))
+    real_host.ssh(["systemctl", "daemon-reload"])
+    real_host.ssh(["systemctl", "restart", UNIT])
+    session.timeouts = dataclasses.replace(session.timeouts, memory_release=3.0)
+
+    trial = await _trial(session, "held", {"algorithm": "DFLASH", "window": 2048})
+    with pytest.raises(TrialFailed) as failed:
+        await reconfigure(session, trial)
+    assert failed.value.cause == "memory-not-released"
+    leftovers = failed.value.evidence["leftovers"]
+    assert leftovers and all(item["used_mib"] for item in leftovers)
+    assert any(Path(f"/proc/{item['pid']}").exists() for item in leftovers)
+    kinds = [kind for kind, _ in session.recorded]  # type: ignore[attr-defined]
+    assert "unit.starting" not in kinds  # never started over held memory
+    show = real_host.ssh(["systemctl", "show", "-p", "ActiveState", UNIT]).stdout.decode()
+    assert "ActiveState=inactive" in show or "ActiveState=failed" in show
+
+
+async def test_a_later_dropin_overriding_ours_is_detected_and_left_alone(
+    real_host: RealHost, session: HostSession
+) -> None:
+    admin_dir = real_host.unit_dir / f"{UNIT}.d"
+    admin_dir.mkdir()
+    admin = admin_dir / "99-admin.conf"
+    admin.write_bytes(b"[Service]\nExecStart=\nExecStart=/bin/sleep 1000\n")
+    real_host.ssh(["systemctl", "daemon-reload"])
+    before = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
+
+    trial = await _trial(session, "over", {"algorithm": "DFLASH", "window": 2048})
+    with pytest.raises(TrialFailed) as failed:
+        await reconfigure(session, trial)
+    assert failed.value.cause == "config-mismatch"
+    assert any("99-admin.conf" in problem for problem in failed.value.evidence["problems"])
+
+    # The unit as found runs the operator's override (no HTTP server): restore brings it back
+    # running, reports that it does not serve, and leaves the operator's drop-in as it was.
+    session.timeouts = dataclasses.replace(session.timeouts, ready=3.0)
+    await restore(session, "as-found")
+    after = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
+    assert after == before  # the operator's drop-in untouched, ours gone
+    kinds = [kind for kind, _ in session.recorded]  # type: ignore[attr-defined]
+    assert "restore.not_serving" in kinds and "restore.done" in kinds
