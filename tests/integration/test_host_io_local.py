@@ -8,7 +8,6 @@ loads unit files only on ``daemon-reload`` (as the real manager does).
 """
 
 # The test transport's local file operations are instant; blocking calls are fine here.
-# ruff: noqa: ASYNC240
 from __future__ import annotations
 
 import asyncio
