@@ -25,7 +25,7 @@ from orchestrator.bench.matrix import PointResult, run_point
 from orchestrator.bench.problems import Problem, builtin_problems, load_problem_file, select
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
-from orchestrator.host import journal, systemd
+from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.connect import gpu_probe, open_transport
 from orchestrator.host.transport import TransportError
 from orchestrator.lifecycle import (
@@ -59,6 +59,9 @@ from orchestrator.sweepfile import HostSpec, Sweep
 DETERMINISTIC_CAUSES = frozenset({"bad-flag", "invalid-config", "config-mismatch"})
 JOURNAL_SETTLE_S = 0.3
 JOURNAL_SETTLE_MAX_S = 3.0
+RESTORE_ATTEMPTS = 3
+RESTORE_RETRY_S = 1.0
+RESTORE_RETRY_CAUSES = frozenset({"start-limit"})
 
 
 class Progress(Protocol):
@@ -145,6 +148,8 @@ class _SweepRun:
     progress: Progress
     stop: StopSignal
     failures: int = 0
+    unrestored: list[str] = field(default_factory=list)
+    """Hosts whose restore did not complete: the sweep ends failed and names them."""
 
     async def event(
         self,
@@ -227,11 +232,15 @@ async def run_sweep(
     state: SweepState
     if stop.reason == "cancel":
         state = "cancelled"
-    elif stop.reason is not None and stop.reason.startswith("abort"):
+    elif (stop.reason is not None and stop.reason.startswith("abort")) or run.unrestored:
         state = "failed"
     else:
         state = "done"
-    summary = {"stopped": stop.reason, "failed_attempts": run.failures}
+    summary = {
+        "stopped": stop.reason,
+        "failed_attempts": run.failures,
+        "unrestored_hosts": run.unrestored,
+    }
     await store.set_sweep_state(record.id, state, summary=summary)
     await run.event("sweep.finished", {"state": state, "stopped": stop.reason})
     log.info("sweep.finished", state=state, stopped=stop.reason)
@@ -297,11 +306,15 @@ async def _run_host(
         log.error("host.unreachable", error=str(exc))
         await events("host.unreachable", error=str(exc))
         await store.set_host_aside(run.record.id, host.name, f"unreachable: {exc}")
+        if await store.pending_restores(sweep_id=run.record.id, host=host.name):
+            run.unrestored.append(host.name)
     except Exception as exc:
         # Other hosts go on; this host's state is in the events and its backup in the store.
         log.exception("host.error")
         await events("host.error", error=repr(exc), traceback=traceback.format_exc()[-4000:])
         await store.set_host_aside(run.record.id, host.name, f"orchestrator error: {exc!r}")
+        if await store.pending_restores(sweep_id=run.record.id, host=host.name):
+            run.unrestored.append(host.name)
     finally:
         run.progress.update(host.name, step="done", trial=None)
         await transport.close()
@@ -354,7 +367,8 @@ async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:
     backup = await run.store.get_unit_backup(run.record.id, session.name, session.unit)
     if backup is not None:
         session.found = backup_to_snapshot(session.unit, backup.files, backup.state)
-        await session.events("backup.loaded")
+        session.baseline = await _stored_baseline(run, session.name)
+        await session.events("backup.loaded", baseline=session.baseline is not None)
         return
     snapshot = await session.read_found()
     files, state = snapshot_to_backup(snapshot)
@@ -362,11 +376,41 @@ async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:
     await session.events("backup.saved", files=sorted(files))
 
 
+async def _stored_baseline(run: _SweepRun, host: str) -> gpu.Baseline | None:
+    """The idle GPU baseline this sweep measured on ``host`` before it changed anything.
+
+    A resumed run must not measure it again: killed during a memory wait, the old server's
+    memory is still held with no process listed, and a fresh reading would count it as idle.
+    """
+    found = await run.store.events(run.record.id, host=host, kinds=("gpu.baseline",))
+    for event in found:
+        used = event.fields.get("used_mib")
+        if isinstance(used, dict) and used:
+            return gpu.Baseline(used_mib={int(k): int(v) for k, v in used.items()})
+    return None
+
+
 async def _restore_host(run: _SweepRun, session: HostSession, last: TrialConfig | None) -> None:
     if run.stop.reason == "shutdown":
         return  # the daemon stops; the sweep resumes later, so the host keeps its trial
     run.progress.update(session.name, step="restore", trial=None)
-    foreign = await restore(session, run.sweep.policy.restore, trial=last)
+    for attempt in range(1, RESTORE_ATTEMPTS + 1):
+        try:
+            foreign = await restore(session, run.sweep.policy.restore, trial=last)
+            break
+        except TrialFailed as exc:
+            # Restore is idempotent and the last thing between the host and the morning: a
+            # start refused by systemd's start rate limit (many restarts in a few seconds, as
+            # after repeated crashes and resumes) must not leave the host changed.
+            # reset-failed clears the rate limit; other failures would only fail again.
+            if attempt == RESTORE_ATTEMPTS or exc.cause not in RESTORE_RETRY_CAUSES:
+                raise
+            await session.events("restore.retry", attempt=attempt, error=repr(exc))
+            await asyncio.sleep(RESTORE_RETRY_S * attempt)
+            with contextlib.suppress(Exception):
+                await session.control.reset_failed(
+                    session.unit, timeout=session.timeouts.command
+                )
     await run.store.mark_restored(run.record.id, session.name)
     if foreign:
         await session.events("restore.foreign_changes", paths=foreign)
@@ -449,6 +493,10 @@ async def _run_trial(
                 return config
             attempt = await store.start_attempt(trial.id)
         except _Stopped:
+            if run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
+                await store.finish_attempt(
+                    attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
+                )
             return config
         except (TransportError, asyncio.CancelledError):
             raise

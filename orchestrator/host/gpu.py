@@ -205,6 +205,27 @@ def baseline_from(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseli
     )
 
 
+def idle_baseline(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseline | None:
+    """The idle baseline read while the server still runs: each GPU's ``used`` less what the
+    compute processes on it hold. None when a process's GPU or memory is unreadable.
+
+    A reading taken right after the stop is no baseline: the driver frees memory some time after
+    the processes exit, so it would count the old server's memory as idle and every later wait
+    would pass at once. Read before the stop, the processes' own figures say what is theirs.
+    """
+    base = baseline_from(snapshot, gpus)
+    by_uuid = {g.uuid: g.index for g in snapshot.gpus}
+    held: dict[int, int] = {}
+    for process in snapshot.processes:
+        index = by_uuid.get(process.gpu_uuid) if process.gpu_uuid else None
+        if index is None or process.used_mib is None:
+            return None
+        held[index] = held.get(index, 0) + process.used_mib
+    return Baseline(
+        used_mib={index: max(used - held.get(index, 0), 0) for index, used in base.used_mib.items()}
+    )
+
+
 def release_status(
     snapshot: GpuSnapshot,
     baseline: Baseline,
@@ -351,6 +372,16 @@ async def record_baseline(probe: GpuProbe, gpus: Collection[int] | None) -> Base
     get_logger().info(
         "gpu.baseline", used_mib=dict(baseline.used_mib), processes=len(baseline.processes)
     )
+    return baseline
+
+
+async def record_idle_baseline(
+    probe: GpuProbe, gpus: Collection[int] | None
+) -> Baseline | None:
+    """:func:`idle_baseline` of a snapshot taken now (before the unit is stopped)."""
+    baseline = idle_baseline(await probe.snapshot(), gpus)
+    if baseline is not None:
+        get_logger().info("gpu.baseline", used_mib=dict(baseline.used_mib), read="before-stop")
     return baseline
 
 
