@@ -25,7 +25,8 @@ HEADER_PREFIX = "# managed-by: orchestrator"
 
 KnobValue = str | int | float | bool | None
 
-_SERVICE_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
+# No leading '-': systemctl would read the name as an option.
+_SERVICE_NAME = re.compile(r"^[A-Za-z0-9:_.\\][A-Za-z0-9:_.\\-]*(@[A-Za-z0-9:_.\\-]+)?\.service$")
 _UNIT_NAME_MAX = 255
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORBIDDEN = ("\n", "\r", "\0")
@@ -116,10 +117,19 @@ def dropin_path(unit: str) -> PurePosixPath:
     return UNIT_DIR / f"{unit}.d" / DROPIN_NAME
 
 
+def _is_noncharacter(char: str) -> bool:
+    code = ord(char)
+    return 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
+
+
 def _check_line_safe(value: str) -> None:
     for bad in _FORBIDDEN:
         if bad in value:
             raise UnsafeValueError(value, "newline, carriage return or NUL in a unit-file value")
+    if any(_is_noncharacter(char) for char in value):
+        # systemd drops the whole assignment ("String is not UTF-8 clean"): the server would
+        # silently run without the knob, or the unit without an ExecStart.
+        raise UnsafeValueError(value, "Unicode noncharacter in a unit-file value")
 
 
 def _quote(value: str, *, escape_dollar: bool) -> str:

@@ -317,7 +317,9 @@ def _logical_lines(text: str) -> Iterable[str]:
     replaces the trailing backslash with a space; comment lines inside a continuation are
     skipped)."""
     continuation: str | None = None
-    for raw_line in text.splitlines():
+    # systemd ends a line only at \n, \r or NUL (str.splitlines would also break at U+0085,
+    # U+2028, form feed, ... and read back an argv other than the one systemd runs).
+    for raw_line in re.split(r"\r\n|[\n\r\0]", text):
         line = raw_line.strip()
         if line.startswith(("#", ";")):
             continue

@@ -252,7 +252,10 @@ def _printf(services: HostServices, args: list[str]) -> Result:
 
 def _kill(services: HostServices, args: list[str]) -> Result:
     """``kill [-SIG] [--] -PGID...``: stop the ``sh -c`` shell of that process group."""
-    targets = [a for a in args if a != "--" and not re.fullmatch(r"-[A-Z0-9]+", a)]
+    # The first word may be the signal (-TERM, -9); after it (or "--") come targets, and a
+    # negative number there is a process group, not a signal.
+    targets = args[1:] if args and re.fullmatch(r"-[A-Z]+|-\d{1,2}", args[0]) else list(args)
+    targets = targets[1:] if targets[:1] == ["--"] else targets
     status, err = 0, b""
     for target in targets:
         group = int(target.lstrip("-")) if target.lstrip("-").isdigit() else None

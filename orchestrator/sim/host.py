@@ -121,6 +121,7 @@ class SimHost:
         self._drops_left = self._budget(self.settings.ssh_drop)
         self._freezes_left = self._budget(self.settings.frozen)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._shell_groups: dict[int, asyncio.Event] = {}  # one per host, so kill finds them
         self._log = get_logger(component="sim.host", host=config.name)
 
     @staticmethod
@@ -236,6 +237,12 @@ class SimHost:
                 sglang_argv(self.address), description=f"SGLang server ({self.name}, simulated)"
             )
             unit_path.write_text(text, encoding="utf-8")
+        # Enabled, as a GPU host's SGLang unit is: multi-user.target references it, so systemd
+        # keeps its state (ExecMain*, Result) after a stop instead of garbage-collecting it.
+        wants = self.root / "etc/systemd/system/multi-user.target.wants"
+        wants.mkdir(exist_ok=True)
+        if not (wants / UNIT_NAME).is_symlink():
+            (wants / UNIT_NAME).symlink_to(f"../{UNIT_NAME}")
 
     # commands and faults
 
@@ -248,6 +255,7 @@ class SimHost:
             journal=self.journal,
             gpu=self.gpu,
             program_env={CONFIG_ENV: str(self.server_config_path)},
+            shell_groups=self._shell_groups,
         )
 
     async def _handle(self, command: str, io: ChannelIO) -> int:

@@ -15,6 +15,7 @@ import asyncio
 import getopt
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -162,6 +163,18 @@ def render_json(entry: JournalEntry, *, show_all: bool, output_fields: set[str] 
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
+def cap_effective(pid: int) -> str | None:
+    """A process's effective capability set from ``/proc/PID/status`` (hex, no leading zeros)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("CapEff:"):
+                    return format(int(line.split()[1], 16), "x")
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _printable_message(value: bytes, show_all: bool) -> str:
     if is_printable(value) or show_all:
         return value.decode("utf-8", errors="replace")
@@ -181,8 +194,9 @@ def render_short(entry: JournalEntry, *, show_all: bool, iso: bool = False) -> s
     return f"{when} {host} {tag}: {message}"
 
 
-def render_cat(entry: JournalEntry, *, show_all: bool) -> str:
-    return _printable_message((entry.values("MESSAGE") or [b""])[0], show_all)
+def render_cat(entry: JournalEntry) -> bytes:
+    """``-o cat``: the message bytes as stored (journalctl writes them raw, no blob marker)."""
+    return (entry.values("MESSAGE") or [b""])[0]
 
 
 @dataclass(slots=True)
@@ -230,6 +244,7 @@ class Journal:
         self._next_seqnum = 1
         self._changed = asyncio.Event()
         self._windows: dict[str, _RateWindow] = {}
+        self._caps: dict[int, str] = {}
         self.dropped_by_fault = 0
 
     @property
@@ -270,6 +285,13 @@ class Journal:
         while not self._entries or self._entries[-1].seqnum <= after_seqnum:
             await self._changed.wait()
 
+    def _capabilities(self, pid: int) -> str:
+        """``_CAP_EFFECTIVE`` as journald writes it: the writer's CapEff in hex, no leading
+        zeros (read once per pid; a process gone already counts as the host's own)."""
+        if pid not in self._caps:
+            self._caps[pid] = cap_effective(pid) or cap_effective(os.getpid()) or "0"
+        return self._caps[pid]
+
     def log_manager(
         self, message: str, *, unit: str, invocation_id: str, priority: int = 6, **extra: str
     ) -> JournalEntry:
@@ -286,6 +308,8 @@ class Journal:
             ("_PID", "1"),
             ("_UID", "0"),
             ("_GID", "0"),
+            ("_CAP_EFFECTIVE", self._capabilities(os.getpid())),
+            ("_RUNTIME_SCOPE", "system"),
             ("_COMM", "systemd"),
             ("_EXE", "/usr/lib/systemd/systemd"),
             ("_CMDLINE", "/sbin/init"),
@@ -355,6 +379,8 @@ class Journal:
                 ("_PID", str(source.pid)),
                 ("_UID", "0"),
                 ("_GID", "0"),
+                ("_CAP_EFFECTIVE", self._capabilities(source.pid)),
+                ("_RUNTIME_SCOPE", "system"),
                 ("_COMM", source.comm),
                 ("_EXE", source.exe),
                 ("_CMDLINE", source.cmdline),
@@ -576,7 +602,7 @@ def _render(entry: JournalEntry, args: JournalctlArgs) -> bytes:
             entry, show_all=args.show_all, output_fields=args.output_fields
         )
     elif args.output == "cat":
-        text = render_cat(entry, show_all=args.show_all)
+        return render_cat(entry) + b"\n"
     else:
         text = render_short(entry, show_all=args.show_all, iso=args.output == "short-iso")
     return text.encode("utf-8") + b"\n"

@@ -142,26 +142,65 @@ def quote_exec_word(word: str) -> str:
 
 
 _SHELL_NEED_QUOTES = '"\\`$*?[\'()<>|&;!'
+_CESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+             "\v": "\\v"}  # fmt: skip
+
+
+def is_unichar_valid(ch: str) -> bool:
+    """systemd's unichar_is_valid: no surrogates, no U+FDD0..U+FDEF, no U+xFFFE/U+xFFFF."""
+    code = ord(ch)
+    return not (
+        0xD800 <= code <= 0xDFFF or 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
+    )
+
+
+def is_utf8_clean(text: str) -> bool:
+    """What systemd's utf8_is_valid accepts (a unit-file assignment failing it is ignored)."""
+    return all(is_unichar_valid(ch) for ch in text)
+
+
+def _is_cc(ch: str) -> bool:
+    return ord(ch) < 32 or ord(ch) == 127
 
 
 def shell_maybe_quote(text: str) -> str:
-    """systemd's shell_maybe_quote (how ``systemctl show`` prints string-array elements)."""
-    if text and not any(ord(ch) <= 32 or ord(ch) >= 127 or ch in _SHELL_NEED_QUOTES for ch in text):
+    """systemd's shell_maybe_quote (how ``systemctl show`` prints string-array elements): quoted
+    only for ASCII control characters, whitespace, shell specials or invalid code points; valid
+    non-ASCII characters stay as they are (measured on systemd 252)."""
+    if text and not any(
+        _is_cc(ch) or not is_unichar_valid(ch) or ch in " \t\n\r" + _SHELL_NEED_QUOTES
+        for ch in text
+    ):
         return text
-    escaped = "".join("\\" + ch if ch in '"\\`$' else ch for ch in text)
+    escaped = "".join(
+        _CESCAPES.get(ch, f"\\x{ord(ch):02x}")
+        if _is_cc(ch)
+        else "\\" + ch
+        if ch in '"\\`$'
+        else ch
+        for ch in text
+    )
     return f'"{escaped}"'
 
 
 # --- pure helpers: unit files ----------------------------------------------------------------
 
 
+_EOL = re.compile(r"\r\n|\r|\n|\0")
+_WHITESPACE = " \t\n\r"
+
+
 def parse_unit_text(text: str) -> list[tuple[str, str, str]]:
-    """``(section, key, value)`` per assignment, with continuation lines joined."""
+    """``(section, key, value)`` per assignment, with continuation lines joined.
+
+    Lines end only where systemd's read_line ends them (``\\n``, ``\\r``, ``\\r\\n``, NUL), never
+    at the other characters :meth:`str.splitlines` breaks on (U+0085, U+2028, form feed...), and
+    only systemd's WHITESPACE is stripped: a value may well end in a no-break space."""
     assignments: list[tuple[str, str, str]] = []
     section = ""
     pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
+    for raw in _EOL.split(text):
+        line = raw.strip(_WHITESPACE)
         if not pending and (not line or line[0] in "#;"):
             continue
         if pending and line and line[0] in "#;":
@@ -175,11 +214,11 @@ def parse_unit_text(text: str) -> list[tuple[str, str, str]]:
             continue
         key, sep, value = line.partition("=")
         if sep:
-            assignments.append((section, key.strip(), value.strip()))
+            assignments.append((section, key.strip(_WHITESPACE), value.strip(_WHITESPACE)))
     if pending:
         key, sep, value = pending.partition("=")
         if sep:
-            assignments.append((section, key.strip(), value.strip()))
+            assignments.append((section, key.strip(_WHITESPACE), value.strip(_WHITESPACE)))
     return assignments
 
 
@@ -247,7 +286,7 @@ def split_words(text: str) -> list[str]:
         if ch in "\"'":
             quote = ch
             in_word = True
-        elif ch.isspace():
+        elif ch in _WHITESPACE:  # systemd splits on ASCII whitespace only
             if in_word:
                 words.append("".join(current))
                 current, in_word = [], False
@@ -299,7 +338,7 @@ def substitute_env(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     for word in argv:
         bare = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if bare is not None:
-            out.extend(env.get(bare.group(1), "").split())
+            out.extend(w for w in re.split(r"[ \t\n\r]+", env.get(bare.group(1), "")) if w)
             continue
 
         def replace_one(match: re.Match[str]) -> str:
@@ -315,6 +354,37 @@ def parse_environment(value: str, specifiers: Mapping[str, str]) -> list[str]:
     """``Environment=`` words that are valid ``NAME=value`` assignments (others are ignored)."""
     words = split_words(expand_specifiers(value, specifiers))
     return [w for w in words if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
+
+
+def merge_environment(current: Sequence[str], added: Sequence[str]) -> list[str]:
+    """systemd's strv_env_replace: a later ``NAME=`` replaces the earlier one IN PLACE (so
+    ``Environment=`` shows each name once, where it was first set), new names are appended."""
+    merged = list(current)
+    for assignment in added:
+        name = assignment.partition("=")[0]
+        for index, existing in enumerate(merged):
+            if existing.partition("=")[0] == name:
+                merged[index] = assignment
+                break
+        else:
+            merged.append(assignment)
+    return merged
+
+
+def parse_unset_environment(value: str, specifiers: Mapping[str, str]) -> list[str]:
+    """``UnsetEnvironment=`` words: variable names, or ``NAME=VALUE`` (unset only if equal)."""
+    words = split_words(expand_specifiers(value, specifiers))
+    return [w for w in words if re.match(r"^[A-Za-z_][A-Za-z0-9_]*(=|$)", w)]
+
+
+def apply_unset_environment(env: dict[str, str], unset: Sequence[str]) -> dict[str, str]:
+    """The process environment after ``UnsetEnvironment=`` (applied last, to every source)."""
+    result = dict(env)
+    for entry in unset:
+        name, sep, value = entry.partition("=")
+        if not sep or result.get(name) == value:
+            result.pop(name, None)
+    return result
 
 
 def env_assignments_to_dict(assignments: Sequence[str]) -> dict[str, str]:
@@ -350,6 +420,7 @@ class UnitConfig:
     restart_sec_us: int = 100_000
     exec_start: tuple[ExecCommand, ...] = ()
     environment: tuple[str, ...] = ()
+    unset_environment: tuple[str, ...] = ()
     kill_mode: str = "control-group"
     timeout_stop_us: int | None = DEFAULT_TIMEOUT_STOP_US
     rate_limit: RateLimit = field(default_factory=RateLimit)
@@ -437,10 +508,16 @@ def load_unit(root: Path, name: str, specifiers: Mapping[str, str]) -> UnitConfi
     values: dict[str, object] = {}
     exec_start: list[ExecCommand] = []
     environment: list[str] = []
+    unset_environment: list[str] = []
     warnings: list[str] = []
     for path in [fragment, *dropins]:
         text = host_path(root, path).read_text(encoding="utf-8", errors="replace")
         for section, key, value in parse_unit_text(text):
+            if not is_utf8_clean(value):
+                warnings.append(
+                    f"{path}: String is not UTF-8 clean, ignoring assignment: {key}={value}"
+                )
+                continue
             if section == "Service" and key == "ExecStart":
                 if not value:
                     exec_start = []
@@ -454,9 +531,19 @@ def load_unit(root: Path, name: str, specifiers: Mapping[str, str]) -> UnitConfi
                     environment = []
                     continue
                 try:
-                    environment.extend(parse_environment(value, specs))
+                    environment = merge_environment(environment, parse_environment(value, specs))
                 except (SpecifierError, ValueError):
                     warnings.append(f"{path}: Failed to parse Environment=, ignoring: {value}")
+            elif section == "Service" and key == "UnsetEnvironment":
+                if not value:
+                    unset_environment = []
+                    continue
+                try:
+                    for entry in parse_unset_environment(value, specs):
+                        if entry not in unset_environment:
+                            unset_environment.append(entry)
+                except (SpecifierError, ValueError):
+                    warnings.append(f"{path}: Failed to parse UnsetEnvironment=, ignoring: {value}")
             else:
                 values[f"{section}.{key}"] = value
     config = UnitConfig(
@@ -469,6 +556,7 @@ def load_unit(root: Path, name: str, specifiers: Mapping[str, str]) -> UnitConfi
         restart=str(values.get("Service.Restart", "no")) or "no",
         exec_start=tuple(exec_start),
         environment=tuple(environment),
+        unset_environment=tuple(unset_environment),
         kill_mode=str(values.get("Service.KillMode", "control-group")) or "control-group",
         syslog_identifier=str(values.get("Service.SyslogIdentifier", "")),
         fragment_mtime_ns=_mtime_ns(host_path(root, fragment)),
@@ -743,13 +831,43 @@ class ServiceManager:
         return config
 
     def unit(self, name: str) -> UnitConfig:
-        """The loaded unit; a unit never referenced before is loaded now (as systemd does)."""
-        if name in self._units:
+        """The loaded unit; a unit never referenced before, or garbage-collected since, is loaded
+        now from the files on disk (as systemd does: no daemon-reload needed for it)."""
+        if name in self._units and not self._collect(name):
             return self._units[name]
         config = load_unit(self.root, name, self._specifiers)
         if config.load_state != "not-found":
             self._units[name] = config
         return config
+
+    def _referenced(self, name: str) -> bool:
+        """Whether another unit holds a dependency on ``name``: here, the enablement symlinks
+        (``*.wants/NAME``, ``*.requires/NAME``) of the targets a booted host has active."""
+        for base in UNIT_DIRS:
+            real = host_path(self.root, base)
+            if real.is_dir():
+                for child in real.iterdir():
+                    if child.name.endswith((".wants", ".requires")) and (child / name).exists():
+                        return True
+        return False
+
+    def _collect(self, name: str) -> bool:
+        """systemd's unit GC (CollectMode=inactive): an unreferenced unit that is inactive with
+        no job and no process left is unloaded, forgetting its runtime state (ExecMain*,
+        InvocationID, the start-limit count). Returns whether ``name`` was collected."""
+        runtime = self._runtime.get(name)
+        if runtime is not None and (
+            runtime.active_state != "inactive"
+            or runtime.job_id
+            or runtime.lock.locked()
+            or self._members(runtime)
+        ):
+            return False
+        if self._referenced(name):
+            return False
+        self._units.pop(name, None)
+        self._runtime.pop(name, None)
+        return True
 
     def runtime(self, name: str) -> ServiceRuntime:
         return self._runtime.setdefault(name, ServiceRuntime())
@@ -853,6 +971,7 @@ class ServiceManager:
         }
         assignments = env_assignments_to_dict(config.environment)
         env.update(assignments)
+        env = apply_unset_environment(env, config.unset_environment)
         argv = substitute_env(command.argv, env)
         runtime.command = command
         runtime.run_serial += 1
@@ -1190,9 +1309,12 @@ class ServiceManager:
         config = self.unit(name)
         rt = self.runtime(name)
         exec_lines = [_exec_property(cmd, rt) for cmd in config.exec_start] or [""]
+        found = config.load_state != "not-found"
+        if not found:
+            exec_lines = []  # an empty exec list prints no line at all
         running = rt.active_state in ("active", "deactivating") or bool(self._members(rt))
         props: list[tuple[str, str]] = [
-            ("Type", config.type),
+            ("Type", config.type if found else ""),
             ("Restart", config.restart),
             ("TimeoutStopUSec", format_timespan(config.timeout_stop_us)),
             ("MainPID", str(rt.main_pid)),
@@ -1209,6 +1331,7 @@ class ServiceManager:
             ("Slice", "system.slice" if config.load_state != "not-found" else ""),
             ("ControlGroup", f"/system.slice/{name}" if running else ""),
             ("Environment", " ".join(shell_maybe_quote(e) for e in config.environment)),
+            ("UnsetEnvironment", " ".join(shell_maybe_quote(e) for e in config.unset_environment)),
             ("KillMode", config.kill_mode),
             ("Id", name),
             ("Names", name),
@@ -1275,7 +1398,7 @@ class CommandOutput:
 
 
 _JOB_EXPLANATIONS = {
-    "start-limit-hit": "start of the service was attempted too frequently",
+    "start-limit-hit": "start of the service was attempted too often",
     "exit-code": "the control process exited with error code",
     "timeout": "a timeout was exceeded",
     "signal": "a fatal signal was delivered to the control process",
@@ -1285,9 +1408,13 @@ _JOB_EXPLANATIONS = {
 def _job_failed_message(name: str, result: str) -> str:
     why = _JOB_EXPLANATIONS.get(result)
     head = f"Job for {name} failed because {why}." if why else f"Job for {name} failed."
-    return (
-        f'{head}\nSee "systemctl status {name}" and "journalctl -xeu {name}" for details.\n'
-    )
+    text = f'{head}\nSee "systemctl status {name}" and "journalctl -xeu {name}" for details.\n'
+    if result == "start-limit-hit":
+        text += (
+            f'To force a start use "systemctl reset-failed {name}"\n'
+            f'followed by "systemctl start {name}" again.\n'
+        )
+    return text
 
 
 def _reload_warning(name: str) -> str:

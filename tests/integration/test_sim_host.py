@@ -302,9 +302,11 @@ async def test_start_limit_and_reset_failed(client: Client) -> None:
     sixth = await client.run(f"systemctl restart {UNIT}")
     assert sixth.exit_status == 1
     assert sixth.stderr.decode() == (
-        f"Job for {UNIT} failed because start of the service was attempted too frequently.\n"
+        f"Job for {UNIT} failed because start of the service was attempted too often.\n"
         f'See "systemctl status {UNIT}" and "journalctl -xeu {UNIT}" for details.\n'
-    )
+        f'To force a start use "systemctl reset-failed {UNIT}"\n'
+        f'followed by "systemctl start {UNIT}" again.\n'
+    )  # systemd 252's exact text (tests/realhost/test_fidelity.py holds it against the real one)
     values = await client.show("ActiveState", "Result", "MainPID")
     assert values == {"ActiveState": "failed", "Result": "start-limit-hit", "MainPID": "0"}
     is_failed = await client.run(f"systemctl is-failed {UNIT}")

@@ -114,7 +114,7 @@ class Client:
     async def text(self, command: str) -> str:
         result = await self.run(command)
         assert isinstance(result.stdout, bytes)
-        return result.stdout.decode()
+        return result.stdout.decode(errors="replace")  # journalctl -o cat passes raw bytes
 
     async def show(self, *props: str, unit: str = "sglang.service") -> dict[str, str]:
         out = await self.text(f"systemctl show -p {','.join(props)} {unit}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realhost.realhost import RealHost, ensure_sshd, unavailable_reason
+from tests.realhost.realhost import RealHost, ensure_sshd, running_real_host, unavailable_reason
 
 pytestmark = pytest.mark.realhost
 
@@ -29,3 +29,13 @@ def real_host(realhost_ready: None, tmp_path: Path) -> Iterator[RealHost]:
         yield host
     finally:
         host.stop()
+
+
+@pytest.fixture(scope="module")
+def fidelity_host(
+    realhost_ready: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealHost]:
+    """One real host shared by a fidelity module (each scenario uses units of its own)."""
+    root = tmp_path_factory.mktemp("fidelity") / "rh"
+    with running_real_host("orch-fid1", "127.0.0.150", 2250, root) as host:
+        yield host

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,3 +236,15 @@ class RealHost:
                     if path.is_dir():
                         path.rmdir()
                 top.rmdir()
+
+
+@contextlib.contextmanager
+def running_real_host(name: str, address: str, port: int, root: Path) -> Iterator[RealHost]:
+    """A started host at ``address:port`` (stopped by its slices' pids on exit)."""
+    root.mkdir(parents=True, exist_ok=True)
+    host = RealHost(name=name, address=address, port=port, root=root)
+    try:
+        host.start()
+        yield host
+    finally:
+        host.stop()
