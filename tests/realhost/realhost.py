@@ -19,8 +19,9 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_UNIFIED = Path("/sys/fs/cgroup/unified")
@@ -101,6 +102,8 @@ class RealHost:
     port: int
     root: Path
     process: subprocess.Popen[bytes] | None = None
+    slice_name: str = field(default_factory=lambda: f"orch-{uuid.uuid4().hex[:10]}")
+    """The cgroup slice: unique per instance, so concurrent runs never share one."""
 
     @property
     def identity_file(self) -> Path:
@@ -121,7 +124,10 @@ class RealHost:
         return self.root / "bin"
 
     def _slices(self) -> list[Path]:
-        return [CGROUP_UNIFIED / f"{self.name}.slice", CGROUP_SYSTEMD / f"{self.name}.slice"]
+        return [
+            CGROUP_UNIFIED / f"{self.slice_name}.slice",
+            CGROUP_SYSTEMD / f"{self.slice_name}.slice",
+        ]
 
     def prepare(self) -> None:
         self.unit_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +171,7 @@ class RealHost:
                 "-c",
                 f'{join}; exec unshare -m --propagation private bash -c "$0" bash "$@"',
                 _BOOT_SCRIPT,
-                self.name,
+                self.slice_name,
                 self.address,
                 str(self.port),
                 str(self.root),
