@@ -148,3 +148,29 @@ def test_start_restores_hosts_of_a_sweep_that_will_not_resume(
         ).fetchone()
     assert unrestored == 0
     assert not any(path.exists() for path in dropins)
+
+
+def test_cancel_mid_sweep_stops_at_a_safe_step_and_restores_the_host(
+    sim_sweep: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    unit_dir = next((tmp_path / "sim").rglob("etc/systemd/system"))
+    before = {p.relative_to(unit_dir): p.read_bytes() for p in unit_dir.rglob("*") if p.is_file()}
+    with running_daemon(state) as daemon:
+        assert daemon.cli("submit", str(sim_sweep)).returncode == 0
+        deadline = time.monotonic() + 90
+        while not committed_points(state):
+            assert time.monotonic() < deadline, daemon.log()[-3000:]
+            time.sleep(0.3)
+        assert daemon.cli("cancel", "sim-resume").returncode == 0
+        final = daemon.wait_for("sim-resume", ("cancelled",), timeout=90)
+        results = daemon.cli("results", "sim-resume", "--json").json()
+    assert final["state"] == "cancelled", results
+    assert committed_points(state)  # what was measured before the cancel stays
+    after = {p.relative_to(unit_dir): p.read_bytes() for p in unit_dir.rglob("*") if p.is_file()}
+    assert after == before  # unit files byte-identical: our drop-in gone
+    with sqlite3.connect(state / "orchestrator.db") as db:
+        (unrestored,) = db.execute(
+            "SELECT COUNT(*) FROM unit_backups WHERE restored_at IS NULL"
+        ).fetchone()
+    assert unrestored == 0
