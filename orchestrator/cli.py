@@ -167,6 +167,7 @@ VERBS: dict[str, Verb | str] = {
     "results": "orchestrator.verbs.results",
     "restore": "orchestrator.verbs.restore",
     "report": "orchestrator.verbs.report",
+    "bench": "orchestrator.bench.cli",
 }
 """verb -> implementation, or the dotted name of a module with configure_parser and run."""
 

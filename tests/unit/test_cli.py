@@ -105,7 +105,8 @@ def test_version_and_usage_errors() -> None:
     assert orchestrator("validate").returncode == 2
     helptext = orchestrator("--help")
     assert helptext.returncode == 0
-    for verb in ("validate", "schema", "plan", "demo"):
+    for verb in ("validate", "schema", "plan", "check", "run", "bench", "demo", "daemon",
+                 "submit", "status", "cancel", "results", "restore", "report", "sim"):  # fmt: skip
         assert verb in helptext.stdout
 
 
