@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck install dev clean
+.PHONY: demo test lint typecheck install dev clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,3 +38,14 @@ test: $(STAMP_DEV)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The orchestrator's own benchmarks (not run by CI); figures go to docs/benchmarks.md.
+bench: $(STAMP_RUN)
+	$(BIN)/python benchmarks/overhead.py --quick
+	$(BIN)/python benchmarks/detect.py --quick
+	$(BIN)/python benchmarks/client.py --quick
+	$(BIN)/python benchmarks/scale.py --quick
+
+# The load generator against SGLang's bench_serving, GuideLLM and AIPerf (installs them).
+bench-peers: $(STAMP_RUN)
+	$(BIN)/python benchmarks/client.py --peers

@@ -80,6 +80,9 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+    # asyncssh logs every channel open/close at INFO through the stdlib: at 64 hosts that was
+    # 12% of the daemon's busy time (benchmarks/scale.py). Its warnings still come through.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 
 def get_logger(**context: Any) -> Any:

@@ -57,7 +57,7 @@ from orchestrator.sweepfile import HostSpec, Sweep
 
 # Causes a retry cannot cure: the same config fails the same way.
 DETERMINISTIC_CAUSES = frozenset({"bad-flag", "invalid-config", "config-mismatch"})
-JOURNAL_SETTLE_S = 0.3
+JOURNAL_SETTLE_S = 0.2
 JOURNAL_SETTLE_MAX_S = 3.0
 RESTORE_ATTEMPTS = 3
 RESTORE_RETRY_S = 1.0
@@ -654,19 +654,20 @@ async def _cursor(session: HostSession) -> str | None:
 async def _journal_window(
     session: HostSession, cursor: str | None, invocation_id: str
 ) -> list[journal.JournalEntry]:
-    """This invocation's entries after ``cursor``, read once the journal has settled: lines
-    lag a little behind the process that wrote them."""
+    """This invocation's entries after ``cursor``, read once the journal has settled (lines
+    lag a little behind the process that wrote them): two reads a settle interval apart that
+    agree, or the last read at the bound."""
     previous = -1
-    waited = 0.0
+    started = time.monotonic()
     while True:
-        await asyncio.sleep(JOURNAL_SETTLE_S)
-        waited += JOURNAL_SETTLE_S
         entries = await journal.read_entries(
             session.transport, session.unit, cursor, timeout=session.timeouts.command
         )
-        if len(entries) == previous or waited >= JOURNAL_SETTLE_MAX_S:
+        settled = len(entries) == previous
+        if settled or time.monotonic() - started >= JOURNAL_SETTLE_MAX_S:
             return [e for e in entries if e.invocation_id in (None, invocation_id)]
         previous = len(entries)
+        await asyncio.sleep(JOURNAL_SETTLE_S)
 
 
 async def _still_serving(session: HostSession, server: Server, cursor: str | None) -> None:

@@ -246,6 +246,10 @@ class SimHost:
 
     # commands and faults
 
+    def shell_groups(self) -> dict[int, asyncio.Event]:
+        """The ``sh -c`` shells running now, by process group (what ``kill -- -PGID`` stops)."""
+        return dict(self._shell_groups)
+
     def services(self) -> HostServices:
         assert self.manager is not None
         return HostServices(

@@ -1,0 +1,400 @@
+"""The load generator measured against the simulated server's own record: its timing error,
+and how many output tokens it can consume per CPU-second, beside SGLang's, GuideLLM's and
+AIPerf's clients (``--peers``).
+
+Timing error. A simulated SGLang server at real speed (time scale 1: 15 ms decode steps,
+one token per step) stamps every chunk with ``time.monotonic()`` right after writing it to the
+socket (``/sim/requests``). The orchestrator's client (``BenchClient``, ``/generate``
+streaming) stamps every block it receives with the same system-wide clock. Per request:
+
+    TTFT error = client TTFT (first token arrival - send) - server TTFT (first emit - arrival)
+    ITL error  = client gap between two chunks - server gap between the same two chunks
+
+at concurrency 1, 16 and 64 (p50 and p99 of the absolute error).
+
+Capacity. A second simulated server with every duration scaled by 1e-4 streams as fast as
+its own CPU allows. Each client runs as its own process at concurrency 64 and is measured from
+outside: the CPU seconds of its whole process tree over the window from the server's first
+arrival to its last emission (the client's start-up and report-writing are excluded), the
+output tokens the server emitted in that window, and the concurrency the server really saw
+(time-weighted requests in flight).
+
+    python benchmarks/client.py [--quick] [--json] [--peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from common import (
+    PYTHON,
+    REPO,
+    emit,
+    machine,
+    note,
+    percentile,
+    run_main,
+    summary,
+)
+
+from orchestrator.bench.client import BenchClient, RawExchange, RequestRecord, parse_exchange
+
+ADDRESS = "127.0.0.167"
+ACCURACY_PORT = 30071
+CAPACITY_PORT = 30072
+MODEL = "bench-model"
+PROMPT_WORDS = 60
+
+
+# --------------------------------------------------------------------------- the servers
+
+
+def start_server(state: Path, port: int, settings: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """A simulated SGLang server straight from its module (no simulated host around it)."""
+    config = state / f"server-{port}.json"
+    config.write_text(json.dumps(settings))
+    env = dict(os.environ, ORCH_SIM_CONFIG=str(config))
+    argv = [
+        PYTHON, "-m", "orchestrator.sim.sglang_server", "--model-path", f"/models/{MODEL}",
+        "--served-model-name", MODEL, "--host", ADDRESS, "--port", str(port),
+        "--skip-server-warmup", "--max-running-requests", "1024", "--decode-log-interval", "1000",
+    ]
+    log = (state / f"server-{port}.log").open("wb")
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=REPO)
+
+
+async def wait_healthy(base_url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(base_url + "/health") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"{base_url} not healthy within {timeout}s")
+
+
+async def server_truth(base_url: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """``/sim/requests``: the server's record of each request (all recent ones without ids)."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        if ids is None:
+            async with http.get(base_url + "/sim/requests") as response:
+                return list(await response.json())
+        for start in range(0, len(ids), 100):
+            batch = ",".join(ids[start : start + 100])
+            async with http.get(base_url + "/sim/requests", params={"ids": batch}) as response:
+                out.extend(await response.json())
+    return out
+
+
+def prompt(index: int) -> str:
+    return f"request {index}: " + " ".join(f"word{w % 50}" for w in range(PROMPT_WORDS))
+
+
+# --------------------------------------------------------------------------- timing error
+
+
+async def closed_loop(
+    client: BenchClient, *, concurrency: int, requests: int, max_tokens: int
+) -> list[RawExchange]:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(requests):
+        queue.put_nowait(index)
+    raws: list[RawExchange] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            raws.append(await client.stream(prompt(index), max_tokens=max_tokens,
+                                            ignore_eos=True, label=str(index)))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return raws
+
+
+def timing_errors(
+    record: RequestRecord, truth: dict[str, Any]
+) -> tuple[float | None, list[float], list[float]]:
+    """(TTFT error, per-chunk arrival-minus-emission, ITL errors), in seconds."""
+    emitted = [(float(t), int(n)) for t, n in truth["chunks"]]
+    received = record.chunks
+    if len(emitted) != len(received) or any(
+        n != c.tokens for (_t, n), c in zip(emitted, received, strict=True)
+    ):
+        raise ValueError(f"request {record.response_id}: chunks do not line up with the truth")
+    offsets = [c.arrival - t for (t, _n), c in zip(emitted, received, strict=True)]
+    first = next((i for i, c in enumerate(received) if c.tokens > 0), None)
+    ttft_err = None
+    if first is not None and record.ttft is not None:
+        server_ttft = emitted[first][0] - float(truth["arrival_monotonic"])
+        ttft_err = record.ttft - server_ttft
+    itl = [b - a for a, b in itertools.pairwise(offsets)]
+    return ttft_err, offsets, itl
+
+
+async def accuracy(
+    base_url: str, concurrency: int, requests: int, max_tokens: int
+) -> dict[str, Any]:
+    async with BenchClient(base_url, api="generate", model=MODEL, concurrency=concurrency,
+                           request_timeout=300) as client:
+        raws = await closed_loop(client, concurrency=concurrency, requests=requests,
+                                 max_tokens=max_tokens)
+    records = [parse_exchange(raw) for raw in raws]
+    bad = [r for r in records if not r.ok or r.response_id is None]
+    if bad:
+        raise RuntimeError(f"{len(bad)} requests failed: {bad[0].error} {bad[0].error_detail}")
+    ids = [r.response_id or "" for r in records]
+    truths = {t["id"]: t for t in await server_truth(base_url, ids)}
+    ttft: list[float] = []
+    first_chunk: list[float] = []
+    itl: list[float] = []
+    offsets: list[float] = []
+    for record in records:
+        t_err, offs, i_err = timing_errors(record, truths[record.response_id or ""])
+        if t_err is not None:
+            ttft.append(t_err)
+        first = next((i for i, c in enumerate(record.chunks) if c.tokens > 0), None)
+        if first is not None:
+            first_chunk.append(offs[first])
+        offsets.extend(offs)
+        itl.extend(i_err)
+    return {
+        "concurrency": concurrency,
+        "requests": len(records),
+        "chunks": len(offsets),
+        "ttft_err_ms": summary([abs(x) for x in ttft], 1000, 3),
+        "ttft_err_signed_p50_ms": round((percentile(ttft, 50) or 0) * 1000, 3),
+        # The receive side of the TTFT error alone: first token's arrival - its emission. The
+        # rest (server arrival - client send) is the request's way in, the server's own HTTP
+        # intake included, which the server stamps only once its handler runs.
+        "first_token_receive_err_ms": summary(first_chunk, 1000, 3),
+        "itl_err_ms": summary([abs(x) for x in itl], 1000, 3),
+        "arrival_minus_emit_ms": summary(offsets, 1000, 3),
+    }
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU of a process and all its live descendants, plus what their reaped children used."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(raw[raw.rindex(")") + 2 :].split()[1])
+    family, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in family:
+                family.add(child)
+                frontier.append(child)
+    total = 0.0
+    for pid in family:
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def measure_client(
+    name: str, argv: Sequence[str], base_url: str, *, env: dict[str, str] | None = None,
+    cwd: Path | None = None, timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Run one client process; sample its tree's CPU every 50 ms; window it by the server."""
+    started_wall = time.monotonic()
+    before = {t["id"] for t in await server_truth(base_url)}
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    outputs = asyncio.create_task(process.communicate())
+    samples: list[tuple[float, float]] = []
+    try:
+        while not outputs.done():
+            if time.monotonic() - started_wall > timeout:
+                raise TimeoutError(f"{name} ran past {timeout}s")
+            with contextlib.suppress(OSError):
+                samples.append((time.monotonic(), tree_cpu_seconds(process.pid)))
+            await asyncio.sleep(0.05)
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        out, err = await outputs
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"{name} exited {process.returncode}: {(err or out).decode(errors='replace')[-3000:]}"
+        )
+    truth = [t for t in await server_truth(base_url) if t["id"] not in before]
+    finished = [t for t in truth if t["chunks"]]
+    if not finished:
+        raise RuntimeError(f"{name}: the server saw no requests")
+    begin = min(float(t["arrival_monotonic"]) for t in finished)
+    end = max(float(t["chunks"][-1][0]) for t in finished)
+    tokens = sum(int(n) for t in finished for _e, n in t["chunks"])
+    cpu = _cpu_between(samples, begin, end)
+    held = _held_concurrency(finished, begin, end)
+    return {
+        "client": name,
+        "requests": len(finished),
+        "output_tokens": tokens,
+        "window_s": round(end - begin, 3),
+        "output_tok_s": round(tokens / (end - begin), 1),
+        "client_cpu_s": round(cpu, 3),
+        "cpu_s_per_1m_tokens": round(cpu / tokens * 1e6, 1) if tokens else None,
+        "tokens_per_cpu_s": round(tokens / cpu, 1) if cpu > 0 else None,
+        "concurrency_held": round(held, 2),
+        "stdout_tail": out.decode(errors="replace")[-300:],
+    }
+
+
+def _cpu_between(samples: list[tuple[float, float]], begin: float, end: float) -> float:
+    """Tree CPU consumed between two monotonic instants (linear between samples)."""
+    def at(moment: float) -> float:
+        previous = samples[0]
+        for sample in samples:
+            if sample[0] >= moment:
+                span = sample[0] - previous[0]
+                if span <= 0:
+                    return sample[1]
+                return previous[1] + (sample[1] - previous[1]) * (moment - previous[0]) / span
+            previous = sample
+        return samples[-1][1]
+
+    return at(end) - at(begin)
+
+
+def _held_concurrency(truth: list[dict[str, Any]], begin: float, end: float) -> float:
+    busy = sum(float(t["chunks"][-1][0]) - float(t["arrival_monotonic"]) for t in truth)
+    return busy / (end - begin)
+
+
+def own_client_argv(base_url: str, concurrency: int, requests: int, max_tokens: int) -> list[str]:
+    return [PYTHON, str(Path(__file__).resolve()), "--drive", base_url, "--concurrency",
+            str(concurrency), "--requests", str(requests), "--max-tokens", str(max_tokens)]
+
+
+async def drive(base_url: str, concurrency: int, requests: int, max_tokens: int) -> None:
+    """The orchestrator's client as a process of its own (what ``measure_client`` runs)."""
+    async with BenchClient(base_url, api="generate", model=MODEL, concurrency=concurrency,
+                           request_timeout=600) as client:
+        raws = await closed_loop(client, concurrency=concurrency, requests=requests,
+                                 max_tokens=max_tokens)
+    records = [parse_exchange(raw) for raw in raws]
+    print(json.dumps({"requests": len(records), "errors": sum(not r.ok for r in records),
+                      "tokens": sum(r.completion_tokens or 0 for r in records)}))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the short form (< 4 minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument("--peers", action="store_true",
+                        help="also install and run SGLang's, GuideLLM's and AIPerf's clients")
+    parser.add_argument("--keep", action="store_true", help="keep the state directory")
+    parser.add_argument("--drive", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=256, help=argparse.SUPPRESS)
+    parser.add_argument("--max-tokens", type=int, default=256, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    from orchestrator.log import configure_logging
+
+    configure_logging("warning")
+    state = Path(tempfile.mkdtemp(prefix="orch-bench-client-"))
+    real = {"time_scale": 1.0, "load_s": 0.0, "warmup_s": 0.0}
+    fast = {"time_scale": 1e-4, "load_s": 0.0, "warmup_s": 0.0}
+    servers = [start_server(state, ACCURACY_PORT, real), start_server(state, CAPACITY_PORT, fast)]
+    accuracy_url = f"http://{ADDRESS}:{ACCURACY_PORT}"
+    capacity_url = f"http://{ADDRESS}:{CAPACITY_PORT}"
+    plan = {1: 12, 16: 48, 64: 128} if args.quick else {1: 40, 16: 160, 64: 384}
+    capacity_requests, capacity_tokens = (256, 256) if args.quick else (1024, 512)
+    result: dict[str, Any] = {}
+    try:
+        await wait_healthy(accuracy_url)
+        await wait_healthy(capacity_url)
+        levels = []
+        for concurrency, requests in plan.items():
+            note(f"timing error at concurrency {concurrency} ({requests} requests)")
+            levels.append(await accuracy(accuracy_url, concurrency, requests, max_tokens=64))
+        result["ttft_err_p99_ms"] = max(level["ttft_err_ms"]["p99"] for level in levels)
+        result["itl_err_p99_ms"] = max(level["itl_err_ms"]["p99"] for level in levels)
+        result["timing"] = levels
+        note("capacity: the orchestrator's client")
+        table = [await measure_client(
+            "orchestrator", own_client_argv(capacity_url, 64, capacity_requests, capacity_tokens),
+            capacity_url, cwd=REPO,
+        )]
+        if args.peers:
+            from peers import run_peers
+
+            table.extend(await run_peers(capacity_url, state, concurrency=64,
+                                         requests=capacity_requests,
+                                         max_tokens=capacity_tokens, measure=measure_client,
+                                         model=MODEL))
+        result["capacity"] = table
+        ours = table[0]
+        sglang = next((row for row in table if row["client"].startswith("sglang")), None)
+        result["tokens_per_cpu_s_ratio_vs_sglang"] = (
+            round(ours["tokens_per_cpu_s"] / sglang["tokens_per_cpu_s"], 2)
+            if sglang and sglang.get("tokens_per_cpu_s") else None
+        )
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        if not args.keep:
+            shutil.rmtree(state, ignore_errors=True)
+    result["goals"] = {"ttft_err_p99_ms": 1.0, "itl_err_p99_ms": 1.0,
+                       "tokens_per_cpu_s_ratio_vs_sglang": 1.5}
+    result["settings"] = {"quick": args.quick, "accuracy_requests": plan, "max_tokens": 64,
+                          "capacity_requests": capacity_requests,
+                          "capacity_max_tokens": capacity_tokens, "capacity_concurrency": 64}
+    result["machine"] = machine()
+    return result
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.drive:
+        asyncio.run(drive(arguments.drive, arguments.concurrency, arguments.requests,
+                          arguments.max_tokens))
+        sys.exit(0)
+    emit(run_main(main(arguments)), arguments.json)
