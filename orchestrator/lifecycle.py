@@ -335,9 +335,7 @@ async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str
     timeline["stopped"] = time.time()
     # A stop job is "done" even when systemd had to SIGKILL (Result=timeout) or processes
     # stayed around after it: the result is the evidence of what the memory wait faces next.
-    after = await session.control.show(
-        session.unit, ("Result", "ActiveState"), timeout=t.command
-    )
+    after = await session.control.show(session.unit, ("Result", "ActiveState"), timeout=t.command)
     await session.events(
         "unit.stopped",
         waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3),

@@ -375,9 +375,7 @@ async def record_baseline(probe: GpuProbe, gpus: Collection[int] | None) -> Base
     return baseline
 
 
-async def record_idle_baseline(
-    probe: GpuProbe, gpus: Collection[int] | None
-) -> Baseline | None:
+async def record_idle_baseline(probe: GpuProbe, gpus: Collection[int] | None) -> Baseline | None:
     """:func:`idle_baseline` of a snapshot taken now (before the unit is stopped)."""
     baseline = idle_baseline(await probe.snapshot(), gpus)
     if baseline is not None:

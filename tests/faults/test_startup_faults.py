@@ -1,0 +1,132 @@
+"""Configs that cannot start: each is failed within seconds with its cause and journal evidence,
+the sweep goes on to the next config, and the host ends as it was found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.harness import (
+    FAULTY,
+    HEALTHY,
+    TIMEOUTS,
+    assert_restored,
+    excerpt_text,
+    fault_host,
+    on_faulty,
+    point_count,
+    run,
+    sweep_yaml,
+    unit_text,
+)
+
+REMOVED_FLAG = "--speculative-dflash-draft-window-size"  # gone from SGLang 0.5.20 on
+
+
+def _took(trial: dict[str, object]) -> float:
+    return float(trial["finished_at"]) - float(trial["started_at"])  # type: ignore[arg-type]
+
+
+async def test_bad_flag_is_failed_by_preflight_or_at_start(tmp_path: Path) -> None:
+    """An unknown flag is caught by the preflight (`--help`) without touching the unit; a flag
+    value the server's parser rejects dies at start with exit 2 and the parser's message."""
+    unknown = {**HEALTHY, "window": 2048}
+    bad_value = {"algorithm": "NGRAM", "draft_tokens": "seven"}
+    async with fault_host(tmp_path, "127.0.0.120") as host:
+        text = sweep_yaml(
+            host,
+            "bad-flag",
+            [unknown, bad_value, HEALTHY],
+            knobs={"window": {"flag": REMOVED_FLAG}},
+        )
+        done = await run(tmp_path, text)
+
+        by_preflight = done.trial(unknown)
+        assert (by_preflight["state"], by_preflight["cause"]) == ("failed", "bad-flag")
+        assert by_preflight["evidence"] == {
+            "found_by": "preflight",
+            "unknown_flags": [REMOVED_FLAG],
+        }
+        at_start = done.trial(bad_value)
+        assert (at_start["state"], at_start["cause"]) == ("failed", "bad-flag")
+        evidence = at_start["evidence"]
+        assert evidence["exit_status"] == 2
+        assert "argument --speculative-num-draft-tokens: invalid int value: 'seven'" in (
+            excerpt_text(evidence)
+        )
+        assert _took(at_start) < TIMEOUTS["ready"] / 2  # failed fast, not at the ready timeout
+        healthy = done.trial(HEALTHY)
+        assert healthy["state"] == "done" and point_count(healthy) == 1
+        # a bad flag is deterministic: no second attempt even though retries are allowed
+        assert [t["attempt"] for t in done.results["trials"]] == [1, 1, 1]
+        await assert_restored(host)
+
+
+@pytest.mark.parametrize("on_failure", ["continue", "abort"])
+async def test_cuda_oom_at_start(tmp_path: Path, on_failure: str) -> None:
+    """A CUDA OOM while loading: ``oom`` with the traceback, in seconds. With
+    ``on_trial_failure: abort`` the sweep stops there (the next config is never tried, the
+    sweep is failed) and the host is restored all the same."""
+    address = "127.0.0.121" if on_failure == "continue" else "127.0.0.139"
+    async with fault_host(
+        tmp_path, address, server_faults={"crash_at_start": on_faulty("oom")}
+    ) as host:
+        text = sweep_yaml(host, "oom", [FAULTY, HEALTHY], policy={"on_trial_failure": on_failure})
+        done = await run(tmp_path, text)
+
+        failed = done.trial(FAULTY)
+        assert (failed["state"], failed["cause"]) == ("failed", "oom")
+        evidence = failed["evidence"]
+        assert "torch.OutOfMemoryError: CUDA out of memory" in excerpt_text(evidence)
+        assert evidence["exit_status"] == 1 and evidence["invocation_id"]
+        assert point_count(failed) == 0
+        assert _took(failed) < TIMEOUTS["ready"] / 2
+        assert done.of_kind("server.exited")[0]["cause"] == "oom"
+        if on_failure == "continue":
+            assert done.outcome.state == "done"
+            healthy = done.trial(HEALTHY)
+            assert healthy["state"] == "done" and point_count(healthy) == 1
+        else:
+            assert done.outcome.state == "failed"
+            assert done.results["summary"]["stopped"].startswith("abort")
+            assert done.trial(HEALTHY, attempt=None)["state"] == "queued"  # never attempted
+        await assert_restored(host)
+
+
+async def test_load_slower_than_the_ready_timeout(tmp_path: Path) -> None:
+    """A server still loading at the ready timeout is failed (not waited on forever), and the
+    next trial's stop ends the loading process before anything else starts."""
+    async with fault_host(
+        tmp_path, "127.0.0.122", server_faults={"slow_load_s": on_faulty(400.0)}
+    ) as host:  # 400 s x time_scale 0.05 = 20 s of loading
+        text = sweep_yaml(host, "slow-load", [FAULTY, HEALTHY], timeouts={"ready": 4})
+        done = await run(tmp_path, text)
+
+        failed = done.trial(FAULTY)
+        assert (failed["state"], failed["cause"]) == ("failed", "ready-timeout")
+        evidence = failed["evidence"]
+        assert evidence["ready_line_seen"] is False
+        assert "Load weight begin" in excerpt_text(evidence)
+        assert 4 <= _took(failed) < 15
+        healthy = done.trial(HEALTHY)
+        assert healthy["state"] == "done" and point_count(healthy) == 1
+        await assert_restored(host)
+
+
+async def test_start_limit_hit(tmp_path: Path) -> None:
+    """systemd's start rate limit counts the orchestrator's own starts: the refused start is
+    recorded as ``start-limit`` with systemd's words; the retry resets the unit and measures."""
+    unit = unit_text("127.0.0.123", extra_unit=("StartLimitBurst=2", "StartLimitIntervalSec=60"))
+    async with fault_host(tmp_path, "127.0.0.123", unit=unit) as host:
+        text = sweep_yaml(host, "start-limit", [HEALTHY, FAULTY], policy={"trial_retries": 1})
+        done = await run(tmp_path, text)
+
+        first = done.trial(HEALTHY)
+        assert first["state"] == "done"
+        refused = done.trial(FAULTY, attempt=1)
+        assert (refused["state"], refused["cause"]) == ("failed", "start-limit")
+        assert "Start request repeated too quickly." in excerpt_text(refused["evidence"])
+        retried = done.trial(FAULTY, attempt=2)
+        assert retried["state"] == "done" and point_count(retried) == 1
+        await assert_restored(host)
