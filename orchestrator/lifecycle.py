@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,25 @@ RestorePolicy = Literal["as-found", "stopped", "leave"]
 ProbeApi = Literal["chat", "generate"]
 
 EXCERPT_LINES = 60
+EXCERPT_HEAD_LINES = 20
+
+
+def excerpt(lines: Sequence[str]) -> list[str]:
+    """The evidence kept from one invocation's log: its first lines (what it was loading) and
+    its last ones (how it ended), with the count of those left out between."""
+    if len(lines) <= EXCERPT_HEAD_LINES + EXCERPT_LINES:
+        return list(lines)
+    left_out = len(lines) - EXCERPT_HEAD_LINES - EXCERPT_LINES
+    return [
+        *lines[:EXCERPT_HEAD_LINES],
+        f"[... {left_out} lines left out ...]",
+        *lines[-EXCERPT_LINES:],
+    ]
+# systemd's own journal line when a unit's main process is gone (PID-1 hosts log it under the
+# unit; it ends the wait for a dying server's last lines).
+_UNIT_ENDED = re.compile(
+    r"Main process exited, code=|Failed with result '|Deactivated successfully"
+)
 
 
 class TrialFailed(Exception):
@@ -136,10 +156,10 @@ class LifecycleTimeouts:
     memory_release: float = 300.0
     ready: float = 900.0
     command: float = 30.0
-    state_poll: float = 0.5
+    state_poll: float = 1.0
     memory_poll: float = 0.2
     probe_initial: float = 0.25
-    probe_max: float = 2.0
+    probe_max: float = 0.5
     probe_request: float = 60.0
     failure_settle: float = 2.0
 
@@ -400,18 +420,18 @@ async def _start(
         raise TrialFailed("ready-timeout", f"the start job did not finish: {exc}") from exc
     except JobFailed as exc:
         state = await session.control.show(session.unit, timeout=t.command)
-        excerpt = await _excerpt(session, cursor, state.invocation_id)
+        lines = await _excerpt(session, cursor, state.invocation_id)
         if state.result == "start-limit-hit":
             raise TrialFailed(
                 "start-limit",
                 "systemd's start rate limit refused the start",
-                excerpt=excerpt,
+                excerpt=lines,
             ) from exc
-        cause, message = _classify(excerpt, state)
+        cause, message = _classify(lines, state)
         raise TrialFailed(
             cause,
             message or str(exc),
-            excerpt=excerpt,
+            excerpt=lines,
             exit_status=state.exec_main_status,
             invocation_id=state.invocation_id,
         ) from exc
@@ -436,12 +456,18 @@ class _Watch:
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
+    activity: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by every new line: a server that logs may have just become able to serve."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by systemd's own line that the main process exited: check the state at once."""
 
     def take(self, entry: journal.JournalEntry) -> None:
         if entry.invocation_id not in (None, self.invocation_id) or entry.message is None:
             return
         self.lines.append(entry.message)
-        del self.lines[:-EXCERPT_LINES]
+        self.activity.set()
+        if _UNIT_ENDED.search(entry.message):
+            self.ended.set()
         event = parse_log_line(entry.message)
         if event is None:
             return
@@ -474,7 +500,7 @@ async def _await_ready(
     try:
         async with asyncio.timeout(t.ready):
             async with aiohttp.ClientSession() as http:
-                state_task = asyncio.create_task(_watch_state(session, started))
+                state_task = asyncio.create_task(_watch_state(session, started, watch))
                 probe_task = asyncio.create_task(_probe_until_ready(session, trial, watch, http))
                 done, _pending = await asyncio.wait(
                     {state_task, probe_task}, return_when=asyncio.FIRST_COMPLETED
@@ -491,11 +517,11 @@ async def _await_ready(
                     )
                 ended = state_task.result()
     except TimeoutError:
-        excerpt = watch.lines[-EXCERPT_LINES:]
+        kept = excerpt(watch.lines)
         raise TrialFailed(
             "ready-timeout",
             f"no generation from the new process within {t.ready:g}s",
-            excerpt=excerpt,
+            excerpt=kept,
             invocation_id=started.invocation_id,
             evidence={"ready_line_seen": watch.ready_line.is_set()},
         ) from None
@@ -505,23 +531,29 @@ async def _await_ready(
             await follower_task
 
     # The process died: wait briefly for its last lines to reach the journal, then classify.
-    excerpt = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
-    cause, message = _classify(excerpt, ended)
+    lines = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
+    cause, message = _classify(lines, ended)
     await session.events("server.exited", cause=cause, exit_status=ended.exec_main_status)
     raise TrialFailed(
         cause,
         message,
-        excerpt=excerpt,
+        excerpt=lines,
         exit_status=ended.exec_main_status,
         invocation_id=started.invocation_id,
     )
 
 
-async def _watch_state(session: HostSession, started: systemd.UnitState) -> systemd.UnitState:
-    """Return the unit's state as soon as the started invocation is no longer running."""
+async def _watch_state(
+    session: HostSession, started: systemd.UnitState, watch: _Watch
+) -> systemd.UnitState:
+    """Return the unit's state as soon as the started invocation is no longer running: polled
+    every ``state_poll`` seconds, and at once when the journal says the main process exited."""
     t = session.timeouts
     while True:
-        await asyncio.sleep(t.state_poll)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(t.state_poll):
+                await watch.ended.wait()
+        watch.ended.clear()
         state = await session.control.show(session.unit, timeout=t.command)
         restarted = state.invocation_id not in (None, started.invocation_id)
         if restarted or state.active_state in ("failed", "inactive", "deactivating"):
@@ -531,8 +563,9 @@ async def _watch_state(session: HostSession, started: systemd.UnitState) -> syst
 async def _probe_until_ready(
     session: HostSession, trial: TrialConfig, watch: _Watch, http: aiohttp.ClientSession
 ) -> tuple[dict[str, Any], ConfigCheck]:
-    """Probe with backoff; the journal's ready line cuts the wait short. Returns the server's
-    /server_info and the config check once a real generation succeeded."""
+    """Probe with backoff; any new journal line of the invocation (the ready line above all)
+    cuts the wait short. Returns the server's /server_info and the config check once a real
+    generation succeeded."""
     t = session.timeouts
     delay = t.probe_initial
     while True:
@@ -543,9 +576,10 @@ async def _probe_until_ready(
             )
             if probe.ok:
                 return info, await _check_config(session, trial, info)
+        watch.activity.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
-                await watch.ready_line.wait()
+                await watch.activity.wait()
         delay = min(delay * 2, t.probe_max)
 
 
@@ -684,10 +718,11 @@ async def _excerpt(
             if e.message is not None and e.invocation_id in (None, invocation_id)
         ]
         found = any(
-            isinstance(parse_log_line(line), FailureEvent) for line in lines[-EXCERPT_LINES:]
+            isinstance(parse_log_line(line), FailureEvent) or _UNIT_ENDED.search(line)
+            for line in lines[-EXCERPT_LINES:]
         )
         if found or time.monotonic() >= deadline:
-            return lines[-EXCERPT_LINES:]
+            return excerpt(lines)
         await asyncio.sleep(0.2)
 
 

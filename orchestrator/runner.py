@@ -297,10 +297,18 @@ async def _run_host(
             return
         await _load_or_take_backup(run, session)
         last: TrialConfig | None = None
-        for planned, trial in trials:
+        for index, (planned, trial) in enumerate(trials):
             if run.stop.stopping:
                 break
-            last = await _run_trial(run, session, host, planned, trial, check) or last
+            try:
+                last = await _run_trial(run, session, host, planned, trial, check) or last
+            except _HostLost as lost:
+                # Each further trial would spend the whole reconnect budget to fail the same
+                # way: set the host aside now; the restore below still gets its one chance.
+                for _planned, rest in trials[index + 1 :]:
+                    await store.skip_trial(rest.id, "host-unreachable", {"reason": str(lost)})
+                await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
+                break
         await _restore_host(run, session, last)
     except TransportError as exc:
         log.error("host.unreachable", error=str(exc))
@@ -404,7 +412,14 @@ async def _restore_host(run: _SweepRun, session: HostSession, last: TrialConfig 
             # after repeated crashes and resumes) must not leave the host changed.
             # reset-failed clears the rate limit; other failures would only fail again.
             if attempt == RESTORE_ATTEMPTS or exc.cause not in RESTORE_RETRY_CAUSES:
-                raise
+                # e.g. memory-not-released: the files are back, the unit is not started over
+                # held memory; the host stays pending for a later restore.
+                await session.events("restore.failed", cause=exc.cause, error=exc.message)
+                await run.store.set_host_aside(
+                    run.record.id, session.name, f"restore incomplete: {exc.cause}"
+                )
+                run.unrestored.append(session.name)
+                return
             await session.events("restore.retry", attempt=attempt, error=repr(exc))
             await asyncio.sleep(RESTORE_RETRY_S * attempt)
             with contextlib.suppress(Exception):
@@ -490,6 +505,8 @@ async def _run_trial(
             finished = await store.get_attempt(attempt.id)
             if run.stop.stopping or not _may_retry(finished, retries):
                 await _after_failure(run)
+                if failed.cause == "host-unreachable":
+                    raise _HostLost(failed.message) from failed
                 return config
             attempt = await store.start_attempt(trial.id)
         except _Stopped:
@@ -542,6 +559,10 @@ def _server_evidence(server: Server) -> dict[str, Any]:
             for d in server.overridden
         ],
     }
+
+
+class _HostLost(Exception):
+    """A trial failed for good because the host cannot be reached."""
 
 
 class _Stopped(Exception):

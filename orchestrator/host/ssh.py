@@ -617,7 +617,8 @@ class SSHTransport:
                 self.name, f"{where} refused the key {settings.identity_file}: {exc.reason}"
             ) from exc
         except (OSError, asyncssh.Error, TimeoutError) as exc:
-            raise _Reconnectable(self.name, f"cannot connect to {where}: {exc}") from exc
+            detail = str(exc) or type(exc).__name__  # a connect timeout has no message
+            raise _Reconnectable(self.name, f"cannot connect to {where}: {detail}") from exc
 
     async def close(self) -> None:
         if self._background:

@@ -190,6 +190,7 @@ class SimHost:
 
     async def stop(self) -> None:
         """Close SSH, kill every process the unit ever started, forget pending faults."""
+        self.gate.thaw()  # a frozen host's sessions wait on the gate: let them end
         for task in list(self._tasks):
             task.cancel()
         if self.sshd is not None:

@@ -37,6 +37,10 @@ EOS_TOKEN_ID = 163586
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 
 
+WARMUP_HEADER = "X-Sim-Server-Warmup"
+"""Marks the simulated server's own warm-up request to itself."""
+
+
 class Phase(enum.Enum):
     LOADING = "loading"
     WARMING = "warming"
@@ -251,12 +255,13 @@ class SimServerApp:
             seed=st.settings.seed, wrong_rate=st.settings.coding_wrong_rate, nonce=nonce,
         )
         hang = False
-        if not internal and st.phase is Phase.READY:
+        if not internal:
+            # A client's request admitted while the server warms up is served like any other
+            # (it is a real generation): it counts for the request-numbered faults too.
             st.requests_seen += 1
             every = st.settings.faults.hang_request_every.active(st.argv)
             hang = bool(every) and st.requests_seen % int(every or 1) == 0
-        return sched.submit(prompt, plan, internal=internal or st.phase is not Phase.READY,
-                            hang=hang)
+        return sched.submit(prompt, plan, internal=internal, hang=hang)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -267,7 +272,9 @@ class SimServerApp:
         if not isinstance(text, str):
             return _error("the simulated server takes 'text' as a single string", 400)
         params = body.get("sampling_params") or {}
-        admitted = self._admit(tokenize(text), text, params)
+        # The server's own warm-up request (sent to itself) is not a client's request.
+        own = request.headers.get(WARMUP_HEADER) == "1" and self.state.phase is Phase.WARMING
+        admitted = self._admit(tokenize(text), text, params, internal=own)
         if isinstance(admitted, web.Response):
             return admitted
         req = admitted

@@ -32,7 +32,7 @@ from orchestrator.sim.server_args import (
 )
 from orchestrator.sim.server_engine import Scheduler
 from orchestrator.sim.server_gpu import gpu_indices, register_gpu_memory
-from orchestrator.sim.server_http import Phase, ServerState, SimServerApp
+from orchestrator.sim.server_http import WARMUP_HEADER, Phase, ServerState, SimServerApp
 from orchestrator.sim.server_log import READY_LINE, SglangLog, dflash_init_line
 from orchestrator.sim.settings import ServerSimSettings
 
@@ -234,7 +234,7 @@ async def _warm_up(args: ServerArgs) -> str | None:
             "sampling_params": {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}}
     try:
         async with aiohttp.ClientSession() as session, session.post(
-            url, json=body, timeout=aiohttp.ClientTimeout(total=600)
+            url, json=body, headers={WARMUP_HEADER: "1"}, timeout=aiohttp.ClientTimeout(total=600)
         ) as resp:
             text = await resp.text()
             if resp.status != 200:

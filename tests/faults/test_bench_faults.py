@@ -54,7 +54,12 @@ async def test_crash_in_the_middle_of_a_point(tmp_path: Path) -> None:
         (point,) = failed["points"]
         assert "errors" in point["quality"], point
         requests = stored_requests(tmp_path / "orchestrator.db", 60)[:3]
-        assert [r["error"] is None for r in requests] == [True, False, False], requests
+        # Measured before the crash are kept as measured; those after it are errors, never
+        # dropped. (How many came first depends on how many requests the probe and the prompt
+        # calibration took, so only the shape is asserted.)
+        outcomes = [r["error"] is None for r in requests]
+        assert len(requests) == 3 and not outcomes[-1], requests
+        assert outcomes == sorted(outcomes, reverse=True), requests
         evidence = failed["evidence"]
         assert "CUDA error: an illegal memory access was encountered" in excerpt_text(evidence)
         assert evidence["exit_status"] == 1

@@ -102,3 +102,17 @@ def test_memory_not_released_message_carries_evidence() -> None:
     error = MemoryNotReleased(status, 30.0)
     assert "pid 4242 on GPU 0 (70000 MiB)" in str(error)
     assert error.leftovers == status.leftovers and error.waited_s == 30.0
+
+
+def test_idle_baseline_is_used_minus_what_the_processes_hold() -> None:
+    from orchestrator.host.gpu import GpuMemory, GpuProcess, GpuSnapshot, idle_baseline
+
+    gpus = (GpuMemory(0, "GPU-a", 81000, 97887), GpuMemory(1, "GPU-b", 80500, 97887))
+    held = (GpuProcess("GPU-a", 10, 80000), GpuProcess("GPU-b", 11, 80000))
+    baseline = idle_baseline(GpuSnapshot(gpus, held), None)
+    assert baseline is not None and dict(baseline.used_mib) == {0: 1000, 1: 500}
+    # Only the unit's GPUs count; a process whose memory is unreadable gives no baseline.
+    only_one = idle_baseline(GpuSnapshot(gpus, held), [1])
+    assert only_one is not None and dict(only_one.used_mib) == {1: 500}
+    unreadable = (GpuProcess("GPU-a", 10, None),)
+    assert idle_baseline(GpuSnapshot(gpus, unreadable), None) is None
