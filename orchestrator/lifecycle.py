@@ -497,25 +497,21 @@ async def _await_ready(
                 watch.take(entry)
 
     follower_task = asyncio.create_task(follow(), name=f"journal:{session.name}")
+    watchers: list[asyncio.Task[Any]] = [follower_task]
     try:
-        async with asyncio.timeout(t.ready):
-            async with aiohttp.ClientSession() as http:
-                state_task = asyncio.create_task(_watch_state(session, started, watch))
-                probe_task = asyncio.create_task(_probe_until_ready(session, trial, watch, http))
-                done, _pending = await asyncio.wait(
-                    {state_task, probe_task}, return_when=asyncio.FIRST_COMPLETED
+        async with asyncio.timeout(t.ready), aiohttp.ClientSession() as http:
+            state_task = asyncio.create_task(_watch_state(session, started, watch))
+            probe_task = asyncio.create_task(_probe_until_ready(session, trial, watch, http))
+            watchers += [state_task, probe_task]
+            done, _pending = await asyncio.wait(
+                {state_task, probe_task}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if probe_task in done:
+                server_info, check = probe_task.result()
+                return await _server(
+                    session, trial, started, cursor, server_info, check, timeline
                 )
-                for task in (state_task, probe_task):
-                    if task not in done:
-                        task.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
-                if probe_task in done:
-                    server_info, check = probe_task.result()
-                    return await _server(
-                        session, trial, started, cursor, server_info, check, timeline
-                    )
-                ended = state_task.result()
+            ended = state_task.result()
     except TimeoutError:
         kept = excerpt(watch.lines)
         raise TrialFailed(
@@ -526,9 +522,11 @@ async def _await_ready(
             evidence={"ready_line_seen": watch.ready_line.is_set()},
         ) from None
     finally:
-        follower_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await follower_task
+        # Whatever ended the wait (a result, the deadline, a cancel), no watcher outlives it:
+        # a leaked prober or state poll would go on talking to the host after the trial.
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
 
     # The process died: wait briefly for its last lines to reach the journal, then classify.
     lines = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
