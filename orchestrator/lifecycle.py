@@ -84,6 +84,7 @@ def excerpt(lines: Sequence[str]) -> list[str]:
     ]
 # systemd's own journal line when a unit's main process is gone (PID-1 hosts log it under the
 # unit; it ends the wait for a dying server's last lines).
+_ACCESS_LOG = re.compile(r'"(GET|POST|PUT|DELETE|HEAD) \S+ HTTP/[\d.]+" \d{3}')
 _UNIT_ENDED = re.compile(
     r"Main process exited, code=|Failed with result '|Deactivated successfully"
 )
@@ -159,7 +160,7 @@ class LifecycleTimeouts:
     state_poll: float = 1.0
     memory_poll: float = 0.2
     probe_initial: float = 0.25
-    probe_max: float = 0.5
+    probe_max: float = 1.0
     probe_request: float = 60.0
     failure_settle: float = 2.0
 
@@ -465,7 +466,9 @@ class _Watch:
         if entry.invocation_id not in (None, self.invocation_id) or entry.message is None:
             return
         self.lines.append(entry.message)
-        self.activity.set()
+        if not _ACCESS_LOG.search(entry.message):
+            # Not our own probes' access-log lines: those would wake the probe again at once.
+            self.activity.set()
         if _UNIT_ENDED.search(entry.message):
             self.ended.set()
         event = parse_log_line(entry.message)
@@ -561,9 +564,9 @@ async def _watch_state(
 async def _probe_until_ready(
     session: HostSession, trial: TrialConfig, watch: _Watch, http: aiohttp.ClientSession
 ) -> tuple[dict[str, Any], ConfigCheck]:
-    """Probe with backoff; any new journal line of the invocation (the ready line above all)
-    cuts the wait short. Returns the server's /server_info and the config check once a real
-    generation succeeded."""
+    """Probe with backoff; a new journal line of the invocation (the ready line above all; not
+    our own probes' access-log lines) cuts the wait short. Returns the server's /server_info
+    and the config check once a real generation succeeded."""
     t = session.timeouts
     delay = t.probe_initial
     while True:
