@@ -25,7 +25,7 @@ from orchestrator.host.dropin import (
     parse_environment_line,
     parse_exec_line,
 )
-from orchestrator.host.transport import CompletedCommand, Transport
+from orchestrator.host.transport import CompletedCommand, Transport, is_temp_beside
 from orchestrator.log import get_logger
 
 STATE_PROPERTIES = (
@@ -641,6 +641,30 @@ async def remove_dropin(
     return removed
 
 
+async def remove_stale_temp_files(
+    transport: Transport, target: str, *, timeout: float = 20.0
+) -> list[str]:
+    """Remove the temporary files of our atomic writes to ``target`` that a killed run left
+    beside it (a SIGKILL between write and rename). systemd ignores them (not ``*.conf``), but
+    the host must end as found. Returns the paths removed."""
+    path = PurePosixPath(target)
+    listing = await transport.run(
+        ["ls", "-1A", "--", str(path.parent)], timeout=timeout, privileged=True
+    )
+    if not listing.ok:
+        return []
+    stale = [
+        str(path.parent / name)
+        for name in listing.stdout_text().splitlines()
+        if is_temp_beside(name, path.name)
+    ]
+    for leftover in stale:
+        await transport.remove_file(leftover, timeout=timeout)
+    if stale:
+        get_logger(host=transport.name).warning("dropin.stale_temp_removed", paths=stale)
+    return stale
+
+
 async def restore_files(
     transport: Transport, snapshot: UnitSnapshot, *, timeout: float = 60.0
 ) -> list[str]:
@@ -648,6 +672,7 @@ async def restore_files(
     made it), daemon-reload, and verify byte-identity. Returns the paths of OTHER unit files
     that changed meanwhile (someone else's edits: reported, never overwritten)."""
     target = snapshot.dropin_path
+    await remove_stale_temp_files(transport, target, timeout=timeout)
     if snapshot.dropin_before is None:
         await transport.remove_file(target, timeout=timeout)
         if not snapshot.dropin_dir_existed:

@@ -87,7 +87,15 @@ SUDO_WRITE_SCRIPT = (
 def temp_path_beside(path: str, token: str) -> str:
     """The temporary name a write goes to before it is renamed over ``path`` (same directory,
     so the rename is atomic; recognisable, so a leftover can be traced to us)."""
-    return f"{path}.orchestrator-tmp-{token}"
+    return f"{path}.{TEMP_MARKER}{token}"
+
+
+TEMP_MARKER = "orchestrator-tmp-"
+
+
+def is_temp_beside(name: str, target_name: str) -> bool:
+    """Whether the file ``name`` is one of our temporary writes of ``target_name``."""
+    return name.startswith(f"{target_name}.{TEMP_MARKER}")
 
 
 class LineStream(Protocol):

@@ -3,9 +3,10 @@
 Commands arrive as a shell-quoted argv (the orchestrator's transports quote every element), so
 they are split with :mod:`shlex`, never run through a shell. The host answers the tools the
 orchestrator uses on a real host (``systemctl``, ``journalctl``, ``nvidia-smi``, ``cat``, ``df``,
-``id``, ``test``, a few file tools over the private root, ``sudo -n CMD``) and runs the unit's own
-program for real (so a preflight's ``PROGRAM --help`` sees the simulated server's real flag
-list). Anything else is ``bash: X: command not found`` with status 127, as on a real host.
+``id``, ``test``, the file tools ``ls``, ``mkdir``, ``rm``, ``rmdir`` and ``mv`` over the private
+root, ``sudo -n CMD``) and runs the unit's own program for real (so a preflight's
+``PROGRAM --help`` sees the simulated server's real flag list). Anything else is
+``bash: X: command not found`` with status 127, as on a real host.
 
 A small POSIX shell subset covers what a transport wraps commands in on any host:
 ``exec CMD``, ``sh -c SCRIPT NAME ARGS...`` (the script split like a command line, with ``$$``,
@@ -469,6 +470,21 @@ def _rm(services: HostServices, args: list[str]) -> Result:
     return 0, b"", b""
 
 
+def _rmdir(services: HostServices, args: list[str]) -> Result:
+    lenient = "--ignore-fail-on-non-empty" in args
+    for name in [a for a in args if not a.startswith("-")]:
+        path = resolve(services, name)
+        if not path.is_dir() or path.is_symlink():
+            reason = "Not a directory" if path.exists() else "No such file or directory"
+            return 1, b"", f"rmdir: failed to remove '{name}': {reason}\n".encode()
+        if any(path.iterdir()):
+            if lenient:
+                continue
+            return 1, b"", f"rmdir: failed to remove '{name}': Directory not empty\n".encode()
+        path.rmdir()
+    return 0, b"", b""
+
+
 def _mv(services: HostServices, args: list[str]) -> Result:
     names = [a for a in args if not a.startswith("-")]
     if len(names) != 2:
@@ -510,6 +526,7 @@ _SIMPLE = {
     "hostname": lambda s, a: (0, f"{s.name}\n".encode(), b""),
     "mkdir": _mkdir,
     "rm": _rm,
+    "rmdir": _rmdir,
     "mv": _mv,
     "ls": _ls,
 }

@@ -560,3 +560,28 @@ async def test_systemctl_failure_is_a_typed_error(
     assert caught.value.result is not None and caught.value.result.exit_status == 1
     with pytest.raises(ValueError):
         await systemd.show(transport, "--all")
+
+
+async def test_restore_removes_temp_files_a_killed_write_left_and_nothing_else(
+    unit_host: tuple[SubprocessTransport, Path],
+) -> None:
+    transport, root = unit_host
+    await systemd.daemon_reload(transport)
+    ours = str(root / "sglang.service.d" / "90-orchestrator.conf")
+    snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
+    await systemd.install_dropin(
+        transport,
+        "sglang.service",
+        render_dropin("night", "t1", INVOCATION),
+        INVOCATION,
+        path=ours,
+        timeout=10,
+    )
+    dropin_dir = root / "sglang.service.d"
+    # What a SIGKILL between write and rename leaves behind, and an admin's file that only
+    # looks similar.
+    (dropin_dir / "90-orchestrator.conf.orchestrator-tmp-0123456789ab").write_bytes(b"half")
+    (dropin_dir / "90-orchestrator.conf.bak").write_bytes(b"admin's")
+
+    await systemd.restore_files(transport, snapshot, timeout=10)
+    assert sorted(p.name for p in dropin_dir.iterdir()) == ["90-orchestrator.conf.bak"]

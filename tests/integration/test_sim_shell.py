@@ -63,3 +63,24 @@ async def test_leaving_a_stream_stops_the_remote_command(cluster: SimCluster) ->
         assert unknown.exit_status == 1 and b"No such process" in unknown.stderr
     finally:
         await transport.close()
+
+
+async def test_file_tools_answer_like_coreutils(cluster: SimCluster) -> None:
+    transport = _transport(cluster)
+    try:
+        directory = "/etc/systemd/system/probe.d"
+        assert (await transport.run(["mkdir", "-p", "--", directory], timeout=10)).ok
+        await transport.write_file_atomic(f"{directory}/a.conf", b"x", timeout=10)
+        listing = await transport.run(["ls", "-1A", "--", directory], timeout=10)
+        assert listing.stdout == b"a.conf\n"
+
+        busy = await transport.run(["rmdir", "--", directory], timeout=10)
+        assert busy.exit_status == 1 and b"Directory not empty" in busy.stderr
+        lenient = ["rmdir", "--ignore-fail-on-non-empty", "--", directory]
+        assert (await transport.run(lenient, timeout=10)).ok
+        assert await transport.remove_file(f"{directory}/a.conf", timeout=10)
+        assert (await transport.run(lenient, timeout=10)).ok
+        gone = await transport.run(["test", "-d", directory], timeout=10)
+        assert gone.exit_status == 1
+    finally:
+        await transport.close()
