@@ -88,6 +88,12 @@ _ACCESS_LOG = re.compile(r'"(GET|POST|PUT|DELETE|HEAD) \S+ HTTP/[\d.]+" \d{3}')
 _UNIT_ENDED = re.compile(
     r"Main process exited, code=|Failed with result '|Deactivated successfully"
 )
+# Every line systemd writes when the unit's state moves (someone else's stop or restart
+# included): the unit-state watch checks at once instead of polling often over SSH.
+_UNIT_STATE_MOVED = re.compile(
+    r"Main process exited, code=|Failed with result '|Deactivated successfully|"
+    r"^Stopping |^Stopped |Scheduled restart job|State '[a-z-]+' timed out|Killing process"
+)
 
 
 class TrialFailed(Exception):
@@ -157,10 +163,14 @@ class LifecycleTimeouts:
     memory_release: float = 300.0
     ready: float = 900.0
     command: float = 30.0
-    state_poll: float = 1.0
+    state_poll: float = 10.0
+    """A safety net only: systemd's own journal lines for the unit trigger the check at once."""
+    start_poll: float = 0.1
     memory_poll: float = 0.2
     probe_initial: float = 0.25
-    probe_max: float = 1.0
+    probe_max: float = 8.0
+    """The probe's backoff cap while the server's journal is silent; any new line of the
+    server resets it to ``probe_initial`` (a server that becomes ready logs)."""
     probe_request: float = 60.0
     failure_settle: float = 2.0
 
@@ -443,7 +453,7 @@ async def _start(
             break
         if time.monotonic() > deadline:
             raise TrialFailed("exited", "the unit has no new invocation after start")
-        await asyncio.sleep(t.state_poll)
+        await asyncio.sleep(t.start_poll)
     timeline["started"] = time.time()
     await session.events("unit.started", invocation=state.invocation_id, main_pid=state.main_pid)
     return state
@@ -459,8 +469,8 @@ class _Watch:
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by every new line: a server that logs may have just become able to serve."""
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set by systemd's own line that the main process exited: check the state at once."""
+    state_moved: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by systemd's own lines that the unit's state moved: check the state at once."""
 
     def take(self, entry: journal.JournalEntry) -> None:
         if entry.invocation_id not in (None, self.invocation_id) or entry.message is None:
@@ -469,8 +479,8 @@ class _Watch:
         if not _ACCESS_LOG.search(entry.message):
             # Not our own probes' access-log lines: those would wake the probe again at once.
             self.activity.set()
-        if _UNIT_ENDED.search(entry.message):
-            self.ended.set()
+        if _UNIT_STATE_MOVED.search(entry.message):
+            self.state_moved.set()
         event = parse_log_line(entry.message)
         if event is None:
             return
@@ -547,14 +557,16 @@ async def _await_ready(
 async def _watch_state(
     session: HostSession, started: systemd.UnitState, watch: _Watch
 ) -> systemd.UnitState:
-    """Return the unit's state as soon as the started invocation is no longer running: polled
-    every ``state_poll`` seconds, and at once when the journal says the main process exited."""
+    """Return the unit's state as soon as the started invocation is no longer running: checked
+    at once when systemd's journal lines say the unit's state moved, and every ``state_poll``
+    seconds in case those lines are lost (one SSH exec per host per poll is the daemon's main
+    cost while a fleet waits on loads)."""
     t = session.timeouts
     while True:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(t.state_poll):
-                await watch.ended.wait()
-        watch.ended.clear()
+                await watch.state_moved.wait()
+        watch.state_moved.clear()
         state = await session.control.show(session.unit, timeout=t.command)
         restarted = state.invocation_id not in (None, started.invocation_id)
         if restarted or state.active_state in ("failed", "inactive", "deactivating"):
@@ -564,12 +576,14 @@ async def _watch_state(
 async def _probe_until_ready(
     session: HostSession, trial: TrialConfig, watch: _Watch, http: aiohttp.ClientSession
 ) -> tuple[dict[str, Any], ConfigCheck]:
-    """Probe with backoff; a new journal line of the invocation (the ready line above all; not
-    our own probes' access-log lines) cuts the wait short. Returns the server's /server_info
-    and the config check once a real generation succeeded."""
+    """Probe with backoff while the server is silent; a new journal line of the invocation
+    (the ready line above all; not our own probes' access-log lines) probes at once and starts
+    the backoff over. Returns the server's /server_info and the config check once a real
+    generation succeeded."""
     t = session.timeouts
     delay = t.probe_initial
     while True:
+        probed_at = time.monotonic()
         info = await _server_info(http, session.base_url, t.probe_request)
         if info is not None:
             probe = await probe_generation(
@@ -578,10 +592,14 @@ async def _probe_until_ready(
             if probe.ok:
                 return info, await _check_config(session, trial, info)
         watch.activity.clear()
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(delay):
                 await watch.activity.wait()
-        delay = min(delay * 2, t.probe_max)
+            delay = t.probe_initial
+            # A chatty server (progress bars) gets at most one probe per probe_initial.
+            await asyncio.sleep(max(0.0, probed_at + t.probe_initial - time.monotonic()))
+        except TimeoutError:
+            delay = min(delay * 2, t.probe_max)
 
 
 async def _server_info(
