@@ -1,8 +1,10 @@
 """Streaming request driver: per-request timings and token counts against an SGLang server.
 
 The client must not be what is measured. While a response streams, the driver only stamps
-each received block with ``time.monotonic()`` and keeps its bytes; SSE framing, JSON and
-token attribution happen after the stream ends (``parse_exchange``), off the timed path.
+each received block with ``time.monotonic()`` and keeps its bytes (``orchestrator.bench.http1``,
+a raw ``asyncio.Protocol`` client: no HTTP parser or stream reader per read); chunked framing,
+SSE framing, JSON and token attribution happen after the stream ends (``parse_exchange``), off
+the timed path.
 The clock is ``time.monotonic`` so that times compare with a server on the same machine.
 
 Token counts come from the server (``meta_info.completion_tokens`` for ``/generate``, ``usage``
@@ -22,6 +24,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from orchestrator.bench.http1 import ConnectTimeoutError, Http1Pool, HttpConnectionError
 from orchestrator.bench.stats import spread_gaps
 from orchestrator.log import get_logger
 
@@ -358,11 +361,14 @@ def parse_exchange(raw: RawExchange) -> RequestRecord:
 
 
 class BenchClient:
-    """One server's streaming client: a shared session, a pool sized to the concurrency.
+    """One server's streaming client: a keep-alive connection pool sized to the concurrency.
 
     ``request_timeout`` bounds each request from send to the end of its stream; a request
     past it is cancelled and recorded as ``ErrorKind.TIMEOUT``, never retried (a measurement
-    is never retried).
+    is never retried). The one resend: a request on a reused keep-alive connection that the
+    server closed or reset before answering a single byte goes out again, once, on a fresh
+    connection, with a fresh send stamp (see ``orchestrator.bench.http1``). ``http://`` and
+    ``https://`` base URLs (ValueError otherwise).
     """
 
     def __init__(
@@ -387,26 +393,30 @@ class BenchClient:
         self.connect_timeout = connect_timeout
         self.continuous_usage_stats = continuous_usage_stats
         self.extra_body = dict(extra_body or {})
+        self._pool = Http1Pool(self.base_url, size=concurrency, connect_timeout=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BenchClient:
-        self._open()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
-    def _open(self) -> aiohttp.ClientSession:
+    def _metrics_session(self) -> aiohttp.ClientSession:
+        """aiohttp for ``/metrics`` only: off the timed path, two connections of its own."""
         if self._session is None or self._session.closed:
-            # Two spare connections for /metrics scrapes beside the measured requests.
-            connector = aiohttp.TCPConnector(limit=self.concurrency + 2, limit_per_host=0)
             self._session = aiohttp.ClientSession(
-                connector=connector,
+                connector=aiohttp.TCPConnector(limit=2),
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.connect_timeout),
             )
         return self._session
 
     async def close(self) -> None:
+        """Close the idle connections (a stream still running closes its own when it ends)."""
+        await self._pool.close()
+        self._pool = Http1Pool(
+            self.base_url, size=self.concurrency, connect_timeout=self.connect_timeout
+        )
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -454,12 +464,10 @@ class BenchClient:
         phase: Phase = "measured",
     ) -> RawExchange:
         """Send one streamed request and stamp every block that arrives; no parsing here."""
-        session = self._open()
         path, body = self.request_body(
             prompt, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos
         )
         payload = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         clock = time.monotonic
         raw = RawExchange(
             label=label,
@@ -469,27 +477,28 @@ class BenchClient:
             ignore_eos=ignore_eos,
             send_time=clock(),
         )
-        blocks = raw.blocks
         try:
             async with asyncio.timeout(self.request_timeout):
-                async with session.post(
-                    self.base_url + path, data=payload, headers=headers
-                ) as response:
-                    raw.http_status = response.status
-                    if response.status != 200:
-                        text = await response.text(errors="replace")
-                        raw.end_time = clock()
-                        raw.error = ErrorKind.HTTP_STATUS
-                        raw.error_detail = f"HTTP {response.status}: {text[:_ERROR_BODY_LIMIT]}"
-                        return raw
-                    async for block in response.content.iter_any():
-                        blocks.append((clock(), block))
-            raw.end_time = blocks[-1][0] if blocks else clock()
+                response = await self._pool.post(path, payload, started=raw.send_time)
+            raw.send_time = response.started  # later only when resent (see the class doc)
+            raw.http_status = response.status
+            if response.status != 200:
+                text = response.body().decode("utf-8", errors="replace")
+                raw.end_time = response.completed
+                raw.error = ErrorKind.HTTP_STATUS
+                raw.error_detail = f"HTTP {response.status}: {text[:_ERROR_BODY_LIMIT]}"
+            else:
+                raw.blocks = response.blocks
+                raw.end_time = response.blocks[-1][0] if response.blocks else response.completed
+        except ConnectTimeoutError as exc:
+            raw.end_time = clock()
+            raw.error = ErrorKind.TIMEOUT
+            raw.error_detail = str(exc)
         except TimeoutError:
             raw.end_time = clock()
             raw.error = ErrorKind.TIMEOUT
             raw.error_detail = f"no complete answer within {self.request_timeout} s"
-        except (aiohttp.ClientError, OSError) as exc:
+        except (HttpConnectionError, OSError) as exc:
             raw.end_time = clock()
             raw.error = ErrorKind.CONNECTION
             raw.error_detail = f"{type(exc).__name__}: {exc}"[:_ERROR_BODY_LIMIT]
@@ -523,7 +532,7 @@ class BenchClient:
     async def scrape_metrics(self, *, timeout: float = 10.0) -> str | None:
         """The Prometheus ``/metrics`` text, or None when the server has none (no
         ``--enable-metrics``) or it cannot be read in ``timeout``."""
-        session = self._open()
+        session = self._metrics_session()
         try:
             async with asyncio.timeout(timeout):
                 async with session.get(self.base_url + "/metrics") as response:

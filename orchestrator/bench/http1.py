@@ -1,0 +1,628 @@
+"""A minimal HTTP/1.1 client for the load generator's streamed POSTs, on asyncio protocols.
+
+Why not aiohttp: its per-read machinery (HTTP parser, ``StreamReader`` iteration) was most of
+the load generator's CPU while it measured, and every block's arrival stamp waited for it.
+Here each read (``buffer_updated``) does only what timing needs: stamp it with
+``time.monotonic()``, keep ``(stamp, bytes)``, and a cheap end-of-response check. The status
+line and headers are parsed from the first bytes (for status and framing); the chunked
+framing is removed in one pass over the reads once the response's end has been seen, not on
+the per-read path.
+
+Scope, on purpose: ``POST`` with a JSON body to ``http(s)://host:port`` (IPv4, ``[IPv6]``,
+hostnames; https verified against the system's trust store, which honours ``SSL_CERT_FILE``);
+one request per connection at a time; keep-alive connections reused from a small pool; bodies
+framed by ``Transfer-Encoding: chunked`` (what SGLang's uvicorn sends for streams),
+``Content-Length`` (error answers) or the connection's close. No redirects, no proxies, no
+compression.
+
+Reuse and retries. A pooled connection whose transport is closing (the server closed it while
+idle) is discarded before anything is sent on it. If a request sent on a *reused* connection
+fails before a single byte of the answer arrived (the server closed or reset it at the moment
+we wrote), it is sent again, once, on a fresh connection, with a fresh send stamp: nothing of
+it was measured. Any other failure is raised; a measurement is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from orchestrator.log import get_logger
+
+Read = tuple[float, bytes]
+
+_HEAD_LIMIT = 64 * 1024
+_READ_BUFFER = 64 * 1024
+_CRLF2 = b"\r\n\r\n"
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+_monotonic = time.monotonic
+
+
+class HttpConnectionError(Exception):
+    """The connection failed or ended before the response did (the exchange is unusable)."""
+
+
+class HttpProtocolError(HttpConnectionError):
+    """The server's bytes are not a valid HTTP/1.1 response (status line, headers, framing)."""
+
+
+class ConnectTimeoutError(TimeoutError):
+    """No TCP connection within the connect timeout."""
+
+
+# --------------------------------------------------------------------------- URLs (pure)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go: the TCP address, TLS or not, the ``Host`` header, the base path."""
+
+    host: str
+    port: int
+    host_header: str
+    base_path: str
+    tls: bool = False
+
+    def target(self, path: str) -> str:
+        """The request target for ``path`` below the base URL's own path."""
+        return self.base_path + path
+
+
+def parse_base_url(url: str) -> Endpoint:
+    """``http(s)://host[:port][/prefix]`` as an endpoint; ValueError naming the URL otherwise."""
+    if _URL_FORBIDDEN.search(url) or not url.isascii():
+        raise ValueError(f"base URL {url!r} has whitespace, control or non-ASCII characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"base URL {url!r}: scheme must be http or https")
+    tls = parts.scheme == "https"
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"base URL {url!r}: credentials in the URL are not supported")
+    if parts.query or parts.fragment:
+        raise ValueError(f"base URL {url!r}: no query or fragment expected")
+    host = parts.hostname
+    if not host:
+        raise ValueError(f"base URL {url!r} has no host")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"base URL {url!r}: {exc}") from None
+    netloc_host = f"[{host}]" if ":" in host else host
+    host_header = netloc_host if port is None else f"{netloc_host}:{port}"
+    return Endpoint(
+        host=host,
+        port=(443 if tls else 80) if port is None else port,
+        host_header=host_header,
+        base_path=parts.path.rstrip("/"),
+        tls=tls,
+    )
+
+
+def request_bytes(endpoint: Endpoint, path: str, body: bytes, *, accept: str) -> bytes:
+    """The whole request, head and body, for one write. ``path`` is the caller's constant."""
+    if not path.startswith("/") or _URL_FORBIDDEN.search(path) or not path.isascii():
+        raise ValueError(f"request path {path!r} must be ASCII, start with / and have no spaces")
+    head = (
+        f"POST {endpoint.target(path)} HTTP/1.1\r\n"
+        f"Host: {endpoint.host_header}\r\n"
+        "User-Agent: orchestrator-bench\r\n"
+        "Content-Type: application/json\r\n"
+        f"Accept: {accept}\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+# --------------------------------------------------------------------------- framing (pure)
+
+
+@dataclass
+class ResponseHead:
+    """Status line and headers (names lower-cased, in order) of one response."""
+
+    version: str
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+
+    def values(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k == name]
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for v in self.values("connection") for t in v.split(",")}
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in tokens
+        return "close" not in tokens
+
+
+def parse_head(raw: bytes) -> ResponseHead:
+    """Parse ``HTTP/1.x status reason`` and header lines (without the final blank line)."""
+    try:
+        text = raw.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
+        raise HttpProtocolError(f"undecodable response head: {exc}") from None
+    status_line, *lines = text.split("\r\n")
+    version, _, rest = status_line.partition(" ")
+    code, _, reason = rest.partition(" ")
+    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+        raise HttpProtocolError(f"bad status line: {status_line[:200]!r}")
+    headers: list[tuple[str, str]] = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            raise HttpProtocolError(f"bad header line: {line[:200]!r}")
+        headers.append((name.lower(), value.strip()))
+    return ResponseHead(version=version, status=int(code), reason=reason, headers=headers)
+
+
+Framing = tuple[str, int | None]  # ("chunked" | "length" | "close", content length)
+
+
+def body_framing(head: ResponseHead) -> Framing:
+    """How the body's end is known (RFC 9112 section 6.3, for a response to a POST)."""
+    if 100 <= head.status < 200 or head.status in (204, 304):
+        return ("length", 0)
+    encodings = [t.strip().lower() for v in head.values("transfer-encoding") for t in v.split(",")]
+    if encodings:
+        return ("chunked", None) if encodings[-1] == "chunked" else ("close", None)
+    lengths = {v.strip() for v in head.values("content-length")}
+    if lengths:
+        if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+            raise HttpProtocolError(f"bad Content-Length: {sorted(lengths)}")
+        return ("length", int(next(iter(lengths))))
+    return ("close", None)
+
+
+_SIZE_LINE, _DATA_END, _TRAILERS = 0, 1, 2
+
+
+class ChunkedDecoder:
+    """Incremental de-chunker over the stamped reads of one body.
+
+    ``blocks``: the payload bytes of each read (framing removed), stamped with that read's
+    arrival; a read that carried only framing yields none, and a read's pieces from several
+    chunks are one block, so blocks mean what aiohttp's ``iter_any`` gave: the payload bytes
+    as they arrived. ``feed`` is called only when the stream's tail looks like an end, so on
+    the common path it runs once, over all reads, after the last one arrived.
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[Read] = []
+        self.reads_fed = 0
+        self.complete = False
+        self.extra = 0  # bytes after the end of the body
+        self._state = _SIZE_LINE
+        self._left = 0  # payload bytes still to come in the current chunk
+        self._line = b""  # the start of a line cut by a read boundary
+
+    def feed(self, reads: Sequence[Read]) -> bool:
+        """Take the reads not seen yet; True once the body is complete."""
+        for index in range(self.reads_fed, len(reads)):
+            stamp, data = reads[index]
+            if self.complete:
+                self.extra += len(data)
+            elif not self._whole_chunk(stamp, data):
+                self._read(stamp, data)
+        self.reads_fed = len(reads)
+        return self.complete
+
+    def _whole_chunk(self, stamp: float, data: bytes) -> bool:
+        """The common case, cheaply: this read is exactly one chunk (size line, data, CRLF)."""
+        if self._state != _SIZE_LINE or self._left or self._line:
+            return False
+        eol = data.find(b"\r\n", 0, 18)
+        if eol <= 0 or not data[:eol].isalnum():
+            return False
+        try:
+            size = int(data[:eol], 16)
+        except ValueError:
+            return False
+        if size == 0 or len(data) != eol + size + 4 or not data.endswith(b"\r\n"):
+            return False
+        self.blocks.append((stamp, data[eol + 2 : -2]))
+        return True
+
+    def _read(self, stamp: float, data: bytes) -> None:
+        """Any read: the chunked framing as a state machine over lines and data runs."""
+        pos, end = 0, len(data)
+        pieces: list[bytes] = []
+        while pos < end:
+            left = self._left
+            if left:
+                take = min(left, end - pos)
+                pieces.append(data[pos : pos + take])
+                pos += take
+                self._left = left - take
+                if not self._left:
+                    self._state = _DATA_END
+                continue
+            eol = data.find(b"\n", pos)
+            if eol < 0:
+                self._line += data[pos:]
+                if len(self._line) > _HEAD_LIMIT:
+                    raise HttpProtocolError("chunk-size or trailer line too long")
+                break
+            line = self._line + data[pos : eol + 1]
+            self._line = b""
+            pos = eol + 1
+            self._on_line(line)
+            if self.complete:
+                self.extra += end - pos
+                break
+        if pieces:
+            self.blocks.append((stamp, pieces[0] if len(pieces) == 1 else b"".join(pieces)))
+
+    def _on_line(self, line: bytes) -> None:
+        if not line.endswith(b"\r\n"):
+            raise HttpProtocolError(f"chunked line not ended by CRLF: {line[:100]!r}")
+        if self._state == _DATA_END:
+            if line != b"\r\n":
+                raise HttpProtocolError(f"chunk data not followed by CRLF: {line[:100]!r}")
+            self._state = _SIZE_LINE
+        elif self._state == _SIZE_LINE:
+            size_text = line[:-2].split(b";", 1)[0].strip()
+            if not _CHUNK_SIZE.fullmatch(size_text):
+                raise HttpProtocolError(f"bad chunk-size line: {line[:100]!r}")
+            size = int(size_text, 16)
+            if size:
+                self._left = size
+            else:
+                self._state = _TRAILERS
+        elif line == b"\r\n":  # the blank line after the last chunk (and its trailers)
+            self.complete = True
+
+
+def _tail_is_blank_line(reads: Sequence[Read]) -> bool:
+    """Whether all body bytes so far end with CRLF CRLF (for reads shorter than 4 bytes)."""
+    tail = b""
+    for _stamp, data in reversed(reads):
+        tail = data + tail
+        if len(tail) >= 4:
+            break
+    return tail.endswith(_CRLF2)
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+@dataclass
+class Http1Response:
+    """One complete response. ``blocks``: payload bytes with the arrival of their read."""
+
+    head: ResponseHead
+    blocks: list[Read]
+    started: float  # the send stamp of the attempt that was answered
+    completed: float  # arrival of the read that completed the response
+    retried: bool = False
+
+    @property
+    def status(self) -> int:
+        return self.head.status
+
+    def body(self) -> bytes:
+        return b"".join(data for _stamp, data in self.blocks)
+
+
+@dataclass
+class _Outcome:
+    head: ResponseHead
+    reads: list[Read]
+    chunked: ChunkedDecoder | None  # the de-chunked payload; None: the reads are the payload
+    length: int | None
+    completed: float
+
+
+class Http1Connection(asyncio.BufferedProtocol):
+    """One keep-alive TCP connection; at most one request in flight on it.
+
+    A ``BufferedProtocol``: the selector loop then reads with ``recv_into`` this connection's
+    own buffer instead of ``recv(256 KiB)``, which allocates a 256 KiB object per read and
+    shrinks it to the few hundred bytes a stream event has (about 0.4 us of 6.5 us per read
+    in a loopback micro-benchmark; the copy out of the buffer is a few hundred bytes).
+    """
+
+    def __init__(self) -> None:
+        self._buffer = memoryview(bytearray(_READ_BUFFER))
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reusable = True
+        self.requests = 0
+        self._waiter: asyncio.Future[_Outcome] | None = None
+        self._head_buffer = b""
+        self._head_bytes = 0
+        self._head: ResponseHead | None = None
+        self._reads: list[Read] = []
+        self._in_body = False
+        self._chunked = False
+        self._length: int | None = None
+        self._received = 0
+        self._decoder: ChunkedDecoder | None = None
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes of the current response so far (head included); 0: nothing answered yet."""
+        body = sum(len(data) for _stamp, data in self._reads)
+        return len(self._head_buffer) + self._head_bytes + body
+
+    # asyncio callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        stamp = _monotonic()
+        data = bytes(self._buffer[:nbytes])
+        if self._in_body:
+            self._body_received(stamp, data)
+        else:
+            self._head_received(stamp, data)
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost settles the request
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if exc is not None:
+            waiter.set_exception(exc)
+            return
+        if self._in_body and (
+            (not self._chunked and self._length is None)  # close-delimited: this is its end
+            or (self._chunked and self._chunked_body_complete())
+        ):
+            self._complete(_monotonic())
+            return
+        if waiter.done():  # the final scan found bad framing
+            return
+        received = self.bytes_received
+        waiter.set_exception(
+            HttpConnectionError(
+                "server closed the connection before answering"
+                if received == 0
+                else f"server closed the connection mid-response after {received} bytes"
+            )
+        )
+
+    # request lifecycle ---------------------------------------------------------------
+
+    def start(self, request: bytes) -> asyncio.Future[_Outcome]:
+        """Write one request; the future settles with the response or the failure."""
+        transport = self.transport
+        if transport is None or self.closed or transport.is_closing():
+            raise HttpConnectionError("connection closed before the request was sent")
+        if self._waiter is not None and not self._waiter.done():
+            raise RuntimeError("a request is already in flight on this connection")
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._head_buffer, self._head_bytes, self._head, self._reads = b"", 0, None, []
+        self._in_body, self._chunked, self._length = False, False, None
+        self._received, self._decoder = 0, None
+        self.requests += 1
+        transport.write(request)
+        return self._waiter
+
+    def abort(self) -> None:
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    # internals -----------------------------------------------------------------------
+
+    def _body_received(self, stamp: float, data: bytes) -> None:
+        """The hot path: keep the stamped read, then a cheap end-of-response check."""
+        self._reads.append((stamp, data))
+        if self._chunked:
+            # A chunked body ends with a blank line (after the last chunk or its trailers);
+            # only a read ending so (or too short to tell) is worth parsing the framing for.
+            ends_blank = data.endswith(_CRLF2) or (
+                len(data) < 4 and _tail_is_blank_line(self._reads)
+            )
+            if ends_blank and self._chunked_body_complete():
+                self._complete(stamp)
+        elif self._length is not None:
+            self._received += len(data)
+            if self._received >= self._length:
+                self._complete(stamp)
+
+    def _head_received(self, stamp: float, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.abort()  # bytes nobody asked for: this connection is not trustworthy
+            return
+        buffer = self._head_buffer + data
+        while True:
+            end = buffer.find(_CRLF2)
+            if end < 0:
+                if len(buffer) > _HEAD_LIMIT:
+                    self._fail(HttpProtocolError("response head larger than 64 KiB"))
+                else:
+                    self._head_buffer = buffer
+                return
+            try:
+                head = parse_head(buffer[:end])
+                kind, length = body_framing(head)
+            except HttpProtocolError as exc:
+                self._fail(exc)
+                return
+            self._head_bytes += end + 4
+            buffer = buffer[end + 4 :]
+            if not 100 <= head.status < 200:
+                break  # else an interim answer: the real one follows
+        self._head, self._head_buffer = head, b""
+        self._chunked, self._length = kind == "chunked", length
+        if not head.keep_alive or kind == "close":
+            self.reusable = False
+        if length == 0:
+            self.reusable = self.reusable and not buffer
+            self._complete(stamp)
+            return
+        self._in_body = True
+        if buffer:
+            self._body_received(stamp, buffer)
+
+    def _chunked_body_complete(self) -> bool:
+        """Feed the de-chunker; True when the body is complete (False and the request
+        failed when the framing is bad)."""
+        if self._decoder is None:
+            self._decoder = ChunkedDecoder()
+        try:
+            return self._decoder.feed(self._reads)
+        except HttpProtocolError as exc:
+            self._fail(exc)
+            return False
+
+    def _complete(self, stamp: float) -> None:
+        waiter, head = self._waiter, self._head
+        self._in_body = False
+        if waiter is None or waiter.done() or head is None:
+            return
+        decoder = self._decoder if self._chunked else None
+        if decoder is not None and decoder.extra:
+            self.reusable = False  # bytes after the response: don't trust the connection
+        elif self._length is not None and self._received > self._length:
+            self.reusable = False
+        waiter.set_result(_Outcome(head, self._reads, decoder, self._length, stamp))
+
+    def _fail(self, exc: Exception) -> None:
+        self._in_body = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.abort()
+
+
+def _response(outcome: _Outcome, started: float, retried: bool) -> Http1Response:
+    """The payload blocks: de-chunked (done once the end was seen) or trimmed to length."""
+    if outcome.chunked is not None:
+        blocks = outcome.chunked.blocks
+    elif outcome.length is not None:
+        blocks, left = [], outcome.length
+        for stamp, data in outcome.reads:
+            if left <= 0:
+                break
+            blocks.append((stamp, data[:left]))
+            left -= len(data)
+    else:
+        blocks = outcome.reads
+    return Http1Response(outcome.head, blocks, started, outcome.completed, retried)
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+class Http1Pool:
+    """Keep-alive connections to one endpoint, at most ``size`` at once (callers beyond that
+    wait for one, as with aiohttp's connector limit)."""
+
+    def __init__(self, base_url: str, *, size: int, connect_timeout: float) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        self.endpoint = parse_base_url(base_url)
+        self.size = size
+        self.connect_timeout = connect_timeout
+        self.connections_opened = 0
+        self._idle: list[Http1Connection] = []
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+        self._tls = ssl.create_default_context() if self.endpoint.tls else None
+
+    async def post(
+        self, path: str, body: bytes, *, started: float, accept: str = "text/event-stream"
+    ) -> Http1Response:
+        """One POST, answered completely (any status), or an exception:
+        ``HttpConnectionError``/``OSError`` (refused, reset, ended early, bad HTTP),
+        ``ConnectTimeoutError``; cancellation (the caller's timeout) aborts the connection."""
+        request = request_bytes(self.endpoint, path, body, accept=accept)
+        async with self._slots:
+            connection, reused = await self._acquire()
+            try:
+                return await self._exchange(connection, request, started, retried=False)
+            except (HttpConnectionError, OSError) as exc:
+                if (
+                    not reused
+                    or connection.bytes_received > 0
+                    or isinstance(exc, HttpProtocolError)
+                ):
+                    raise
+                get_logger(component="bench.http1").debug(
+                    "request.resent", reason=f"{type(exc).__name__}: {exc}"
+                )
+            started = _monotonic()
+            connection = await self._connect()
+            return await self._exchange(connection, request, started, retried=True)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    async def _acquire(self) -> tuple[Http1Connection, bool]:
+        while self._idle:
+            connection = self._idle.pop()
+            transport = connection.transport
+            if connection.reusable and transport is not None and not transport.is_closing():
+                return connection, True
+            connection.abort()
+        return await self._connect(), False
+
+    async def _connect(self) -> Http1Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _transport, connection = await loop.create_connection(
+                    Http1Connection,
+                    self.endpoint.host,
+                    self.endpoint.port,
+                    ssl=self._tls,
+                    server_hostname=self.endpoint.host if self._tls else None,
+                )
+        except TimeoutError:
+            raise ConnectTimeoutError(
+                f"no connection to {self.endpoint.host_header} within {self.connect_timeout} s"
+            ) from None
+        self.connections_opened += 1
+        return connection
+
+    async def _exchange(
+        self, connection: Http1Connection, request: bytes, started: float, *, retried: bool
+    ) -> Http1Response:
+        try:
+            outcome = await connection.start(request)
+        except BaseException:
+            connection.abort()
+            raise
+        self._release(connection)
+        return _response(outcome, started, retried)
+
+    def _release(self, connection: Http1Connection) -> None:
+        transport = connection.transport
+        if (
+            self._closed
+            or not connection.reusable
+            or transport is None
+            or transport.is_closing()
+            or len(self._idle) >= self.size
+        ):
+            connection.close()
+            return
+        self._idle.append(connection)
