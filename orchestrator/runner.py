@@ -614,7 +614,16 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
                     before_measured=lambda: _cursor(session),
                 )
                 cursor = point.measured_marker
-                entries = await _journal_window(session, cursor, server.invocation_id)
+                # Both only read the host: one round trip instead of two. A server that died
+                # during the point fails the attempt after the point is recorded.
+                window, serving = await asyncio.gather(
+                    _journal_window(session, cursor, server.invocation_id),
+                    _still_serving(session, server, cursor),
+                    return_exceptions=True,
+                )
+                if isinstance(window, BaseException):
+                    raise window
+                entries = window
                 point.attach_journal(
                     acceptlen.decode_samples_from_messages(
                         [e.message for e in entries if e.message],
@@ -629,7 +638,8 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
                 run.progress.update(
                     session.name, done=done, total=total, last_point=point.metrics.as_fields()
                 )
-                await _still_serving(session, server, cursor)
+                if isinstance(serving, BaseException):
+                    raise serving
         if sweep.coding is None:
             return
         pending = [

@@ -84,13 +84,13 @@ SUDO_WRITE_SCRIPT = (
 )
 
 
+TEMP_MARKER = "orchestrator-tmp-"
+
+
 def temp_path_beside(path: str, token: str) -> str:
     """The temporary name a write goes to before it is renamed over ``path`` (same directory,
     so the rename is atomic; recognisable, so a leftover can be traced to us)."""
     return f"{path}.{TEMP_MARKER}{token}"
-
-
-TEMP_MARKER = "orchestrator-tmp-"
 
 
 def is_temp_beside(name: str, target_name: str) -> bool:
