@@ -171,6 +171,9 @@ class LifecycleTimeouts:
     probe_max: float = 8.0
     """The probe's backoff cap while the server's journal is silent; any new line of the
     server resets it to ``probe_initial`` (a server that becomes ready logs)."""
+    probe_min_gap: float = 0.1
+    """Between two probes woken by lines: a chatty server (progress bars) is not flooded, and
+    a probe that came a line too early is retried at the next line without a long wait."""
     probe_request: float = 60.0
     failure_settle: float = 2.0
 
@@ -596,8 +599,7 @@ async def _probe_until_ready(
             async with asyncio.timeout(delay):
                 await watch.activity.wait()
             delay = t.probe_initial
-            # A chatty server (progress bars) gets at most one probe per probe_initial.
-            await asyncio.sleep(max(0.0, probed_at + t.probe_initial - time.monotonic()))
+            await asyncio.sleep(max(0.0, probed_at + t.probe_min_gap - time.monotonic()))
         except TimeoutError:
             delay = min(delay * 2, t.probe_max)
 
