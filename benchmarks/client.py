@@ -17,7 +17,9 @@ its own CPU allows. Each client runs as its own process at concurrency 64 and is
 outside: the CPU seconds of its whole process tree over the window from the server's first
 arrival to its last emission (the client's start-up and report-writing are excluded), the
 output tokens the server emitted in that window, and the concurrency the server really saw
-(time-weighted requests in flight).
+(time-weighted requests in flight). With ``--peers``, the orchestrator's client and SGLang's
+run alternately in three paired rounds and the ratio is the median of the per-round ratios
+(both clients of a round see the same background load); GuideLLM and AIPerf run once.
 
     python benchmarks/client.py [--quick] [--json] [--peers]
 """
@@ -57,6 +59,7 @@ ADDRESS = "127.0.0.167"
 ACCURACY_PORT = 30071
 CAPACITY_PORT = 30072
 MODEL = "bench-model"
+CAPACITY_ROUNDS = 3
 PROMPT_WORDS = 60
 
 
@@ -311,6 +314,53 @@ async def drive(base_url: str, concurrency: int, requests: int, max_tokens: int)
                       "tokens": sum(r.completion_tokens or 0 for r in records)}))
 
 
+async def capacity(
+    args: argparse.Namespace, base_url: str, state: Path, requests: int, max_tokens: int
+) -> dict[str, Any]:
+    """The orchestrator's client and SGLang's, alternately for ``CAPACITY_ROUNDS`` paired
+    rounds (the ratio is the median of the per-round ratios: both clients of a round see the
+    same background load), then GuideLLM and AIPerf once each."""
+    ours = own_client_argv(base_url, 64, requests, max_tokens)
+    sglang = folder = None
+    if args.peers:
+        from peers import sglang_client
+
+        sglang, folder = sglang_client(base_url, state, concurrency=64, requests=requests,
+                                       max_tokens=max_tokens, model=MODEL)
+    rounds = CAPACITY_ROUNDS if sglang else 1
+    our_rows: list[dict[str, Any]] = []
+    sglang_rows: list[dict[str, Any]] = []
+    for index in range(rounds):
+        note(f"capacity {index + 1}/{rounds}: the orchestrator's client")
+        our_rows.append(await measure_client("orchestrator", ours, base_url, cwd=REPO))
+        if sglang:
+            note(f"capacity {index + 1}/{rounds}: {sglang.name}")
+            sglang_rows.append(await measure_client(sglang.name, sglang.argv, base_url,
+                                                    env=sglang.env, cwd=sglang.cwd))
+    table = [median_row(our_rows)]
+    result: dict[str, Any] = {"tokens_per_cpu_s_ratio_vs_sglang": None}
+    if sglang and folder:
+        from peers import run_other_peers
+
+        ratios = [ours_row["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"]
+                  for ours_row, theirs in zip(our_rows, sglang_rows, strict=True)]
+        result["tokens_per_cpu_s_ratio_vs_sglang"] = round(percentile(ratios, 50), 2)
+        result["tokens_per_cpu_s_ratios"] = [round(r, 3) for r in ratios]
+        table.append(median_row(sglang_rows))
+        table.extend(await run_other_peers(base_url, state, folder, concurrency=64,
+                                           requests=requests, max_tokens=max_tokens,
+                                           measure=measure_client, model=MODEL))
+    result["capacity"] = table
+    result["capacity_rounds"] = {"orchestrator": our_rows, "sglang": sglang_rows}
+    return result
+
+
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median tokens per CPU-second (a real row, not a blend)."""
+    ranked = sorted(rows, key=lambda row: row["tokens_per_cpu_s"])
+    return ranked[(len(ranked) - 1) // 2] | {"rounds": len(rows)}
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -353,25 +403,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         result["ttft_err_p99_ms"] = max(level["ttft_err_ms"]["p99"] for level in levels)
         result["itl_err_p99_ms"] = max(level["itl_err_ms"]["p99"] for level in levels)
         result["timing"] = levels
-        note("capacity: the orchestrator's client")
-        table = [await measure_client(
-            "orchestrator", own_client_argv(capacity_url, 64, capacity_requests, capacity_tokens),
-            capacity_url, cwd=REPO,
-        )]
-        if args.peers:
-            from peers import run_peers
-
-            table.extend(await run_peers(capacity_url, state, concurrency=64,
-                                         requests=capacity_requests,
-                                         max_tokens=capacity_tokens, measure=measure_client,
-                                         model=MODEL))
-        result["capacity"] = table
-        ours = table[0]
-        sglang = next((row for row in table if row["client"].startswith("sglang")), None)
-        result["tokens_per_cpu_s_ratio_vs_sglang"] = (
-            round(ours["tokens_per_cpu_s"] / sglang["tokens_per_cpu_s"], 2)
-            if sglang and sglang.get("tokens_per_cpu_s") else None
-        )
+        result.update(await capacity(args, capacity_url, state, capacity_requests,
+                                     capacity_tokens))
     finally:
         for server in servers:
             server.terminate()

@@ -37,6 +37,9 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{3})?(?: TP\d+)?\] ")
 READY_TEXT = "The server is fired up and ready to roll!"
+SCHEDULER_UP = "max_total_num_tokens="
+"""The simulated server writes this line just before its scheduler admits requests: from its
+stamp on, the server can really generate (its own warm-up and ready line come after)."""
 T = TypeVar("T")
 
 
@@ -199,12 +202,15 @@ class ServerRun:
     spawned: float | None  # systemd's "Started ..." line, stamped by the sim host
     ready: float | None  # the server's own stamp on its ready line
     last_line: float | None  # the server's own stamp on its last line
+    can_generate: float | None = None  # the server's own stamp on its SCHEDULER_UP line
 
     @property
     def load_s(self) -> float | None:
-        if self.spawned is None or self.ready is None:
+        """Spawn to able to generate: what any orchestrator must wait for at the least."""
+        end = self.can_generate if self.can_generate is not None else self.ready
+        if self.spawned is None or end is None:
             return None
-        return self.ready - self.spawned
+        return end - self.spawned
 
 
 def server_runs(lines: Sequence[JournalLine]) -> list[ServerRun]:
@@ -214,7 +220,9 @@ def server_runs(lines: Sequence[JournalLine]) -> list[ServerRun]:
         if line.invocation is None:
             continue
         if line.invocation not in by_invocation:
-            by_invocation[line.invocation] = {"spawned": None, "ready": None, "last": None}
+            by_invocation[line.invocation] = {
+                "spawned": None, "ready": None, "last": None, "can_generate": None,
+            }
             order.append(line.invocation)
         entry = by_invocation[line.invocation]
         if line.from_systemd:
@@ -227,9 +235,11 @@ def server_runs(lines: Sequence[JournalLine]) -> list[ServerRun]:
         entry["last"] = stamp
         if READY_TEXT in line.message:
             entry["ready"] = stamp
+        if SCHEDULER_UP in line.message and entry["can_generate"] is None:
+            entry["can_generate"] = stamp
     return [
         ServerRun(inv, by_invocation[inv]["spawned"], by_invocation[inv]["ready"],
-                  by_invocation[inv]["last"])
+                  by_invocation[inv]["last"], by_invocation[inv]["can_generate"])
         for inv in order
     ]
 

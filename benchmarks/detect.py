@@ -38,6 +38,7 @@ from typing import Any
 
 import aiohttp
 from common import (
+    SCHEDULER_UP,
     SimFleet,
     SimHost,
     emit,
@@ -66,7 +67,6 @@ TIME_SCALE = 0.5
 LOAD_RANGE_S = (2.0, 4.0)  # before the time scale
 RELEASE_LAG_S = 0.5
 WATCH_INTERVAL_S = 0.02
-SCHEDULER_UP = "max_total_num_tokens="
 CRASH_KINDS = ("exited", "oom")
 SLOW_S = 1.0  # a restart slower than this keeps its timeline in the result, as evidence
 STUCK_S = 30.0  # a restart still running after this leaves every task's stack as evidence

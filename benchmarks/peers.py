@@ -24,6 +24,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ SGLANG_RUNTIME_DEPS = ["aiohttp", "msgspec", "numpy", "orjson", "requests", "tqd
                        "pillow", "datasets"]
 # torch from the file this machine keeps for pip (a plain resolve would take a CUDA build)
 TORCH_CPU = "torch==2.13.0"
+INPUT_LEN = 64  # prompt tokens of every capacity request, as the orchestrator's own client
 
 Measure = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -107,33 +109,50 @@ SGLANG_LAUNCHER = textwrap.dedent("""
 """)
 
 
-async def run_peers(
+@dataclass(frozen=True)
+class PeerClient:
+    """One installed peer's command line, ready for ``measure``."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+def sglang_client(
     base_url: str, state: Path, *, concurrency: int, requests: int, max_tokens: int,
-    measure: Measure, model: str,
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    input_len = 64
+    model: str,
+) -> tuple[PeerClient, Path]:
+    """``sglang.bench_serving`` installed and its command line, and the tokenizer folder the
+    other peers share."""
     sglang_python = venv("sglang", [[f"sglang=={SGLANG_VERSION}", "--no-deps"],
                                     SGLANG_RUNTIME_DEPS])
     folder = tokenizer(sglang_python, state)
     launcher = state / "sglang_bench_serving.py"
     launcher.write_text(SGLANG_LAUNCHER)
-    note("capacity: sglang.bench_serving")
-    rows.append(await measure(
-        f"sglang.bench_serving {SGLANG_VERSION}",
-        [str(sglang_python), str(launcher), "--backend", "sglang", "--base-url", base_url,
-         "--model", model, "--tokenizer", str(folder), "--dataset-name", "random-ids",
-         "--random-input-len", str(input_len), "--random-output-len", str(max_tokens),
-         "--random-range-ratio", "1.0", "--num-prompts", str(requests),
-         "--max-concurrency", str(concurrency), "--request-rate", "inf", "--disable-tqdm",
-         "--warmup-requests", "0", "--output-file", str(state / "sglang.jsonl")],
-        base_url, env=offline_env(), cwd=state,
-    ))
+    argv = [
+        str(sglang_python), str(launcher), "--backend", "sglang", "--base-url", base_url,
+        "--model", model, "--tokenizer", str(folder), "--dataset-name", "random-ids",
+        "--random-input-len", str(INPUT_LEN), "--random-output-len", str(max_tokens),
+        "--random-range-ratio", "1.0", "--num-prompts", str(requests),
+        "--max-concurrency", str(concurrency), "--request-rate", "inf", "--disable-tqdm",
+        "--warmup-requests", "0", "--output-file", str(state / "sglang.jsonl"),
+    ]
+    client = PeerClient(f"sglang.bench_serving {SGLANG_VERSION}", argv, offline_env(), state)
+    return client, folder
+
+
+async def run_other_peers(
+    base_url: str, state: Path, folder: Path, *, concurrency: int, requests: int,
+    max_tokens: int, measure: Measure, model: str,
+) -> list[dict[str, Any]]:
+    """GuideLLM and AIPerf, once each (a failure is a row with its error, not an abort)."""
+    rows: list[dict[str, Any]] = []
     for name, runner in (("guidellm", _guidellm), ("aiperf", _aiperf)):
         try:
             rows.append(await runner(base_url, state, folder, concurrency=concurrency,
                                      requests=requests, max_tokens=max_tokens,
-                                     input_len=input_len, measure=measure, model=model))
+                                     input_len=INPUT_LEN, measure=measure, model=model))
         except (subprocess.CalledProcessError, RuntimeError, TimeoutError) as exc:
             rows.append({"client": name, "error": str(exc)[-1500:]})
     return rows

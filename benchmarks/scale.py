@@ -32,6 +32,7 @@ from typing import Any
 from common import (
     PYTHON,
     REPO,
+    SCHEDULER_UP,
     SimFleet,
     cpu_seconds,
     emit,
@@ -50,7 +51,6 @@ from common import (
 
 BASE_ADDRESS = "127.0.0.160"
 PORT = 2310
-SCHEDULER_UP = "max_total_num_tokens="
 IDLE_FRAMES = ("select (selectors.py", "_worker (concurrent", "wait (threading")
 """Leaf frames of a waiting thread: epoll, an idle executor, a lock or condition wait."""
 END_GRACE_S = 120.0  # after the loads, how long the sweep may take to end before it is given up
@@ -162,7 +162,7 @@ async def one_size(
             profiler = None
             if profile:
                 profiler = await asyncio.create_subprocess_exec(
-                    str(Path(PYTHON).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
+                    str(Path(PYTHON).parent / "py-spy"), "record", "--nonblocking", "-r", "200",
                     "-d", str(int(window_s)), "--format", "raw", "-o",
                     str(fleet.state_dir / "daemon.raw"), "-p", str(daemon.pid),
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
