@@ -91,8 +91,8 @@ _UNIT_ENDED = re.compile(
 # Every line systemd writes when the unit's state moves (someone else's stop or restart
 # included): the unit-state watch checks at once instead of polling often over SSH.
 _UNIT_STATE_MOVED = re.compile(
-    r"Main process exited, code=|Failed with result '|Deactivated successfully|"
-    r"^Stopping |^Stopped |Scheduled restart job|State '[a-z-]+' timed out|Killing process"
+    _UNIT_ENDED.pattern
+    + r"|^Stopping |^Stopped |Scheduled restart job|State '[a-z-]+' timed out|Killing process"
 )
 
 

@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.verbs.apiclient import call
-from tests.integration.daemon_proc import DaemonProcess, running_daemon
+from tests.integration.daemon_proc import DaemonProcess, free_port, running_daemon
 
 ADDRESS = "127.0.0.140"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((ADDRESS, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -63,7 +57,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     token_file = root / "token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    port = _free_port()
+    port = free_port(ADDRESS)
     config = root / "daemon.yaml"
     config.write_text(f"tcp: {ADDRESS}:{port}\ntoken_file: {token_file}\n")
     with running_daemon(root / "state", "--config", str(config)) as daemon:

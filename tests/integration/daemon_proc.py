@@ -33,10 +33,21 @@ START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``: a test stops what it started, by its pid."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 class UntrustedSSHServer:

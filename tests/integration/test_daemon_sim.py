@@ -8,7 +8,6 @@ start must finish the sweep without losing or repeating a committed point, and r
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.daemon_proc import running_daemon
+from tests.integration.daemon_proc import running_daemon, stop_process
 
 SIM_ADDRESS = "127.0.0.71"
 
@@ -62,12 +61,7 @@ def sim_sweep(tmp_path: Path) -> Iterator[Path]:
         path.write_text(yaml.safe_dump(sweep, sort_keys=False))
         yield path
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
 
 
 def committed_points(state: Path) -> list[tuple[int, str]]:

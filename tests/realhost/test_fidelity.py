@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ import pytest
 
 from orchestrator.sim.faults import HostSettings
 from orchestrator.sim.host import SimHost, SimHostConfig
+from tests.integration.daemon_proc import free_port
 from tests.integration.test_sim_support import CHILD_PROGRAM
 from tests.realhost.realhost import RealHost
 
@@ -137,12 +137,6 @@ class SimSide:
         return await asyncio.to_thread(_openssh, self, argv)
 
 
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 async def sim(tmp_path: Path) -> AsyncIterator[SimSide]:
     """A simulated host whose own SGLang unit stays stopped (scenarios add their units)."""
@@ -157,7 +151,7 @@ async def sim(tmp_path: Path) -> AsyncIterator[SimSide]:
         SimHostConfig(
             name="orch-fid-sim",
             address=address,
-            port=_free_port(address),
+            port=free_port(address),
             directory=tmp_path / "sim",
             authorized_keys=authorized,
             settings=HostSettings(unit_running=False),

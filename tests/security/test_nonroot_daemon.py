@@ -12,8 +12,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -26,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.daemon_proc import ORCHESTRATOR
+from tests.integration.daemon_proc import ORCHESTRATOR, free_port, stop_process
 
 USER = "orch-sec-test"
 SIM_ADDRESS = "127.0.0.144"
@@ -104,22 +102,6 @@ def user() -> Iterator[DaemonUser]:
         subprocess.run(["userdel", USER], capture_output=True, check=False)
 
 
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 @pytest.fixture
 def workdir(user: DaemonUser) -> Iterator[Path]:
     """A directory the user can reach (pytest's own tmp dirs are root-only)."""
@@ -136,7 +118,7 @@ def test_the_daemon_runs_a_sweep_as_an_unprivileged_user(user: DaemonUser, workd
     sim = subprocess.Popen(
         [*ORCHESTRATOR, "sim", "up", "--hosts", "1", "--json", "--time-scale", "0.05",
          "--state-dir", str(workdir / "sim"), "--base-address", SIM_ADDRESS,
-         "--port", str(_free_port(SIM_ADDRESS))],
+         "--port", str(free_port(SIM_ADDRESS))],
         stdout=sim_out.open("wb"), stderr=(workdir / "sim.stderr").open("wb"),
     )  # fmt: skip
     daemon: subprocess.Popen[bytes] | None = None
@@ -214,4 +196,4 @@ def test_the_daemon_runs_a_sweep_as_an_unprivileged_user(user: DaemonUser, workd
     finally:
         for process in (daemon, sim):
             if process is not None:
-                _stop(process)
+                stop_process(process)

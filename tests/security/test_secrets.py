@@ -12,8 +12,6 @@ import base64
 import json
 import os
 import secrets
-import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -28,16 +26,10 @@ import asyncssh
 import pytest
 import yaml
 
-from tests.integration.daemon_proc import ORCHESTRATOR
+from tests.integration.daemon_proc import ORCHESTRATOR, free_port, stop_process
 
 SIM_ADDRESS = "127.0.0.141"  # and .142 for the second host
 API_ADDRESS = "127.0.0.143"
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -49,16 +41,6 @@ class Run:
     outputs: dict[str, bytes]
     status: dict[str, Any]
     changed_host_root: Path
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def _api(port: int, token: str, method: str, path: str, body: bytes | None = None) -> Any:
@@ -95,7 +77,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     sim = subprocess.Popen(
         [*ORCHESTRATOR, "sim", "up", "--hosts", "2", "--json", "--time-scale", "0.05",
          "--state-dir", str(root / "sim"), "--base-address", SIM_ADDRESS,
-         "--port", str(_free_port(SIM_ADDRESS))],
+         "--port", str(free_port(SIM_ADDRESS))],
         stdout=sim_out.open("wb"), stderr=sim_err.open("wb"), env=env,
     )  # fmt: skip
     daemon: subprocess.Popen[bytes] | None = None
@@ -117,7 +99,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         token_file = root / "token"
         token_file.write_text(token + "\n")
         token_file.chmod(0o600)
-        port = _free_port(API_ADDRESS)
+        port = free_port(API_ADDRESS)
         config = root / "daemon.yaml"
         config.write_text(f"tcp: {API_ADDRESS}:{port}\ntoken_file: {token_file}\n")
         state = root / "state"
@@ -169,8 +151,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
             outputs[f"report.{fmt}"] = target.read_bytes() + done.stdout + done.stderr
-        _stop(daemon)
-        _stop(sim)
+        stop_process(daemon)
+        stop_process(sim)
         outputs["store.rows"] = _dump_store(db)
         for path in sorted(root.rglob("*")):
             if path.is_file() and path != key_path and path.suffix not in (".db", ".db-wal"):
@@ -184,7 +166,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     finally:
         for process in (daemon, sim):
             if process is not None:
-                _stop(process)
+                stop_process(process)
 
 
 def _dump_store(db: Path) -> bytes:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +30,7 @@ from orchestrator.host.dropin import (
     split_unit_words,
 )
 from orchestrator.sweepfile import KnobMapping
+from tests.hostile import knobvalues
 
 LINE_SAFE = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r\0"))
 ENV_SAFE = st.text(
@@ -299,19 +298,7 @@ def test_dropin_path_and_service_names() -> None:
 
 @pytest.fixture(scope="session")
 def systemd_analyze() -> str:
-    """systemd-analyze, installed with apt-get when missing and we may (CI runs as root)."""
-    found = shutil.which("systemd-analyze")
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "systemd"],
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-        found = shutil.which("systemd-analyze")
-    if found is None:
-        pytest.skip("systemd-analyze is not installed and could not be installed")
-    return found
+    return knobvalues.systemd_analyze()
 
 
 def _verify(tool: str, unit_dir: Path, dropin_text: str) -> subprocess.CompletedProcess[str]:
