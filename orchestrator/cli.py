@@ -26,14 +26,10 @@ from orchestrator.plan import Plan, plan_json, plan_sweep, render_trial_dropin
 from orchestrator.sweepfile import (
     Sweep,
     SweepFileError,
-    content_hash,
     load_sweep_with_text,
     sweep_json_schema,
 )
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from orchestrator.types import EXIT_BAD_INPUT, EXIT_OK, content_hash
 
 
 class Verb(Protocol):

@@ -46,26 +46,9 @@ from orchestrator.sglang import (
     probe_generation,
     resolve_flag_knob,
 )
+from orchestrator.types import ApiKind, FailureCause
 
-FailureCause = Literal[
-    "bad-flag",
-    "invalid-config",
-    "oom",
-    "port-in-use",
-    "warmup-failed",
-    "exited",
-    "start-limit",
-    "memory-not-released",
-    "ready-timeout",
-    "config-mismatch",
-    "host-unreachable",
-    "stop-timeout",
-    "crashed",
-    "gpu-query-failed",
-    "orchestrator-error",
-]
 RestorePolicy = Literal["as-found", "stopped", "leave"]
-ProbeApi = Literal["chat", "generate"]
 
 EXCERPT_LINES = 60
 EXCERPT_HEAD_LINES = 20
@@ -239,7 +222,7 @@ class HostSession:
     transport: Transport
     unit: str
     base_url: str
-    api: ProbeApi
+    api: ApiKind
     model: str
     gpu_probe: gpu.GpuProbe
     gpus: tuple[int, ...] | None = None
@@ -279,7 +262,7 @@ class Server:
     """A server proven to run a trial's config: the NEW process, with what identifies it."""
 
     base_url: str
-    api: ProbeApi
+    api: ApiKind
     model: str
     invocation_id: str
     main_pid: int

@@ -25,7 +25,8 @@ from orchestrator.host.dropin import (
     render_dropin,
     render_header,
 )
-from orchestrator.sweepfile import HostSpec, KnobValue, Sweep
+from orchestrator.sweepfile import HostSpec, Sweep
+from orchestrator.types import KnobValue
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
 _SLUG_MAX = 60

@@ -17,14 +17,14 @@ from typing import Any, Literal, NamedTuple
 
 import aiohttp
 
-from orchestrator.host.dropin import KnobValue, format_knob_value
+from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
+from orchestrator.types import ApiKind, FailureCause, KnobValue
 
 # --------------------------------------------------------------------------------------------
 # Log lines
 # --------------------------------------------------------------------------------------------
 
-FailureCause = Literal["bad-flag", "invalid-config", "oom", "port-in-use", "warmup-failed"]
 FieldValue = float | int | bool | str
 
 # `[2026-10-30 12:00:00.123 DP0 TP3] message`; every part after the seconds is optional.
@@ -469,7 +469,6 @@ def parse_proc_environ(data: bytes) -> dict[str, str]:
 # Readiness probe: a real generation
 # --------------------------------------------------------------------------------------------
 
-ProbeApi = Literal["chat", "generate"]
 PROBE_PROMPT = "Count from one to five."
 PROBE_MAX_TOKENS = 8
 
@@ -480,7 +479,7 @@ class ProbeRequest(NamedTuple):
 
 
 def build_probe_request(
-    api: ProbeApi, model: str | None, *, max_tokens: int = PROBE_MAX_TOKENS
+    api: ApiKind, model: str | None, *, max_tokens: int = PROBE_MAX_TOKENS
 ) -> ProbeRequest:
     """A small deterministic generation (temperature 0), not streamed: usage counts the tokens."""
     if api == "chat":
@@ -513,7 +512,7 @@ def _as_int(value: Any) -> int:
     return 0
 
 
-def probe_generated_tokens(api: ProbeApi, response: Any) -> int:
+def probe_generated_tokens(api: ApiKind, response: Any) -> int:
     """Tokens the probe generated, from ``usage`` / ``meta_info`` (never counted by chunks)."""
     if api == "chat":
         if not isinstance(response, dict):
@@ -543,7 +542,7 @@ class ProbeResult:
 async def probe_generation(
     session: aiohttp.ClientSession,
     base_url: str,
-    api: ProbeApi,
+    api: ApiKind,
     model: str | None,
     timeout: float,
 ) -> ProbeResult:

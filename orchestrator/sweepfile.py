@@ -16,7 +16,6 @@ is read in three passes that each report problems instead of stopping at the fir
 from __future__ import annotations
 
 import difflib
-import hashlib
 import ipaddress
 import json
 import math
@@ -42,13 +41,13 @@ from pydantic import (
 )
 
 from orchestrator.host.dropin import is_valid_service_name
+from orchestrator.types import KnobValue
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_NODES = 20_000
 MAX_DEPTH = 32
 
 FieldPath = tuple[str | int, ...]
-KnobValue = str | int | float | bool | None
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL = (f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null"))
@@ -94,9 +93,6 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
-def content_hash(text: str) -> str:
-    """sha256 (hex) of the sweep file's text: identifies exactly what was submitted."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --------------------------------------------------------------------------- YAML reading

@@ -25,13 +25,11 @@ from orchestrator.bench.problems import (
 )
 from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.log import get_logger
+from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
 

@@ -27,8 +27,8 @@ import aiohttp
 from orchestrator.bench.http1 import ConnectTimeoutError, Http1Pool, HttpConnectionError
 from orchestrator.bench.stats import spread_gaps
 from orchestrator.log import get_logger
+from orchestrator.types import ApiKind
 
-ApiKind = Literal["chat", "generate"]
 Phase = Literal["calibration", "warmup", "measured", "probe"]
 
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 
@@ -28,10 +28,10 @@ from orchestrator.bench.client import Phase, RawExchange, parse_exchange, split_
 from orchestrator.bench.problems import Problem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
 from orchestrator.log import get_logger
+from orchestrator.types import ApiKind
 
 _log = get_logger(component="coding")
 
-Api = Literal["chat", "generate"]
 
 
 class Outcome(StrEnum):
@@ -309,7 +309,7 @@ class HttpCompleter:
     `api="generate"` posts SGLang's native `/generate` (no chat template applied)."""
 
     def __init__(
-        self, base_url: str, *, model: str, api: Api = "chat", timeout_s: float = 600.0
+        self, base_url: str, *, model: str, api: ApiKind = "chat", timeout_s: float = 600.0
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -412,7 +412,7 @@ class StreamingClient(Protocol):
     """What `BenchClientCompleter` needs of `orchestrator.bench.client.BenchClient`."""
 
     @property
-    def api(self) -> Api: ...
+    def api(self) -> ApiKind: ...
 
     async def stream(
         self,
@@ -592,7 +592,7 @@ async def run_coding(
     client_or_callable: Target | StreamingClient,
     problems: Sequence[Problem] | None = None,
     *,
-    api: Api = "chat",
+    api: ApiKind = "chat",
     model: str = "default",
     max_tokens: int = 4096,
     temperature: float = 0.0,

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.bench.client import ApiKind, Phase, RequestRecord
+from orchestrator.bench.client import Phase, RequestRecord
 from orchestrator.log import get_logger
+from orchestrator.types import ApiKind
 
 
 def _log() -> Any:

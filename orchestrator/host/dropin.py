@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Protocol
 
+from orchestrator.types import KnobValue
+
 DROPIN_NAME = "90-orchestrator.conf"
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 HEADER_PREFIX = "# managed-by: orchestrator"
 
-KnobValue = str | int | float | bool | None
 
 # No leading '-': systemctl would read the name as an option.
 _SERVICE_NAME = re.compile(r"^[A-Za-z0-9:_.\\][A-Za-z0-9:_.\\-]*(@[A-Za-z0-9:_.\\-]+)?\.service$")

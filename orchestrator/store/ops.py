@@ -10,7 +10,6 @@ These functions run only on the store's worker thread (see :mod:`orchestrator.st
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import math
 import sqlite3
@@ -49,6 +48,7 @@ from orchestrator.store.records import (
     UnitBackup,
 )
 from orchestrator.store.results import build_results
+from orchestrator.types import content_hash
 
 # --- transactions and JSON ------------------------------------------------------------------
 
@@ -100,8 +100,6 @@ def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def content_hash(yaml_text: str) -> str:
-    return hashlib.sha256(yaml_text.encode("utf-8")).hexdigest()
 
 
 # --- row -> record --------------------------------------------------------------------------

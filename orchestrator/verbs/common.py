@@ -9,10 +9,10 @@ from typing import Any
 
 from orchestrator.store import default_db_path
 from orchestrator.sweepfile import Sweep, SweepFileError, load_sweep_with_text
+from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK"]
+
 
 
 class BadInput(Exception):

@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 
 from orchestrator.host.dropin import (
     DROPIN_NAME,
-    KnobValue,
     TrialInvocation,
     UnsafeValueError,
     apply_knobs,
     render_dropin,
 )
 from orchestrator.sweepfile import KnobMapping
+from orchestrator.types import KnobValue
 
 KNOBS = {
     "algorithm": KnobMapping(flag="--speculative-algorithm"),

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.host.dropin import KnobValue, parse_environment_line, parse_exec_line
+from orchestrator.host.dropin import parse_environment_line, parse_exec_line
+from orchestrator.types import KnobValue
 from tests.hostile.knobvalues import (
     CONFIG,
     DUMPER,

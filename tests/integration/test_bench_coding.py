@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.client import ApiKind, BenchClient
+from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import (
     CodingResult,
     Completion,
@@ -30,6 +30,7 @@ from orchestrator.bench.problems import (
     select,
 )
 from orchestrator.bench.sandbox import RunOutcome, run_candidate
+from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
 SEEDS = select(builtin_problems(), SEED_PROBLEM_IDS)

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from orchestrator.bench.acceptlen import decode_samples_from_messages, from_journal
-from orchestrator.bench.client import ApiKind, BenchClient, ErrorKind, RequestRecord, TokenSource
+from orchestrator.bench.client import BenchClient, ErrorKind, RequestRecord, TokenSource
 from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
@@ -31,6 +31,7 @@ from orchestrator.bench.matrix import (
 )
 from orchestrator.bench.prompts import PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
+from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
 MODEL = "bench-model"

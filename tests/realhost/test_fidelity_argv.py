@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.host.dropin import KnobValue
+from orchestrator.types import KnobValue
 from tests.hostile.knobvalues import (
     CONFIG,
     DUMPER,

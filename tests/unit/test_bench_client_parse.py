@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.client import (
-    ApiKind,
     Chunk,
     ErrorKind,
     RawExchange,
@@ -17,6 +16,7 @@ from orchestrator.bench.client import (
     split_sse_events,
     spread_by_weight,
 )
+from orchestrator.types import ApiKind
 
 
 def _sse(obj: Any) -> bytes:

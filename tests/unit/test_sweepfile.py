@@ -21,7 +21,6 @@ from orchestrator.sweepfile import (
     Problem,
     Sweep,
     SweepFileError,
-    content_hash,
     format_path,
     load_sweep,
     load_sweep_with_text,
@@ -29,6 +28,7 @@ from orchestrator.sweepfile import (
     parse_sweep,
     sweep_json_schema,
 )
+from orchestrator.types import content_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "sweeps"

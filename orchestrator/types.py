@@ -1,0 +1,43 @@
+"""The values shared across the layers, defined once (httpx keeps such types in `_types.py`).
+
+Nothing here imports from the rest of the package, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final, Literal
+
+ApiKind = Literal["chat", "generate"]
+"""Which SGLang HTTP API a sweep (or a probe, or the coding anchor) talks to."""
+
+KnobValue = str | int | float | bool | None
+"""One knob's value as a sweep file gives it (None: the knob is left out of the command line)."""
+
+FailureCause = Literal[
+    "bad-flag",
+    "invalid-config",
+    "oom",
+    "port-in-use",
+    "warmup-failed",
+    "exited",
+    "start-limit",
+    "memory-not-released",
+    "ready-timeout",
+    "config-mismatch",
+    "host-unreachable",
+    "stop-timeout",
+    "crashed",
+    "gpu-query-failed",
+    "orchestrator-error",
+]
+"""Why a trial's attempt failed; docs/architecture.md says what each means for an operator."""
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_BAD_INPUT: Final = 2
+
+
+def content_hash(text: str) -> str:
+    """sha256 (hex) of a text as submitted: identifies exactly what was run."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
