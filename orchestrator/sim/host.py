@@ -35,9 +35,10 @@ from orchestrator.sim.commands import (
 from orchestrator.sim.faults import CommandTrigger, HostSettings
 from orchestrator.sim.gpu import GpuHostSpec, GpuState
 from orchestrator.sim.journal import Journal
+from orchestrator.sim.manager import ManagerOptions, ServiceManager
 from orchestrator.sim.settings import CONFIG_ENV, ServerSimSettings
 from orchestrator.sim.sshd import ChannelIO, FreezeGate, SimSshServer, SshServerConfig
-from orchestrator.sim.systemd import ManagerOptions, ServiceManager, quote_exec_word
+from orchestrator.sim.unitfile import quote_exec_word
 
 UNIT_NAME = "sglang.service"
 SERVER_PORT = 30000
