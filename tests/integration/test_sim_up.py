@@ -4,6 +4,7 @@ running after SIGINT."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -17,6 +18,8 @@ import pytest
 import yaml
 
 from orchestrator.sim.host import UNIT_NAME, render_unit, sglang_argv
+from orchestrator.sim.procscan import Listener
+from orchestrator.sim.sshd import BindError
 from tests.integration.daemon_proc import stop_process
 from tests.integration.test_sim_support import ensure_openssh_client, pid_alive
 
@@ -296,3 +299,17 @@ def test_demo_while_sim_up_holds_the_addresses_is_one_plain_line(tmp_path: Path)
     assert last.startswith(f"demo: 127.0.0.11:2222 is in use by pid {sim.pid} ("), last
     assert "orchestrator.sim.cli up" in last
     assert leftover == []
+
+
+def test_bind_error_lines_without_a_visible_holder() -> None:
+    """When /proc shows no holder (another namespace, no permission) the line says what to
+    check; an address that cannot be assigned says so, not "in use"."""
+    hidden = BindError("127.0.0.11", 2222, errno.EADDRINUSE, os.strerror(errno.EADDRINUSE), [])
+    assert str(hidden) == (
+        "127.0.0.11:2222 is in use (is `orchestrator sim up` or `orchestrator demo` running?)"
+    )
+    unassignable = BindError("10.9.9.9", 22, errno.EADDRNOTAVAIL, "Cannot assign", [])
+    assert str(unassignable) == "cannot listen on 10.9.9.9:22: Cannot assign"
+    long_command = Listener(7, "python\n-c " + "x" * 300)
+    held = BindError("127.0.0.11", 2222, errno.EADDRINUSE, "in use", [long_command])
+    assert str(held) == f"127.0.0.11:2222 is in use by pid 7 (python -c {'x' * 87}...)"
