@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,9 +187,13 @@ async def simulated_hosts(
     *,
     defaults: dict[str, Any],
     faults: dict[str, Any] | None = None,
+    units: Mapping[str, str] | None = None,
 ) -> AsyncIterator[SimCluster]:
     """Start simulated hosts ``(name, address, port)`` with a client key and known_hosts in
-    ``state_dir``; once every host answers over SSH, yield them; stop them all on exit."""
+    ``state_dir``; once every host answers over SSH, yield them; stop them all on exit.
+
+    ``units`` maps a host name to the unit file it is to start with; the others get the
+    simulated SGLang server's unit, written afresh at every start."""
     key_path, authorized = _prepare_state_dir(state_dir)
     sims = [
         SimHost(
@@ -200,6 +204,7 @@ async def simulated_hosts(
                 directory=state_dir / "hosts" / name,
                 authorized_keys=authorized,
                 settings=settings_for(name, faults or {}, defaults),
+                unit_text=(units or {}).get(name),
             )
         )
         for name, address, port in hosts

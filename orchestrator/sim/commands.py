@@ -31,7 +31,8 @@ from typing import Protocol
 from orchestrator.sim import nvidia_smi
 from orchestrator.sim.gpu import GpuState
 from orchestrator.sim.journal import Journal, run_journalctl
-from orchestrator.sim.systemd import ServiceManager, run_systemctl
+from orchestrator.sim.manager import ServiceManager
+from orchestrator.sim.systemctl import run_systemctl
 
 COMMAND_NOT_FOUND = 127
 _REAL_PROC_FILES = {"environ", "cmdline", "comm", "status", "stat"}

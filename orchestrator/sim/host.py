@@ -35,9 +35,10 @@ from orchestrator.sim.commands import (
 from orchestrator.sim.faults import CommandTrigger, HostSettings
 from orchestrator.sim.gpu import GpuHostSpec, GpuState
 from orchestrator.sim.journal import Journal
+from orchestrator.sim.manager import ManagerOptions, ServiceManager
 from orchestrator.sim.settings import CONFIG_ENV, ServerSimSettings
 from orchestrator.sim.sshd import ChannelIO, FreezeGate, SimSshServer, SshServerConfig
-from orchestrator.sim.systemd import ManagerOptions, ServiceManager, quote_exec_word
+from orchestrator.sim.unitfile import quote_exec_word
 
 UNIT_NAME = "sglang.service"
 SERVER_PORT = 30000
@@ -158,6 +159,9 @@ class SimHost:
     # lifecycle
 
     async def start(self) -> None:
+        """Bring the host up: SSH listens first, so a port that cannot be taken
+        (:class:`~orchestrator.sim.sshd.BindError`) fails before the unit starts anything; on
+        any failure whatever did start is stopped again."""
         self._prepare_files()
         settings = self.settings
         self.manager = ServiceManager(
@@ -171,8 +175,6 @@ class SimHost:
             ),
         )
         self.manager.daemon_reload()
-        if settings.unit_running:
-            await self.manager.start(UNIT_NAME)
         self.sshd = SimSshServer(
             SshServerConfig(
                 address=self.address,
@@ -184,7 +186,13 @@ class SimHost:
             self._handle,
             self.gate,
         )
-        await self.sshd.start()
+        try:
+            await self.sshd.start()
+            if settings.unit_running:
+                await self.manager.start(UNIT_NAME)
+        except BaseException:
+            await self.stop()
+            raise
         self._schedule_timed_faults()
         self._log.info("host.started", address=self.address, port=self.port)
 
@@ -232,18 +240,31 @@ class SimHost:
         }
         self.server_config_path.write_text(json.dumps(server, indent=2), encoding="utf-8")
         ServerSimSettings.load(self.server_config_path)
-        unit_path = self.root / "etc/systemd/system" / UNIT_NAME
-        if not unit_path.exists():
-            text = self.config.unit_text or render_unit(
-                sglang_argv(self.address), description=f"SGLang server ({self.name}, simulated)"
-            )
-            unit_path.write_text(text, encoding="utf-8")
+        self._write_unit()
         # Enabled, as a GPU host's SGLang unit is: multi-user.target references it, so systemd
         # keeps its state (ExecMain*, Result) after a stop instead of garbage-collecting it.
         wants = self.root / "etc/systemd/system/multi-user.target.wants"
         wants.mkdir(exist_ok=True)
         if not (wants / UNIT_NAME).is_symlink():
             (wants / UNIT_NAME).symlink_to(f"../{UNIT_NAME}")
+
+    def _write_unit(self) -> None:
+        """The unit file as this checkout renders it, on every start.
+
+        A host directory outlives the checkout that wrote it: a unit kept from an earlier
+        checkout can name an interpreter that is gone (every start then fails with 203/EXEC) or
+        run another checkout's server. A unit as found that a test or a person wants is given
+        as ``SimHostConfig.unit_text``, never left lying in the root."""
+        unit_path = self.root / "etc/systemd/system" / UNIT_NAME
+        text = self.config.unit_text or render_unit(
+            sglang_argv(self.address), description=f"SGLang server ({self.name}, simulated)"
+        )
+        try:
+            current: str | None = unit_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            current = None
+        if current != text:  # unchanged files keep their mtime
+            unit_path.write_text(text, encoding="utf-8")
 
     # commands and faults
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ import asyncssh
 from asyncssh.channel import SSHChannel
 
 from orchestrator.log import get_logger
+from orchestrator.sim.procscan import Listener, listeners
 
 MAX_SESSIONS = 10
 SFTP_VERSION = 3
@@ -37,6 +40,31 @@ class SshServerConfig:
     authorized_keys: Path
     sftp_root: Path
     max_sessions: int = MAX_SESSIONS
+
+
+class BindError(OSError):
+    """The SSH server cannot listen on its address: ``str()`` is the one line a person reads,
+    naming the address and, when /proc shows it, the process that holds it."""
+
+    def __init__(
+        self, address: str, port: int, code: int, reason: str, holders: list[Listener]
+    ) -> None:
+        super().__init__(code, reason)
+        self.address = address
+        self.port = port
+        self.holders = holders
+
+    def __str__(self) -> str:
+        where = f"{self.address}:{self.port}"
+        if self.errno != errno.EADDRINUSE:
+            return f"cannot listen on {where}: {self.strerror}"
+        if not self.holders:
+            return f"{where} is in use (is `orchestrator sim up` or `orchestrator demo` running?)"
+        holder = self.holders[0]
+        command = " ".join(holder.command.split())
+        if len(command) > 100:
+            command = command[:97] + "..."
+        return f"{where} is in use by pid {holder.pid} ({command})"
 
 
 class FreezeGate:
@@ -166,7 +194,18 @@ class SimSshServer:
         self._log = get_logger(component="sim.sshd", address=config.address, port=config.port)
 
     async def start(self) -> None:
-        self._acceptor = await asyncssh.create_server(
+        """Listen; a port that cannot be taken raises :class:`BindError`."""
+        try:
+            self._acceptor = await self._listen()
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise  # not the socket's (a key file, say): its own message says what
+            address, port = self.config.address, self.config.port
+            holders = listeners(address, port) if exc.errno == errno.EADDRINUSE else []
+            raise BindError(address, port, exc.errno, os.strerror(exc.errno), holders) from None
+
+    async def _listen(self) -> asyncssh.SSHAcceptor:
+        return await asyncssh.create_server(
             lambda: _ConnectionServer(self),
             self.config.address,
             self.config.port,

@@ -22,6 +22,7 @@ from typing import Any
 from orchestrator.log import get_logger
 from orchestrator.report import render_report
 from orchestrator.sim.cli import simulated_hosts
+from orchestrator.sim.sshd import BindError
 from orchestrator.store import Store
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.verbs.common import EXIT_FAILED, EXIT_OK, emit_json
@@ -100,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     if args.state_dir is not None:
         sweep = _with_state_dir(sweep, state_dir)
-    results, report = asyncio.run(_demo(sweep, text, state_dir))
+    try:
+        results, report = asyncio.run(_demo(sweep, text, state_dir))
+    except BindError as exc:  # the hosts' addresses are taken: a plain line, no traceback
+        print(f"demo: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     problems = unexpected_outcomes(results)
     for problem in problems:
         log.error("demo.unexpected", problem=problem)

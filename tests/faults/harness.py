@@ -185,10 +185,6 @@ async def fault_host(
     yields once its unit serves, having recorded its unit files and state; stops it after."""
     name = host_name(address)
     state = tmp_path / "sim"
-    if unit is not None:
-        unit_path = state / "hosts" / name / "root" / UNIT_DIR / UNIT_NAME
-        unit_path.parent.mkdir(parents=True, exist_ok=True)
-        unit_path.write_text(unit, encoding="utf-8")
     host_settings: dict[str, Any] = {
         "time_scale": TIME_SCALE,
         "ddtree": False,
@@ -196,7 +192,11 @@ async def fault_host(
         "server": {**FAST_SERVER, **(server or {}), "faults": dict(server_faults or {})},
     }
     async with simulated_hosts(
-        state, [(name, address, SSH_PORT)], defaults={}, faults={name: host_settings}
+        state,
+        [(name, address, SSH_PORT)],
+        defaults={},
+        faults={name: host_settings},
+        units=None if unit is None else {name: unit},
     ) as cluster:
         host = FaultHost(cluster, address)
         try:

@@ -61,23 +61,17 @@ async def sim_hosts(
     """Simulated hosts ``sim-01``.. on ``addresses`` (SSH port :data:`SSH_PORT`); ``unit_lines``
     go into the ``[Unit]`` section of each host's SGLang unit as found."""
     specs = [(f"sim-{i:02d}", address, SSH_PORT) for i, address in enumerate(addresses, 1)]
-    if unit_lines:
-        for name, address, _port in specs:
-            write_unit(state_dir / "hosts" / name, address, unit_lines)
+    units = {name: unit_text(address, unit_lines) for name, address, _ in specs if unit_lines}
     async with simulated_hosts(
-        state_dir, specs, defaults=dict(defaults), faults=dict(faults or {})
+        state_dir, specs, defaults=dict(defaults), faults=dict(faults or {}), units=units
     ) as cluster:
         yield cluster
 
 
-def write_unit(host_dir: Path, address: str, unit_lines: Sequence[str]) -> None:
-    """The host's unit file as the simulator would write it, plus ``unit_lines`` in [Unit]
-    (a host keeps a unit file it finds at start)."""
+def unit_text(address: str, unit_lines: Sequence[str]) -> str:
+    """The host's unit file as the simulator would write it, plus ``unit_lines`` in [Unit]."""
     text = render_unit(sglang_argv(address), description="SGLang server (simulated)")
-    text = text.replace("[Unit]\n", "[Unit]\n" + "".join(f"{line}\n" for line in unit_lines), 1)
-    path = host_dir / "root" / UNIT_DIR / UNIT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    return text.replace("[Unit]\n", "[Unit]\n" + "".join(f"{line}\n" for line in unit_lines), 1)
 
 
 def tiny_sweep(
