@@ -474,3 +474,40 @@ def test_bench_cli_coding_only(spec_server: SimServer) -> None:
     assert bad.returncode == 2 and bad.stdout == ""
     assert "no_such_problem" in bad.stderr
 
+
+def _orchestrator_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``orchestrator bench ...`` through the real command's entry point, as a person runs it."""
+    argv = [sys.executable, "-m", "orchestrator.cli", "bench", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_bench_url_without_a_scheme_is_http(spec_server: SimServer) -> None:
+    bare = spec_server.url.removeprefix("http://")
+    assert "://" not in bare
+    done = _orchestrator_bench(
+        "--url", bare, "--model", MODEL, "--api", "generate", "--contexts", "60",
+        "--concurrency", "1", "--rounds", "1", "--max-tokens", "8", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    document = json.loads(done.stdout)
+    assert document["url"] == spec_server.url
+    (point,) = document["points"]
+    assert point["requests"] == 1 and point["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://127.0.0.1:30000", "scheme must be http or https"),
+        ("http://", "has no host"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://user:pw@127.0.0.1:30000", "credentials in the URL are not supported"),
+    ],
+)
+def test_bench_unusable_url_is_one_plain_line_and_exit_2(url: str, why: str) -> None:
+    done = _orchestrator_bench("--url", url, "--model", MODEL, "--json")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()  # one plain line, no traceback
+    assert line.startswith(f"bench: --url: base URL {url!r}") and why in line
