@@ -575,8 +575,9 @@ async def _probe_until_ready(
             probe = await probe_generation(
                 http, session.base_url, session.api, session.model, t.probe_request
             )
-            if probe.ok:
-                return info, await _check_config(session, trial, info)
+            if probe.ok or probe.model_mismatch is not None:
+                check = await _check_config(session, trial, info)
+                return info, check.also(probe.model_mismatch)
         watch.activity.clear()
         try:
             async with asyncio.timeout(delay):

@@ -5,19 +5,31 @@ touches a host, the preflight asks the host's own SGLang for its flag list (the 
 with ``--help``) and checks every mapped flag; it also proves SSH with the verified host key,
 root or working sudo, a loadable unit with a readable ExecStart, answering GPUs and free disk.
 An unreachable or broken host is set aside with the reason; an unknown flag fails, before any
-restart, just the trials that use it.
+restart, just the trials that use it, and the problem names the build's closest flag.
+
+The model name the benchmark sends is checked against what the unit's command line serves
+(``--served-model-name``, else ``--model-path``) and, when the unit is already running, against
+the server's own ``/v1/models``. A mismatch is reported (``check`` fails) but does not set the
+host aside: the readiness probe of every trial checks ``/v1/models`` again and fails the trial
+with ``config-mismatch``, where the new process's answer is the evidence.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
+from orchestrator.engine import Engine
 from orchestrator.host import systemd
 from orchestrator.host.gpu import GpuProbe, GpuQueryError
 from orchestrator.host.transport import Transport, TransportError
+from orchestrator.sglang import SGLANG
+from orchestrator.types import ApiKind
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
 MIN_FREE_BYTES = 1 << 30
@@ -41,10 +53,20 @@ class HostCheck:
     reason: str | None = None
     exec_start: tuple[str, ...] = ()
     gpus: tuple[int, ...] = ()
+    suggestions: Mapping[str, str] = field(default_factory=dict)
+    """For an unknown flag, the build's closest flag (did you mean ...)."""
+    model_mismatch: str | None = None
+    """Why the name the benchmark sends is not what the server serves, when that is known."""
 
     @property
     def ok(self) -> bool:
+        """The host can take part (the trials' own problems are in the fields below)."""
         return self.reason is None
+
+    @property
+    def clean(self) -> bool:
+        """Nothing found at all: the host takes part and no trial is known to fail."""
+        return self.ok and not self.unknown_flags and self.model_mismatch is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +74,8 @@ class HostCheck:
             "ok": self.ok,
             "reason": self.reason,
             "unknown_flags": sorted(self.unknown_flags),
+            "suggestions": dict(sorted(self.suggestions.items())),
+            "model_mismatch": self.model_mismatch,
             "exec_start": list(self.exec_start),
             "gpus": list(self.gpus),
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
@@ -73,6 +97,72 @@ def flags_known(help_text: str, flags: Iterable[str]) -> frozenset[str]:
         if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is None:
             missing.add(flag)
     return frozenset(missing)
+
+
+_HELP_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
+
+
+def help_flags(help_text: str) -> list[str]:
+    """Every ``--flag`` the help text names, in order of first mention."""
+    return list(dict.fromkeys(_HELP_FLAG.findall(help_text)))
+
+
+def suggest_flags(help_text: str, unknown: Iterable[str]) -> dict[str, str]:
+    """For each unknown flag, the closest flag the build knows (difflib), where one is close."""
+    known = help_flags(help_text)
+    suggestions: dict[str, str] = {}
+    for flag in sorted(unknown):
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        if close:
+            suggestions[flag] = close[0]
+    return suggestions
+
+
+def flag_problem(unknown: Iterable[str], suggestions: Mapping[str, str]) -> str:
+    """``unknown to this build: --a (did you mean --b?), --c``."""
+    parts = [
+        f"{flag} (did you mean {suggestions[flag]}?)" if flag in suggestions else flag
+        for flag in sorted(unknown)
+    ]
+    return "unknown to this build: " + ", ".join(parts)
+
+
+async def check_model(
+    model: str,
+    argv: Sequence[str],
+    *,
+    running: bool,
+    base_url: str | None,
+    timeout: float,
+    engine: Engine = SGLANG,
+) -> Check:
+    """Whether the server will serve the name the benchmark sends: from the command line
+    the trials keep (``argv``) and, when the unit runs now, from its ``/v1/models``."""
+    problems: list[str] = []
+    facts: list[str] = []
+    served = engine.served_model(argv)
+    if served is not None:
+        facts.append(f"ExecStart serves {served.name!r} ({served.flag})")
+        if served.name != model:
+            problems.append(f"ExecStart serves {served.name!r} ({served.flag})")
+    if running and base_url:
+        async with aiohttp.ClientSession() as session:
+            listed = await engine.served_models(session, base_url, timeout)
+        if listed is not None:
+            facts.append(f"/v1/models lists {', '.join(repr(n) for n in listed)}")
+            if model not in listed:
+                problems.append(f"the running server's /v1/models lists {list(listed)}")
+    if problems:
+        detail = f"the benchmark sends model {model!r}, but " + "; ".join(problems)
+        return Check("model", False, detail)
+    if not facts:
+        return Check(
+            "model",
+            True,
+            f"{model!r}: not known before the start (ExecStart names no model and no server "
+            "answers /v1/models); checked when each trial's server is ready",
+        )
+    return Check("model", True, f"{model!r}: " + "; ".join(facts))
 
 
 def _free_bytes(df_output: str) -> int | None:
@@ -103,8 +193,17 @@ async def check_host(
     gpus: Sequence[int] | None,
     command_timeout: float = 30.0,
     help_timeout: float = HELP_TIMEOUT_S,
+    model: str | None = None,
+    api: ApiKind = "chat",
+    base_url: str | None = None,
+    extra_flags: Sequence[str] = (),
+    engine: Engine = SGLANG,
 ) -> HostCheck:
-    """Run every check on one host; never changes anything on it."""
+    """Run every check on one host; never changes anything on it.
+
+    ``model`` is the name the benchmark sends (checked on the chat API only: ``/generate``
+    sends none); ``extra_flags`` are appended to every trial's command line, so they take
+    part in what the server will serve; ``base_url`` is where a running server answers."""
     checks = _Checks()
     try:
         whoami = await transport.run(["id", "-u"], timeout=command_timeout, check=True)
@@ -141,6 +240,19 @@ async def check_host(
                 name, tuple(checks.items), reason=f"GPUs {missing or 'none'} not present"
             )
 
+        model_mismatch: str | None = None
+        if model and api == "chat":
+            model_check = await check_model(
+                model,
+                [*service.exec_start, *extra_flags],
+                running=state.active_state == "active",
+                base_url=base_url,
+                timeout=command_timeout,
+                engine=engine,
+            )
+            checks.items.append(model_check)
+            model_mismatch = None if model_check.ok else model_check.detail
+
         df = await transport.run(["df", "-P", "-B1", LOG_DIR], timeout=command_timeout)
         free = _free_bytes(df.stdout_text()) if df.ok else None
         checks.add(
@@ -151,6 +263,7 @@ async def check_host(
 
         wanted = sorted(set(flags))
         unknown: frozenset[str] = frozenset()
+        suggestions: dict[str, str] = {}
         if wanted:
             shown = await transport.run(
                 help_argv(service.exec_start), timeout=help_timeout, privileged=True
@@ -162,12 +275,14 @@ async def check_host(
                     tuple(checks.items),
                     reason="the unit's program does not answer --help",
                     exec_start=service.exec_start,
+                    model_mismatch=model_mismatch,
                 )
             unknown = flags_known(text, wanted)
+            suggestions = suggest_flags(text, unknown)
             checks.add(
                 "flags",
                 not unknown,
-                f"unknown to this build: {sorted(unknown)}" if unknown else "all known",
+                flag_problem(unknown, suggestions) if unknown else "all known",
             )
         return HostCheck(
             name,
@@ -175,6 +290,8 @@ async def check_host(
             unknown_flags=unknown,
             exec_start=service.exec_start,
             gpus=present,
+            suggestions=suggestions,
+            model_mismatch=model_mismatch,
         )
     except TransportError as exc:
         checks.add("ssh", False, exc.message)

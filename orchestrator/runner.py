@@ -290,6 +290,10 @@ async def _run_host(
             flags=mapped_flags(knobs, sweep.server.extra_flags),
             gpus=host.gpus,
             command_timeout=sweep.timeouts.connect,
+            model=sweep.server.model,
+            api=sweep.benchmark.api,
+            base_url=session.base_url,
+            extra_flags=sweep.server.extra_flags,
         )
         await events("preflight", **check.to_json())
         if not check.ok:

@@ -1,4 +1,9 @@
-"""Everything SGLang-specific: log lines, the running server's config check, the probe, provenance.
+"""Everything SGLang-specific: the engine seam (``orchestrator.engine.Engine``) filled for SGLang.
+
+Its HTTP dialects (chat and ``/generate``: request bodies, final and streamed answers), log
+lines, failure causes, the running server's config check, the readiness probe, the served model
+name, provenance. ``SGLANG`` is the engine object; the module-level functions are the same
+operations for callers that name SGLang directly (DESIGN's ``orchestrator.sglang.parse_log_line``).
 
 The formats here are SGLang's real ones (``shared/FACTS.md``): the orchestrator meets them on
 hosts no test can run, so lines are parsed by field name, never by position, and every prefix
@@ -12,20 +17,77 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 
+from orchestrator.engine import (
+    Answer,
+    Chunk,
+    ConfigCheck,
+    ConfigDifference,
+    DecodeEvent,
+    DflashInitEvent,
+    Dialect,
+    Engine,
+    EnvKnob,
+    ErrorKind,
+    FailureEvent,
+    FieldValue,
+    Generation,
+    KnobResolution,
+    LinePrefix,
+    LogEvent,
+    PrefillEvent,
+    ProbeResult,
+    Provenance,
+    ReadyEvent,
+    ResponseShapeError,
+    ServedModel,
+    StreamParse,
+    TokenSource,
+    WireRequest,
+    spread_by_weight,
+)
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.types import ApiKind, FailureCause, KnobValue
 
+__all__ = [
+    "SGLANG",
+    "ChatDialect",
+    "ConfigCheck",
+    "ConfigDifference",
+    "DecodeEvent",
+    "DflashInitEvent",
+    "EnvKnob",
+    "FailureEvent",
+    "GenerateDialect",
+    "KnobResolution",
+    "LinePrefix",
+    "LogEvent",
+    "PrefillEvent",
+    "ProbeResult",
+    "Provenance",
+    "ReadyEvent",
+    "Sglang",
+    "build_probe_request",
+    "build_provenance",
+    "check_server_config",
+    "classify_failure",
+    "dialect",
+    "parse_log_line",
+    "parse_proc_environ",
+    "probe_generated_tokens",
+    "probe_generation",
+    "resolve_flag_knob",
+    "served_model",
+    "served_models",
+]
+
 # --------------------------------------------------------------------------------------------
 # Log lines
 # --------------------------------------------------------------------------------------------
-
-FieldValue = float | int | bool | str
 
 # `[2026-10-30 12:00:00.123 DP0 TP3] message`; every part after the seconds is optional.
 _PREFIX = re.compile(
@@ -58,79 +120,6 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
     ("warmup-failed", re.compile(r"Initialization failed\. warmup error.*", re.I)),
     ("invalid-config", re.compile(r"\bValueError\b.*", re.I)),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LinePrefix:
-    """SGLang's ``[timestamp ranks]`` prefix, when the message still carries it."""
-
-    timestamp: str | None
-    ranks: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeEvent:
-    """A ``Decode batch`` interval line. ``accept_len`` is None when speculative decoding is off."""
-
-    prefix: LinePrefix
-    fields: Mapping[str, FieldValue]
-    running_req: int | None
-    queue_req: int | None
-    gen_throughput: float | None
-    accept_len: float | None
-    accept_rate: float | None
-    token_usage: float | None
-    num_tokens: int | None
-    graph: bool | None
-    graph_kind: str | None
-    forward_iter: int | None
-    kind: Literal["decode"] = "decode"
-
-
-@dataclass(frozen=True, slots=True)
-class PrefillEvent:
-    prefix: LinePrefix
-    fields: Mapping[str, FieldValue]
-    new_seq: int | None
-    new_token: int | None
-    cached_token: int | None
-    running_req: int | None
-    queue_req: int | None
-    input_throughput: float | None
-    forward_iter: int | None
-    kind: Literal["prefill"] = "prefill"
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyEvent:
-    """The ready line: logged only after SGLang's own warmup generation succeeded."""
-
-    prefix: LinePrefix
-    kind: Literal["ready"] = "ready"
-
-
-@dataclass(frozen=True, slots=True)
-class DflashInitEvent:
-    prefix: LinePrefix
-    fields: Mapping[str, FieldValue]
-    block_size: int | None
-    draft_window_size: int | None
-    compact_cache: bool | None
-    kind: Literal["dflash_init"] = "dflash_init"
-
-
-@dataclass(frozen=True, slots=True)
-class FailureEvent:
-    """A startup failure marker; ``matched`` is the text that gave the cause away."""
-
-    prefix: LinePrefix
-    cause: FailureCause
-    matched: str
-    message: str
-    kind: Literal["failure"] = "failure"
-
-
-LogEvent = DecodeEvent | PrefillEvent | ReadyEvent | DflashInitEvent | FailureEvent
 
 
 def split_prefix(message: str) -> tuple[LinePrefix, str]:
@@ -309,16 +298,6 @@ def server_info_keys(flag: str, *, sglang_version: str | None = None) -> tuple[s
     return (flag.lstrip("-").replace("-", "_"),)
 
 
-@dataclass(frozen=True, slots=True)
-class KnobResolution:
-    """One flag knob's value and where the running server reports it."""
-
-    knob: str
-    flag: str
-    value: KnobValue
-    server_info_keys: tuple[str, ...]
-
-
 def resolve_flag_knob(
     knob: str,
     flag: str,
@@ -334,38 +313,6 @@ def resolve_flag_knob(
         else server_info_keys(flag, sglang_version=sglang_version)
     )
     return KnobResolution(knob=knob, flag=flag, value=value, server_info_keys=keys)
-
-
-@dataclass(frozen=True, slots=True)
-class EnvKnob:
-    """One environment knob; ``value`` None means the variable must be absent."""
-
-    knob: str
-    name: str
-    value: KnobValue
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDifference:
-    """A knob whose running value is not the asked one; ``where`` is its source."""
-
-    knob: str
-    where: str
-    expected: Any
-    actual: Any
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigCheck:
-    """Mismatches fail a trial; ``overridden`` (SGLang forced the value) are only warnings."""
-
-    mismatches: tuple[ConfigDifference, ...]
-    overridden: tuple[ConfigDifference, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.mismatches
 
 
 def _normalise(value: Any, key: str | None = None) -> Any:
@@ -466,7 +413,227 @@ def parse_proc_environ(data: bytes) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Readiness probe: a real generation
+# The HTTP dialects: the one place a request is written and an answer read
+# --------------------------------------------------------------------------------------------
+
+_ERROR_DETAIL_LIMIT = 500
+
+
+def _count(value: Any) -> int | None:
+    """A token count as the server wrote it (an int; a float is truncated), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    return None
+
+
+def _stream_payloads(
+    events: Sequence[tuple[float, str]],
+) -> tuple[list[tuple[float, dict[str, Any]]], bool]:
+    """JSON objects of the ``data:`` payloads and whether ``[DONE]`` came; ValueError on junk."""
+    payloads: list[tuple[float, dict[str, Any]]] = []
+    done = False
+    for arrival, data in events:
+        if data == "[DONE]":
+            done = True
+            continue
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            raise ValueError(f"stream event is not an object: {data[:200]}")
+        payloads.append((arrival, obj))
+    return payloads, done
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ResponseShapeError(f"response is not a JSON object: {str(data)[:200]}")
+    return data
+
+
+class ChatDialect:
+    """``/v1/chat/completions`` (OpenAI's chat API with SGLang's extensions: ``ignore_eos``,
+    ``reasoning_content`` when the server runs a reasoning parser, continuous usage stats)."""
+
+    api: ApiKind = "chat"
+
+    def request(self, ask: Generation) -> WireRequest:
+        body: dict[str, Any] = {}
+        if ask.model is not None:
+            body["model"] = ask.model
+        body["messages"] = [{"role": "user", "content": ask.prompt}]
+        body["max_tokens"] = ask.max_tokens
+        body["temperature"] = ask.temperature
+        if ask.ignore_eos is not None:
+            body["ignore_eos"] = ask.ignore_eos
+        body["stream"] = ask.stream
+        if ask.stream:
+            # The usage chunk is the only exact token count a chat stream gives.
+            options: dict[str, Any] = {"include_usage": True}
+            if ask.continuous_usage_stats:
+                options["continuous_usage_stats"] = True
+            body["stream_options"] = options
+        return WireRequest("/v1/chat/completions", body)
+
+    def parse_final(self, data: Any) -> Answer:
+        response = _object(data)
+        usage = response.get("usage")
+        tokens = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+        choices = response.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not isinstance(message, dict):
+            return Answer(None, None, None, tokens)
+        reasoning = message.get("reasoning_content")
+        return Answer(
+            content=message.get("content") or "",
+            reasoning_content=reasoning if isinstance(reasoning, str) else None,
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=tokens,
+        )
+
+    def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
+        parsed = StreamParse(TokenSource.TEXT_WEIGHTED)
+        try:
+            payloads, done = _stream_payloads(events)
+        except ValueError as exc:
+            return parsed.fail(ErrorKind.PROTOCOL, f"bad stream event: {exc}")
+        arrivals: list[float] = []
+        text_lengths: list[int] = []
+        cumulative_usage: list[int | None] = []
+        usage: dict[str, Any] | None = None
+        for arrival, obj in payloads:
+            if "error" in obj:
+                detail = json.dumps(obj["error"])[:_ERROR_DETAIL_LIMIT]
+                return parsed.fail(ErrorKind.SERVER_ERROR, detail)
+            parsed.response_id = parsed.response_id or obj.get("id")
+            chunk_usage = obj.get("usage")
+            if isinstance(chunk_usage, dict):
+                usage = chunk_usage
+            choices = obj.get("choices") or []
+            if not choices:
+                continue
+            choice = choices[0]
+            delta = choice.get("delta") or {}
+            content = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or ""
+            parsed.content_parts.append(content)
+            parsed.reasoning_parts.append(reasoning)
+            arrivals.append(arrival)
+            text_lengths.append(len(content) + len(reasoning))
+            per_chunk = (
+                chunk_usage.get("completion_tokens") if isinstance(chunk_usage, dict) else None
+            )
+            cumulative_usage.append(per_chunk if isinstance(per_chunk, int) else None)
+            if choice.get("finish_reason") is not None:
+                parsed.finish_reason = choice["finish_reason"]
+        if usage is None or not isinstance(usage.get("completion_tokens"), int):
+            return parsed.fail(ErrorKind.PROTOCOL, "no usage in stream (include_usage ignored?)")
+        parsed.completion_tokens = int(usage["completion_tokens"])
+        parsed.prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            parsed.cached_tokens = details.get("cached_tokens")
+        if arrivals and all(c is not None for c in cumulative_usage):
+            parsed.token_source = TokenSource.USAGE_PER_CHUNK
+            seen = 0
+            for arrival, cumulative in zip(arrivals, cumulative_usage, strict=True):
+                assert cumulative is not None
+                parsed.chunks.append(Chunk(arrival, max(cumulative - seen, 0)))
+                seen = max(seen, cumulative)
+        else:
+            tokens = spread_by_weight(parsed.completion_tokens, text_lengths)
+            parsed.chunks = [Chunk(a, k) for a, k in zip(arrivals, tokens, strict=True)]
+        if parsed.finish_reason == "abort":
+            return parsed.fail(ErrorKind.ABORTED, "finish_reason abort")
+        if parsed.finish_reason is None or not done:
+            return parsed.fail(ErrorKind.CONNECTION, f"stream ended early (done={done})")
+        return parsed
+
+
+class GenerateDialect:
+    """SGLang's native ``/generate``: no chat template; ``meta_info`` carries the exact
+    cumulative token count of every chunk and, finished, the speculative-decoding counters."""
+
+    api: ApiKind = "generate"
+
+    def request(self, ask: Generation) -> WireRequest:
+        params: dict[str, Any] = {"max_new_tokens": ask.max_tokens, "temperature": ask.temperature}
+        if ask.ignore_eos is not None:
+            params["ignore_eos"] = ask.ignore_eos
+        # /generate takes no model name; usage per chunk is always there (meta_info).
+        return WireRequest(
+            "/generate", {"text": ask.prompt, "sampling_params": params, "stream": ask.stream}
+        )
+
+    def parse_final(self, data: Any) -> Answer:
+        """``meta_info.finish_reason`` is an object (``{"type": "length", "length": N}``),
+        reduced here to its type."""
+        response = _object(data)
+        meta = response.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        finish = meta.get("finish_reason")
+        text = response.get("text")
+        return Answer(
+            content=text if isinstance(text, str) else None,
+            reasoning_content=None,
+            finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+            completion_tokens=_count(meta.get("completion_tokens")),
+        )
+
+    def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
+        parsed = StreamParse(TokenSource.META_INFO)
+        try:
+            payloads, done = _stream_payloads(events)
+        except ValueError as exc:
+            return parsed.fail(ErrorKind.PROTOCOL, f"bad stream event: {exc}")
+        seen = 0
+        generated = ""
+        meta: dict[str, Any] = {}
+        for arrival, obj in payloads:
+            if "error" in obj:
+                detail = json.dumps(obj["error"])[:_ERROR_DETAIL_LIMIT]
+                return parsed.fail(ErrorKind.SERVER_ERROR, detail)
+            text = obj.get("text")
+            if isinstance(text, str):
+                # Cumulative by default; incremental output is tolerated too.
+                generated = text if text.startswith(generated) else generated + text
+                parsed.content_parts[:] = [generated]
+            meta = obj.get("meta_info") or {}
+            cumulative = meta.get("completion_tokens")
+            if not isinstance(cumulative, int):
+                return parsed.fail(ErrorKind.PROTOCOL, "meta_info.completion_tokens missing")
+            parsed.chunks.append(Chunk(arrival, max(cumulative - seen, 0)))
+            seen = max(seen, cumulative)
+        parsed.completion_tokens = seen
+        parsed.prompt_tokens = meta.get("prompt_tokens")
+        parsed.cached_tokens = meta.get("cached_tokens")
+        parsed.response_id = meta.get("id")
+        if meta.get("spec_verify_ct") is not None:
+            parsed.spec_verify_ct = int(meta["spec_verify_ct"])
+        if meta.get("spec_accept_length") is not None:
+            parsed.spec_accept_length = float(meta["spec_accept_length"])
+        finish = meta.get("finish_reason")
+        parsed.finish_reason = finish.get("type") if isinstance(finish, dict) else finish
+        if parsed.finish_reason == "abort":
+            return parsed.fail(ErrorKind.ABORTED, json.dumps(finish)[:_ERROR_DETAIL_LIMIT])
+        if parsed.finish_reason is None:
+            return parsed.fail(ErrorKind.CONNECTION, f"stream ended without finish (done={done})")
+        return parsed
+
+
+_DIALECTS: dict[ApiKind, Dialect] = {"chat": ChatDialect(), "generate": GenerateDialect()}
+
+
+def dialect(api: ApiKind) -> Dialect:
+    """SGLang's dialect for one of its HTTP APIs."""
+    return _DIALECTS[api]
+
+
+# --------------------------------------------------------------------------------------------
+# Readiness probe: a real generation, and the model name the benchmark sends
 # --------------------------------------------------------------------------------------------
 
 PROBE_PROMPT = "Count from one to five."
@@ -482,61 +649,85 @@ def build_probe_request(
     api: ApiKind, model: str | None, *, max_tokens: int = PROBE_MAX_TOKENS
 ) -> ProbeRequest:
     """A small deterministic generation (temperature 0), not streamed: usage counts the tokens."""
-    if api == "chat":
-        body: dict[str, Any] = {
-            "messages": [{"role": "user", "content": PROBE_PROMPT}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "stream": False,
-        }
-        if model:
-            body["model"] = model
-        return ProbeRequest("/v1/chat/completions", body)
-    return ProbeRequest(
-        "/generate",
-        {
-            "text": PROBE_PROMPT,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
-            "stream": False,
-        },
+    request = dialect(api).request(
+        Generation(PROBE_PROMPT, max_tokens, temperature=0, stream=False, model=model or None)
     )
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    return 0
+    return ProbeRequest(request.path, request.body)
 
 
 def probe_generated_tokens(api: ApiKind, response: Any) -> int:
-    """Tokens the probe generated, from ``usage`` / ``meta_info`` (never counted by chunks)."""
-    if api == "chat":
-        if not isinstance(response, dict):
-            return 0
-        usage = response.get("usage")
-        return _as_int(usage.get("completion_tokens")) if isinstance(usage, dict) else 0
-    items = response if isinstance(response, list) else [response]
-    total = 0
-    for item in items:
-        if isinstance(item, dict) and isinstance(item.get("meta_info"), dict):
-            total += _as_int(item["meta_info"].get("completion_tokens"))
-    return total
+    """Tokens the probe generated, from ``usage`` / ``meta_info`` (never counted by chunks);
+    0 for any shape that does not say (a ``/generate`` batch answer sums its items)."""
+    items = response if api == "generate" and isinstance(response, list) else [response]
+    reader = dialect(api)
+    return sum(
+        reader.parse_final(item).completion_tokens or 0 for item in items if isinstance(item, dict)
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
-    """One probe: ``ok`` only when HTTP 200 and tokens were generated."""
+# SGLang's defaults: the served name is --served-model-name, else the --model-path as given.
+_SERVED_NAME_FLAGS = ("--served-model-name",)
+_MODEL_PATH_FLAGS = ("--model-path", "--model")
 
-    ok: bool
-    tokens: int
-    status: int | None
-    elapsed_s: float
-    error: str | None = None
-    excerpt: str = ""
+
+def _last_value(argv: Sequence[str], flags: Sequence[str]) -> tuple[str, str] | None:
+    """The last ``--flag value`` / ``--flag=value`` of ``flags`` in argv (argparse's winner)."""
+    found: tuple[str, str] | None = None
+    for index, word in enumerate(argv):
+        name, sep, value = word.partition("=")
+        if name not in flags:
+            continue
+        if sep:
+            found = (name, value)
+        elif index + 1 < len(argv):
+            found = (name, argv[index + 1])
+    return found
+
+
+def served_model(argv: Sequence[str]) -> ServedModel | None:
+    """The model name an SGLang command line serves, or None when it names no model (a
+    wrapper script, say): ``--served-model-name``, else the ``--model-path`` itself."""
+    for flags in (_SERVED_NAME_FLAGS, _MODEL_PATH_FLAGS):
+        found = _last_value(argv, flags)
+        if found is not None:
+            return ServedModel(name=found[1], flag=found[0])
+    return None
+
+
+async def served_models(
+    session: aiohttp.ClientSession, base_url: str, timeout: float
+) -> tuple[str, ...] | None:
+    """The model ids ``/v1/models`` lists (it answers before warm-up), or None when the server
+    does not answer it or lists none: then nothing is known."""
+    try:
+        async with session.get(
+            base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            if response.status != 200:
+                return None
+            body = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    names = tuple(
+        item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)
+    )
+    return names or None
+
+
+def model_difference(model: str, served: Sequence[str]) -> ConfigDifference | None:
+    """The mismatch of the benchmark's model name against what the server lists, if any."""
+    if model in served:
+        return None
+    return ConfigDifference(
+        "model",
+        "/v1/models",
+        model,
+        list(served),
+        "the benchmark's model name (server.model) is not one the server serves",
+    )
 
 
 async def probe_generation(
@@ -547,9 +738,25 @@ async def probe_generation(
     timeout: float,
 ) -> ProbeResult:
     """Ask the server for a real generation; connection errors are results, not exceptions,
-    because the caller probes repeatedly while the server loads."""
-    request = build_probe_request(api, model)
+    because the caller probes repeatedly while the server loads.
+
+    On the chat API the name sent as ``model`` is first checked against ``/v1/models``: a
+    server that does not serve it is a config mismatch no later probe cures.
+    """
     started = time.monotonic()
+    if api == "chat" and model:
+        served = await served_models(session, base_url, timeout)
+        mismatch = None if served is None else model_difference(model, served)
+        if mismatch is not None:
+            return ProbeResult(
+                ok=False,
+                tokens=0,
+                status=None,
+                elapsed_s=time.monotonic() - started,
+                error=f"model {model!r} is not served (served: {', '.join(mismatch.actual)})",
+                model_mismatch=mismatch,
+            )
+    request = build_probe_request(api, model)
     try:
         async with session.post(
             base_url.rstrip("/") + request.path,
@@ -587,30 +794,6 @@ async def probe_generation(
 _NOT_ARGS = frozenset({"internal_states", "version", "launch_command", "startup_time"})
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """What exactly ran a trial: stored with it so a result can be traced and repeated."""
-
-    sglang_version: str | None
-    model_path: str | None
-    server_args: Mapping[str, Any]
-    launch_command: str | None
-    gpus: tuple[GpuIdentity, ...]
-    exec_start: tuple[str, ...]
-    environment: Mapping[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sglang_version": self.sglang_version,
-            "model_path": self.model_path,
-            "server_args": dict(self.server_args),
-            "launch_command": self.launch_command,
-            "gpus": [{"name": g.name, "driver_version": g.driver_version} for g in self.gpus],
-            "exec_start": list(self.exec_start),
-            "environment": dict(self.environment),
-        }
-
-
 def build_provenance(
     server_info: Mapping[str, Any],
     gpus: Sequence[GpuIdentity],
@@ -630,3 +813,27 @@ def build_provenance(
         exec_start=tuple(exec_start),
         environment=dict(environment),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The engine object
+# --------------------------------------------------------------------------------------------
+
+
+class Sglang:
+    """SGLang as an ``orchestrator.engine.Engine``: the functions above, behind the seam
+    (mypy checks them against the protocol where ``SGLANG`` is declared)."""
+
+    name = "sglang"
+    dialect = staticmethod(dialect)
+    parse_log_line = staticmethod(parse_log_line)
+    classify_failure = staticmethod(classify_failure)
+    resolve_flag_knob = staticmethod(resolve_flag_knob)
+    check_server_config = staticmethod(check_server_config)
+    served_model = staticmethod(served_model)
+    served_models = staticmethod(served_models)
+    probe_generation = staticmethod(probe_generation)
+    build_provenance = staticmethod(build_provenance)
+
+
+SGLANG: Engine = Sglang()

@@ -12,9 +12,10 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from orchestrator.bench.client import BenchClient
+from orchestrator.bench.http1 import base_url_from_user
 from orchestrator.bench.matrix import FLAG_ERRORS, PointResult, QualityThresholds, run_point
 from orchestrator.bench.problems import (
     Problem,
@@ -25,7 +26,7 @@ from orchestrator.bench.problems import (
 )
 from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.log import get_logger
-from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind
 
 if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult
@@ -50,11 +51,15 @@ def _non_negative_int(text: str) -> int:
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the bench options to ``parser`` (the ``bench`` subcommand or a standalone one)."""
-    parser.add_argument("--url", required=True, help="server base URL, e.g. http://host:30000")
+    parser.add_argument(
+        "--url",
+        required=True,
+        help="server base URL, e.g. http://host:30000 (host:port means http://host:port)",
+    )
     parser.add_argument("--model", required=True, help="served model name (chat API 'model')")
     parser.add_argument(
         "--api",
-        choices=("chat", "generate"),
+        choices=get_args(ApiKind),
         default="chat",
         help="chat: /v1/chat/completions; generate: SGLang /generate (gives per-request "
         "accept length in meta_info)",
@@ -299,6 +304,11 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``orchestrator bench``: exit 0 ok, 1 failed, 2 bad input."""
     if args.temperature < 0 or args.request_timeout <= 0:
         print("bench: --temperature must be >= 0 and --request-timeout > 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        args.url = base_url_from_user(args.url)
+    except ValueError as exc:
+        print(f"bench: --url: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     problems: list[Problem] | None = None
     if args.coding and (args.problems is not None or args.problem_ids):

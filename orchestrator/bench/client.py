@@ -19,17 +19,41 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 import aiohttp
 
 from orchestrator.bench.http1 import ConnectTimeoutError, Http1Pool, HttpConnectionError
 from orchestrator.bench.stats import spread_gaps
+from orchestrator.engine import (
+    Answer,
+    Chunk,
+    Dialect,
+    ErrorKind,
+    Generation,
+    StreamParse,
+    TokenSource,
+    spread_by_weight,
+)
 from orchestrator.log import get_logger
+from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
 
 Phase = Literal["calibration", "warmup", "measured", "probe"]
+
+__all__ = [
+    "BenchClient",
+    "Chunk",
+    "ErrorKind",
+    "Phase",
+    "RawExchange",
+    "RequestRecord",
+    "TokenSource",
+    "parse_exchange",
+    "read_exchange",
+    "split_sse_events",
+    "spread_by_weight",
+]
 
 
 def _log() -> Any:
@@ -38,34 +62,6 @@ def _log() -> Any:
 
 
 _ERROR_BODY_LIMIT = 2000
-
-
-class ErrorKind(StrEnum):
-    """Why a request failed; one class per cause an operator would act on differently."""
-
-    TIMEOUT = "timeout"  # no complete answer within request_timeout
-    HTTP_STATUS = "http-status"  # non-200 answer
-    CONNECTION = "connection"  # refused, reset, or the stream ended before its end marker
-    ABORTED = "aborted"  # the server finished the request with finish reason ``abort``
-    SERVER_ERROR = "server-error"  # an ``error`` object inside the stream
-    PROTOCOL = "protocol"  # unparseable stream, or no token counts where they must be
-
-
-class TokenSource(StrEnum):
-    """Where a record's per-chunk token counts came from (exact, or estimated)."""
-
-    META_INFO = "meta_info"  # /generate: cumulative meta_info.completion_tokens per chunk
-    USAGE_PER_CHUNK = "usage-per-chunk"  # chat with continuous usage stats: exact
-    TEXT_WEIGHTED = "text-weighted"  # chat: usage total spread over chunks by text length
-    NONE = "none"  # no counts (failed request)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One streamed event: when its last byte arrived and how many tokens it carried."""
-
-    arrival: float
-    tokens: int
 
 
 @dataclass
@@ -199,28 +195,7 @@ def split_sse_events(blocks: Sequence[tuple[float, bytes]]) -> list[tuple[float,
     return events
 
 
-def spread_by_weight(total: int, weights: Sequence[int]) -> list[int]:
-    """Integers summing to ``total`` proportional to ``weights`` (largest remainder).
-
-    Every positive weight gets at least one token when ``total`` allows it: a chunk that
-    carried text carried at least one token.
-    """
-    n_positive = sum(1 for w in weights if w > 0)
-    if total <= 0 or n_positive == 0:
-        return [0] * len(weights)
-    base = [1 if w > 0 else 0 for w in weights] if total >= n_positive else [0] * len(weights)
-    remaining = total - sum(base)
-    weight_sum = sum(w for w in weights if w > 0)
-    shares = [remaining * w / weight_sum if w > 0 else 0.0 for w in weights]
-    result = [b + int(s) for b, s in zip(base, shares, strict=True)]
-    leftover = total - sum(result)
-    order = sorted(range(len(weights)), key=lambda i: shares[i] - int(shares[i]), reverse=True)
-    for i in order[:leftover]:
-        result[i] += 1
-    return result
-
-
-def _record_from_raw(raw: RawExchange, chunks: list[Chunk], source: TokenSource) -> RequestRecord:
+def _record(raw: RawExchange, parsed: StreamParse) -> RequestRecord:
     return RequestRecord(
         label=raw.label,
         phase=raw.phase,
@@ -229,132 +204,35 @@ def _record_from_raw(raw: RawExchange, chunks: list[Chunk], source: TokenSource)
         ignore_eos=raw.ignore_eos,
         send_time=raw.send_time,
         end_time=raw.end_time,
-        chunks=chunks,
-        token_source=source,
+        chunks=parsed.chunks,
+        token_source=parsed.token_source,
+        prompt_tokens=parsed.prompt_tokens,
+        completion_tokens=parsed.completion_tokens,
+        cached_tokens=parsed.cached_tokens,
+        finish_reason=parsed.finish_reason,
+        response_id=parsed.response_id,
+        spec_verify_ct=parsed.spec_verify_ct,
+        spec_accept_length=parsed.spec_accept_length,
         http_status=raw.http_status,
-        error=raw.error,
-        error_detail=raw.error_detail,
+        error=raw.error if raw.error is not None else parsed.error,
+        error_detail=raw.error_detail if raw.error is not None else parsed.error_detail,
     )
 
 
-def _fail(record: RequestRecord, kind: ErrorKind, detail: str) -> RequestRecord:
-    if record.error is None:
-        record.error = kind
-        record.error_detail = detail
-    return record
-
-
-def _decode_events(raw: RawExchange) -> tuple[list[tuple[float, dict[str, Any]]], bool]:
-    """JSON payloads and whether the ``[DONE]`` marker arrived; raises ValueError on junk."""
-    payloads: list[tuple[float, dict[str, Any]]] = []
-    done = False
-    for arrival, data in split_sse_events(raw.blocks):
-        if data == "[DONE]":
-            done = True
-            continue
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise ValueError(f"stream event is not an object: {data[:200]}")
-        payloads.append((arrival, obj))
-    return payloads, done
-
-
-def _parse_generate(raw: RawExchange) -> RequestRecord:
-    record = _record_from_raw(raw, [], TokenSource.META_INFO)
+def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[RequestRecord, Answer]:
+    """A raw exchange read by its API's dialect: the record (token counts per chunk, finish,
+    ids, error class) and the streamed text as an answer. A request that failed on the wire
+    is not parsed (its record has no counts)."""
     if raw.error is not None:
-        record.token_source = TokenSource.NONE
-        return record
-    try:
-        payloads, done = _decode_events(raw)
-    except ValueError as exc:
-        return _fail(record, ErrorKind.PROTOCOL, f"bad stream event: {exc}")
-    seen = 0
-    meta: dict[str, Any] = {}
-    for arrival, obj in payloads:
-        if "error" in obj:
-            return _fail(record, ErrorKind.SERVER_ERROR, json.dumps(obj["error"])[:500])
-        meta = obj.get("meta_info") or {}
-        cumulative = meta.get("completion_tokens")
-        if not isinstance(cumulative, int):
-            return _fail(record, ErrorKind.PROTOCOL, "meta_info.completion_tokens missing")
-        record.chunks.append(Chunk(arrival, max(cumulative - seen, 0)))
-        seen = max(seen, cumulative)
-    record.completion_tokens = seen
-    record.prompt_tokens = meta.get("prompt_tokens")
-    record.cached_tokens = meta.get("cached_tokens")
-    record.response_id = meta.get("id")
-    if meta.get("spec_verify_ct") is not None:
-        record.spec_verify_ct = int(meta["spec_verify_ct"])
-    if meta.get("spec_accept_length") is not None:
-        record.spec_accept_length = float(meta["spec_accept_length"])
-    finish = meta.get("finish_reason")
-    record.finish_reason = finish.get("type") if isinstance(finish, dict) else finish
-    if record.finish_reason == "abort":
-        return _fail(record, ErrorKind.ABORTED, json.dumps(finish)[:500])
-    if record.finish_reason is None:
-        return _fail(record, ErrorKind.CONNECTION, f"stream ended without finish (done={done})")
-    return record
-
-
-def _parse_chat(raw: RawExchange) -> RequestRecord:
-    record = _record_from_raw(raw, [], TokenSource.TEXT_WEIGHTED)
-    if raw.error is not None:
-        record.token_source = TokenSource.NONE
-        return record
-    try:
-        payloads, done = _decode_events(raw)
-    except ValueError as exc:
-        return _fail(record, ErrorKind.PROTOCOL, f"bad stream event: {exc}")
-    arrivals: list[float] = []
-    text_lengths: list[int] = []
-    cumulative_usage: list[int | None] = []
-    usage: dict[str, Any] | None = None
-    for arrival, obj in payloads:
-        if "error" in obj:
-            return _fail(record, ErrorKind.SERVER_ERROR, json.dumps(obj["error"])[:500])
-        record.response_id = record.response_id or obj.get("id")
-        chunk_usage = obj.get("usage")
-        if isinstance(chunk_usage, dict):
-            usage = chunk_usage
-        choices = obj.get("choices") or []
-        if not choices:
-            continue
-        choice = choices[0]
-        delta = choice.get("delta") or {}
-        length = len(delta.get("content") or "") + len(delta.get("reasoning_content") or "")
-        arrivals.append(arrival)
-        text_lengths.append(length)
-        per_chunk = chunk_usage.get("completion_tokens") if isinstance(chunk_usage, dict) else None
-        cumulative_usage.append(per_chunk if isinstance(per_chunk, int) else None)
-        if choice.get("finish_reason") is not None:
-            record.finish_reason = choice["finish_reason"]
-    if usage is None or not isinstance(usage.get("completion_tokens"), int):
-        return _fail(record, ErrorKind.PROTOCOL, "no usage in stream (include_usage ignored?)")
-    record.completion_tokens = int(usage["completion_tokens"])
-    record.prompt_tokens = usage.get("prompt_tokens")
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict):
-        record.cached_tokens = details.get("cached_tokens")
-    if arrivals and all(c is not None for c in cumulative_usage):
-        record.token_source = TokenSource.USAGE_PER_CHUNK
-        seen = 0
-        for arrival, cumulative in zip(arrivals, cumulative_usage, strict=True):
-            assert cumulative is not None
-            record.chunks.append(Chunk(arrival, max(cumulative - seen, 0)))
-            seen = max(seen, cumulative)
+        parsed = StreamParse(TokenSource.NONE)
     else:
-        tokens = spread_by_weight(record.completion_tokens, text_lengths)
-        record.chunks = [Chunk(a, k) for a, k in zip(arrivals, tokens, strict=True)]
-    if record.finish_reason == "abort":
-        return _fail(record, ErrorKind.ABORTED, "finish_reason abort")
-    if record.finish_reason is None or not done:
-        return _fail(record, ErrorKind.CONNECTION, f"stream ended early (done={done})")
-    return record
+        parsed = (reader or dialect(raw.api)).parse_stream(split_sse_events(raw.blocks))
+    return _record(raw, parsed), parsed.answer()
 
 
-def parse_exchange(raw: RawExchange) -> RequestRecord:
+def parse_exchange(raw: RawExchange, reader: Dialect | None = None) -> RequestRecord:
     """Turn a raw exchange into a record: token counts per chunk, finish, ids, error class."""
-    return _parse_generate(raw) if raw.api == "generate" else _parse_chat(raw)
+    return read_exchange(raw, reader)[0]
 
 
 # --------------------------------------------------------------------------- I/O
@@ -382,11 +260,13 @@ class BenchClient:
         connect_timeout: float = 10.0,
         continuous_usage_stats: bool = False,
         extra_body: dict[str, Any] | None = None,
+        reader: Dialect | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.api: ApiKind = api
+        self.dialect: Dialect = reader or dialect(api)
         self.model = model
         self.concurrency = concurrency
         self.request_timeout = request_timeout
@@ -425,33 +305,20 @@ class BenchClient:
         self, prompt: str, *, max_tokens: int, temperature: float, ignore_eos: bool
     ) -> tuple[str, dict[str, Any]]:
         """URL path and JSON body of one streamed request."""
-        if self.api == "generate":
-            body: dict[str, Any] = {
-                "text": prompt,
-                "sampling_params": {
-                    "max_new_tokens": max_tokens,
-                    "temperature": temperature,
-                    "ignore_eos": ignore_eos,
-                },
-                "stream": True,
-            }
-            path = "/generate"
-        else:
-            stream_options: dict[str, Any] = {"include_usage": True}
-            if self.continuous_usage_stats:
-                stream_options["continuous_usage_stats"] = True
-            body = {
-                "model": self.model,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "ignore_eos": ignore_eos,
-                "stream": True,
-                "stream_options": stream_options,
-            }
-            path = "/v1/chat/completions"
+        request = self.dialect.request(
+            Generation(
+                prompt,
+                max_tokens,
+                temperature,
+                stream=True,
+                model=self.model,
+                ignore_eos=ignore_eos,
+                continuous_usage_stats=self.continuous_usage_stats,
+            )
+        )
+        body = dict(request.body)
         body.update(self.extra_body)
-        return path, body
+        return request.path, body
 
     async def stream(
         self,
@@ -527,7 +394,7 @@ class BenchClient:
             label=label,
             phase=phase,
         )
-        return parse_exchange(raw)
+        return parse_exchange(raw, self.dialect)
 
     async def scrape_metrics(self, *, timeout: float = 10.0) -> str | None:
         """The Prometheus ``/metrics`` text, or None when the server has none (no

@@ -20,18 +20,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import aiohttp
 
-from orchestrator.bench.client import Phase, RawExchange, parse_exchange, split_sse_events
+from orchestrator.bench.client import Phase, RawExchange, read_exchange
 from orchestrator.bench.problems import Problem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
+from orchestrator.engine import Answer, Dialect, Generation
 from orchestrator.log import get_logger
+from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
 
 _log = get_logger(component="coding")
-
 
 
 class Outcome(StrEnum):
@@ -277,13 +278,23 @@ def classify_answer(
 
 @dataclass(frozen=True)
 class Completion:
-    """One finished (non-streamed) generation."""
+    """One finished generation and how long it took."""
 
     content: str
     reasoning_content: str | None
     finish_reason: str | None
     completion_tokens: int | None
     elapsed_s: float
+
+    @classmethod
+    def of(cls, answer: Answer, elapsed_s: float) -> Completion:
+        return cls(
+            content=answer.content or "",
+            reasoning_content=answer.reasoning_content,
+            finish_reason=answer.finish_reason,
+            completion_tokens=answer.completion_tokens,
+            elapsed_s=elapsed_s,
+        )
 
 
 class CompletionError(RuntimeError):
@@ -314,6 +325,7 @@ class HttpCompleter:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api = api
+        self.dialect: Dialect = dialect(api)
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
 
@@ -337,74 +349,26 @@ class HttpCompleter:
     async def __call__(self, prompt: str, max_tokens: int, temperature: float) -> Completion:
         if self._session is None:
             raise RuntimeError("HttpCompleter used outside `async with`")
-        if self.api == "chat":
-            url = f"{self.base_url}/v1/chat/completions"
-            payload: dict[str, Any] = {
-                "model": self.model,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "stream": False,
-            }
-        else:
-            url = f"{self.base_url}/generate"
-            payload = {
-                "text": prompt,
-                "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature},
-                "stream": False,
-            }
+        request = self.dialect.request(
+            Generation(prompt, max_tokens, temperature, stream=False, model=self.model)
+        )
         started = time.monotonic()
-        async with self._session.post(url, json=payload) as response:
+        async with self._session.post(self.base_url + request.path, json=request.body) as response:
             body = await response.text()
             if response.status != 200:
                 raise CompletionError("request failed", status=response.status, body=body)
         elapsed = time.monotonic() - started
         try:
-            data = _json_object(body)
-            if self.api == "chat":
-                return parse_chat_completion(data, elapsed)
-            return parse_generate_response(data, elapsed)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            answer = self.dialect.parse_final(json.loads(body))
+        except ValueError as exc:
             raise CompletionError(
                 f"unexpected response shape: {exc!r}", status=200, body=body
             ) from exc
-
-
-def _json_object(body: str) -> dict[str, Any]:
-    data = json.loads(body)
-    if not isinstance(data, dict):
-        raise ValueError("response is not a JSON object")
-    return data
-
-
-def parse_chat_completion(data: dict[str, Any], elapsed_s: float) -> Completion:
-    """A non-streamed `/v1/chat/completions` response (reasoning in its own field when the
-    server runs a reasoning parser)."""
-    choice = data["choices"][0]
-    message = choice["message"]
-    usage = data.get("usage") or {}
-    return Completion(
-        content=message.get("content") or "",
-        reasoning_content=message.get("reasoning_content"),
-        finish_reason=choice.get("finish_reason"),
-        completion_tokens=usage.get("completion_tokens"),
-        elapsed_s=elapsed_s,
-    )
-
-
-def parse_generate_response(data: dict[str, Any], elapsed_s: float) -> Completion:
-    """A non-streamed SGLang `/generate` response; `meta_info.finish_reason` is an object
-    (`{"type": "length", "length": N}`), reduced here to its type."""
-    meta = data.get("meta_info") or {}
-    finish = meta.get("finish_reason")
-    finish_type = finish.get("type") if isinstance(finish, dict) else finish
-    return Completion(
-        content=data["text"],
-        reasoning_content=None,
-        finish_reason=finish_type,
-        completion_tokens=meta.get("completion_tokens"),
-        elapsed_s=elapsed_s,
-    )
+        if answer.content is None:
+            raise CompletionError(
+                "unexpected response shape: no answer text", status=200, body=body
+            )
+        return Completion.of(answer, elapsed)
 
 
 @runtime_checkable
@@ -413,6 +377,9 @@ class StreamingClient(Protocol):
 
     @property
     def api(self) -> ApiKind: ...
+
+    @property
+    def dialect(self) -> Dialect: ...
 
     async def stream(
         self,
@@ -443,49 +410,13 @@ class BenchClientCompleter:
             label="coding",
             phase="probe",
         )
-        record = parse_exchange(raw)
+        record, answer = read_exchange(raw, self.client.dialect)
         if record.error is not None:
             raise CompletionError(
                 f"{record.error.value}: {record.error_detail}", status=record.http_status
             )
-        try:
-            content, reasoning = _stream_text(raw)
-        except (ValueError, TypeError) as exc:
-            raise CompletionError(f"unexpected stream event: {exc!r}") from exc
         end = raw.end_time if raw.end_time is not None else raw.send_time
-        return Completion(
-            content=content,
-            reasoning_content=reasoning,
-            finish_reason=record.finish_reason,
-            completion_tokens=record.completion_tokens,
-            elapsed_s=end - raw.send_time,
-        )
-
-
-def _stream_text(raw: RawExchange) -> tuple[str, str | None]:
-    """(content, reasoning_content) of a streamed chat or /generate exchange."""
-    content: list[str] = []
-    reasoning: list[str] = []
-    generated = ""
-    for _, data in split_sse_events(raw.blocks):
-        if data == "[DONE]":
-            continue
-        event = json.loads(data)
-        if not isinstance(event, dict):
-            raise ValueError(f"stream event is not an object: {data[:100]}")
-        if raw.api == "generate":
-            text = event.get("text") or ""
-            # SGLang streams cumulative text by default; tolerate incremental output too.
-            generated = text if text.startswith(generated) else generated + text
-            continue
-        for choice in event.get("choices") or []:
-            delta = choice.get("delta") or {}
-            content.append(delta.get("content") or "")
-            reasoning.append(delta.get("reasoning_content") or "")
-    if raw.api == "generate":
-        return generated, None
-    reasoning_text = "".join(reasoning)
-    return "".join(content), reasoning_text or None
+        return Completion.of(answer, end - raw.send_time)
 
 
 # --------------------------------------------------------------------------------------------

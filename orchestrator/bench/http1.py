@@ -104,6 +104,16 @@ def parse_base_url(url: str) -> Endpoint:
     )
 
 
+def base_url_from_user(text: str) -> str:
+    """A base URL as a person types it: without a scheme it is ``http://`` (``host:port``);
+    anything ``parse_base_url`` cannot use is a ValueError naming the URL and why."""
+    url = text.strip()
+    if url and "://" not in url:
+        url = "http://" + url
+    parse_base_url(url)
+    return url.rstrip("/")
+
+
 def request_bytes(endpoint: Endpoint, path: str, body: bytes, *, accept: str) -> bytes:
     """The whole request, head and body, for one write. ``path`` is the caller's constant."""
     if not path.startswith("/") or _URL_FORBIDDEN.search(path) or not path.isascii():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -461,67 +460,6 @@ async def run_point(
     )
 
 
-PointHook = Callable[[PointSpec], Awaitable[None] | None]
-ResultHook = Callable[[PointResult], Awaitable[None] | None]
-
-
-async def _call(hook: Callable[[Any], Awaitable[None] | None] | None, value: Any) -> None:
-    if hook is None:
-        return
-    outcome = hook(value)
-    if inspect.isawaitable(outcome):
-        await outcome
-
-
-async def run_matrix(
-    client: BenchClient,
-    prompts: PromptFactory,
-    *,
-    contexts: Sequence[int],
-    concurrencies: Sequence[int],
-    rounds: int,
-    warmup_requests: int,
-    max_tokens: int,
-    temperature: float = 0.0,
-    ignore_eos: bool = True,
-    scrape_metrics: bool = False,
-    thresholds: QualityThresholds | None = None,
-    before_point: PointHook | None = None,
-    on_point: ResultHook | None = None,
-) -> list[PointResult]:
-    """Every context x concurrency point in order; ``on_point`` sees each as it is measured
-    (the runner commits it there), ``before_point`` runs first (e.g. to take a cursor)."""
-    results: list[PointResult] = []
-    for context in contexts:
-        for concurrency in concurrencies:
-            spec = PointSpec(
-                context=context,
-                concurrency=concurrency,
-                rounds=rounds,
-                warmup_requests=warmup_requests,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                ignore_eos=ignore_eos,
-            )
-            await _call(before_point, spec)
-            point = await run_point(
-                client,
-                prompts,
-                context=context,
-                concurrency=concurrency,
-                rounds=rounds,
-                warmup_requests=warmup_requests,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                ignore_eos=ignore_eos,
-                scrape_metrics=scrape_metrics,
-                thresholds=thresholds,
-            )
-            await _call(on_point, point)
-            results.append(point)
-    return results
-
-
 __all__ = [
     "LoopLagMonitor",
     "PointMetrics",
@@ -529,7 +467,6 @@ __all__ = [
     "PointSpec",
     "QualityThresholds",
     "compute_metrics",
-    "run_matrix",
     "run_point",
     "steady_window",
 ]

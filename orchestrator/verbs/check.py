@@ -39,6 +39,10 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             flags=mapped_flags(knobs, sweep.server.extra_flags),
             gpus=host.gpus,
             command_timeout=sweep.timeouts.connect,
+            model=sweep.server.model,
+            api=sweep.benchmark.api,
+            base_url=str(host.base_url),
+            extra_flags=sweep.server.extra_flags,
         )
     finally:
         await transport.close()
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
     checks = asyncio.run(check_sweep_hosts(sweep))
-    ok = all(c.ok and not c.unknown_flags for c in checks)
+    ok = all(c.clean for c in checks)
     if args.json:
         emit_json({"sweep": sweep.name, "ok": ok, "hosts": [c.to_json() for c in checks]})
     else:

@@ -26,7 +26,6 @@ from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
     PointResult,
-    run_matrix,
     run_point,
 )
 from orchestrator.bench.prompts import PromptFactory, save_calibrations
@@ -310,32 +309,50 @@ async def test_hanging_and_failing_requests_are_errors(
     assert record.error is ErrorKind.HTTP_STATUS and record.http_status == 400
 
 
-async def test_run_matrix_calls_back_per_point_in_order(spec_server: SimServer) -> None:
-    seen: list[tuple[int, int]] = []
-    started: list[tuple[int, int]] = []
+async def test_run_point_marks_the_measured_phase_after_its_warmup(spec_server: SimServer) -> None:
+    """What the runner relies on, point after point on one client: ``before_measured`` runs
+    once per point, after every warm-up request ended and before the first measured one was
+    sent (so the journal window holds no warm-up), its value comes back as the point's
+    ``measured_marker``, /metrics is scraped around the measured phase, and the point's
+    document is JSON."""
+    marks: list[float] = []
 
-    async def on_point(point: PointResult) -> None:
+    async def mark() -> str:
         await asyncio.sleep(0)
-        seen.append((point.spec.context, point.spec.concurrency))
+        marks.append(time.monotonic())
+        return f"cursor-{len(marks)}"
 
+    order = [(60, 1), (60, 2), (120, 2)]
+    points: list[PointResult] = []
     async with _client(spec_server.url, "generate", 2) as client:
-        points = await run_matrix(
-            client,
-            PromptFactory(client),
-            contexts=[60, 120],
-            concurrencies=[1, 2],
-            rounds=1,
-            warmup_requests=1,
-            max_tokens=8,
-            before_point=lambda spec: started.append((spec.context, spec.concurrency)),
-            on_point=on_point,
-        )
-    order = [(60, 1), (60, 2), (120, 1), (120, 2)]
-    assert seen == started == order
+        prompts = PromptFactory(client)
+        for context, concurrency in order:
+            points.append(
+                await run_point(
+                    client,
+                    prompts,
+                    context=context,
+                    concurrency=concurrency,
+                    rounds=1,
+                    warmup_requests=2,
+                    max_tokens=8,
+                    scrape_metrics=True,
+                    before_measured=mark,
+                )
+            )
     assert [(p.spec.context, p.spec.concurrency) for p in points] == order
+    assert [p.measured_marker for p in points] == ["cursor-1", "cursor-2", "cursor-3"]
+    for point, marked in zip(points, marks, strict=True):
+        warm = [r for r in point.requests if r.phase == "warmup"]
+        measured = _measured(point)
+        assert len(warm) == 2 and len(measured) == point.spec.concurrency
+        assert all(r.end_time is not None and r.end_time <= marked for r in warm)
+        assert all(r.send_time >= marked for r in measured)
+        assert point.metrics_text_before and point.metrics_text_after
+        assert "sglang:generation_tokens_total" in point.metrics_text_after
     doc = points[0].to_dict()
     assert doc["invocation_id"] is None and doc["journal_cursor_start"] is None
-    assert len(doc["raw_requests"]) == 2
+    assert len(doc["raw_requests"]) == 3
     json.dumps(doc)
 
 
@@ -456,3 +473,41 @@ def test_bench_cli_coding_only(spec_server: SimServer) -> None:
     )
     assert bad.returncode == 2 and bad.stdout == ""
     assert "no_such_problem" in bad.stderr
+
+
+def _orchestrator_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``orchestrator bench ...`` through the real command's entry point, as a person runs it."""
+    argv = [sys.executable, "-m", "orchestrator.cli", "bench", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_bench_url_without_a_scheme_is_http(spec_server: SimServer) -> None:
+    bare = spec_server.url.removeprefix("http://")
+    assert "://" not in bare
+    done = _orchestrator_bench(
+        "--url", bare, "--model", MODEL, "--api", "generate", "--contexts", "60",
+        "--concurrency", "1", "--rounds", "1", "--max-tokens", "8", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    document = json.loads(done.stdout)
+    assert document["url"] == spec_server.url
+    (point,) = document["points"]
+    assert point["requests"] == 1 and point["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://127.0.0.1:30000", "scheme must be http or https"),
+        ("http://", "has no host"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://user:pw@127.0.0.1:30000", "credentials in the URL are not supported"),
+    ],
+)
+def test_bench_unusable_url_is_one_plain_line_and_exit_2(url: str, why: str) -> None:
+    done = _orchestrator_bench("--url", url, "--model", MODEL, "--json")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()  # one plain line, no traceback
+    assert line.startswith(f"bench: --url: base URL {url!r}") and why in line

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -259,6 +261,18 @@ def test_probe_requests_and_token_counts() -> None:
     assert probe_generated_tokens("generate", [{"meta_info": {"completion_tokens": 2}}] * 2) == 4
 
 
+@contextlib.asynccontextmanager
+async def _serving(app: web.Application) -> AsyncIterator[str]:
+    """``app`` on a free loopback port for the length of the block; yields its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_probe_generation_against_a_real_http_server() -> None:
     seen: list[dict[str, object]] = []
     answer = {"tokens": 0}
@@ -273,13 +287,7 @@ async def test_probe_generation_against_a_real_http_server() -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/generate", generate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    base = f"http://127.0.0.1:{port}"
-    try:
+    async with _serving(app) as base:
         async with aiohttp.ClientSession() as session:
             empty = await probe_generation(session, base, "chat", "m", timeout=5)
             assert not empty.ok and empty.error == "no tokens generated"
@@ -289,11 +297,41 @@ async def test_probe_generation_against_a_real_http_server() -> None:
             loading = await probe_generation(session, base, "generate", None, timeout=5)
             assert not loading.ok and loading.status == 503 and "loading" in loading.excerpt
         assert seen[0]["temperature"] == 0
-    finally:
-        await runner.cleanup()
     async with aiohttp.ClientSession() as session:
         refused = await probe_generation(session, base, "chat", "m", timeout=2)
     assert not refused.ok and refused.status is None and refused.error
+
+
+async def test_probe_checks_the_model_name_against_v1_models() -> None:
+    """The name the benchmark sends must be one the server lists: a mismatch is reported with
+    its evidence and no generation is asked for; the generate API sends no name."""
+    posted: list[str] = []
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "kimi-k2.6"}]})
+
+    async def chat(request: web.Request) -> web.Response:
+        posted.append(str((await request.json()).get("model")))
+        return web.json_response({"usage": {"completion_tokens": 3}})
+
+    async def generate(_request: web.Request) -> web.Response:
+        return web.json_response({"text": "1 2 3", "meta_info": {"completion_tokens": 3}})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/generate", generate)
+    async with _serving(app) as base, aiohttp.ClientSession() as session:
+        wrong = await probe_generation(session, base, "chat", "kimi-k2", timeout=5)
+        served = await probe_generation(session, base, "chat", "kimi-k2.6", timeout=5)
+        native = await probe_generation(session, base, "generate", "kimi-k2", timeout=5)
+    assert not wrong.ok and wrong.model_mismatch is not None
+    assert (wrong.model_mismatch.where, wrong.model_mismatch.expected) == ("/v1/models", "kimi-k2")
+    assert wrong.model_mismatch.actual == ["kimi-k2.6"]
+    assert wrong.error == "model 'kimi-k2' is not served (served: kimi-k2.6)"
+    assert served.ok and served.model_mismatch is None
+    assert native.ok and native.tokens == 3 and native.model_mismatch is None
+    assert posted == ["kimi-k2.6"]  # the mismatched probe asked for no generation
 
 
 def test_provenance_from_server_info() -> None:

@@ -1,0 +1,419 @@
+"""The engine seam: what the control path needs of an inference server, as types and protocols.
+
+Everything that differs from one serving engine to the next sits behind :class:`Engine`: how a
+request is written and its answer read (:class:`Dialect`), what its log lines mean, why a start
+failed, whether the running server took the asked config, the readiness probe and the model
+name a command line serves. ``orchestrator/sglang.py`` fills it for SGLang (``SGLANG``); a
+second engine (vLLM) fills the same protocol without the lifecycle or the runner changing.
+
+This module holds only engine-neutral data and the protocols, so both the engines and their
+callers (lifecycle, preflight, bench) import it; it imports nothing from either side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import aiohttp
+
+from orchestrator.host.gpu import GpuIdentity
+from orchestrator.types import ApiKind, FailureCause, KnobValue
+
+# --------------------------------------------------------------------------------------------
+# Requests and answers (the dialect's data)
+# --------------------------------------------------------------------------------------------
+
+
+class ErrorKind(StrEnum):
+    """Why a request failed; one class per cause an operator would act on differently."""
+
+    TIMEOUT = "timeout"  # no complete answer within request_timeout
+    HTTP_STATUS = "http-status"  # non-200 answer
+    CONNECTION = "connection"  # refused, reset, or the stream ended before its end marker
+    ABORTED = "aborted"  # the server finished the request with finish reason ``abort``
+    SERVER_ERROR = "server-error"  # an ``error`` object inside the stream
+    PROTOCOL = "protocol"  # unparseable stream, or no token counts where they must be
+
+
+class TokenSource(StrEnum):
+    """Where a record's per-chunk token counts came from (exact, or estimated)."""
+
+    META_INFO = "meta_info"  # /generate: cumulative meta_info.completion_tokens per chunk
+    USAGE_PER_CHUNK = "usage-per-chunk"  # chat with continuous usage stats: exact
+    TEXT_WEIGHTED = "text-weighted"  # chat: usage total spread over chunks by text length
+    NONE = "none"  # no counts (failed request)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed event: when its last byte arrived and how many tokens it carried."""
+
+    arrival: float
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What one request asks for, whichever API carries it (one options object, so the
+    dialects and their callers share one parameter list)."""
+
+    prompt: str
+    max_tokens: int
+    temperature: float
+    stream: bool
+    model: str | None = None
+    """Sent where the API takes a model name; None leaves it out."""
+    ignore_eos: bool | None = None
+    """None leaves the field out (the server's default)."""
+    continuous_usage_stats: bool = False
+    """Streamed chat: usage on every chunk, where the server supports it."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """One request as the engine's HTTP API takes it: the path below the base URL and the body."""
+
+    path: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a finished generation said. ``content`` is None when the response carried no text
+    at all (a shape the dialect does not know), as opposed to an empty answer."""
+
+    content: str | None
+    reasoning_content: str | None
+    finish_reason: str | None
+    completion_tokens: int | None
+
+
+class ResponseShapeError(ValueError):
+    """A final (non-streamed) response is not the JSON object the dialect expects."""
+
+
+@dataclass
+class StreamParse:
+    """Everything one streamed response says, read after the stream ended (off the timed
+    path): token counts per chunk with their arrival stamps, the finish, the ids, the text.
+
+    ``error`` is set by the first problem found; the fields read before it stay filled.
+    """
+
+    token_source: TokenSource
+    chunks: list[Chunk] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    response_id: str | None = None
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    error: ErrorKind | None = None
+    error_detail: str | None = None
+    content_parts: list[str] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
+
+    def fail(self, kind: ErrorKind, detail: str) -> StreamParse:
+        if self.error is None:
+            self.error, self.error_detail = kind, detail
+        return self
+
+    def answer(self) -> Answer:
+        """The streamed text as one answer (reasoning None when the server sent none)."""
+        reasoning = "".join(self.reasoning_parts)
+        return Answer(
+            content="".join(self.content_parts),
+            reasoning_content=reasoning or None,
+            finish_reason=self.finish_reason,
+            completion_tokens=self.completion_tokens,
+        )
+
+
+def spread_by_weight(total: int, weights: Sequence[int]) -> list[int]:
+    """Integers summing to ``total`` proportional to ``weights`` (largest remainder).
+
+    Every positive weight gets at least one token when ``total`` allows it: a chunk that
+    carried text carried at least one token. (For dialects whose stream gives only a total.)
+    """
+    n_positive = sum(1 for w in weights if w > 0)
+    if total <= 0 or n_positive == 0:
+        return [0] * len(weights)
+    base = [1 if w > 0 else 0 for w in weights] if total >= n_positive else [0] * len(weights)
+    remaining = total - sum(base)
+    weight_sum = sum(w for w in weights if w > 0)
+    shares = [remaining * w / weight_sum if w > 0 else 0.0 for w in weights]
+    result = [b + int(s) for b, s in zip(base, shares, strict=True)]
+    leftover = total - sum(result)
+    order = sorted(range(len(weights)), key=lambda i: shares[i] - int(shares[i]), reverse=True)
+    for i in order[:leftover]:
+        result[i] += 1
+    return result
+
+
+@runtime_checkable
+class Dialect(Protocol):
+    """One HTTP API of an engine (chat or generate): the single place its requests are written
+    and its answers read, streamed or not. The bench client, the coding anchor and the
+    readiness probe all go through it, so the wire format has one definition."""
+
+    @property
+    def api(self) -> ApiKind: ...
+
+    def request(self, ask: Generation) -> WireRequest:
+        """The request for one generation."""
+        ...
+
+    def parse_final(self, data: Any) -> Answer:
+        """A non-streamed response body (decoded JSON); ResponseShapeError if not an object."""
+        ...
+
+    def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
+        """A streamed response's ``data:`` payloads with their arrival stamps."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Log lines
+# --------------------------------------------------------------------------------------------
+
+FieldValue = float | int | bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class LinePrefix:
+    """The engine's ``[timestamp ranks]`` prefix, when the message still carries it."""
+
+    timestamp: str | None
+    ranks: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeEvent:
+    """A ``Decode batch`` interval line. ``accept_len`` is None when speculative decoding is off."""
+
+    prefix: LinePrefix
+    fields: Mapping[str, FieldValue]
+    running_req: int | None
+    queue_req: int | None
+    gen_throughput: float | None
+    accept_len: float | None
+    accept_rate: float | None
+    token_usage: float | None
+    num_tokens: int | None
+    graph: bool | None
+    graph_kind: str | None
+    forward_iter: int | None
+    kind: Literal["decode"] = "decode"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillEvent:
+    prefix: LinePrefix
+    fields: Mapping[str, FieldValue]
+    new_seq: int | None
+    new_token: int | None
+    cached_token: int | None
+    running_req: int | None
+    queue_req: int | None
+    input_throughput: float | None
+    forward_iter: int | None
+    kind: Literal["prefill"] = "prefill"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyEvent:
+    """The ready line: logged only after the engine's own warmup generation succeeded."""
+
+    prefix: LinePrefix
+    kind: Literal["ready"] = "ready"
+
+
+@dataclass(frozen=True, slots=True)
+class DflashInitEvent:
+    prefix: LinePrefix
+    fields: Mapping[str, FieldValue]
+    block_size: int | None
+    draft_window_size: int | None
+    compact_cache: bool | None
+    kind: Literal["dflash_init"] = "dflash_init"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureEvent:
+    """A startup failure marker; ``matched`` is the text that gave the cause away."""
+
+    prefix: LinePrefix
+    cause: FailureCause
+    matched: str
+    message: str
+    kind: Literal["failure"] = "failure"
+
+
+LogEvent = DecodeEvent | PrefillEvent | ReadyEvent | DflashInitEvent | FailureEvent
+
+
+# --------------------------------------------------------------------------------------------
+# The running server's config, the probe, provenance
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KnobResolution:
+    """One flag knob's value and where the running server reports it."""
+
+    knob: str
+    flag: str
+    value: KnobValue
+    server_info_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvKnob:
+    """One environment knob; ``value`` None means the variable must be absent."""
+
+    knob: str
+    name: str
+    value: KnobValue
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDifference:
+    """A knob whose running value is not the asked one; ``where`` is its source."""
+
+    knob: str
+    where: str
+    expected: Any
+    actual: Any
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigCheck:
+    """Mismatches fail a trial; ``overridden`` (the server forced the value) are only warnings."""
+
+    mismatches: tuple[ConfigDifference, ...]
+    overridden: tuple[ConfigDifference, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def also(self, *mismatches: ConfigDifference | None) -> ConfigCheck:
+        """This check with further mismatches (None: nothing to add)."""
+        extra = tuple(m for m in mismatches if m is not None)
+        if not extra:
+            return self
+        return ConfigCheck(mismatches=(*self.mismatches, *extra), overridden=self.overridden)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One readiness probe: ``ok`` only when HTTP 200 and tokens were generated.
+
+    ``model_mismatch`` is set when the server lists the models it serves and the name the
+    benchmark sends is not among them: no later probe can cure that, so the caller fails the
+    trial (``config-mismatch``) at once instead of letting every request fail.
+    """
+
+    ok: bool
+    tokens: int
+    status: int | None
+    elapsed_s: float
+    error: str | None = None
+    excerpt: str = ""
+    model_mismatch: ConfigDifference | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """What exactly ran a trial: stored with it so a result can be traced and repeated."""
+
+    sglang_version: str | None
+    model_path: str | None
+    server_args: Mapping[str, Any]
+    launch_command: str | None
+    gpus: tuple[GpuIdentity, ...]
+    exec_start: tuple[str, ...]
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sglang_version": self.sglang_version,
+            "model_path": self.model_path,
+            "server_args": dict(self.server_args),
+            "launch_command": self.launch_command,
+            "gpus": [{"name": g.name, "driver_version": g.driver_version} for g in self.gpus],
+            "exec_start": list(self.exec_start),
+            "environment": dict(self.environment),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """The model name a command line serves, and the flag that says so."""
+
+    name: str
+    flag: str
+
+
+# --------------------------------------------------------------------------------------------
+# The seam
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One serving engine's specifics. The lifecycle, preflight and bench reach an engine
+    only through these, so adding one (vLLM) is a new implementation of this protocol."""
+
+    @property
+    def name(self) -> str: ...
+
+    def dialect(self, api: ApiKind) -> Dialect: ...
+
+    def parse_log_line(self, message: str) -> LogEvent | None: ...
+
+    def classify_failure(self, text: str) -> tuple[FailureCause, str] | None: ...
+
+    def resolve_flag_knob(
+        self, knob: str, flag: str, value: KnobValue, *, server_info_key: str | None = None
+    ) -> KnobResolution: ...
+
+    def check_server_config(
+        self,
+        server_info: Mapping[str, Any],
+        flags: Sequence[KnobResolution],
+        env: Sequence[EnvKnob],
+        process_environ: Mapping[str, str],
+    ) -> ConfigCheck: ...
+
+    def served_model(self, argv: Sequence[str]) -> ServedModel | None:
+        """The model name a server started with ``argv`` serves, when the argv says."""
+        ...
+
+    async def served_models(
+        self, session: aiohttp.ClientSession, base_url: str, timeout: float
+    ) -> tuple[str, ...] | None:
+        """The names a running server serves, or None when it does not say."""
+        ...
+
+    async def probe_generation(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        api: ApiKind,
+        model: str | None,
+        timeout: float,
+    ) -> ProbeResult: ...
+
+    def build_provenance(
+        self,
+        server_info: Mapping[str, Any],
+        gpus: Sequence[GpuIdentity],
+        exec_start: Sequence[str],
+        environment: Mapping[str, str],
+    ) -> Provenance: ...
