@@ -19,11 +19,8 @@ from typing import Any
 from orchestrator.host.dropin import (
     apply_knobs,
     format_knob_value,
-    quote_environment,
-    quote_environment_name,
-    quote_exec_arg,
     render_dropin,
-    render_header,
+    render_dropin_delta,
 )
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
@@ -31,6 +28,7 @@ from orchestrator.types import KnobValue
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
 _SLUG_MAX = 60
 _DIGEST_CHARS = 12
+_PLACEHOLDER = "<ExecStart>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,49 +141,18 @@ def plan_sweep(sweep: Sweep) -> Plan:
 
 def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     """The drop-in ``trial`` installs, when the sweep gives a representative ``exec_start``;
-    otherwise the change it makes to whatever ExecStart the unit has, as commented text."""
+    otherwise the change it makes to whatever ExecStart the unit has, as commented text.
+    Both are :mod:`orchestrator.host.dropin`'s renderers, the ones the lifecycle installs."""
     host = sweep.host(trial.host)
     knob_map = host.effective_knobs(sweep.server.knobs)
-    if sweep.server.exec_start:
-        invocation = apply_knobs(
-            sweep.server.exec_start,
-            {},
-            knob_map,
-            trial.config,
-            sweep.server.extra_flags,
-            sweep.server.environment,
-        )
-        return render_dropin(sweep.name, trial.key, invocation)
-    return _render_delta(sweep, trial, knob_map)
-
-
-def _render_delta(sweep: Sweep, trial: Trial, knob_map: Mapping[str, Any]) -> str:
+    base = sweep.server.exec_start or [_PLACEHOLDER]
     invocation = apply_knobs(
-        ["<ExecStart>"],
-        {},
-        knob_map,
-        trial.config,
-        sweep.server.extra_flags,
-        sweep.server.environment,
+        base, {}, knob_map, trial.config, sweep.server.extra_flags, sweep.server.environment
     )
+    if sweep.server.exec_start:
+        return render_dropin(sweep.name, trial.key, invocation)
     removed = [target.flag for target in knob_map.values() if target.flag]
-    added = " ".join(quote_exec_arg(arg) for arg in invocation.argv[1:])
-    lines = [
-        render_header(sweep.name, trial.key),
-        "# server.exec_start is not given, so this is the change to the unit's own ExecStart:",
-        f"#   removed: {' '.join(removed) or '(no knob flags)'}",
-        f"#   added:   {added or '(nothing)'}",
-        "[Service]",
-    ]
-    lines.extend(
-        "Environment=" + quote_environment(name, value)
-        for name, value in sorted(invocation.environment.items())
-    )
-    lines.extend(
-        "UnsetEnvironment=" + quote_environment_name(name) for name in invocation.unset_environment
-    )
-    lines.append("LogRateLimitIntervalSec=0")
-    return "\n".join(lines) + "\n"
+    return render_dropin_delta(sweep.name, trial.key, invocation, removed)
 
 
 def plan_json(plan: Plan, sweep: Sweep) -> dict[str, Any]:
