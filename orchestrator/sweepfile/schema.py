@@ -38,7 +38,7 @@ from orchestrator.sweepfile.fields import (
 from orchestrator.types import ApiKind
 
 DEFAULT_RESTART_S = 300.0
-DEFAULT_DECODE_TOKENS_PER_S = 30.0
+DEFAULT_DECODE_TOKENS_PER_S = 50.0
 DEFAULT_PREFILL_TOKENS_PER_S = 5000.0
 
 
