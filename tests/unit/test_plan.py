@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.host.dropin import parse_dropin_header, parse_exec_line
+from orchestrator.host.dropin import apply_knobs, flag_args, parse_dropin_header, parse_exec_line
 from orchestrator.plan import expand_configs, plan_json, plan_sweep, trial_key
+from orchestrator.sim.host import sglang_argv
 from orchestrator.sweepfile import load_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,3 +293,21 @@ def test_seed_sweeps_plan_baseline_plus_four() -> None:
         assert '"--speculative-ddtree-budget" "16"' in dropins[2]
         assert 'Environment="SGLANG_DDTREE_MAX_TOPK=6"' in dropins[4]
         assert '"--speculative-algorithm" "DFLASH"' not in "".join(dropins[1:])
+
+
+def test_the_demo_units_command_line_has_each_flag_once() -> None:
+    """The simulated hosts' unit runs --enable-metrics and the demo sweep added it again."""
+    sweep = load_sweep(ROOT / "sweeps" / "demo.yaml")
+    for trial in plan_sweep(sweep):
+        knobs = sweep.host(trial.host).effective_knobs(sweep.server.knobs)
+        invocation = apply_knobs(
+            sglang_argv("127.0.0.11"),
+            {},
+            knobs,
+            trial.config,
+            sweep.server.extra_flags,
+            sweep.server.environment,
+        )
+        flags = [arg.flag for arg in flag_args(invocation.argv[1:]) if not isinstance(arg, str)]
+        assert len(flags) == len(set(flags)), (trial.key, invocation.argv)
+        assert "--enable-metrics" in flags
