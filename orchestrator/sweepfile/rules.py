@@ -55,16 +55,36 @@ def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
-def _field(model: type[BaseModel], name: str, raw: Mapping[str, YamlData]) -> Any:
+def _field(model: type[BaseModel], name: str, raw: Mapping[str, YamlData]) -> object:
     """``raw[name]`` as the schema types field ``name`` of ``model`` (its default when absent),
     or :data:`_MISSING` when it does not parse."""
     info = model.model_fields[name]
     if name not in raw:
         return _MISSING if info.is_required() else info.get_default(call_default_factory=True)
     try:
-        return _adapter(model, name).validate_python(raw[name])
+        value: object = _adapter(model, name).validate_python(raw[name])
     except ValidationError:
         return _MISSING
+    return value
+
+
+def _text_field(model: type[BaseModel], name: str, raw: Mapping[str, YamlData]) -> str | None:
+    value = _field(model, name, raw)
+    return value if isinstance(value, str) else None
+
+
+def _int_field(model: type[BaseModel], name: str, raw: Mapping[str, YamlData]) -> int | None:
+    value = _field(model, name, raw)
+    return value if isinstance(value, int) else None
+
+
+def _words_field(
+    model: type[BaseModel], name: str, raw: Mapping[str, YamlData]
+) -> tuple[str, ...] | None:
+    value = _field(model, name, raw)
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return tuple(value)
+    return None
 
 
 def _knob_value(value: YamlData) -> KnobValue | _Missing:
@@ -160,10 +180,6 @@ def _knob_decls(raw: YamlData, path: FieldPath) -> tuple[KnobDecl, ...]:
     return tuple(decls)
 
 
-def _optional(value: Any) -> Any:
-    return None if isinstance(value, _Missing) else value
-
-
 def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
     """The typed pieces of a document that is a mapping (whatever else is wrong with it)."""
     server = _mapping(data.get("server"))
@@ -173,10 +189,10 @@ def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
         hosts.append(
             HostPart(
                 index=index,
-                name=_optional(_field(HostSpec, "name", host)),
-                address=_optional(_field(HostSpec, "address", host)),
-                port=_optional(_field(HostSpec, "port", host)),
-                jump=_optional(_field(HostSpec, "jump", host)),
+                name=_text_field(HostSpec, "name", host),
+                address=_text_field(HostSpec, "address", host),
+                port=_int_field(HostSpec, "port", host),
+                jump=_text_field(HostSpec, "jump", host),
                 knobs=_knob_decls(host.get("knobs"), ("hosts", index, "knobs")),
             )
         )
@@ -189,7 +205,6 @@ def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
         grid_keys.append(KnobUse(("grid", knob), knob, _MISSING))
         for index, value in enumerate(_items(values)):
             uses.append(KnobUse(("grid", knob, index), knob, _knob_value(value)))
-    exec_start = _field(ServerSpec, "exec_start", server)
     knobs = _knob_decls(server.get("knobs"), ("server", "knobs"))
     return SweepParts(
         knobs=knobs,
@@ -201,9 +216,7 @@ def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
         baseline=data.get("baseline") is True,
         extra_flags=tuple(_arg_text(token) for token in _items(server.get("extra_flags"))),
         environment_keys=tuple(_mapping(server.get("environment"))),
-        exec_start=None
-        if isinstance(exec_start, _Missing) or exec_start is None
-        else tuple(exec_start),
+        exec_start=_words_field(ServerSpec, "exec_start", server),
         knob_names=[decl.name for decl in knobs],
     )
 
