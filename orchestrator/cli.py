@@ -22,13 +22,15 @@ from rich.table import Table
 
 from orchestrator import __version__
 from orchestrator.log import configure_logging
-from orchestrator.plan import Plan, plan_json, plan_sweep, render_trial_dropin
-from orchestrator.sweepfile import (
-    Sweep,
-    SweepFileError,
-    load_sweep_with_text,
-    sweep_json_schema,
+from orchestrator.plan import (
+    Plan,
+    estimate_plan,
+    format_duration,
+    plan_json,
+    plan_sweep,
+    render_trial_dropin,
 )
+from orchestrator.sweepfile import Sweep, SweepFileError, check_sweep, sweep_json_schema
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_OK, content_hash
 
 
@@ -71,17 +73,71 @@ def _config_text(trial_config: dict[str, Any]) -> str:
     return " ".join(f"{name}={json.dumps(value)}" for name, value in trial_config.items())
 
 
-def _print_plan(sweep: Sweep, plan: Plan, *, show_dropins: bool, console: Console) -> None:
-    table = Table(title=f"sweep {sweep.name}: {len(plan)} trials on {len(sweep.hosts)} hosts")
-    for column in ("#", "host", "config", "key"):
-        table.add_column(column, overflow="fold")
-    for trial in plan.trials:
-        table.add_row(str(trial.ordinal), trial.host, _config_text(trial.config), trial.key)
-    console.print(table)
+def _plan_lines(sweep: Sweep, plan: Plan) -> tuple[list[list[str]], list[str]]:
+    """The trial table's rows, and the lines after it: which host runs what, how long."""
+    rows = [
+        [str(trial.ordinal), trial.host, _config_text(trial.config), trial.key]
+        for trial in plan.trials
+    ]
+    estimate = estimate_plan(plan, sweep)
+    after = [f"who runs what ({sweep.distribute}):"]
+    for host in sweep.hosts:
+        mine = plan.for_host(host.name)
+        seconds = format_duration(estimate.per_host_s[host.name])
+        after.append(
+            f"  {host.name} (type {host.host_type}): {len(mine)} trial(s), about {seconds}"
+        )
+        after.extend(f"    {_config_text(trial.config)}" for trial in mine)
+    after.append(
+        f"estimate: about {format_duration(estimate.total_s)} for the sweep "
+        f"(hosts in parallel; {format_duration(estimate.trial_s)} per trial: "
+        f"restart {format_duration(estimate.restart_s)}, benchmark "
+        f"{format_duration(estimate.bench_s)}, coding {format_duration(estimate.coding_s)})"
+    )
+    after.extend(f"  assumes {line}" for line in estimate.assumptions)
+    return rows, after
+
+
+_COLUMNS = ("#", "host", "config", "key")
+
+
+def _print_plan(sweep: Sweep, plan: Plan, *, show_dropins: bool, out: TextIO | None = None) -> None:
+    """The plan for a person: a rich table on a terminal; plain lines, never wrapped, when
+    piped (a drop-in folded at 80 columns is not the drop-in)."""
+    stream = out or sys.stdout
+    title = f"sweep {sweep.name}: {len(plan)} trials on {len(sweep.hosts)} hosts"
+    rows, after = _plan_lines(sweep, plan)
+    if stream.isatty():
+        console = Console(file=stream)
+        table = Table(title=title)
+        for column in _COLUMNS:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        for line in after:
+            console.print(line, markup=False, highlight=False)
+        if show_dropins:
+            for trial in plan.trials:
+                console.rule(trial.key)
+                console.print(render_trial_dropin(sweep, trial), markup=False, highlight=False)
+        return
+    widths = [max(len(row[i]) for row in [list(_COLUMNS), *rows]) for i in range(3)]
+    lines = [title]
+    for row in [list(_COLUMNS), *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[3]]))
+    lines.extend(after)
     if show_dropins:
         for trial in plan.trials:
-            console.rule(trial.key)
-            console.print(render_trial_dropin(sweep, trial), markup=False, highlight=False)
+            lines.append(f"--- {trial.key}")
+            lines.append(render_trial_dropin(sweep, trial).rstrip("\n"))
+    stream.write("\n".join(lines) + "\n")
+
+
+def _print_warnings(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 class ValidateVerb:
@@ -93,16 +149,21 @@ class ValidateVerb:
 
     def run(self, args: argparse.Namespace) -> int:
         try:
-            sweep, text = load_sweep_with_text(args.file)
+            checked = check_sweep(args.file)
         except SweepFileError as error:
             if args.json:
                 _emit_json(_problems_json(args.file, error))
             _report_problems(error)
             return EXIT_BAD_INPUT
+        sweep, text = checked.sweep, checked.text
         plan = plan_sweep(sweep)
+        warnings = [*map(str, checked.warnings), *map(str, plan.warnings)]
+        _print_warnings(warnings)
         if args.json:
             document = _problems_json(args.file, None)
-            document.update(sweep=sweep.name, trials=len(plan), sha256=content_hash(text))
+            document.update(
+                sweep=sweep.name, trials=len(plan), sha256=content_hash(text), warnings=warnings
+            )
             _emit_json(document)
         else:
             print(
@@ -136,15 +197,18 @@ class PlanVerb:
 
     def run(self, args: argparse.Namespace) -> int:
         try:
-            sweep, _ = load_sweep_with_text(args.file)
+            checked = check_sweep(args.file)
         except SweepFileError as error:
             _report_problems(error)
             return EXIT_BAD_INPUT
+        sweep = checked.sweep
         plan = plan_sweep(sweep)
+        file_warnings = [str(warning) for warning in checked.warnings]
+        _print_warnings([*file_warnings, *map(str, plan.warnings)])
         if args.json:
-            _emit_json(plan_json(plan, sweep))
+            _emit_json(plan_json(plan, sweep, file_warnings=file_warnings))
         else:
-            _print_plan(sweep, plan, show_dropins=args.show_dropins, console=Console())
+            _print_plan(sweep, plan, show_dropins=args.show_dropins)
         return EXIT_OK
 
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.bench.problems import builtin_problems
 from orchestrator.host.dropin import (
     apply_knobs,
     format_knob_value,
-    quote_environment,
-    quote_environment_name,
-    quote_exec_arg,
     render_dropin,
-    render_header,
+    render_dropin_delta,
 )
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
@@ -31,6 +30,7 @@ from orchestrator.types import KnobValue
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
 _SLUG_MAX = 60
 _DIGEST_CHARS = 12
+_PLACEHOLDER = "<ExecStart>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +45,23 @@ class Trial:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanWarning:
+    """Where the plan cannot keep a host difference from reading as a config difference."""
+
+    host_type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"host type {self.host_type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The ordered trials of one sweep (ordinal = position; each host runs its own in order)."""
 
     sweep: str
     trials: tuple[Trial, ...]
+    warnings: tuple[PlanWarning, ...] = ()
 
     def for_host(self, host: str) -> list[Trial]:
         return [trial for trial in self.trials if trial.host == host]
@@ -119,16 +131,25 @@ def _hosts_by_type(hosts: list[HostSpec]) -> dict[str, list[HostSpec]]:
 
 
 def plan_sweep(sweep: Sweep) -> Plan:
-    """Every trial of ``sweep``: each config on every host (``each-host``), or once per host
-    type, round-robin over that type's hosts (``across-type``)."""
+    """Every trial of ``sweep``: each config on every host (``each-host``), or, per host type,
+    the baseline on every host and each other config on one host chosen by
+    :func:`balanced_assignment` (``across-type``)."""
+    configs = expand_configs(sweep)
+    chosen: dict[int, list[HostSpec]] = {index: [] for index in range(len(configs))}
+    warnings: list[PlanWarning] = []
+    if sweep.distribute == "across-type":
+        for host_type, members in _hosts_by_type(sweep.hosts).items():
+            assignment = balanced_assignment(configs, [h.name for h in members])
+            by_name = {host.name: host for host in members}
+            for index, names in enumerate(assignment):
+                chosen[index].extend(by_name[name] for name in names)
+            warnings.extend(_confounding(host_type, configs, assignment, len(members)))
+    else:
+        for index in chosen:
+            chosen[index] = list(sweep.hosts)
     trials: list[Trial] = []
-    groups = _hosts_by_type(sweep.hosts)
-    for index, config in enumerate(expand_configs(sweep)):
-        if sweep.distribute == "across-type":
-            hosts = [members[index % len(members)] for members in groups.values()]
-        else:
-            hosts = list(sweep.hosts)
-        for host in hosts:
+    for index, config in enumerate(configs):
+        for host in chosen[index]:
             trials.append(
                 Trial(
                     key=trial_key(host.name, sweep.server.unit, config),
@@ -138,60 +159,208 @@ def plan_sweep(sweep: Sweep) -> Plan:
                     ordinal=len(trials),
                 )
             )
-    return Plan(sweep=sweep.name, trials=tuple(trials))
+    return Plan(sweep=sweep.name, trials=tuple(trials), warnings=tuple(warnings))
+
+
+def _levels(configs: list[dict[str, KnobValue]]) -> list[dict[str, str]]:
+    """Each config's level of every knob any config sets (absent is a level too), as text
+    that keeps ``1``, ``true`` and ``"1"`` apart."""
+    knobs = sorted({name for config in configs for name in config})
+    return [{name: _canonical_json(config.get(name)) for name in knobs} for config in configs]
+
+
+def balanced_assignment(configs: list[dict[str, KnobValue]], hosts: list[str]) -> list[list[str]]:
+    """For each config, the hosts (of one type) that run it: the baseline on every host, so
+    each host's own baseline measures how it differs; each other config on one host, chosen
+    greedily so that each knob's values spread over the hosts (the host already running
+    fewest configs with the same values, then the least loaded, then the first).
+
+    Round-robin tied a knob value to a host whenever the number of hosts divided the grid's
+    inner dimension (budget x topk on two hosts: every topk=4 on the first): a host effect
+    then reads as a topk effect."""
+    levels = _levels([config for config in configs if config])
+    seen: dict[str, dict[tuple[str, str], int]] = {host: {} for host in hosts}
+    load = dict.fromkeys(hosts, 0)
+    out: list[list[str]] = []
+    config_levels = iter(levels)
+    for config in configs:
+        if not config:
+            out.append(list(hosts))
+            continue
+        level = next(config_levels)
+
+        def cost(host: str, level: dict[str, str] = level) -> tuple[int, int, int]:
+            same = sum(seen[host].get(item, 0) for item in level.items())
+            return same, load[host], hosts.index(host)
+
+        host = min(hosts, key=cost)
+        for item in level.items():
+            seen[host][item] = seen[host].get(item, 0) + 1
+        load[host] += 1
+        out.append([host])
+    return out
+
+
+def _confounding(
+    host_type: str,
+    configs: list[dict[str, KnobValue]],
+    assignment: list[list[str]],
+    host_count: int,
+) -> list[PlanWarning]:
+    if host_count < 2:
+        return []
+    warnings = []
+    if not any(not config for config in configs):
+        warnings.append(
+            PlanWarning(
+                host_type,
+                f"no baseline: each of its {host_count} hosts runs other configs, so a host "
+                "difference reads as a config difference (baseline: true runs it on every host)",
+            )
+        )
+    tested = [
+        (config, hosts[0]) for config, hosts in zip(configs, assignment, strict=True) if config
+    ]
+    levels = _levels([config for config, _ in tested])
+    for knob in sorted(levels[0]) if levels else []:
+        hosts_of: dict[str, set[str]] = {}
+        for level, (_, host) in zip(levels, tested, strict=True):
+            hosts_of.setdefault(level[knob], set()).add(host)
+        if len(hosts_of) < 2:
+            continue
+        alone = sorted(
+            (_level_text(value), next(iter(hosts)))
+            for value, hosts in hosts_of.items()
+            if len(hosts) == 1
+        )
+        if alone:
+            where = ", ".join(f"{knob}={value} only on {host}" for value, host in alone)
+            warnings.append(
+                PlanWarning(
+                    host_type,
+                    f"{where} (too few configs to spread them): compare each with its own "
+                    "host's baseline",
+                )
+            )
+    return warnings
+
+
+def _level_text(canonical: str) -> str:
+    return "(absent)" if canonical == "null" else canonical
 
 
 def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     """The drop-in ``trial`` installs, when the sweep gives a representative ``exec_start``;
-    otherwise the change it makes to whatever ExecStart the unit has, as commented text."""
+    otherwise the change it makes to whatever ExecStart the unit has, as commented text.
+    Both are :mod:`orchestrator.host.dropin`'s renderers, the ones the lifecycle installs."""
     host = sweep.host(trial.host)
     knob_map = host.effective_knobs(sweep.server.knobs)
-    if sweep.server.exec_start:
-        invocation = apply_knobs(
-            sweep.server.exec_start,
-            {},
-            knob_map,
-            trial.config,
-            sweep.server.extra_flags,
-            sweep.server.environment,
-        )
-        return render_dropin(sweep.name, trial.key, invocation)
-    return _render_delta(sweep, trial, knob_map)
-
-
-def _render_delta(sweep: Sweep, trial: Trial, knob_map: Mapping[str, Any]) -> str:
+    base = sweep.server.exec_start or [_PLACEHOLDER]
     invocation = apply_knobs(
-        ["<ExecStart>"],
-        {},
-        knob_map,
-        trial.config,
-        sweep.server.extra_flags,
-        sweep.server.environment,
+        base, {}, knob_map, trial.config, sweep.server.extra_flags, sweep.server.environment
     )
+    if sweep.server.exec_start:
+        return render_dropin(sweep.name, trial.key, invocation)
     removed = [target.flag for target in knob_map.values() if target.flag]
-    added = " ".join(quote_exec_arg(arg) for arg in invocation.argv[1:])
-    lines = [
-        render_header(sweep.name, trial.key),
-        "# server.exec_start is not given, so this is the change to the unit's own ExecStart:",
-        f"#   removed: {' '.join(removed) or '(no knob flags)'}",
-        f"#   added:   {added or '(nothing)'}",
-        "[Service]",
+    return render_dropin_delta(sweep.name, trial.key, invocation, removed)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEstimate:
+    """How long the plan takes, under stated assumptions: per trial, per host (its trials one
+    after another, then its restore) and for the sweep (hosts run in parallel: the longest)."""
+
+    trial_s: float
+    restart_s: float
+    bench_s: float
+    coding_s: float
+    per_host_s: dict[str, float]
+    assumptions: tuple[str, ...]
+
+    @property
+    def total_s(self) -> float:
+        return max(self.per_host_s.values(), default=0.0)
+
+
+def _coding_problem_count(sweep: Sweep) -> int | None:
+    coding = sweep.coding
+    if coding is None:
+        return 0
+    if coding.select:
+        return len(coding.select)
+    if coding.problems == "builtin":
+        return len(builtin_problems())
+    return None
+
+
+def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
+    """A duration estimate from the sweep's benchmark sizes and ``estimate:`` section.
+
+    Each point is ``rounds`` waves of ``concurrency`` requests (plus the warm-up's waves), each
+    request reading its context and writing ``max_tokens`` at the assumed per-request rates;
+    the coding problems run one at a time, each writing up to its ``max_tokens``. Retries and
+    failures (which end a trial early) are not counted."""
+    assumed = sweep.estimate
+    bench = sweep.benchmark
+    bench_s = 0.0
+    for context in bench.contexts:
+        wave_s = context / assumed.prefill_tokens_per_s + (
+            bench.max_tokens / assumed.decode_tokens_per_s
+        )
+        for concurrency in bench.concurrency:
+            waves = bench.rounds + math.ceil(bench.warmup_requests / concurrency)
+            bench_s += waves * wave_s
+    problems = _coding_problem_count(sweep)
+    coding_s = 0.0
+    if sweep.coding is not None and problems:
+        coding_s = problems * sweep.coding.max_tokens / assumed.decode_tokens_per_s
+    trial_s = assumed.restart + bench_s + coding_s
+    per_host = {host.name: 0.0 for host in sweep.hosts}
+    for trial in plan.trials:
+        per_host[trial.host] += trial_s
+    for name in per_host:
+        per_host[name] += assumed.restart
+    restart = format_duration(assumed.restart)
+    assumptions = [
+        f"one restart (stop, memory release, load, warm-up) takes {restart} (estimate.restart)",
+        f"one request writes {assumed.decode_tokens_per_s:g} tokens/s and reads "
+        f"{assumed.prefill_tokens_per_s:g} tokens/s (estimate.decode_tokens_per_s, "
+        "estimate.prefill_tokens_per_s)",
+        "each host ends with one more restart (its restore); hosts run in parallel",
+        "no retries, no failures; the timeouts are only upper bounds",
     ]
-    lines.extend(
-        "Environment=" + quote_environment(name, value)
-        for name, value in sorted(invocation.environment.items())
+    if sweep.coding is not None and problems is None:
+        assumptions.append(f"the coding problems of {sweep.coding.problems!r} are not counted")
+    return PlanEstimate(
+        trial_s=trial_s,
+        restart_s=assumed.restart,
+        bench_s=bench_s,
+        coding_s=coding_s,
+        per_host_s=per_host,
+        assumptions=tuple(assumptions),
     )
-    lines.extend(
-        "UnsetEnvironment=" + quote_environment_name(name) for name in invocation.unset_environment
-    )
-    lines.append("LogRateLimitIntervalSec=0")
-    return "\n".join(lines) + "\n"
 
 
-def plan_json(plan: Plan, sweep: Sweep) -> dict[str, Any]:
-    """``{"sweep": name, "trials": [{"key", "host", "config", "dropin", ...}]}``."""
+def format_duration(seconds: float) -> str:
+    """``45s``, ``12m30s``, ``3h05m``: to the second under an hour, to the minute above."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, rest = divmod(round(seconds / 60), 60)
+    return f"{hours}h{rest:02d}m"
+
+
+def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """``{"sweep": name, "trials": [{"key", "host", "config", "dropin", ...}]}``, with who
+    runs what (``hosts``), the duration ``estimate`` and the ``warnings`` (the sweep file's,
+    as ``FILE:LINE: FIELD: message``, then the plan's)."""
+    estimate = estimate_plan(plan, sweep)
     return {
         "sweep": plan.sweep,
+        "distribute": sweep.distribute,
         "trials": [
             {
                 "key": trial.key,
@@ -201,7 +370,30 @@ def plan_json(plan: Plan, sweep: Sweep) -> dict[str, Any]:
                 "is_baseline": trial.is_baseline,
                 "config": trial.config,
                 "dropin": render_trial_dropin(sweep, trial),
+                "estimate_s": round(estimate.trial_s, 1),
             }
             for trial in plan.trials
         ],
+        "hosts": [
+            {
+                "name": host.name,
+                "host_type": host.host_type,
+                "trials": [trial.key for trial in plan.for_host(host.name)],
+                "configs": [trial.config for trial in plan.for_host(host.name)],
+                "estimate_s": round(estimate.per_host_s[host.name], 1),
+            }
+            for host in sweep.hosts
+        ],
+        "estimate": {
+            "total_s": round(estimate.total_s, 1),
+            "per_trial_s": round(estimate.trial_s, 1),
+            "per_trial": {
+                "restart_s": round(estimate.restart_s, 1),
+                "benchmark_s": round(estimate.bench_s, 1),
+                "coding_s": round(estimate.coding_s, 1),
+            },
+            "per_host_s": {name: round(v, 1) for name, v in estimate.per_host_s.items()},
+            "assumptions": list(estimate.assumptions),
+        },
+        "warnings": [*file_warnings, *(str(warning) for warning in plan.warnings)],
     }

@@ -24,6 +24,9 @@ from orchestrator.types import KnobValue
 DROPIN_NAME = "90-orchestrator.conf"
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 HEADER_PREFIX = "# managed-by: orchestrator"
+_WRITTEN_BY = (
+    "# Written by the orchestrator for one trial; removed when the sweep restores the unit."
+)
 
 
 # No leading '-': systemctl would read the name as an option.
@@ -69,6 +72,25 @@ class ExecLineError(ValueError):
         self.reason = reason
 
 
+class ExtraFlagConflict(ValueError):
+    """An ``extra_flags`` flag the base command line already gives with another value: which
+    one the server would use is up to its argument parser, so the trial is refused instead."""
+
+    def __init__(self, flag: str, base_value: str | None, extra_value: str | None, index: int):
+        super().__init__(
+            f"{flag} {_shown(extra_value)} in extra_flags[{index}], but the command line "
+            f"already has {flag} {_shown(base_value)}"
+        )
+        self.flag = flag
+        self.base_value = base_value
+        self.extra_value = extra_value
+        self.index = index
+
+
+def _shown(value: str | None) -> str:
+    return "(no value)" if value is None else repr(value)
+
+
 class UnknownKnobError(KeyError):
     """A trial names a knob the knob map does not declare."""
 
@@ -96,6 +118,20 @@ class TrialInvocation:
     unset_environment: tuple[str, ...] = ()
     """Knob variables this trial leaves unset: the drop-in must also remove any value the
     unit's own ``Environment=`` gives them, or the knob would not really be absent."""
+    repeated_extra_flags: tuple[str, ...] = ()
+    """``extra_flags`` left out because the base command line already has them with the same
+    value (said in the drop-in, so the operator sees why they are not repeated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlagArg:
+    """One ``--flag`` on a command line with its value as written: ``--x 4``, ``--x=4`` (value
+    ``"4"``) or a bare ``--x`` (value None). ``index`` is its first token's position."""
+
+    flag: str
+    value: str | None
+    tokens: tuple[str, ...]
+    index: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,24 +206,82 @@ def format_knob_value(value: KnobValue) -> str:
     return str(value)
 
 
-def _strip_flags(argv: Sequence[str], flags: set[str]) -> list[str]:
-    """argv without any of ``flags``, whether written ``--f v``, ``--f=v`` or bare ``--f``.
+def flag_args(tokens: Sequence[str]) -> list[FlagArg | str]:
+    """``tokens`` as flags with their values, and the other words as they are.
 
     The token after a flag is taken as its value unless it starts with ``--`` (SGLang's flags
-    are all long options; knob flags take at most one value)."""
-    kept = list(argv[:1])
-    index = 1
-    while index < len(argv):
-        token = argv[index]
-        name = token.split("=", 1)[0] if token.startswith("--") else token
-        if name in flags:
-            has_inline_value = "=" in token
+    are all long options and take at most one value), the same reading as the knob removal."""
+    out: list[FlagArg | str] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if not token.startswith("--"):
+            out.append(token)
             index += 1
-            if not has_inline_value and index < len(argv) and not argv[index].startswith("--"):
-                index += 1
             continue
-        kept.append(token)
-        index += 1
+        flag, sep, inline = token.partition("=")
+        if sep:
+            out.append(FlagArg(flag, inline, (token,), index))
+            index += 1
+        elif index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
+            out.append(FlagArg(flag, tokens[index + 1], (token, tokens[index + 1]), index))
+            index += 2
+        else:
+            out.append(FlagArg(flag, None, (token,), index))
+            index += 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MergedFlags:
+    """``extra_flags`` as they join a base command line: the tokens added, the flags left out
+    because the base already has them with the same value, and those it has with another."""
+
+    added: tuple[str, ...]
+    repeated: tuple[FlagArg, ...]
+    conflicts: tuple[ExtraFlagConflict, ...]
+
+
+def merge_extra_flags(base_argv: Sequence[str], extra_flags: Sequence[str]) -> MergedFlags:
+    """``extra_flags`` joined to ``base_argv`` (program first): a flag the base (or an earlier
+    extra flag) already gives with the same value is left out, one given with another value is
+    a conflict (its ``index`` counts in ``extra_flags``)."""
+    given: dict[str, list[str | None]] = {}
+    for arg in flag_args(base_argv[1:]):
+        if isinstance(arg, FlagArg):
+            given.setdefault(arg.flag, []).append(arg.value)
+    added: list[str] = []
+    repeated: list[FlagArg] = []
+    conflicts: list[ExtraFlagConflict] = []
+    for arg in flag_args(extra_flags):
+        if isinstance(arg, str):
+            added.append(arg)
+            continue
+        values = given.get(arg.flag)
+        if values is None:
+            added.extend(arg.tokens)
+            given[arg.flag] = [arg.value]
+        elif arg.value in values:
+            repeated.append(arg)
+        else:
+            conflicts.append(ExtraFlagConflict(arg.flag, values[0], arg.value, arg.index))
+    return MergedFlags(tuple(added), tuple(repeated), tuple(conflicts))
+
+
+def strip_flags(argv: Sequence[str], flags: Iterable[str]) -> list[str]:
+    """``argv`` (program first) without any of ``flags``, however each is written."""
+    return _strip_flags(argv, set(flags))
+
+
+def _strip_flags(argv: Sequence[str], flags: set[str]) -> list[str]:
+    """argv without any of ``flags``, whether written ``--f v``, ``--f=v`` or bare ``--f``
+    (read by :func:`flag_args`)."""
+    kept = list(argv[:1])
+    for arg in flag_args(argv[1:]):
+        if isinstance(arg, str):
+            kept.append(arg)
+        elif arg.flag not in flags:
+            kept.extend(arg.tokens)
     return kept
 
 
@@ -205,6 +299,8 @@ def apply_knobs(
     an env knob valued None is absent (and listed in ``unset_environment``), True/False are
     ``1``/``0``. The baseline (every knob None) is the base with all knob
     flags and variables removed, so a sweep always starts from the same clean command line.
+    ``extra_flags`` the base already has with the same value are not repeated
+    (:func:`merge_extra_flags`; another value raises :class:`ExtraFlagConflict`).
     """
     unknown = [name for name in config if name not in knob_map]
     if unknown:
@@ -213,7 +309,10 @@ def apply_knobs(
     knob_envs = {target.env for target in knob_map.values() if target.env}
 
     argv = _strip_flags(base_argv, knob_flags)
-    argv.extend(extra_flags)
+    merged = merge_extra_flags(argv, extra_flags)
+    if merged.conflicts:
+        raise merged.conflicts[0]
+    argv.extend(merged.added)
     env = {key: value for key, value in base_environment.items() if key not in knob_envs}
     env.update(environment or {})
 
@@ -230,7 +329,12 @@ def apply_knobs(
                 unset.append(target.env)
             else:
                 env[target.env] = format_knob_value(value)
-    return TrialInvocation(argv=tuple(argv), environment=env, unset_environment=tuple(unset))
+    return TrialInvocation(
+        argv=tuple(argv),
+        environment=env,
+        unset_environment=tuple(unset),
+        repeated_extra_flags=tuple(" ".join(arg.tokens) for arg in merged.repeated),
+    )
 
 
 def render_header(sweep_name: str, trial_key: str) -> str:
@@ -256,13 +360,48 @@ def render_dropin(
     """
     if not invocation.argv:
         raise UnsafeValueError("", "empty argv")
-    lines = [
-        render_header(sweep_name, trial_key),
-        "# Written by the orchestrator for one trial; removed when the sweep restores the unit.",
-        "[Service]",
+    exec_lines = [
         "ExecStart=",
         "ExecStart=" + " ".join(quote_exec_arg(arg) for arg in invocation.argv),
     ]
+    comments = [_WRITTEN_BY]
+    return _render(sweep_name, trial_key, invocation, comments, exec_lines, extra_service_lines)
+
+
+def render_dropin_delta(
+    sweep_name: str, trial_key: str, invocation: TrialInvocation, removed_flags: Sequence[str]
+) -> str:
+    """What a trial changes when the unit's own ExecStart is not known (``plan`` without
+    ``server.exec_start``): ``invocation`` was built on a one-word placeholder argv, so its
+    words after the first are what the trial adds. The same text as :func:`render_dropin`
+    below the ``[Service]`` line except the ExecStart lines, which are described instead."""
+    added = " ".join(quote_exec_arg(arg) for arg in invocation.argv[1:])
+    comments = [
+        "# server.exec_start is not given, so this is the change to the unit's own ExecStart:",
+        f"#   removed: {' '.join(removed_flags) or '(no knob flags)'}",
+        f"#   added:   {added or '(nothing)'}",
+    ]
+    return _render(sweep_name, trial_key, invocation, comments, [], ())
+
+
+def _render(
+    sweep_name: str,
+    trial_key: str,
+    invocation: TrialInvocation,
+    comments: Sequence[str],
+    exec_lines: Sequence[str],
+    extra_service_lines: Iterable[str],
+) -> str:
+    lines = [render_header(sweep_name, trial_key), *comments]
+    if invocation.repeated_extra_flags:
+        lines.append(
+            "# extra_flags already on the unit's command line, not repeated: "
+            + " ".join(invocation.repeated_extra_flags)
+        )
+    for comment in lines:
+        _check_line_safe(comment)
+    lines.append("[Service]")
+    lines.extend(exec_lines)
     lines.extend(
         "Environment=" + quote_environment(name, value)
         for name, value in sorted(invocation.environment.items())

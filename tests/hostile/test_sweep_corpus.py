@@ -54,6 +54,16 @@ def _generated() -> dict[str, bytes]:
             "model: m", "model: !!python/object/apply:os.system ['touch /tmp/orch-pwned']"
         ).encode(),
         "huge_integer.yaml": MINIMAL.replace("baseline: true", "priority: " + "9" * 5000).encode(),
+        # one-line exec_start: an escaped newline would smuggle a second unit-file line
+        "exec_start_escaped_newline.yaml": MINIMAL.replace(
+            "model: m", "model: m\n  exec_start: '/bin/x \"a\\nExecStartPre=/bin/sh -c reboot\"'"
+        ).encode(),
+        "exec_start_expansion.yaml": MINIMAL.replace(
+            "model: m", "model: m\n  exec_start: '/bin/x $$$(reboot) ${LD_PRELOAD}'"
+        ).encode(),
+        "exec_start_escaped_nul.yaml": MINIMAL.replace(
+            "model: m", "model: m\n  exec_start: '/bin/x \\x00'"
+        ).encode(),
     }
 
 
@@ -130,6 +140,12 @@ def test_validate_refuses_every_generated_file(
     assert "1048576 bytes" in problems["huge.yaml"]
     assert "more than 20000 YAML nodes" in problems["many_keys.yaml"]
     assert "unsupported tag" in problems["python_apply.yaml"]
+    assert (
+        "contains a newline once its escapes are decoded"
+        in problems["exec_start_escaped_newline.yaml"]
+    )
+    assert "environment expansion ${...}" in problems["exec_start_expansion.yaml"]
+    assert "escape of NUL" in problems["exec_start_escaped_nul.yaml"]
 
 
 def test_the_real_command_exits_2_without_a_traceback(generated: dict[str, Path]) -> None:

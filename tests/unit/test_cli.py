@@ -90,6 +90,81 @@ def test_plan_table_names_hosts_and_trials() -> None:
     assert "# managed-by: orchestrator sweep=demo trial=sim-01.baseline." in result.stdout
 
 
+def test_piped_plan_is_not_wrapped_and_shows_each_dropin_verbatim() -> None:
+    """Piped, rich folded every line at 80 columns: a drop-in cut in two is not the drop-in."""
+    result = orchestrator("plan", str(DEMO), "--show-dropins")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    sweep = load_sweep(DEMO)
+    document = plan_json(plan_sweep(sweep), sweep)
+    for entry in document["trials"]:
+        dropin = entry["dropin"].splitlines()
+        start = out.index(dropin[0])
+        assert out[start : start + len(dropin)] == dropin
+        assert any(line.startswith("ExecStart=") and len(line) > 80 for line in dropin)
+    rows = [line for line in out if line.split()[:1] and line.split()[0].isdigit()]
+    assert len(rows) == len(document["trials"])
+    for row, entry in zip(rows, document["trials"], strict=True):
+        assert row.split()[1] == entry["host"] and row.endswith(entry["key"])
+
+
+def test_plan_says_who_runs_what_and_how_long_with_its_assumptions(tmp_path: Path) -> None:
+    sweep_file = tmp_path / "across.yaml"
+    sweep_file.write_text(
+        "name: across\nhosts:\n"
+        '  - {name: a1, address: 10.0.0.1, base_url: "http://10.0.0.1:30000", type: a}\n'
+        '  - {name: a2, address: 10.0.0.2, base_url: "http://10.0.0.2:30000", type: a}\n'
+        "server:\n  model: m\n  knobs: {budget: {flag: --b}}\n"
+        "distribute: across-type\ngrid: {budget: [1, 2, 3]}\n"
+        "estimate: {restart: 10m}\n"
+    )
+    result = orchestrator("plan", str(sweep_file))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    at = lines.index("who runs what (across-type):")
+    assert lines[at + 1].startswith("  a1 (type a): 2 trial(s), about ")
+    assert lines[at + 2 : at + 4] == ["    budget=1", "    budget=3"]
+    assert lines[at + 4].startswith("  a2 (type a): 1 trial(s), about ")
+    estimate = next(line for line in lines if line.startswith("estimate: about "))
+    assert "restart 10m" in estimate
+    assert any("takes 10m (estimate.restart)" in line for line in lines)
+    warnings = result.stderr.splitlines()
+    assert warnings[0].startswith("warning: host type a: no baseline")
+    assert "budget=2 only on a2" in warnings[1]
+    as_json = json.loads(orchestrator("plan", "--json", str(sweep_file)).stdout)
+    assert as_json["hosts"][1] == {
+        "name": "a2",
+        "host_type": "a",
+        "trials": [as_json["trials"][1]["key"]],
+        "configs": [{"budget": 2}],
+        "estimate_s": as_json["estimate"]["per_host_s"]["a2"],
+    }
+    assert len(as_json["warnings"]) == 2
+
+
+def test_validate_warns_of_a_repeated_extra_flag_and_still_accepts(tmp_path: Path) -> None:
+    sweep_file = tmp_path / "repeat.yaml"
+    sweep_file.write_text(
+        "name: r\nhosts:\n"
+        '  - {name: h1, address: 10.0.0.1, base_url: "http://10.0.0.1:30000"}\n'
+        "server:\n  model: m\n"
+        "  exec_start: /usr/bin/python3 -m sglang.launch_server --enable-metrics\n"
+        "  extra_flags: [--enable-metrics]\nbaseline: true\n"
+    )
+    result = orchestrator("validate", str(sweep_file))
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == [
+        f"warning: {sweep_file}:7: server.extra_flags[0]: --enable-metrics is already on the "
+        "command line (server.exec_start or an earlier extra flag): it is not repeated"
+    ]
+    document = json.loads(orchestrator("validate", "--json", str(sweep_file)).stdout)
+    assert document["valid"] is True and len(document["warnings"]) == 1
+    dropin = plan_json(plan_sweep(load_sweep(sweep_file)), load_sweep(sweep_file))["trials"][0]
+    assert dropin["dropin"].count("--enable-metrics") == 2  # the comment, and ExecStart once
+    exec_line = next(x for x in dropin["dropin"].splitlines() if x.startswith('ExecStart="'))
+    assert exec_line.count("--enable-metrics") == 1
+
+
 def test_plan_bad_file_exits_2() -> None:
     result = orchestrator("plan", "--json", str(BAD))
     assert result.returncode == 2

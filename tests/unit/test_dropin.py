@@ -15,18 +15,23 @@ from orchestrator.host.dropin import (
     DROPIN_NAME,
     DropinHeader,
     ExecLineError,
+    ExtraFlagConflict,
+    FlagArg,
     TrialInvocation,
     UnknownKnobError,
     UnsafeValueError,
     apply_knobs,
     dropin_path,
+    flag_args,
     is_valid_service_name,
+    merge_extra_flags,
     parse_dropin_header,
     parse_environment_line,
     parse_exec_line,
     quote_environment,
     quote_exec_arg,
     render_dropin,
+    render_dropin_delta,
     split_unit_words,
 )
 from orchestrator.sweepfile import KnobMapping
@@ -232,6 +237,60 @@ def test_unknown_knob_is_refused() -> None:
     assert caught.value.knob == "windw"
 
 
+def test_an_extra_flag_the_base_has_with_the_same_value_is_left_out_and_said() -> None:
+    """The demo's unit runs --enable-metrics and its sweep added it again: now given once."""
+    base = [*BASE, "--enable-metrics", "--decode-log-interval", "40"]
+    invocation = apply_knobs(
+        base, {}, KNOBS, {"budget": 8}, ["--enable-metrics", "--decode-log-interval=40", "--x"]
+    )
+    assert invocation.argv.count("--enable-metrics") == 1
+    assert invocation.argv[-3:] == ("--x", "--speculative-ddtree-budget", "8")
+    assert invocation.repeated_extra_flags == ("--enable-metrics", "--decode-log-interval=40")
+    text = render_dropin("demo", "h1.k.0123456789ab", invocation)
+    assert (
+        "# extra_flags already on the unit's command line, not repeated: "
+        "--enable-metrics --decode-log-interval=40\n[Service]\n"
+    ) in text
+
+
+def test_an_extra_flag_the_base_has_with_another_value_is_refused() -> None:
+    base = [*BASE, "--decode-log-interval", "40"]
+    with pytest.raises(ExtraFlagConflict) as caught:
+        apply_knobs(base, {}, KNOBS, {}, ["--enable-metrics", "--decode-log-interval", "10"])
+    assert (caught.value.flag, caught.value.base_value, caught.value.extra_value) == (
+        "--decode-log-interval",
+        "40",
+        "10",
+    )
+    assert caught.value.index == 1
+    assert "extra_flags[1]" in str(caught.value)
+
+
+def test_a_knob_flag_in_the_base_never_counts_as_a_repeat() -> None:
+    """Knob flags leave the base first, so only the knob's own value is on the line."""
+    base = [*BASE, "--speculative-ddtree-budget", "4"]
+    invocation = apply_knobs(base, {}, KNOBS, {"budget": 8})
+    assert invocation.argv.count("--speculative-ddtree-budget") == 1
+    assert invocation.repeated_extra_flags == ()
+
+
+def test_flag_args_reads_each_spelling() -> None:
+    assert flag_args(["-m", "srv", "--a", "1", "--b=2", "--c", "--d"]) == [
+        "-m",
+        "srv",
+        FlagArg("--a", "1", ("--a", "1"), 2),
+        FlagArg("--b", "2", ("--b=2",), 4),
+        FlagArg("--c", None, ("--c",), 5),
+        FlagArg("--d", None, ("--d",), 6),
+    ]
+    merged = merge_extra_flags(["/bin/x", "--a", "1"], ["--a=1", "--a", "2", "--e", "--e"])
+    assert merged.added == ("--e",)
+    assert [arg.tokens for arg in merged.repeated] == [("--a=1",), ("--e",)]
+    assert [(c.flag, c.base_value, c.extra_value, c.index) for c in merged.conflicts] == [
+        ("--a", "1", "2", 1)
+    ]
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -256,6 +315,27 @@ def test_render_dropin_exact_text() -> None:
     assert parse_dropin_header(text) == DropinHeader(sweep="demo", trial="h1.budget-8.0123456789ab")
     exec_line = text.splitlines()[4].removeprefix("ExecStart=")
     assert parse_exec_line(exec_line) == list(invocation.argv)
+
+
+def test_the_plans_delta_is_the_installed_dropin_without_its_exec_lines() -> None:
+    """One renderer: what ``plan`` shows without exec_start cannot drift from what is
+    installed (it used to be a copy of render_dropin's tail)."""
+    invocation = TrialInvocation(
+        argv=("<ExecStart>", "--x", "a b"),
+        environment={"B": "2"},
+        unset_environment=("C",),
+        repeated_extra_flags=("--m",),
+    )
+    installed = render_dropin("demo", "h1.k.0123456789ab", invocation).splitlines()
+    delta = render_dropin_delta("demo", "h1.k.0123456789ab", invocation, ["--x"]).splitlines()
+    assert delta[0] == installed[0]
+    assert delta[1:4] == [
+        "# server.exec_start is not given, so this is the change to the unit's own ExecStart:",
+        "#   removed: --x",
+        '#   added:   "--x" "a b"',
+    ]
+    body = [line for line in installed[2:] if not line.startswith("ExecStart=")]
+    assert delta[4:] == body
 
 
 def test_render_dropin_refuses_unsafe_header_and_extra_lines() -> None:

@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.host.dropin import parse_dropin_header, parse_exec_line
+from orchestrator.host.dropin import apply_knobs, flag_args, parse_dropin_header, parse_exec_line
 from orchestrator.plan import expand_configs, plan_json, plan_sweep, trial_key
+from orchestrator.sim.host import sglang_argv
 from orchestrator.sweepfile import load_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,9 @@ def test_keys_are_stable_across_processes() -> None:
     assert json.loads(runs[0]) == [t.key for t in plan_sweep(load_sweep(path))]
 
 
-def test_across_type_runs_each_config_once_per_type_round_robin() -> None:
+def test_across_type_runs_each_config_once_per_type() -> None:
+    """A one-knob grid has nothing to balance: each value on the next least-loaded host.
+    (Issue 12 changed round-robin to a balanced assignment; here both give the same.)"""
     sweep = parse_sweep(HEAD + "distribute: across-type\ngrid:\n  budget: [1, 2, 3, 4]\n")
     plan = plan_sweep(sweep)
     assert [(t.config["budget"], t.host) for t in plan] == [
@@ -124,6 +127,94 @@ def test_across_type_runs_each_config_once_per_type_round_robin() -> None:
         (4, "a1"),
         (4, "b1"),
     ]
+
+
+TWO_HOSTS = HEAD.replace(
+    '  - {name: a3, address: 10.0.0.3, base_url: "http://10.0.0.3:30000", type: a}\n', ""
+).replace('  - {name: b1, address: 10.0.0.4, base_url: "http://10.0.0.4:30000", type: b}\n', "")
+
+
+def test_across_type_spreads_each_knob_value_over_the_hosts_and_runs_baseline_on_each() -> None:
+    """Round-robin put every topk=4 config on a1 and every topk=8 on a2: a host difference
+    read as a topk effect, and the baseline ran on a1 only."""
+    sweep = parse_sweep(
+        TWO_HOSTS + "distribute: across-type\nbaseline: true\n"
+        "grid:\n  budget: [1, 2]\n  topk: [4, 8]\n"
+    )
+    plan = plan_sweep(sweep)
+    assert [t.host for t in plan if t.is_baseline] == ["a1", "a2"]
+    tested = [t for t in plan if not t.is_baseline]
+    assert len(tested) == 4 and len({tuple(sorted(t.config.items())) for t in tested}) == 4
+    for knob in ("budget", "topk"):
+        for value in {t.config[knob] for t in tested}:
+            hosts = {t.host for t in tested if t.config[knob] == value}
+            assert hosts == {"a1", "a2"}, (knob, value, [(t.config, t.host) for t in tested])
+    assert len(plan.for_host("a1")) == len(plan.for_host("a2")) == 3
+    assert plan.warnings == ()
+
+
+def test_across_type_warns_where_it_cannot_spread() -> None:
+    sweep = parse_sweep(TWO_HOSTS + "distribute: across-type\ngrid:\n  budget: [1, 2, 3]\n")
+    plan = plan_sweep(sweep)
+    assert [(t.config["budget"], t.host) for t in plan] == [(1, "a1"), (2, "a2"), (3, "a1")]
+    messages = [str(w) for w in plan.warnings]
+    assert messages[0].startswith("host type a: no baseline: each of its 2 hosts")
+    assert messages[1] == (
+        "host type a: budget=1 only on a1, budget=2 only on a2, budget=3 only on a1 (too few "
+        "configs to spread them): compare each with its own host's baseline"
+    )
+    each_host = parse_sweep(TWO_HOSTS + "grid:\n  budget: [1, 2, 3]\n")
+    assert plan_sweep(each_host).warnings == ()
+
+
+def test_absent_is_a_level_that_is_spread_too() -> None:
+    sweep = parse_sweep(
+        TWO_HOSTS + "distribute: across-type\nbaseline: true\n"
+        "grid:\n  budget: [1, 2]\n  window: [null, 2048]\n"
+    )
+    tested = [t for t in plan_sweep(sweep) if not t.is_baseline]
+    assert {t.host for t in tested if "window" not in t.config} == {"a1", "a2"}
+    assert {t.host for t in tested if "window" in t.config} == {"a1", "a2"}
+
+
+def test_plan_json_says_who_runs_what_and_how_long_it_takes() -> None:
+    sweep = parse_sweep(
+        TWO_HOSTS + "distribute: across-type\nbaseline: true\ngrid:\n  budget: [1, 2, 3]\n"
+        "benchmark: {contexts: [60], concurrency: [1, 2], max_tokens: 100, rounds: 2,"
+        " warmup_requests: 1}\n"
+        "estimate: {restart: 1m, decode_tokens_per_s: 10, prefill_tokens_per_s: 60}\n"
+    )
+    plan = plan_sweep(sweep)
+    document = plan_json(plan, sweep)
+    # one wave: 60/60 s reading + 100/10 s writing = 11 s; concurrency 1: 2 rounds + 1
+    # warm-up wave, concurrency 2: 2 rounds + 1 warm-up wave -> 6 waves = 66 s
+    assert document["estimate"]["per_trial"] == {
+        "restart_s": 60.0,
+        "benchmark_s": 66.0,
+        "coding_s": 0.0,
+    }
+    assert document["estimate"]["per_trial_s"] == 126.0
+    # a1: baseline, budget 1, budget 3 -> 3 trials + its restore; a2: baseline, budget 2
+    assert document["estimate"]["per_host_s"] == {"a1": 3 * 126.0 + 60, "a2": 2 * 126.0 + 60}
+    assert document["estimate"]["total_s"] == 3 * 126.0 + 60
+    assert any("estimate.restart" in line for line in document["estimate"]["assumptions"])
+    assert document["distribute"] == "across-type"
+    assert [(h["name"], h["host_type"], h["configs"]) for h in document["hosts"]] == [
+        ("a1", "a", [{}, {"budget": 1}, {"budget": 3}]),
+        ("a2", "a", [{}, {"budget": 2}]),
+    ]
+    assert document["hosts"][0]["trials"] == [t.key for t in plan.for_host("a1")]
+    assert document["hosts"][0]["estimate_s"] == 3 * 126.0 + 60
+    assert all(entry["estimate_s"] == 126.0 for entry in document["trials"])
+    assert document["warnings"] == [str(w) for w in plan.warnings]
+
+
+def test_the_estimate_counts_the_coding_problems() -> None:
+    sweep = load_sweep(ROOT / "sweeps" / "kimi-k26-dflash-b300.yaml")
+    estimate = plan_json(plan_sweep(sweep), sweep)["estimate"]
+    assert sweep.coding is not None and sweep.coding.select is not None
+    expected = len(sweep.coding.select) * sweep.coding.max_tokens / 50.0  # the default rate
+    assert estimate["per_trial"]["coding_s"] == round(expected, 1)
 
 
 def test_host_type_defaults_to_name_so_across_type_is_each_host_without_types() -> None:
@@ -202,3 +293,21 @@ def test_seed_sweeps_plan_baseline_plus_four() -> None:
         assert '"--speculative-ddtree-budget" "16"' in dropins[2]
         assert 'Environment="SGLANG_DDTREE_MAX_TOPK=6"' in dropins[4]
         assert '"--speculative-algorithm" "DFLASH"' not in "".join(dropins[1:])
+
+
+def test_the_demo_units_command_line_has_each_flag_once() -> None:
+    """The simulated hosts' unit runs --enable-metrics and the demo sweep added it again."""
+    sweep = load_sweep(ROOT / "sweeps" / "demo.yaml")
+    for trial in plan_sweep(sweep):
+        knobs = sweep.host(trial.host).effective_knobs(sweep.server.knobs)
+        invocation = apply_knobs(
+            sglang_argv("127.0.0.11"),
+            {},
+            knobs,
+            trial.config,
+            sweep.server.extra_flags,
+            sweep.server.environment,
+        )
+        flags = [arg.flag for arg in flag_args(invocation.argv[1:]) if not isinstance(arg, str)]
+        assert len(flags) == len(set(flags)), (trial.key, invocation.argv)
+        assert "--enable-metrics" in flags

@@ -21,11 +21,14 @@ from orchestrator.sweepfile import (
     Problem,
     Sweep,
     SweepFileError,
+    check_sweep,
+    check_sweep_text,
     format_path,
     load_sweep,
     load_sweep_with_text,
     parse_duration,
     parse_sweep,
+    rules,
     sweep_json_schema,
 )
 from orchestrator.types import content_hash
@@ -260,3 +263,121 @@ def test_seed_sweeps_hold_the_seeds_configs() -> None:
         assert sweep.benchmark.concurrency == [1, 8, 32, 64]
         assert sweep.coding is not None and sweep.coding.problems == "builtin"
         assert sweep.coding.select == ["is_palindrome", "fib", "merge_sorted", "word_count", "gcd"]
+
+
+# --- issue 12: operators' spellings of exec_start and argv numbers; repeated extra flags
+
+
+def test_exec_start_one_line_is_split_as_systemd_splits_it() -> None:
+    checked = check_sweep(CORPUS / "good" / "exec_start_line.yaml")
+    assert checked.sweep.server.exec_start == [
+        "/opt/sglang/.venv/bin/python", "-m", "sglang.launch_server",
+        "--model-path", "/models/Kimi K2.6", "--tp-size", "8", "--mem-fraction-static", "0.85",
+        "--served-model-name", "kimi-k2.6", "--chat-template", "100% $HOME",
+        "--speculative-ddtree-budget", "4",
+    ]  # fmt: skip
+    listed = parse_sweep(
+        MINIMAL + '  exec_start: [/usr/bin/python3, --chat-template, "100% $HOME"]\n'
+        "baseline: true\n"
+    )
+    line = parse_sweep(
+        MINIMAL + "  exec_start: '/usr/bin/python3 --chat-template \"100%% $$HOME\"'\n"
+        "baseline: true\n"
+    )
+    assert line.server.exec_start == listed.server.exec_start
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("/usr/bin/python3 --model /m/%n", "unit specifier %n"),
+        ("/usr/bin/python3 $MODEL", "environment expansion"),
+        ("/usr/bin/python3 --x ${MODEL}", "environment expansion ${...}"),
+        ("/usr/bin/python3 ; /bin/reboot", "command separator ';'"),
+        ("/usr/bin/python3 'open", "unterminated quote"),
+        ('/usr/bin/python3 "a\\nb"', "contains a newline once its escapes are decoded"),
+        ("   ", "at least 1 item"),
+    ],
+)
+def test_exec_start_one_line_gets_the_list_forms_checks(line: str, message: str) -> None:
+    text = MINIMAL + f"  exec_start: {json.dumps(line)}\nbaseline: true\n"
+    problems = _problems(text)
+    assert [(p.line, p.field_path) for p in problems] == [(9, "server.exec_start")], problems
+    assert message in problems[0].message
+
+
+def test_numbers_in_argv_lists_become_text() -> None:
+    sweep = parse_sweep(
+        MINIMAL + "  exec_start: [/usr/bin/python3, --tp-size, 8, --mem-fraction-static, 0.85]\n"
+        "  extra_flags: [--decode-log-interval, 40]\nbaseline: true\n"
+    )
+    assert sweep.server.exec_start == [
+        "/usr/bin/python3", "--tp-size", "8", "--mem-fraction-static", "0.85"
+    ]  # fmt: skip
+    assert sweep.server.extra_flags == ["--decode-log-interval", "40"]
+    problems = _problems(MINIMAL + "  extra_flags: [--x, true, .inf]\nbaseline: true\n")
+    assert [(p.line, p.field_path) for p in problems] == [
+        (9, "server.extra_flags[1]"),
+        (9, "server.extra_flags[2]"),
+    ]
+    assert "boolean is ambiguous" in problems[0].message
+    assert "not a finite number" in problems[1].message
+
+
+def test_an_extra_flag_the_exec_start_has_with_the_same_value_is_a_warning() -> None:
+    text = (
+        MINIMAL + "  exec_start: /usr/bin/python3 --enable-metrics --tp-size 8\n"
+        "  extra_flags:\n    - --enable-metrics\n    - --tp-size=8\n    - --x\nbaseline: true\n"
+    )
+    checked = check_sweep_text(text, "s.yaml")
+    assert [str(w) for w in checked.warnings] == [
+        "s.yaml:11: server.extra_flags[0]: --enable-metrics is already on the command line "
+        "(server.exec_start or an earlier extra flag): it is not repeated",
+        "s.yaml:12: server.extra_flags[1]: --tp-size=8 is already on the command line "
+        "(server.exec_start or an earlier extra flag): it is not repeated",
+    ]
+    assert checked.sweep.server.extra_flags == ["--enable-metrics", "--tp-size=8", "--x"]
+
+
+def test_an_extra_flag_the_exec_start_has_with_another_value_is_an_error() -> None:
+    text = (
+        MINIMAL + "  exec_start: [/usr/bin/python3, --tp-size, 8, --enable-metrics]\n"
+        "  extra_flags: [--tp-size, 4, --enable-metrics=1]\nbaseline: true\n"
+    )
+    problems = _problems(text, "s.yaml")
+    assert [str(p) for p in problems] == [
+        "s.yaml:10: server.extra_flags[0]: --tp-size is '4' here but '8' on the command line "
+        "already (server.exec_start or an earlier extra flag); give it once",
+        "s.yaml:10: server.extra_flags[2]: --enable-metrics is '1' here but bare on the "
+        "command line already (server.exec_start or an earlier extra flag); give it once",
+    ]
+
+
+def test_a_knob_flag_in_exec_start_is_not_a_repeat_of_extra_flags() -> None:
+    """The knob's flag is removed from the base before extra_flags join it, as in a trial."""
+    text = (
+        MINIMAL + "  exec_start: [/usr/bin/python3, --speculative-ddtree-budget, 8]\n"
+        "  extra_flags: [--y]\nconfigs: [{budget: 4}]\n"
+    )
+    assert check_sweep_text(text).warnings == ()
+
+
+def test_rules_read_typed_parts_even_where_other_parts_are_broken() -> None:
+    """A host that does not parse still has its name checked; a knob whose mapping does not
+    parse is still declared (configs using it are not 'unknown')."""
+    parts = rules.parts_of(
+        {
+            "hosts": [{"name": "h1", "address": "10.0.0.1", "base_url": "ftp://x"}, {"port": "x"}],
+            "server": {"knobs": {"budget": {"flag": "bad flag"}}},
+            "configs": [{"budget": 4, "topk": [1]}],
+        }
+    )
+    assert parts.hosts[0].name == "h1" and parts.hosts[0].port == 22
+    assert parts.hosts[1].name is None and parts.hosts[1].port is None
+    assert parts.knob_names == ["budget"] and parts.knobs[0].mapping is None
+    values = {use.knob: use.value for use in parts.uses}
+    assert values["budget"] == 4 and not isinstance(values["topk"], int | list)
+    found = [str(f.path) + f.message for f in rules.undeclared_knobs(parts)]
+    assert found == [
+        "('configs', 0, 'topk')unknown key: not in server.knobs (expected one of: budget)"
+    ]

@@ -1,0 +1,240 @@
+"""The sweep file's schema: pydantic models (strict, closed), one per section of the file.
+
+Checks that involve one field live in :mod:`fields`; checks across fields and sections (a knob
+used but not declared, two hosts on one machine) live in :mod:`rules`, which runs on these
+models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.sweepfile.fields import (
+    Address,
+    ArgText,
+    ClockTime,
+    Duration,
+    EnvName,
+    EnvValue,
+    ExecStart,
+    Flag,
+    HostName,
+    HttpUrl,
+    InfoKey,
+    Jump,
+    KnobName,
+    KnobValueField,
+    ProblemName,
+    ServiceName,
+    SweepName,
+    Text,
+    UserName,
+    unique,
+    unique_or_none,
+)
+from orchestrator.types import ApiKind
+
+DEFAULT_RESTART_S = 300.0
+DEFAULT_DECODE_TOKENS_PER_S = 50.0
+DEFAULT_PREFILL_TOKENS_PER_S = 5000.0
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class KnobMapping(_Model):
+    """How one sweep knob reaches this build of SGLang: a flag or an environment variable."""
+
+    flag: Flag | None = Field(default=None, description="command-line flag, e.g. --x-y")
+    env: EnvName | None = Field(default=None, description="environment variable of the unit")
+    server_info_key: InfoKey | None = Field(
+        default=None, description="the /server_info key SGLang resolves this knob to"
+    )
+    overridden_by_server: bool = Field(
+        default=False,
+        description="SGLang may replace the value (e.g. DFLASH forces topk 1): a /server_info "
+        "mismatch is recorded, not a failure",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_target(self) -> KnobMapping:
+        if (self.flag is None) == (self.env is None):
+            raise ValueError("give exactly one of 'flag' or 'env'")
+        return self
+
+
+class HostSpec(_Model):
+    """One GPU host and how to reach it and its SGLang server."""
+
+    name: HostName
+    address: Address
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: UserName = "root"
+    identity_file: Text | None = None
+    known_hosts: Text = "~/.ssh/known_hosts"
+    insecure_no_host_check: bool = False
+    gpus: Annotated[
+        list[Annotated[int, Field(ge=0, le=1023)]] | None,
+        Field(min_length=1),
+        AfterValidator(unique_or_none),
+    ] = None
+    base_url: HttpUrl
+    type: HostName | None = None
+    sudo: bool = False
+    jump: Jump | None = None
+    knobs: dict[KnobName, KnobMapping] = Field(default_factory=dict)
+
+    @property
+    def host_type(self) -> str:
+        """The group reports and ``distribute: across-type`` use: ``type``, else the name."""
+        return self.type or self.name
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == "local"
+
+    def effective_knobs(self, sweep_knobs: Mapping[str, KnobMapping]) -> dict[str, KnobMapping]:
+        """The sweep's knob map with this host's spellings laid over it (same key order)."""
+        merged = dict(sweep_knobs)
+        merged.update(self.knobs)
+        return merged
+
+
+class ServerSpec(_Model):
+    """The SGLang systemd unit the sweep reconfigures, and how knobs reach it."""
+
+    unit: ServiceName = "sglang.service"
+    model: Text
+    knobs: dict[KnobName, KnobMapping] = Field(default_factory=dict)
+    extra_flags: list[ArgText] = Field(default_factory=list)
+    environment: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    exec_start: ExecStart | None = None
+
+
+class BenchmarkSpec(_Model):
+    """The context x concurrency matrix each trial is measured on."""
+
+    api: ApiKind = "chat"
+    contexts: Annotated[
+        list[Annotated[int, Field(ge=1, le=2_000_000)]],
+        Field(min_length=1),
+        AfterValidator(unique),
+    ] = Field(default_factory=lambda: [60, 1024, 4096, 8192])
+    concurrency: Annotated[
+        list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1), AfterValidator(unique)
+    ] = Field(default_factory=lambda: [1, 8, 32, 64])
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
+    rounds: Annotated[int, Field(ge=1, le=1000)] = 3
+    warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    ignore_eos: bool = True
+
+
+class CodingSpec(_Model):
+    """The correctness anchor: small coding problems whose final code is run and checked."""
+
+    problems: Text = "builtin"
+    select: Annotated[
+        list[ProblemName] | None,
+        Field(min_length=1),
+        AfterValidator(unique_or_none),
+    ] = None
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
+
+
+class Timeouts(_Model):
+    """Deadlines (seconds) of the restart protocol's steps and of one request."""
+
+    connect: Duration = 30.0
+    stop: Duration = 180.0
+    memory_release: Duration = 300.0
+    ready: Duration = 900.0
+    probe: Duration = 300.0
+    request: Duration = 600.0
+
+
+class Policy(_Model):
+    """What to do when a trial fails and how to leave the hosts at the end."""
+
+    on_trial_failure: Literal["continue", "abort"] = "continue"
+    trial_retries: Annotated[int, Field(ge=0, le=10)] = 1
+    restore: Literal["as-found", "stopped", "leave"] = "as-found"
+
+
+class Schedule(_Model):
+    """When the daemon may start the sweep and by when it must stop (control machine time)."""
+
+    not_before: ClockTime | None = None
+    finish_by: ClockTime | None = None
+
+
+class Notify(_Model):
+    """Where to announce the end of a sweep."""
+
+    webhook: HttpUrl
+
+
+class EstimateSpec(_Model):
+    """What ``plan`` assumes to estimate how long the sweep takes (the timeouts are upper
+    bounds, not expectations, so the typical times come from here)."""
+
+    restart: Duration = Field(
+        default=DEFAULT_RESTART_S,
+        description="one clean restart: stop, memory release, model load and warm-up",
+    )
+    decode_tokens_per_s: Annotated[float, Field(gt=0, le=1_000_000)] = Field(
+        default=DEFAULT_DECODE_TOKENS_PER_S, description="output tokens per second of one request"
+    )
+    prefill_tokens_per_s: Annotated[float, Field(gt=0, le=100_000_000)] = Field(
+        default=DEFAULT_PREFILL_TOKENS_PER_S, description="prompt tokens per second of one request"
+    )
+
+
+class Sweep(_Model):
+    """A whole sweep file."""
+
+    model_config = ConfigDict(
+        title="orchestrator sweep file",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    name: SweepName
+    description: Annotated[str, Field(max_length=65536)] = ""
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    hosts: Annotated[list[HostSpec], Field(min_length=1)]
+    server: ServerSpec
+    baseline: bool = False
+    distribute: Literal["each-host", "across-type"] = "each-host"
+    configs: list[dict[str, KnobValueField]] = Field(default_factory=list)
+    grid: Annotated[
+        dict[str, Annotated[list[KnobValueField], Field(min_length=1)]] | None,
+        Field(min_length=1),
+    ] = None
+    benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
+    coding: CodingSpec | None = None
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    policy: Policy = Field(default_factory=Policy)
+    schedule: Schedule | None = None
+    notify: Notify | None = None
+    estimate: EstimateSpec = Field(default_factory=EstimateSpec)
+
+    @property
+    def knob_names(self) -> list[str]:
+        return list(self.server.knobs)
+
+    def host(self, name: str) -> HostSpec:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+
+def sweep_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a sweep file, for editors' YAML language servers."""
+    return Sweep.model_json_schema(mode="validation")
