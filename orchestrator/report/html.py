@@ -27,7 +27,8 @@ CSS = """
 :root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #111827;
-       margin: 0 auto; padding: 20px 28px 40px; max-width: 1400px; background: #fff; }
+       margin: 0; padding: 20px 28px 40px; background: #fff; }
+p.meta, p.note, ul.warnings, pre, figcaption { max-width: 120ch; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 28px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #e5e7eb; }
 h3 { font-size: 15px; margin: 20px 0 6px; }
@@ -42,7 +43,7 @@ p.meta { color: #374151; margin: 4px 0 10px; }
 .keys .x { color: var(--fail); font-weight: 700; }
 .panels { display: flex; flex-wrap: wrap; gap: 10px 14px; align-items: flex-start; }
 figure { margin: 8px 0 14px; break-inside: avoid; }
-figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; max-width: 1300px; }
+figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; }
 table { border-collapse: collapse; margin: 6px 0 4px; font-size: 12.5px;
         font-variant-numeric: tabular-nums; break-inside: avoid; }
 th, td { border: 1px solid #e5e7eb; padding: 3px 7px; text-align: right; vertical-align: top; }
