@@ -598,7 +598,7 @@ def _warnings(
                 )
             for point in trial.throughput:
                 found.extend(_point_warnings(trial, name, point))
-            truncated = [c.problem for c in trial.coding if c.outcome == Outcome.TRUNCATED.value]
+            truncated = [c.problem for c in trial.coding if c.outcome is Outcome.TRUNCATED]
             if truncated:
                 found.append(
                     ReportWarning(
