@@ -231,7 +231,7 @@ class TrialView:
     lossless: Drift | None = None
     plan: TrialPlan | None = None
     never_run_state: TrialState = "queued"
-    """What a trial without an attempt is: ``queued``, or ``cancelled`` once its sweep ended."""
+    """What a trial without an attempt is: ``queued``, or ``cancelled`` when its sweep was."""
 
     @property
     def latest(self) -> AttemptView | None:

@@ -11,8 +11,8 @@ names under which a metric is stored.
 The JSON shape is the contract of ``orchestrator results --json`` and ``run --json`` (issue 6):
 ``{"sweep", "id", "state", "trials": [{"key", "host", "config", "state", "cause", "attempt",
 "points": [{"kind", "context", "concurrency", "problem", "metrics", "accept_len"}]}]}``, one
-trial entry per attempt; a trial never attempted appears once with ``attempt`` null, ``queued``
-while its sweep may still run it and ``cancelled`` once the sweep has ended without running it.
+trial entry per attempt; a trial never attempted appears once with ``attempt`` null, as
+``queued``, or ``cancelled`` when its sweep was cancelled first.
 More keys (timestamps, evidence, quality flags, hosts, the trial's plan) ride along; keys are
 only ever added.
 """
@@ -29,7 +29,6 @@ from typing import Any, ClassVar, Literal, cast, get_args
 
 from orchestrator.bench.coding import Outcome
 from orchestrator.store.records import (
-    TERMINAL_SWEEP_STATES,
     Attempt,
     AttemptState,
     HostRecord,
@@ -45,7 +44,7 @@ from orchestrator.store.records import (
 
 TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 """A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted
-``queued`` (its sweep may still run it) or ``cancelled`` (its sweep ended first)."""
+``queued``, or ``cancelled`` when its sweep was cancelled before it ran."""
 
 TRIAL_STATES: tuple[TrialState, ...] = get_args(TrialState)
 
@@ -686,9 +685,10 @@ class SweepResults:
 
 
 def unattempted_state(sweep_state: SweepState) -> TrialState:
-    """A trial with no attempt: still ``queued`` while its sweep may run it, ``cancelled``
-    once the sweep has ended (cancelled, aborted) without running it."""
-    return "cancelled" if sweep_state in TERMINAL_SWEEP_STATES else "queued"
+    """A trial with no attempt: ``cancelled`` when its sweep was cancelled before it ran,
+    else ``queued`` (a sweep aborted by its failure policy keeps them queued, as the fault
+    tests pin; the sweep's own state and summary say why they never ran)."""
+    return "cancelled" if sweep_state == "cancelled" else "queued"
 
 
 def trial_outcome(
