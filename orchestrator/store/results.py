@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal, cast, get_args
 from orchestrator.bench.coding import Outcome
 from orchestrator.store.records import (
     Attempt,
-    AttemptState,
     HostRecord,
     JsonObject,
     MatrixCell,
@@ -714,6 +713,31 @@ def trial_outcome(
     )
 
 
+def trial_outcomes(
+    trials: Sequence[TrialRecord],
+    attempts: Sequence[Attempt],
+    points: Sequence[PointRecord],
+    sweep_state: SweepState,
+) -> list[TrialOutcome]:
+    """Trials in plan order, each trial's attempts by number (a trial never attempted once),
+    each attempt's points as committed."""
+    attempts_by_trial: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
+    points_by_attempt: dict[int, list[PointRecord]] = {}
+    for point in points:
+        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    entries: list[TrialOutcome] = []
+    for trial in trials:
+        tried = sorted(attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
+        if not tried:
+            entries.append(trial_outcome(trial, None, [], sweep_state))
+        entries.extend(
+            trial_outcome(trial, a, points_by_attempt.get(a.id, []), sweep_state) for a in tried
+        )
+    return entries
+
+
 def build_results(
     sweep: SweepRecord,
     trials: Sequence[TrialRecord],
@@ -721,22 +745,6 @@ def build_results(
     points: Sequence[PointRecord],
     hosts: Sequence[HostRecord] = (),
 ) -> SweepResults:
-    """Trials in plan order, each trial's attempts by number, each attempt's points as committed."""
-    attempts_by_trial: dict[int, list[Attempt]] = {}
-    for attempt in attempts:
-        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
-    points_by_attempt: dict[int, list[PointRecord]] = {}
-    for point in points:
-        points_by_attempt.setdefault(point.attempt_id, []).append(point)
-
-    entries: list[TrialOutcome] = []
-    for trial in trials:
-        tried = sorted(attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
-        if not tried:
-            entries.append(trial_outcome(trial, None, [], sweep.state))
-        entries.extend(
-            trial_outcome(trial, a, points_by_attempt.get(a.id, []), sweep.state) for a in tried
-        )
     return SweepResults(
         sweep=sweep.name,
         id=sweep.id,
@@ -748,18 +756,13 @@ def build_results(
         replaced_by=sweep.replaced_by,
         summary=sweep.summary,
         hosts=tuple(HostOutcome(h.name, h.type, h.set_aside_reason) for h in hosts),
-        trials=tuple(entries),
+        trials=tuple(trial_outcomes(trials, attempts, points, sweep.state)),
     )
 
 
 def latest_states(
     trials: Sequence[TrialRecord], attempts: Sequence[Attempt], sweep_state: SweepState
 ) -> dict[tuple[str, str], TrialState]:
-    """Each trial's latest state from records alone (no point read): what status counts."""
-    latest: dict[int, AttemptState] = {}
-    numbers: dict[int, int] = {}
-    for attempt in attempts:
-        if attempt.number >= numbers.get(attempt.trial_id, 0):
-            numbers[attempt.trial_id] = attempt.number
-            latest[attempt.trial_id] = attempt.state
-    return {(t.key, t.host): latest.get(t.id, unattempted_state(sweep_state)) for t in trials}
+    """Each trial's latest state from its attempts alone (no point read): what status counts."""
+    outcomes = trial_outcomes(trials, attempts, (), sweep_state)
+    return {(t.key, t.host): t.state for t in latest_outcomes(outcomes)}
