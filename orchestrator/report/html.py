@@ -42,6 +42,7 @@ p.meta { color: #374151; margin: 4px 0 10px; }
 .keys b { color: var(--flag); }
 .keys .x { color: var(--fail); font-weight: 700; }
 .panels { display: flex; flex-wrap: wrap; gap: 10px 14px; align-items: flex-start; }
+.figures { display: flex; flex-wrap: wrap; gap: 0 36px; align-items: flex-start; }
 figure { margin: 8px 0 14px; break-inside: avoid; }
 figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; }
 table { border-collapse: collapse; margin: 6px 0 4px; font-size: 12.5px;
@@ -455,15 +456,15 @@ def group_html(report: SweepReport, group: HostTypeGroup, heading: str, sub: str
         f"<{sub}>Plots</{sub}>",
         _legend(group, colors),
         _keys(),
-        throughput_figure(group, colors),
     ]
-    for figure in (
+    figures = [
+        throughput_figure(group, colors),
         speedup_figure(group),
         accept_figure(group, colors),
         ttft_figure(group, colors),
-    ):
-        if figure:
-            parts.append(figure)
+    ]
+    # Side by side as far as the window allows; each figure stays whole.
+    parts.append(f'<div class="figures">{"".join(f for f in figures if f)}</div>')
     parts.append(table_html(tables.configs_table(group), heading=sub))
     parts += [table_html(t, heading=sub) for t in tables.throughput_tables(group)]
     parts += [
