@@ -22,7 +22,13 @@ from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult, run_point
-from orchestrator.bench.problems import Problem, builtin_problems, load_problem_file, select
+from orchestrator.bench.problems import (
+    Problem,
+    ProblemFileError,
+    builtin_problems,
+    load_problem_file,
+    select,
+)
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.bench.stats import Summary
@@ -150,12 +156,20 @@ def _problems(sweep: Sweep) -> list[Problem]:
 
 
 def trial_plan(sweep: Sweep) -> TrialPlan:
-    """What each of the sweep's trials measures, as stored with the trial when it is planned."""
+    """What each of the sweep's trials measures, as stored with the trial when it is planned.
+
+    A problem file that cannot be read leaves the plan's problem list empty: each trial then
+    fails on it when it measures, with the error as evidence, as it did before plans existed.
+    """
     bench = sweep.benchmark
+    problems: tuple[str, ...] = ()
+    if sweep.coding:
+        with contextlib.suppress(OSError, ProblemFileError):
+            problems = tuple(p.id for p in _problems(sweep))
     return TrialPlan(
         cells=tuple(MatrixCell(ctx, conc) for ctx in bench.contexts for conc in bench.concurrency),
         rounds=bench.rounds,
-        problems=tuple(p.id for p in _problems(sweep)) if sweep.coding else (),
+        problems=problems,
         coding_temperature=sweep.coding.temperature if sweep.coding else None,
         model=sweep.server.model,
     )

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator
 from orchestrator.bench.coding import Outcome
 from orchestrator.cli import main
+from orchestrator.runner import trial_plan
 from orchestrator.store import (
     MIGRATIONS,
     AcceptEstimate,
@@ -47,6 +49,7 @@ from orchestrator.store import (
     open_connection,
     point_key,
 )
+from orchestrator.sweepfile import parse_sweep
 
 LATEST = MIGRATIONS[-1].version
 SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
@@ -825,3 +828,15 @@ async def test_results_shows_coding_passes_per_attempt_by_config(
     assert "coding 2/3 pass" in rows[1] and "done" in rows[1]
     assert "b8" not in out.replace("budget=8", "")  # named by knob values, not the trial key
     assert "baseline" in out
+
+
+def test_trial_plan_is_what_the_sweep_file_asks_each_trial_to_measure(tmp_path: Path) -> None:
+    text = (Path(orchestrator.__file__).parent / "data" / "demo.yaml").read_text()
+    plan = trial_plan(parse_sweep(text, "demo.yaml"))
+    assert plan.cells == tuple(MatrixCell(c, n) for c in (60, 1024) for n in (1, 4))
+    assert plan.rounds == 2 and plan.total_points == 4 + 5
+    assert plan.problems == ("is_palindrome", "fib", "merge_sorted", "word_count", "gcd")
+    assert (plan.coding_temperature, plan.model) == (0.0, "kimi-k2.6")
+    # A problem file that cannot be read: the trials fail on it when they measure, as before.
+    missing = text.replace("problems: builtin", f"problems: {tmp_path / 'gone.jsonl'}")
+    assert trial_plan(parse_sweep(missing, "demo.yaml")).problems == ()
