@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal, cast, get_args
 
 from orchestrator.bench.coding import Outcome
 from orchestrator.store.records import (
+    SWEEP_STATES,
     Attempt,
     HostRecord,
     JsonObject,
@@ -668,10 +669,13 @@ class SweepResults:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SweepResults:
         summary = data.get("summary")
+        state = data.get("state")
+        if state not in SWEEP_STATES:
+            raise ValueError(f"unknown sweep state {state!r}")
         return cls(
             sweep=str(data["sweep"]),
             id=int(data["id"]),
-            state=cast(SweepState, data["state"]),
+            state=cast(SweepState, state),
             priority=_int(data.get("priority")) or 0,
             submitted_at=_number(data.get("submitted_at")),
             started_at=_number(data.get("started_at")),
