@@ -24,14 +24,24 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from orchestrator import __version__
 from orchestrator.log import get_logger
-from orchestrator.store import SweepNameConflict, SweepNotFound
+from orchestrator.store import (
+    JsonObject,
+    Store,
+    SweepNameConflict,
+    SweepNotFound,
+    SweepRecord,
+    SweepResults,
+    count_states,
+)
+from orchestrator.store.results import config_label
 from orchestrator.sweepfile import SweepFileError
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -47,19 +57,98 @@ class Conflict(Exception):
     """The request is well formed but the daemon's state refuses it (HTTP 409)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SweepView:
+    """One sweep as the API lists it: its record and whether the daemon is running it."""
+
+    record: SweepRecord
+    active: bool = False
+    stopping: str | None = None
+    """Why a running sweep was asked to stop (``cancel``, ``shutdown``), if it was."""
+
+    def to_json(self) -> JsonObject:
+        r = self.record
+        return {
+            "name": r.name,
+            "id": r.id,
+            "state": r.state,
+            "priority": r.priority,
+            "submitted_at": r.submitted_at,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+            "source_path": r.source_path,
+            "content_hash": r.content_hash,
+            "replaced_by": r.replaced_by,
+            "active": self.active,
+            "stopping": self.stopping,
+            "summary": r.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HostStatus:
+    """A sweep's host: set aside (why), or what it is doing now (the runner's progress)."""
+
+    name: str
+    set_aside: str | None
+    current: JsonObject | None
+    """The runner's latest progress fields for the host (trial, step, done, total, ...), with
+    ``config``: the current trial's config by its knob values."""
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "set_aside": self.set_aside, "current": self.current}
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStatus:
+    """One sweep in detail: its view, its trials counted by latest state, its hosts."""
+
+    view: SweepView
+    trials: Mapping[str, int]
+    hosts: tuple[HostStatus, ...]
+
+    def to_json(self) -> JsonObject:
+        return {
+            **self.view.to_json(),
+            "trials": dict(self.trials),
+            "hosts": [h.to_json() for h in self.hosts],
+        }
+
+
+async def sweep_status(
+    store: Store, view: SweepView, live: Mapping[str, Mapping[str, Any]]
+) -> SweepStatus:
+    """Counts from each trial's latest attempt, read without any point; each host's live
+    progress names its trial's config by knob values."""
+    sweep_id = view.record.id
+    states = await store.trial_states(sweep_id)
+    labels = {t.key: config_label(t.config) for t in await store.trials(sweep_id)}
+    hosts = []
+    for host in await store.hosts(sweep_id):
+        progress = live.get(host.name)
+        current: JsonObject | None = None
+        if progress:
+            current = dict(progress)
+            trial = current.get("trial")
+            current["config"] = labels.get(trial) if isinstance(trial, str) else None
+        hosts.append(HostStatus(host.name, host.set_aside_reason, current))
+    return SweepStatus(view, count_states(states.values()), tuple(hosts))
+
+
 class DaemonOps(Protocol):
     """What the API asks of the daemon. Errors: ``SweepFileError`` (400), ``SweepNotFound``
-    (404), ``SweepNameConflict`` and :class:`Conflict` (409), ``ValueError`` (400)."""
+    (404), ``SweepNameConflict`` and :class:`Conflict` (409), ``ValueError`` (400). Typed
+    answers become JSON here, and only here."""
 
     async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]: ...
 
-    async def list_sweeps(self, *, include_replaced: bool) -> list[dict[str, Any]]: ...
+    async def list_sweeps(self, *, include_replaced: bool) -> Sequence[SweepView]: ...
 
-    async def sweep_status(self, ref: str) -> dict[str, Any]: ...
+    async def sweep_status(self, ref: str) -> SweepStatus: ...
 
     async def cancel(self, ref: str) -> dict[str, Any]: ...
 
-    async def results(self, ref: str) -> dict[str, Any]: ...
+    async def results(self, ref: str) -> SweepResults: ...
 
     async def restore_hosts(self, host: str | None) -> dict[str, Any]: ...
 
@@ -165,16 +254,16 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
 
     async def list_sweeps(request: web.Request) -> web.Response:
         sweeps = await ops.list_sweeps(include_replaced=_flag(request, "all"))
-        return web.json_response({"sweeps": sweeps})
+        return web.json_response({"sweeps": [view.to_json() for view in sweeps]})
 
     async def status(request: web.Request) -> web.Response:
-        return web.json_response(await ops.sweep_status(_ref(request)))
+        return web.json_response((await ops.sweep_status(_ref(request))).to_json())
 
     async def cancel(request: web.Request) -> web.Response:
         return web.json_response(await ops.cancel(_ref(request)), status=202)
 
     async def results(request: web.Request) -> web.Response:
-        return web.json_response(await ops.results(_ref(request)))
+        return web.json_response((await ops.results(_ref(request))).to_json())
 
     async def restore(request: web.Request) -> web.Response:
         try:

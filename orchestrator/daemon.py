@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from orchestrator.api import Conflict, build_app
+from orchestrator.api import Conflict, SweepStatus, SweepView, build_app, sweep_status
 from orchestrator.host.connect import gpu_probe, open_transport
 from orchestrator.lifecycle import HostSession, restore
 from orchestrator.log import get_logger
@@ -50,7 +50,7 @@ from orchestrator.notify import DEFAULT_TIMEOUT_S as WEBHOOK_TIMEOUT_S
 from orchestrator.notify import post_webhook, sweep_summary
 from orchestrator.runner import StopSignal, backup_to_snapshot, lifecycle_timeouts, run_sweep
 from orchestrator.sdnotify import Notifier, watchdog_interval_s
-from orchestrator.store import Store, SweepNameConflict, SweepRecord, UnitBackup
+from orchestrator.store import Store, SweepNameConflict, SweepRecord, SweepResults, UnitBackup
 from orchestrator.sweepfile import HostSpec, Sweep, SweepFileError, parse_sweep, read_sweep_text
 
 DEFAULT_STATE_DIR = Path("/var/lib/orchestrator")
@@ -198,23 +198,11 @@ class ActiveSweep:
     task: asyncio.Task[None] | None = None
 
 
-def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> dict[str, Any]:
+def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
     """One sweep as the API lists it."""
-    return {
-        "name": record.name,
-        "id": record.id,
-        "state": record.state,
-        "priority": record.priority,
-        "submitted_at": record.submitted_at,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "source_path": record.source_path,
-        "content_hash": record.content_hash,
-        "replaced_by": record.replaced_by,
-        "active": active is not None,
-        "stopping": active.stop.reason if active is not None else None,
-        "summary": record.summary,
-    }
+    return SweepView(
+        record, active=active is not None, stopping=active.stop.reason if active else None
+    )
 
 
 # --- restoring a host by hand or after a crash -----------------------------------------------
@@ -707,13 +695,13 @@ class Daemon:
             log.exception("sweep.crashed", error=error)
             await self.store.set_sweep_state(record.id, "failed", summary={"error": error})
             await self._restore_sweep_hosts(record)
-            self._announce(sweep, await self.store.sweep_results(record.id), error=error)
+            self._announce(sweep, await self.store.results(record.id), error=error)
             return
         if outcome.state == "running":  # suspended by a shutdown: the next start resumes it
             log.info("sweep.suspended")
             return
         log.info("sweep.ended", state=outcome.state)
-        self._announce(sweep, await self.store.sweep_results(record.id))
+        self._announce(sweep, await self.store.results(record.id))
 
     async def _restore_sweep_hosts(self, record: SweepRecord) -> None:
         """After the runner failed outright: every host it changed goes back (its keys are
@@ -729,7 +717,7 @@ class Daemon:
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
-    def _announce(self, sweep: Sweep, results: dict[str, Any], *, error: str | None = None) -> None:
+    def _announce(self, sweep: Sweep, results: SweepResults, *, error: str | None = None) -> None:
         url = str(sweep.notify.webhook) if sweep.notify else self.webhook
         if not url:
             return
@@ -771,32 +759,15 @@ class Daemon:
         sweep = parse_sweep(text, filename)
         return await self._submit(sweep, text, source_path=None, replace=replace)
 
-    async def list_sweeps(self, *, include_replaced: bool) -> list[dict[str, Any]]:
+    async def list_sweeps(self, *, include_replaced: bool) -> list[SweepView]:
         records = await self.store.list_sweeps(include_replaced=include_replaced)
         return [sweep_view(r, self._active.get(r.id)) for r in records]
 
-    async def sweep_status(self, ref: str) -> dict[str, Any]:
+    async def sweep_status(self, ref: str) -> SweepStatus:
         record = await self.store.get_sweep(ref)
         active = self._active.get(record.id)
-        view = sweep_view(record, active)
-        results = await self.store.sweep_results(record.id)
-        latest: dict[tuple[str, str], str] = {}
-        for trial in results["trials"]:
-            latest[(trial["key"], trial["host"])] = trial["state"]
-        counts: dict[str, int] = {}
-        for state in latest.values():
-            counts[state] = counts.get(state, 0) + 1
         live = active.progress.hosts if active is not None else {}
-        view["trials"] = counts
-        view["hosts"] = [
-            {
-                "name": host["name"],
-                "set_aside": host["set_aside"],
-                "current": live.get(host["name"]),
-            }
-            for host in results["hosts"]
-        ]
-        return view
+        return await sweep_status(self.store, sweep_view(record, active), live)
 
     async def cancel(self, ref: str) -> dict[str, Any]:
         record = await self.store.get_sweep(ref)
@@ -813,9 +784,8 @@ class Daemon:
             await self._recover()
         return {"id": record.id, "name": record.name, "state": updated.state, "cancelling": False}
 
-    async def results(self, ref: str) -> dict[str, Any]:
-        record = await self.store.get_sweep(ref)
-        return await self.store.sweep_results(record.id)
+    async def results(self, ref: str) -> SweepResults:
+        return await self.store.results(ref)
 
     async def restore_hosts(self, host: str | None) -> dict[str, Any]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""

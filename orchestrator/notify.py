@@ -7,7 +7,6 @@ logged, and nothing about it can change a sweep's outcome or delay the next one.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,43 +14,38 @@ import aiohttp
 
 from orchestrator import __version__
 from orchestrator.log import get_logger
+from orchestrator.store import JsonObject, SweepResults
 
 DEFAULT_TIMEOUT_S = 10.0
 
 
-def sweep_summary(results: Mapping[str, Any], *, error: str | None = None) -> dict[str, Any]:
-    """A short account of a sweep from its results document (``Store.sweep_results``).
+def sweep_summary(results: SweepResults, *, error: str | None = None) -> JsonObject:
+    """A short account of a sweep as the webhook's JSON document.
 
     Counts use each trial's latest attempt (a retried trial counts once, as it ended); every
-    failed attempt is listed with its cause so the reader sees what went wrong.
+    failed attempt is listed with its cause and its config by knob values, so the reader sees
+    what went wrong.
     """
-    latest: dict[tuple[str, str], str] = {}
-    failures: list[dict[str, Any]] = []
-    for trial in results.get("trials", []):
-        latest[(trial["key"], trial["host"])] = trial["state"]
-        if trial["state"] == "failed":
-            failures.append(
-                {
-                    "key": trial["key"],
-                    "host": trial["host"],
-                    "attempt": trial["attempt"],
-                    "cause": trial["cause"],
-                }
-            )
-    state = results.get("state")
-    summary: dict[str, Any] = {
-        "event": "sweep.failed" if state == "failed" or error else "sweep.finished",
-        "sweep": results.get("sweep"),
-        "id": results.get("id"),
-        "state": state,
-        "started_at": results.get("started_at"),
-        "finished_at": results.get("finished_at"),
-        "trials": dict(sorted(Counter(latest.values()).items())),
-        "failed_attempts": failures,
+    summary: JsonObject = {
+        "event": "sweep.failed" if results.state == "failed" or error else "sweep.finished",
+        "sweep": results.sweep,
+        "id": results.id,
+        "state": results.state,
+        "started_at": results.started_at,
+        "finished_at": results.finished_at,
+        "trials": results.state_counts(),
+        "failed_attempts": [
+            {
+                "key": t.key,
+                "host": t.host,
+                "config": t.label,
+                "attempt": t.attempt,
+                "cause": t.cause,
+            }
+            for t in results.failed_attempts()
+        ],
         "hosts_set_aside": [
-            {"name": h["name"], "reason": h["set_aside"]}
-            for h in results.get("hosts", [])
-            if h.get("set_aside")
+            {"name": h.name, "reason": h.set_aside} for h in results.hosts if h.set_aside
         ],
         "orchestrator": __version__,
     }

@@ -20,11 +20,18 @@ from typing import Any, Protocol
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
-from orchestrator.bench.coding import CodingResult, Outcome, run_coding
+from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult, run_point
-from orchestrator.bench.problems import Problem, builtin_problems, load_problem_file, select
+from orchestrator.bench.problems import (
+    Problem,
+    ProblemFileError,
+    builtin_problems,
+    load_problem_file,
+    select,
+)
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
+from orchestrator.bench.stats import Summary
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.connect import gpu_probe, open_transport
 from orchestrator.host.transport import TransportError
@@ -42,14 +49,23 @@ from orchestrator.log import get_logger
 from orchestrator.plan import Trial, plan_sweep
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.store import (
+    AcceptEstimate,
+    AcceptLength,
     Attempt,
+    CodingPoint,
     HostEntry,
-    NewPoint,
+    LatencySummary,
+    MatrixCell,
     NewTrial,
+    PointProvenance,
     Store,
     StoredRequest,
     SweepRecord,
+    SweepResults,
     SweepState,
+    ThroughputMetrics,
+    ThroughputPoint,
+    TrialPlan,
     TrialRecord,
     point_key,
 )
@@ -77,20 +93,21 @@ class _NoProgress:
 
 @dataclass
 class SweepOutcome:
-    """How a sweep ended, and its results in the store's JSON shape."""
+    """How a sweep ended, and its typed results."""
 
     sweep_id: int
     name: str
     state: str
-    results: dict[str, Any]
+    sweep_results: SweepResults
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """The results as ``run --json`` prints them (the JSON edge)."""
+        return self.sweep_results.to_json()
 
     @property
     def all_succeeded(self) -> bool:
-        trials = self.results.get("trials", [])
-        latest: dict[tuple[str, str], str] = {}
-        for trial in trials:
-            latest[(trial["key"], trial["host"])] = trial["state"]
-        return self.state == "done" and all(state == "done" for state in latest.values())
+        return self.state == "done" and self.sweep_results.all_succeeded
 
 
 @dataclass
@@ -138,6 +155,26 @@ def _problems(sweep: Sweep) -> list[Problem]:
     return select(problems, spec.select) if spec.select else problems
 
 
+def trial_plan(sweep: Sweep) -> TrialPlan:
+    """What each of the sweep's trials measures, as stored with the trial when it is planned.
+
+    A problem file that cannot be read leaves the plan's problem list empty: each trial then
+    fails on it when it measures, with the error as evidence, as it did before plans existed.
+    """
+    bench = sweep.benchmark
+    problems: tuple[str, ...] = ()
+    if sweep.coding:
+        with contextlib.suppress(OSError, ProblemFileError):
+            problems = tuple(p.id for p in _problems(sweep))
+    return TrialPlan(
+        cells=tuple(MatrixCell(ctx, conc) for ctx in bench.contexts for conc in bench.concurrency),
+        rounds=bench.rounds,
+        problems=problems,
+        coding_temperature=sweep.coding.temperature if sweep.coding else None,
+        model=sweep.server.model,
+    )
+
+
 @dataclass
 class _SweepRun:
     """Shared state of one running sweep."""
@@ -181,9 +218,7 @@ async def run_sweep(
     )
     record = submitted.sweep
     if record.state in ("done", "failed", "cancelled"):
-        return SweepOutcome(
-            record.id, record.name, record.state, await store.sweep_results(record.id)
-        )
+        return SweepOutcome(record.id, record.name, record.state, await store.results(record.id))
     stop = stop or StopSignal()
     run = _SweepRun(sweep, record, store, progress or _NoProgress(), stop)
     log = get_logger(sweep=sweep.name, sweep_id=record.id)
@@ -205,9 +240,13 @@ async def run_sweep(
 
     plan = plan_sweep(sweep)
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
+    measures = trial_plan(sweep)
     trials = await store.add_trials(
         record.id,
-        [NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline) for t in plan.trials],
+        [
+            NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures)
+            for t in plan.trials
+        ],
     )
     resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
@@ -228,7 +267,7 @@ async def run_sweep(
         # The daemon is stopping: the sweep stays running and the next start resumes it.
         await run.event("sweep.suspended", {"stopped": stop.reason})
         log.info("sweep.suspended")
-        return SweepOutcome(record.id, record.name, "running", await store.sweep_results(record.id))
+        return SweepOutcome(record.id, record.name, "running", await store.results(record.id))
     state: SweepState
     if stop.reason == "cancel":
         state = "cancelled"
@@ -244,8 +283,7 @@ async def run_sweep(
     await store.set_sweep_state(record.id, state, summary=summary)
     await run.event("sweep.finished", {"state": state, "stopped": stop.reason})
     log.info("sweep.finished", state=state, stopped=stop.reason)
-    results = await store.sweep_results(record.id)
-    return SweepOutcome(record.id, record.name, state, results)
+    return SweepOutcome(record.id, record.name, state, await store.results(record.id))
 
 
 async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
@@ -741,43 +779,91 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
     )
 
 
-def _throughput_point(point: PointResult) -> tuple[NewPoint, list[StoredRequest]]:
-    full = point.to_dict(include_requests=False)
-    metrics = point.metrics.as_fields()
-    metrics["calibration"] = full.get("prompt_calibration")
-    new = NewPoint(
-        kind="throughput",
-        metrics=metrics,
+def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredRequest]]:
+    m, c = point.metrics, point.calibration
+    metrics = ThroughputMetrics(
+        requests=m.requests,
+        requests_ok=m.requests_ok,
+        errors=m.errors,
+        errors_by_kind=dict(m.errors_by_kind),
+        truncated=m.truncated,
+        short_outputs=m.short_outputs,
+        wall_s=m.wall_s,
+        input_tokens=m.input_tokens,
+        output_tokens=m.output_tokens,
+        output_tok_s=m.output_tok_s,
+        request_decode_tok_s_p50=m.request_decode_tok_s_p50,
+        concurrency_held=m.concurrency_held,
+        concurrency_held_full=m.concurrency_held_full,
+        client_cpu_fraction=m.client_cpu_fraction,
+        loop_lag_max_s=m.loop_lag.max,
+        loop_lag_p99_s=m.loop_lag.p99,
+        prompt_tokens_min=m.prompt_tokens_min,
+        prompt_tokens_max=m.prompt_tokens_max,
+        prompt_tokens_tolerance=m.prompt_tokens_tolerance,
+        ttft=_latency(m.ttft),
+        itl=_latency(m.itl),
+        tpot=_latency(m.tpot),
+        e2e=_latency(m.e2e),
+        calibration={
+            "filler_words": c.filler_words,
+            "measured_tokens": c.measured_tokens,
+            "tolerance": c.tolerance,
+            "requests": c.requests,
+        },
+    )
+    accept = point.accept_len
+    new = ThroughputPoint(
         context=point.spec.context,
         concurrency=point.spec.concurrency,
-        accept_len=point.accept_len.to_dict(),
-        quality={flag: True for flag in point.flags},
-        invocation_id=point.invocation_id,
-        cursor_start=point.journal_cursor_start,
-        cursor_end=point.journal_cursor_end,
-        started_at=point.started_unix,
-        finished_at=point.started_unix + (point.ended_monotonic - point.started_monotonic),
+        metrics=metrics,
+        accept=AcceptLength(
+            value=accept.best,
+            journal=_estimate(accept.journal),
+            meta_info=_estimate(accept.meta_info),
+            metrics=_estimate(accept.metrics),
+            flags=tuple(accept.flags),
+        ),
+        quality=tuple(point.flags),
+        provenance=PointProvenance(
+            invocation_id=point.invocation_id,
+            cursor_start=point.journal_cursor_start,
+            cursor_end=point.journal_cursor_end,
+            started_at=point.started_unix,
+            finished_at=point.started_unix + (point.ended_monotonic - point.started_monotonic),
+        ),
     )
     return new, [_stored_request(r) for r in point.requests]
 
 
-def _coding_point(result: CodingResult, invocation_id: str, started: float) -> NewPoint:
-    return NewPoint(
-        kind="coding",
+def _latency(summary: Summary) -> LatencySummary:
+    return LatencySummary(
+        count=summary.count,
+        mean_s=summary.mean,
+        p50_s=summary.p50,
+        p90_s=summary.p90,
+        p99_s=summary.p99,
+        max_s=summary.max,
+    )
+
+
+def _estimate(estimate: acceptlen.Estimate) -> AcceptEstimate:
+    return AcceptEstimate(estimate.value, estimate.count, estimate.reason)
+
+
+def _coding_point(result: CodingResult, invocation_id: str, started: float) -> CodingPoint:
+    return CodingPoint(
         problem=result.problem_id,
-        metrics={
-            "outcome": result.outcome.value,
-            "detail": result.detail,
-            "finish_reason": result.finish_reason,
-            "completion_tokens": result.completion_tokens,
-            "elapsed_s": result.elapsed_s,
-            "tokens_per_s": result.tokens_per_s,
-            "code": result.code,
-            "output": result.output_text,
-            "containment": result.sandbox.containment if result.sandbox else None,
-        },
-        quality={"truncated": True} if result.outcome is Outcome.TRUNCATED else {},
-        invocation_id=invocation_id,
-        started_at=started,
-        finished_at=time.time(),
+        outcome=result.outcome,
+        detail=result.detail,
+        finish_reason=result.finish_reason,
+        completion_tokens=result.completion_tokens,
+        elapsed_s=result.elapsed_s,
+        tokens_per_s=result.tokens_per_s,
+        code=result.code,
+        output=result.output_text,
+        containment=result.sandbox.containment if result.sandbox else None,
+        provenance=PointProvenance(
+            invocation_id=invocation_id, started_at=started, finished_at=time.time()
+        ),
     )

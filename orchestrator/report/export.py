@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.bench.coding import Outcome
 from orchestrator.report.compare import compare
 from orchestrator.report.model import (
     FLAGS,
@@ -100,9 +101,9 @@ def _throughput_row(
         **_flag_columns(point.flags),
     )
     metrics: dict[str, Any] = {}
-    _flatten("", point.metrics, metrics)
-    _flatten("", {k: v for k, v in point.accept.items() if k != "accept_len_flags"}, metrics)
-    metrics["accept_len_flags"] = ";".join(point.accept.get("accept_len_flags") or [])
+    _flatten("", point.metrics.to_json(), metrics)
+    _flatten("", point.accept.to_json(), metrics)
+    metrics["accept_len_flags"] = ";".join(point.accept.flags)
     row.update(metrics)
     return row
 
@@ -117,10 +118,10 @@ def csv_rows(reports: Sequence[SweepReport]) -> tuple[list[str], list[dict[str, 
                     rows.append(_throughput_row(report, group, trial, point))
                 for coding in trial.coding:
                     row = _base_row(report, group, trial)
-                    flags = ("truncated",) if coding.outcome == "truncated" else ()
+                    flags = ("truncated",) if coding.outcome is Outcome.TRUNCATED else ()
                     row.update(kind="coding", problem=coding.problem, **_flag_columns(flags))
                     row.update(
-                        outcome=coding.outcome,
+                        outcome=coding.outcome.value,
                         detail=coding.detail,
                         finish_reason=coding.finish_reason,
                         completion_tokens=coding.completion_tokens,
@@ -161,10 +162,18 @@ def render_csv(reports: Sequence[SweepReport]) -> str:
 
 
 def _point_json(point: ThroughputPoint, include_requests: bool) -> dict[str, Any]:
-    data = dataclasses.asdict(point)
-    if not include_requests:
-        data.pop("requests")
-        data.pop("ttft_samples_s")
+    data: dict[str, Any] = {
+        "context": point.context,
+        "concurrency": point.concurrency,
+        "metrics": point.metrics.to_json(),
+        "accept": point.accept.to_json(),
+        "flags": list(point.flags),
+        "started_at": point.started_at,
+        "finished_at": point.finished_at,
+    }
+    if include_requests:
+        data["ttft_samples_s"] = list(point.ttft_samples_s)
+        data["requests"] = list(point.requests)
     return data
 
 
@@ -186,9 +195,12 @@ def _trial_json(group: HostTypeGroup, trial: TrialView, include_requests: bool) 
         "provenance": trial.provenance,
         "overridden": trial.overridden,
         "lossless": dataclasses.asdict(trial.lossless) if trial.lossless else None,
-        "coding_summary": dataclasses.asdict(summary),
+        "coding_summary": {
+            **dataclasses.asdict(summary),
+            "failures": [[problem, outcome.value] for problem, outcome in trial.coding_failures()],
+        },
         "points": [_point_json(p, include_requests) for p in trial.throughput],
-        "coding": [dataclasses.asdict(c) for c in trial.coding],
+        "coding": [{"problem": c.problem, **c.metrics_json()} for c in trial.coding],
         "speedups": [
             {
                 "context": ctx,

@@ -27,7 +27,8 @@ CSS = """
 :root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #111827;
-       margin: 0 auto; padding: 20px 28px 40px; max-width: 1400px; background: #fff; }
+       margin: 0; padding: 20px 28px 40px; background: #fff; }
+p.meta, p.note, ul.warnings, pre, figcaption { max-width: 120ch; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 28px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #e5e7eb; }
 h3 { font-size: 15px; margin: 20px 0 6px; }
@@ -41,8 +42,9 @@ p.meta { color: #374151; margin: 4px 0 10px; }
 .keys b { color: var(--flag); }
 .keys .x { color: var(--fail); font-weight: 700; }
 .panels { display: flex; flex-wrap: wrap; gap: 10px 14px; align-items: flex-start; }
+.figures { display: flex; flex-wrap: wrap; gap: 0 36px; align-items: flex-start; }
 figure { margin: 8px 0 14px; break-inside: avoid; }
-figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; max-width: 1300px; }
+figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; }
 table { border-collapse: collapse; margin: 6px 0 4px; font-size: 12.5px;
         font-variant-numeric: tabular-nums; break-inside: avoid; }
 th, td { border: 1px solid #e5e7eb; padding: 3px 7px; text-align: right; vertical-align: top; }
@@ -454,15 +456,15 @@ def group_html(report: SweepReport, group: HostTypeGroup, heading: str, sub: str
         f"<{sub}>Plots</{sub}>",
         _legend(group, colors),
         _keys(),
-        throughput_figure(group, colors),
     ]
-    for figure in (
+    figures = [
+        throughput_figure(group, colors),
         speedup_figure(group),
         accept_figure(group, colors),
         ttft_figure(group, colors),
-    ):
-        if figure:
-            parts.append(figure)
+    ]
+    # Side by side as far as the window allows; each figure stays whole.
+    parts.append(f'<div class="figures">{"".join(f for f in figures if f)}</div>')
     parts.append(table_html(tables.configs_table(group), heading=sub))
     parts += [table_html(t, heading=sub) for t in tables.throughput_tables(group)]
     parts += [

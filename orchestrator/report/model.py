@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from orchestrator.bench.coding import CodingResult, Outcome
+from orchestrator.bench.coding import CodingResult, CodingSummary, Outcome
 from orchestrator.bench.lossless import check_lossless
 from orchestrator.store import (
+    AcceptLength,
     Attempt,
+    AttemptState,
+    CodingPoint,
     EventRecord,
     HostRecord,
     JsonObject,
@@ -29,8 +31,14 @@ from orchestrator.store import (
     Store,
     StoredRequest,
     SweepRecord,
+    ThroughputMetrics,
+    TrialPlan,
     TrialRecord,
+    TrialState,
+    point_from_record,
 )
+from orchestrator.store import ThroughputPoint as StoredThroughput
+from orchestrator.store.results import config_label, unattempted_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,104 +87,70 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def format_knob(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def config_label(config: Mapping[str, Any], *, omit: frozenset[str] = frozenset()) -> str:
-    """``algorithm=DDTREE budget=8``; the baseline (no knob set) is ``baseline``."""
-    if not config:
-        return "baseline"
-    shown = [f"{name}={format_knob(config[name])}" for name in sorted(config) if name not in omit]
-    return (
-        " ".join(shown)
-        if shown
-        else " ".join(f"{name}={format_knob(config[name])}" for name in sorted(config))
-    )
-
-
 # --- points --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class ThroughputPoint:
-    """One (context, concurrency) cell of one trial, with every metric as the runner stored it.
+    """One (context, concurrency) cell of one trial as the report shows it: the stored point,
+    the quality flags of the benchmark and the accept_len cross-check joined, and the measured
+    (not warm-up) requests' TTFTs for the distribution plots."""
 
-    ``metrics`` is ``PointMetrics.as_fields()`` (plus calibration), ``accept`` is
-    ``AcceptLen.to_dict()``; ``flags`` joins the benchmark's quality flags and the accept_len
-    cross-check's. ``ttft_samples_s`` are the measured (not warm-up) requests' TTFTs.
-    """
-
-    context: int
-    concurrency: int
-    metrics: JsonObject
-    accept: JsonObject
+    measured: StoredThroughput
     flags: tuple[str, ...]
     ttft_samples_s: tuple[float, ...] = ()
     requests: tuple[JsonObject, ...] = ()
-    started_at: float | None = None
-    finished_at: float | None = None
 
-    def value(self, name: str) -> float | None:
-        return _number(self.metrics.get(name))
+    @property
+    def context(self) -> int:
+        return self.measured.context
+
+    @property
+    def concurrency(self) -> int:
+        return self.measured.concurrency
+
+    @property
+    def metrics(self) -> ThroughputMetrics:
+        return self.measured.metrics
+
+    @property
+    def accept(self) -> AcceptLength:
+        return self.measured.accept
+
+    @property
+    def started_at(self) -> float | None:
+        return self.measured.provenance.started_at
+
+    @property
+    def finished_at(self) -> float | None:
+        return self.measured.provenance.finished_at
 
     @property
     def output_tok_s(self) -> float | None:
         """Aggregate output tokens per second over the point's wall time."""
-        return self.value("output_tok_s")
+        return self.metrics.output_tok_s
 
     @property
     def request_tok_s(self) -> float | None:
         """Median per-request decode tokens per second."""
-        return self.value("request_decode_tok_s_p50")
+        return self.metrics.request_decode_tok_s_p50
 
     @property
     def ttft_p50_s(self) -> float | None:
-        return self.value("ttft_p50_s")
+        return self.metrics.ttft.p50_s
 
     @property
     def ttft_p99_s(self) -> float | None:
-        return self.value("ttft_p99_s")
+        return self.metrics.ttft.p99_s
 
     @property
     def accept_len(self) -> float | None:
-        return _number(self.accept.get("accept_len"))
+        return self.accept.value
 
     @property
     def trusted(self) -> bool:
         """A clean server measurement: it has a throughput and no flag that voids it."""
         return self.output_tok_s is not None and not UNTRUSTED_FLAGS.intersection(self.flags)
-
-
-@dataclass(frozen=True, slots=True)
-class CodingPoint:
-    """One coding problem's outcome (``Outcome`` values: pass, fail, ..., truncated)."""
-
-    problem: str
-    outcome: str
-    detail: str | None
-    finish_reason: str | None
-    completion_tokens: int | None
-    elapsed_s: float | None
-    output: str
-    code: str | None
-
-    @property
-    def passed(self) -> bool:
-        return self.outcome == Outcome.PASS.value
-
-    @property
-    def scored(self) -> bool:
-        return self.outcome not in {o.value for o in (Outcome.TRUNCATED, Outcome.REQUEST_ERROR)}
-
-
-@dataclass(frozen=True, slots=True)
-class CodingSummary:
-    passed: int
-    scored: int
-    total: int
-    failures: tuple[tuple[str, str], ...]
-    """(problem, outcome) of every problem that did not pass, truncated ones included."""
 
 
 # --- trials --------------------------------------------------------------------------------
@@ -197,7 +171,7 @@ class Lifecycle:
 @dataclass(frozen=True, slots=True)
 class AttemptView:
     number: int
-    state: str
+    state: AttemptState
     cause: str | None
     evidence: JsonObject
     started_at: float | None
@@ -255,14 +229,17 @@ class TrialView:
     coding: tuple[CodingPoint, ...]
     short_label: str = ""
     lossless: Drift | None = None
+    plan: TrialPlan | None = None
+    never_run_state: TrialState = "queued"
+    """What a trial without an attempt is: ``queued``, or ``cancelled`` when its sweep was."""
 
     @property
     def latest(self) -> AttemptView | None:
         return self.attempts[-1] if self.attempts else None
 
     @property
-    def state(self) -> str:
-        return self.latest.state if self.latest else "queued"
+    def state(self) -> TrialState:
+        return self.latest.state if self.latest else self.never_run_state
 
     @property
     def cause(self) -> str | None:
@@ -298,12 +275,17 @@ class TrialView:
         return None
 
     def coding_summary(self) -> CodingSummary:
+        counts = Counter(c.outcome.value for c in self.coding)
         return CodingSummary(
             passed=sum(1 for c in self.coding if c.passed),
             scored=sum(1 for c in self.coding if c.scored),
             total=len(self.coding),
-            failures=tuple((c.problem, c.outcome) for c in self.coding if not c.passed),
+            counts=dict(counts),
         )
+
+    def coding_failures(self) -> list[tuple[str, Outcome]]:
+        """(problem, outcome) of every problem that did not pass, truncated ones included."""
+        return [(c.problem, c.outcome) for c in self.coding if not c.passed]
 
 
 # --- hosts, groups, the sweep --------------------------------------------------------------
@@ -315,6 +297,9 @@ class HostView:
     type: str
     set_aside_reason: str | None
     provenance: JsonObject | None
+    """What the host runs (SGLang version, GPUs, model) as its first successful trial saw it."""
+    baseline_exec_start: tuple[str, ...] | None = None
+    """The baseline's command line on this host; None when the host ran no baseline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,18 +447,13 @@ def _attempt_events(
     ]
 
 
-def _point_flags(point: PointRecord) -> tuple[str, ...]:
-    flags = [name for name, on in (point.quality or {}).items() if on]
-    accept = point.accept_len or {}
-    speculative = any(
-        _number(accept.get(f"accept_len_{source}")) is not None
-        for source in ("journal", "meta_info", "metrics")
-    )
-    for flag in accept.get("accept_len_flags") or []:
-        name = _ACCEPT_FLAG_NAMES.get(str(flag), f"accept_len_{flag}")
+def _point_flags(point: StoredThroughput) -> tuple[str, ...]:
+    flags = list(point.quality)
+    for flag in point.accept.flags:
+        name = _ACCEPT_FLAG_NAMES.get(flag, f"accept_len_{flag}")
         # Without speculative decoding no decode line has an accept len: that is expected,
         # not a lost journal. Only flag it when another source shows drafts were verified.
-        if name == "no_decode_lines" and not speculative:
+        if name == "no_decode_lines" and not point.accept.speculative:
             continue
         if name not in flags:
             flags.append(name)
@@ -496,49 +476,23 @@ def _request_json(request: StoredRequest) -> JsonObject:
 
 
 def _throughput_point(
-    point: PointRecord, requests: Sequence[StoredRequest], include_requests: bool
+    point: StoredThroughput, requests: Sequence[StoredRequest], include_requests: bool
 ) -> ThroughputPoint:
-    assert point.context is not None and point.concurrency is not None
     return ThroughputPoint(
-        context=point.context,
-        concurrency=point.concurrency,
-        metrics=dict(point.metrics),
-        accept=dict(point.accept_len or {}),
+        measured=point,
         flags=_point_flags(point),
         ttft_samples_s=tuple(
             r.ttft_s for r in requests if not r.warmup and r.ttft_s is not None and r.error is None
         ),
         requests=tuple(_request_json(r) for r in requests) if include_requests else (),
-        started_at=point.started_at,
-        finished_at=point.finished_at,
-    )
-
-
-def _coding_point(point: PointRecord) -> CodingPoint:
-    metrics = point.metrics
-    outcome = str(metrics.get("outcome") or "").lower() or "unknown"
-    tokens = metrics.get("completion_tokens")
-    return CodingPoint(
-        problem=point.problem or "?",
-        outcome=outcome,
-        detail=metrics.get("detail"),
-        finish_reason=metrics.get("finish_reason"),
-        completion_tokens=tokens if isinstance(tokens, int) else None,
-        elapsed_s=_number(metrics.get("elapsed_s")),
-        output=str(metrics.get("output") or ""),
-        code=metrics.get("code"),
     )
 
 
 def _coding_result(point: CodingPoint) -> CodingResult:
     """The stored point as the lossless check's input (output = reasoning + content)."""
-    try:
-        outcome = Outcome(point.outcome)
-    except ValueError:
-        outcome = Outcome.ERROR
     return CodingResult(
         problem_id=point.problem,
-        outcome=outcome,
+        outcome=point.outcome,
         detail=point.detail or "",
         code=point.code,
         content=point.output,
@@ -570,33 +524,8 @@ def _drift(trial: TrialView, baseline: TrialView, temperature: float) -> Drift |
     )
 
 
-def _section(data: Mapping[str, Any], name: str) -> dict[str, Any] | None:
-    value = data.get(name)
-    return value if isinstance(value, dict) else None
-
-
-def _sweep_settings(yaml_text: str) -> tuple[str | None, list[int], list[int], float | None]:
-    """Model, planned contexts and concurrencies, coding temperature, read leniently: a
-    report must render even for a sweep file a later version would no longer accept."""
-    try:
-        data = yaml.safe_load(yaml_text)
-    except yaml.YAMLError:
-        return None, [], [], None
-    if not isinstance(data, dict):
-        return None, [], [], None
-    server = _section(data, "server") or {}
-    bench = _section(data, "benchmark") or {}
-    coding = _section(data, "coding")
-    model = server.get("model") if isinstance(server.get("model"), str) else None
-
-    def ints(value: Any) -> list[int]:
-        return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
-
-    temperature = None
-    if coding is not None:
-        raw = coding.get("temperature", 0.0)
-        temperature = float(raw) if isinstance(raw, int | float) else None
-    return model, ints(bench.get("contexts")), ints(bench.get("concurrency")), temperature
+def _planned(trials: Sequence[TrialRecord]) -> list[TrialPlan]:
+    return [t.plan for t in trials if t.plan is not None]
 
 
 def _short_labels(trials: Sequence[TrialView]) -> None:
@@ -669,7 +598,7 @@ def _warnings(
                 )
             for point in trial.throughput:
                 found.extend(_point_warnings(trial, name, point))
-            truncated = [c.problem for c in trial.coding if c.outcome == Outcome.TRUNCATED.value]
+            truncated = [c.problem for c in trial.coding if c.outcome is Outcome.TRUNCATED]
             if truncated:
                 found.append(
                     ReportWarning(
@@ -708,7 +637,7 @@ def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list
     out: list[ReportWarning] = []
     flags = set(point.flags)
     if "concurrency_short" in flags:
-        held = point.value("concurrency_held")
+        held = point.metrics.concurrency_held
         held_text = f"{held:.2f}" if held is not None else "unknown"
         out.append(
             ReportWarning(
@@ -719,8 +648,8 @@ def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list
             )
         )
     if "client_saturated" in flags:
-        cpu = point.value("client_cpu_fraction")
-        lag = point.value("loop_lag_p99_s")
+        cpu = point.metrics.client_cpu_fraction
+        lag = point.metrics.loop_lag_p99_s
         out.append(
             ReportWarning(
                 "client-saturated",
@@ -734,18 +663,18 @@ def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list
         values = ", ".join(
             f"{source} {value:.2f}"
             for source in ("journal", "meta_info", "metrics")
-            if (value := _number(point.accept.get(f"accept_len_{source}"))) is not None
+            if (value := point.accept.source(source).value) is not None
         )
         out.append(ReportWarning("accept-len-disagree", trial.host, name, f"{where}: {values}"))
     if "errors" in flags:
-        kinds = point.metrics.get("errors_by_kind") or {}
+        kinds = point.metrics.errors_by_kind
         detail = ", ".join(f"{k} x{v}" for k, v in kinds.items()) if kinds else ""
         out.append(
             ReportWarning(
                 "errors",
                 trial.host,
                 name,
-                f"{where}: {point.metrics.get('errors')} of {point.metrics.get('requests')} "
+                f"{where}: {point.metrics.errors} of {point.metrics.requests} "
                 f"requests failed{f' ({detail})' if detail else ''}",
             )
         )
@@ -755,7 +684,7 @@ def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list
                 "truncated",
                 trial.host,
                 name,
-                f"{where}: {point.metrics.get('truncated')} outputs truncated",
+                f"{where}: {point.metrics.truncated} outputs truncated",
             )
         )
     if "too_few_requests" in flags:
@@ -764,7 +693,7 @@ def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list
                 "too-few-requests",
                 trial.host,
                 name,
-                f"{where}: only {point.metrics.get('requests_ok')} successful requests",
+                f"{where}: only {point.metrics.requests_ok} successful requests",
             )
         )
     return out
@@ -786,7 +715,12 @@ def build_report(
     include_requests: bool = False,
 ) -> SweepReport:
     """The report of one sweep from its records (pure: no store, no clock)."""
-    model, planned_contexts, planned_concurrency, temperature = _sweep_settings(sweep.yaml_text)
+    plans = _planned(trials)
+    models = [p.model for p in plans if p.model]
+    temperatures = {p.coding_temperature for p in plans if p.coding_temperature is not None}
+    model = models[0] if models else None
+    temperature = next(iter(temperatures)) if len(temperatures) == 1 else None
+    never_run = unattempted_state(sweep.state)
     host_types = {h.name: h.type for h in hosts}
     attempts_by_trial: dict[int, list[Attempt]] = {}
     for attempt in attempts:
@@ -822,12 +756,13 @@ def build_report(
             )
         # The trial's numbers are its last attempt's: a retry never mixes with a failed try.
         shown = points_by_attempt.get(tried[-1].id, []) if tried else []
+        decoded = [(p.id, point_from_record(p)) for p in shown]
         throughput = tuple(
-            _throughput_point(p, requests.get(p.id, ()), include_requests)
-            for p in shown
-            if p.kind == "throughput"
+            _throughput_point(p, requests.get(point_id, ()), include_requests)
+            for point_id, p in decoded
+            if isinstance(p, StoredThroughput)
         )
-        coding = tuple(_coding_point(p) for p in shown if p.kind == "coding")
+        coding = tuple(p for _, p in decoded if isinstance(p, CodingPoint))
         views.append(
             TrialView(
                 key=trial.key,
@@ -840,6 +775,8 @@ def build_report(
                 attempts=tuple(attempt_views),
                 throughput=throughput,
                 coding=coding,
+                plan=trial.plan,
+                never_run_state=never_run,
             )
         )
 
@@ -852,18 +789,21 @@ def build_report(
     for host_type in type_order:
         members = [v for v in views if v.host_type == host_type]
         _short_labels(members)
-        contexts = sorted(
-            {p.context for v in members for p in v.throughput} | set(planned_contexts)
-        )
-        concurrencies = sorted(
-            {p.concurrency for v in members for p in v.throughput} | set(planned_concurrency)
-        )
+        # The planned cells of every trial, with what was measured (a trial planned before
+        # plans were stored shows what it measured).
+        cells = {c for v in members if v.plan is not None for c in v.plan.cells}
+        cells |= {p.measured.cell for v in members for p in v.throughput}
+        contexts = sorted({c.context for c in cells})
+        concurrencies = sorted({c.concurrency for c in cells})
         host_views = tuple(
             HostView(
                 name=h.name,
                 type=h.type,
                 set_aside_reason=h.set_aside_reason,
                 provenance=_host_provenance([v for v in members if v.host == h.name]),
+                baseline_exec_start=_baseline_exec_start(
+                    [v for v in members if v.host == h.name]
+                ),
             )
             for h in hosts
             if h.type == host_type
@@ -896,6 +836,17 @@ def build_report(
         warnings=tuple(_warnings(groups, events)),
         sweep_events=tuple(_event_json(e) for e in events if e.host is None),
     )
+
+
+def _baseline_exec_start(trials: Sequence[TrialView]) -> tuple[str, ...] | None:
+    """The command line the host's own baseline ran; None when the host ran none (another
+    config's command line is no baseline's)."""
+    for trial in trials:
+        provenance = trial.provenance if trial.is_baseline else None
+        argv = provenance.get("exec_start") if provenance else None
+        if isinstance(argv, list) and argv:
+            return tuple(str(a) for a in argv)
+    return None
 
 
 def _host_provenance(trials: Sequence[TrialView]) -> JsonObject | None:
@@ -934,7 +885,6 @@ __all__ = [
     "FLAGS",
     "UNTRUSTED_FLAGS",
     "AttemptView",
-    "CodingPoint",
     "CodingSummary",
     "Drift",
     "FlagInfo",

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from orchestrator.report import fmt
 from orchestrator.report.compare import Comparison
-from orchestrator.report.model import HostTypeGroup, ThroughputPoint, TrialView, format_knob
+from orchestrator.report.model import HostTypeGroup, ThroughputPoint, TrialView
+from orchestrator.store.results import format_knob
 
 CellKind = Literal["", "failed", "best", "missing", "good", "bad", "baseline", "flagged"]
 
@@ -169,7 +170,9 @@ def coding_table(group: HostTypeGroup) -> Table:
             kind: CellKind = "failed" if trial.state == "failed" else "missing"
             rows.append((_trial_cell(group, trial), Cell(state, kind=kind), Cell(""), Cell("")))
             continue
-        failures = ", ".join(f"{p}: {o.upper()}" for p, o in summary.failures) or "none"
+        failures = (
+            ", ".join(f"{p}: {o.value.upper()}" for p, o in trial.coding_failures()) or "none"
+        )
         passed = f"{summary.passed}/{summary.scored}"
         unscored = summary.total - summary.scored
         if unscored:
@@ -270,7 +273,7 @@ def provenance_table(group: HostTypeGroup, model: str | None) -> Table:
             )
             continue
         gpus, driver = _gpus(prov)
-        exec_start = prov.get("exec_start") or []
+        exec_start = host.baseline_exec_start
         rows.append(
             (
                 Cell(host.name),
@@ -278,7 +281,9 @@ def provenance_table(group: HostTypeGroup, model: str | None) -> Table:
                 Cell(gpus),
                 Cell(driver),
                 Cell(str(prov.get("model_path") or model or fmt.MISSING)),
-                Cell(shlex.join(str(a) for a in exec_start) if exec_start else fmt.MISSING),
+                Cell(shlex.join(exec_start))
+                if exec_start
+                else Cell("none: no baseline ran on this host", kind="missing"),
             )
         )
     return Table(

@@ -43,6 +43,7 @@ from orchestrator.store.records import (
     UnfinishedAttempt,
     UnitBackup,
 )
+from orchestrator.store.results import Point, SweepResults, TrialState
 from orchestrator.store.schema import MIGRATIONS, Migration, check_not_newer, migrate
 
 P = ParamSpec("P")
@@ -321,7 +322,7 @@ class Store:
     # --- points -----------------------------------------------------------------------------
 
     async def record_point(
-        self, attempt_id: int, point: NewPoint, requests: Sequence[StoredRequest]
+        self, attempt_id: int, point: NewPoint | Point, requests: Sequence[StoredRequest]
     ) -> int:
         """Commit a point and its requests in one transaction; returns the point's id.
 
@@ -411,6 +412,15 @@ class Store:
 
     # --- results ----------------------------------------------------------------------------
 
-    async def sweep_results(self, ref: str | int) -> JsonObject:
-        """The results JSON document (see :mod:`orchestrator.store.results`)."""
+    async def results(self, ref: str | int) -> SweepResults:
+        """The sweep's typed results (see :mod:`orchestrator.store.results`)."""
         return await self._run(ops.sweep_results, ref)
+
+    async def sweep_results(self, ref: str | int) -> JsonObject:
+        """The results as the JSON document ``results --json`` prints: for scripts and tests;
+        the orchestrator itself works on :meth:`results`."""
+        return (await self.results(ref)).to_json()
+
+    async def trial_states(self, sweep_id: int) -> dict[tuple[str, str], TrialState]:
+        """Each (key, host)'s latest state, read without any point (cheap enough to poll)."""
+        return await self._run(ops.trial_states, sweep_id)

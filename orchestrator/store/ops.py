@@ -34,7 +34,6 @@ from orchestrator.store.records import (
     EventRecord,
     HostEntry,
     HostRecord,
-    JsonObject,
     NewPoint,
     NewTrial,
     PointKind,
@@ -43,11 +42,18 @@ from orchestrator.store.records import (
     SubmitResult,
     SweepRecord,
     SweepState,
+    TrialPlan,
     TrialRecord,
     UnfinishedAttempt,
     UnitBackup,
 )
-from orchestrator.store.results import build_results
+from orchestrator.store.results import (
+    Point,
+    SweepResults,
+    TrialState,
+    build_results,
+    latest_states,
+)
 from orchestrator.types import content_hash
 
 # --- transactions and JSON ------------------------------------------------------------------
@@ -100,8 +106,6 @@ def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-
-
 # --- row -> record --------------------------------------------------------------------------
 
 _SWEEP_COLUMNS = (
@@ -111,7 +115,7 @@ _SWEEP_COLUMNS = (
 _ATTEMPT_COLUMNS = (
     "id, trial_id, number, state, cause, evidence, started_at, finished_at, invocation_id, resumes"
 )
-_TRIAL_COLUMNS = "id, sweep_id, key, host, config, ordinal, is_baseline"
+_TRIAL_COLUMNS = "id, sweep_id, key, host, config, ordinal, is_baseline, plan"
 _POINT_COLUMNS = (
     "id, attempt_id, point_key, kind, context, concurrency, problem, metrics, accept_len, "
     "quality, invocation_id, cursor_start, cursor_end, started_at, finished_at, committed_at"
@@ -146,6 +150,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
         config=from_json(row["config"]),
         ordinal=row["ordinal"],
         is_baseline=bool(row["is_baseline"]),
+        plan=None if row["plan"] is None else TrialPlan.from_json(from_json(row["plan"])),
     )
 
 
@@ -392,10 +397,18 @@ def add_trials(
         if _sweep_by_id(conn, sweep_id) is None:
             raise SweepNotFound(sweep_id)
         conn.executemany(
-            "INSERT INTO trials (sweep_id, key, host, config, ordinal, is_baseline) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, key, host) DO NOTHING",
+            "INSERT INTO trials (sweep_id, key, host, config, ordinal, is_baseline, plan) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, key, host) DO NOTHING",
             [
-                (sweep_id, t.key, t.host, to_json(t.config), t.ordinal, int(t.is_baseline))
+                (
+                    sweep_id,
+                    t.key,
+                    t.host,
+                    to_json(t.config),
+                    t.ordinal,
+                    int(t.is_baseline),
+                    None if t.plan is None else to_json(t.plan.to_json()),
+                )
                 for t in trials
             ],
         )
@@ -572,11 +585,13 @@ def running_attempts(conn: sqlite3.Connection, sweep_id: int) -> list[Unfinished
 def record_point(
     conn: sqlite3.Connection,
     attempt_id: int,
-    point: NewPoint,
+    point: NewPoint | Point,
     requests: Sequence[StoredRequest],
     now: float,
 ) -> int:
     """The point and all its requests in one transaction: a crash leaves both or neither."""
+    if not isinstance(point, NewPoint):
+        point = point.to_new_point()
     key = point.key
     with write_transaction(conn):
         _running_attempt(conn, attempt_id)
@@ -799,7 +814,7 @@ def mark_restored(conn: sqlite3.Connection, sweep_id: int, host: str, now: float
 # --- results --------------------------------------------------------------------------------
 
 
-def sweep_results(conn: sqlite3.Connection, ref: str | int) -> JsonObject:
+def sweep_results(conn: sqlite3.Connection, ref: str | int) -> SweepResults:
     with read_transaction(conn):
         sweep = get_sweep(conn, ref)
         trials = trials_of(conn, sweep.id)
@@ -807,3 +822,12 @@ def sweep_results(conn: sqlite3.Connection, ref: str | int) -> JsonObject:
         points = points_of(conn, sweep_id=sweep.id)
         hosts = hosts_of(conn, sweep.id)
     return build_results(sweep, trials, attempts, points, hosts)
+
+
+def trial_states(conn: sqlite3.Connection, sweep_id: int) -> dict[tuple[str, str], TrialState]:
+    """Each trial's latest state without reading a point (status asks this every refresh)."""
+    with read_transaction(conn):
+        sweep = _sweep_by_id(conn, sweep_id)
+        if sweep is None:
+            raise SweepNotFound(sweep_id)
+        return latest_states(trials_of(conn, sweep_id), attempts_of(conn, sweep_id), sweep.state)

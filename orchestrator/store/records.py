@@ -89,6 +89,57 @@ class HostRecord:
     set_aside_reason: str | None
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class MatrixCell:
+    """One (context, concurrency) cell a trial measures."""
+
+    context: int
+    concurrency: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrialPlan:
+    """What a trial is to measure, fixed when the trial is planned: its cells and rounds, its
+    coding problems and their temperature, the model it serves.
+
+    Each trial carries its own plan (a search strategy may propose trials one by one, at other
+    fidelities), so a reader never re-derives it from the sweep file.
+    """
+
+    cells: tuple[MatrixCell, ...]
+    rounds: int
+    problems: tuple[str, ...] = ()
+    coding_temperature: float | None = None
+    """None when the trial runs no coding problems."""
+    model: str | None = None
+
+    @property
+    def total_points(self) -> int:
+        return len(self.cells) + len(self.problems)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "cells": [[cell.context, cell.concurrency] for cell in self.cells],
+            "rounds": self.rounds,
+            "problems": list(self.problems),
+            "coding_temperature": self.coding_temperature,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialPlan:
+        cells = data.get("cells") or []
+        temperature = data.get("coding_temperature")
+        model = data.get("model")
+        return cls(
+            cells=tuple(MatrixCell(int(c[0]), int(c[1])) for c in cells),
+            rounds=int(data.get("rounds") or 0),
+            problems=tuple(str(p) for p in data.get("problems") or ()),
+            coding_temperature=float(temperature) if isinstance(temperature, int | float) else None,
+            model=model if isinstance(model, str) else None,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class NewTrial:
     """One (config, host) the plan produced; ``key`` is the plan's stable trial key."""
@@ -98,6 +149,7 @@ class NewTrial:
     config: Mapping[str, Any]
     ordinal: int
     is_baseline: bool = False
+    plan: TrialPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +161,8 @@ class TrialRecord:
     config: JsonObject
     ordinal: int
     is_baseline: bool
+    plan: TrialPlan | None = None
+    """None for a trial stored before plans were kept (schema version 1)."""
 
 
 @dataclass(frozen=True, slots=True)

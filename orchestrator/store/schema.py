@@ -155,7 +155,16 @@ _V1 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1,)
+_V2 = Migration(
+    version=2,
+    summary="each trial's plan (cells, rounds, coding problems), fixed when it is planned",
+    statements=(
+        # NULL for trials planned before this version: readers fall back to their points.
+        "ALTER TABLE trials ADD COLUMN plan TEXT CHECK (plan IS NULL OR json_valid(plan))",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

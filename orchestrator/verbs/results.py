@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.store import Store, StoreError, SweepNotFound
+from orchestrator.store import Store, StoreError, SweepNotFound, SweepResults, TrialOutcome
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
     add_socket_argument,
@@ -29,46 +29,53 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--db", metavar="PATH", help="read this store file instead of a daemon")
 
 
-async def _from_store(path: str, ref: str) -> dict[str, Any]:
+async def _from_store(path: str, ref: str) -> SweepResults:
     async with await Store.open(path) as store:
-        return await store.sweep_results(ref)
+        return await store.results(ref)
 
 
-def _headline(points: list[dict[str, Any]]) -> str:
-    throughput = [p for p in points if p["kind"] == "throughput"]
-    coding = [p for p in points if p["kind"] == "coding"]
+def headline(trial: TrialOutcome) -> str:
+    """What one attempt measured: ``4 throughput, coding 3/4 pass``."""
     parts = []
-    if throughput:
-        parts.append(f"{len(throughput)} throughput")
-    if coding:
-        passed = sum(1 for p in coding if p["metrics"].get("outcome") == "PASS")
-        parts.append(f"coding {passed}/{len(coding)} pass")
+    if trial.throughput:
+        parts.append(f"{len(trial.throughput)} throughput")
+    if trial.coding:
+        passed = sum(1 for point in trial.coding if point.passed)
+        parts.append(f"coding {passed}/{len(trial.coding)} pass")
     return ", ".join(parts) or "-"
 
 
-def print_results(document: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"sweep {document['sweep']} (id {document['id']}): {document['state']}")
-    for column in ("trial", "host", "attempt", "state", "cause", "points"):
+def print_results(results: SweepResults, console: Console) -> None:
+    """One row per attempt, each config named by its knob values."""
+    table = Table(title=f"sweep {results.sweep} (id {results.id}): {results.state}")
+    for column in ("config", "host", "attempt", "state", "cause", "points"):
         table.add_column(column, overflow="fold")
-    for trial in document["trials"]:
+    for trial in results.trials:
         table.add_row(
-            trial["key"],
-            trial["host"],
-            "-" if trial["attempt"] is None else str(trial["attempt"]),
-            trial["state"],
-            trial["cause"] or "",
-            _headline(trial["points"]),
+            trial.label,
+            trial.host,
+            "-" if trial.attempt is None else str(trial.attempt),
+            trial.state,
+            trial.cause or "",
+            headline(trial),
         )
     console.print(table)
-    for host in document.get("hosts", []):
-        if host.get("set_aside"):
-            console.print(f"{host['name']} set aside: {host['set_aside']}", markup=False)
+    for host in results.hosts:
+        if host.set_aside:
+            console.print(f"{host.name} set aside: {host.set_aside}", markup=False)
+
+
+def _decode(document: dict[str, Any]) -> SweepResults | None:
+    try:
+        return SweepResults.from_json(document)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         if args.db:
-            document = asyncio.run(_from_store(args.db, args.sweep))
+            results = asyncio.run(_from_store(args.db, args.sweep))
         else:
             response = call(socket_path(args.socket), "GET", sweep_url(args.sweep, "/results"))
             if not response.ok:
@@ -76,7 +83,17 @@ def run(args: argparse.Namespace) -> int:
                     emit_json(response.document)
                 print(f"results {args.sweep}: {response.error}", file=sys.stderr)
                 return response.exit_code()
-            document = response.document
+            if args.json:  # the daemon's document as it sent it (a newer one may add keys)
+                emit_json(response.document)
+                return EXIT_OK
+            decoded = _decode(response.document)
+            if decoded is None:
+                print(
+                    f"results {args.sweep}: the daemon's answer is no results document",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILED
+            results = decoded
     except (BadInput, SweepNotFound) as error:
         print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -84,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        emit_json(document)
+        emit_json(results.to_json())
     else:
-        print_results(document, Console())
+        print_results(results, Console())
     return EXIT_OK

@@ -60,7 +60,8 @@ def print_sweep(sweep: dict[str, Any], console: Console) -> None:
             doing = f"set aside: {host['set_aside']}"
         elif current:
             counted = f" {current['done']}/{current['total']}" if "total" in current else ""
-            doing = f"{current.get('trial') or '-'} {current.get('step', '')}{counted}"
+            config = current.get("config") or "-"  # by its knob values, never the trial key
+            doing = f"{config} {current.get('step', '')}{counted}"
         else:
             doing = "-"
         console.print(f"  {host['name']}: {doing}", markup=False, highlight=False)

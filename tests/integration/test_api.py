@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import subprocess
@@ -9,8 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from orchestrator import store as store_types
+from orchestrator.api import SweepView, sweep_status
+from orchestrator.store import NewTrial, Store
 from orchestrator.verbs.apiclient import call
+from orchestrator.verbs.status import print_sweep
 from tests.integration.daemon_proc import (
     ORCHESTRATOR,
     DaemonProcess,
@@ -208,3 +214,40 @@ def test_socket_access_is_its_file_mode(daemon: DaemonProcess, tmp_path: Path) -
     finally:
         daemon.state_dir.chmod(0o700)
     assert result.returncode == 13
+
+
+async def test_status_names_each_hosts_config_by_its_knob_values(tmp_path: Path) -> None:
+    """`status SWEEP` showed the runner's trial key; it shows the config's knob values, and
+    counts trials by their latest attempt without reading a point."""
+    async with await Store.open(tmp_path / "store.db") as store:
+        sweep = (await store.submit_sweep("live", "name: live\n")).sweep
+        await store.add_hosts(
+            sweep.id,
+            [store_types.HostEntry("gpu-a", "h200"), store_types.HostEntry("gpu-b", "h200")],
+        )
+        base, b8 = await store.add_trials(
+            sweep.id,
+            [
+                NewTrial("a1b2c3d4e5f6", "gpu-a", {}, 0, is_baseline=True),
+                NewTrial("f6e5d4c3b2a1", "gpu-a", {"algorithm": "DDTREE", "budget": 8}, 1),
+            ],
+        )
+        await store.set_sweep_state(sweep.id, "running")
+        await store.finish_attempt((await store.start_attempt(base.id)).id, "done")
+        await store.start_attempt(b8.id)
+        await store.set_host_aside(sweep.id, "gpu-b", "preflight failed: no GPU")
+        record = await store.get_sweep(sweep.id)
+        live = {"gpu-a": {"trial": "f6e5d4c3b2a1", "step": "ctx 60 x c4", "done": 2, "total": 9}}
+        status = await sweep_status(store, SweepView(record, active=True), live)
+
+    document = status.to_json()
+    assert document["trials"] == {"done": 1, "running": 1}
+    assert document["active"] is True and document["name"] == "live"
+    (gpu_a, gpu_b) = document["hosts"]
+    assert gpu_a["current"]["config"] == "algorithm=DDTREE budget=8"
+    assert gpu_b == {"name": "gpu-b", "set_aside": "preflight failed: no GPU", "current": None}
+    console = Console(file=io.StringIO(), width=200)
+    print_sweep(document, console)
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "gpu-a: algorithm=DDTREE budget=8 ctx 60 x c4 2/9" in shown
+    assert "f6e5d4c3b2a1" not in shown and "f6e5d4" not in shown

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from orchestrator import store as store_types
+from orchestrator.notify import sweep_summary
+from orchestrator.store import NewTrial, Store
 from tests.integration.daemon_proc import (
     HostEntry,
     UntrustedSSHServer,
@@ -120,3 +123,35 @@ async def test_webhook_gets_the_summary_and_a_down_webhook_changes_nothing(
     assert summary["trials"] == {"skipped": 1}
     assert summary["hosts_set_aside"][0]["name"] == "h-hooked"  # type: ignore[index]
     json.dumps(summary)
+
+
+async def test_webhook_summary_counts_latest_attempts_and_names_configs(tmp_path: Path) -> None:
+    """A retried trial counts once, as it ended; each failed attempt names its config by its
+    knob values (the summary is built from the typed results, JSON only for the POST)."""
+    async with await Store.open(tmp_path / "store.db") as store:
+        sweep = (await store.submit_sweep("night", "name: night\n")).sweep
+        await store.add_hosts(sweep.id, [store_types.HostEntry("gpu-a", "h200")])
+        base, b8 = await store.add_trials(
+            sweep.id,
+            [
+                NewTrial("k0", "gpu-a", {}, 0, is_baseline=True),
+                NewTrial("k1", "gpu-a", {"algorithm": "DDTREE", "budget": 8}, 1),
+            ],
+        )
+        await store.finish_attempt((await store.start_attempt(base.id)).id, "done")
+        await store.finish_attempt((await store.start_attempt(b8.id)).id, "failed", cause="oom")
+        await store.finish_attempt((await store.start_attempt(b8.id)).id, "done")
+        await store.set_sweep_state(sweep.id, "done")
+        summary = sweep_summary(await store.results(sweep.id))
+    assert summary["trials"] == {"done": 2}
+    assert summary["failed_attempts"] == [
+        {
+            "key": "k1",
+            "host": "gpu-a",
+            "config": "algorithm=DDTREE budget=8",
+            "attempt": 1,
+            "cause": "oom",
+        }
+    ]
+    assert summary["event"] == "sweep.finished"
+    json.dumps(summary, allow_nan=False)

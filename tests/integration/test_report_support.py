@@ -37,7 +37,7 @@ from orchestrator.lifecycle import Server, TrialFailed
 from orchestrator.runner import _coding_point, _server_evidence, _throughput_point
 from orchestrator.sglang import ConfigDifference, build_provenance
 from orchestrator.sim import perfmodel
-from orchestrator.store import HostEntry, NewTrial, Store
+from orchestrator.store import HostEntry, MatrixCell, NewTrial, Store, TrialPlan
 
 MAX_TOKENS = 128
 PROBLEMS = ("is_palindrome", "fib", "merge_sorted", "word_count", "gcd")
@@ -350,6 +350,13 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
     submitted = await store.submit_sweep(spec.name, yaml_text)
     sweep_id = submitted.sweep.id
     await store.add_hosts(sweep_id, [HostEntry(name, kind) for name, kind in spec.hosts])
+    plan = TrialPlan(
+        cells=tuple(MatrixCell(ctx, conc) for ctx in spec.contexts for conc in spec.concurrency),
+        rounds=spec.rounds,
+        problems=tuple(PROBLEMS),
+        coding_temperature=0.0,
+        model="kimi-k2.6",
+    )
     new_trials = [
         NewTrial(
             key=f"{host}.{index}",
@@ -357,6 +364,7 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
             config=config.config,
             ordinal=index * len(spec.hosts) + h,
             is_baseline=config.is_baseline,
+            plan=plan,
         )
         for index, config in enumerate(spec.configs)
         for h, (host, _) in enumerate(spec.hosts)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +17,16 @@ from orchestrator.report import render, render_report
 from orchestrator.report.compare import compare
 from orchestrator.report.export import BASE_COLUMNS
 from orchestrator.report.model import SweepReport, load_report
-from orchestrator.store import Store, SweepNotFound
-from tests.integration.test_report_support import demo_like_spec, fill_sweep
+from orchestrator.report.tables import provenance_table
+from orchestrator.store import HostEntry, MatrixCell, NewTrial, Store, SweepNotFound, TrialPlan
+from tests.integration.test_report_support import (
+    EXEC_START,
+    ConfigSpec,
+    SweepSpec,
+    ddtree,
+    demo_like_spec,
+    fill_sweep,
+)
 
 NVLINK = "nightly-ddtree"
 PCIE = "nightly-pcie"
@@ -304,3 +314,79 @@ def test_report_verb_exits_2_on_unknown_sweep_or_store(
     assert "nope" in capsys.readouterr().err
     assert main(["report", NVLINK, "--db", str(tmp_path / "missing.db")]) == 2
     assert not (tmp_path / "missing.db").exists()
+
+
+# --- what a reader meets: honest states, the baseline's command line, the page width ------
+
+
+async def test_never_started_trials_of_a_cancelled_sweep_read_cancelled(tmp_path: Path) -> None:
+    """The in-flight trial failed (stopped); the ones never started are cancelled, not failed.
+    The matrix comes from the trials' stored plans: this sweep file names no benchmark."""
+    plan = TrialPlan(cells=(MatrixCell(60, 1), MatrixCell(60, 4)), rounds=2)
+    async with await Store.open(tmp_path / "store.db") as store:
+        sweep = (await store.submit_sweep("cut", "name: cut\n")).sweep
+        await store.add_hosts(sweep.id, [HostEntry("gpu-a", "h200")])
+        base, b8, _ = await store.add_trials(
+            sweep.id,
+            [
+                NewTrial("t0", "gpu-a", {}, 0, is_baseline=True, plan=plan),
+                NewTrial("t1", "gpu-a", {"budget": 8}, 1, plan=plan),
+                NewTrial("t2", "gpu-a", {"budget": 16}, 2, plan=plan),
+            ],
+        )
+        await store.set_sweep_state(sweep.id, "running")
+        done = await store.start_attempt(base.id)
+        await store.finish_attempt(done.id, "done")
+        stopped = await store.start_attempt(b8.id)
+        await store.finish_attempt(stopped.id, "failed", cause="stopped")
+        await store.set_sweep_state(sweep.id, "cancelled")
+        report = await load_report(store, "cut")
+    assert [t.state for t in report.trials] == ["done", "failed", "cancelled"]
+    (group,) = report.groups
+    assert (group.contexts, group.concurrencies) == ((60,), (1, 4))
+    text = render([report], "md")
+    rows = [line for line in text.splitlines() if line.startswith("| budget=16")]
+    assert rows and all("FAILED" not in row for row in rows)
+    assert any("CANCELLED" in row for row in rows)
+    assert any("FAILED: stopped" in line for line in text.splitlines() if "budget=8" in line)
+    html = render([report], "html")
+    assert "CANCELLED" in html
+
+
+def _exec_start_cell(report: SweepReport, host: str) -> str:
+    (group,) = report.groups
+    table = provenance_table(group, report.model)
+    row = next(r for r in table.rows if r[0].text == host)
+    assert table.headers[-1] == "ExecStart (baseline)"
+    return row[-1].text
+
+
+def test_baseline_exec_start_is_the_baselines_own(report: SweepReport) -> None:
+    assert _exec_start_cell(report, "gpu-a") == shlex.join(EXEC_START)
+
+
+async def test_a_host_without_a_baseline_shows_no_other_configs_command_line(
+    tmp_path: Path,
+) -> None:
+    spec = SweepSpec(
+        name="no-baseline",
+        hosts=(("gpu-a", "h200-nvlink"),),
+        configs=(ConfigSpec(ddtree(4)), ConfigSpec(ddtree(8))),
+        contexts=(60,),
+        concurrency=(1,),
+        rounds=2,
+    )
+    async with await Store.open(tmp_path / "store.db") as store:
+        await fill_sweep(store, spec)
+        report = await load_report(store, "no-baseline")
+    assert all(t.provenance is not None for t in report.trials)  # both ran, with a command line
+    cell = _exec_start_cell(report, "gpu-a")
+    assert "--speculative" not in cell and "no baseline ran" in cell
+
+
+def test_html_report_uses_the_width_of_a_wide_window(report: SweepReport) -> None:
+    html = render([report], "html")
+    body = re.search(r"\bbody \{([^}]*)\}", html)
+    assert body is not None
+    assert "max-width" not in body.group(1)  # the page may be as wide as the window
+    assert "max-width: 120ch" in html  # running text stays readable

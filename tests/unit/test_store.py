@@ -13,14 +13,24 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator
+from orchestrator.bench.coding import Outcome
+from orchestrator.cli import main
+from orchestrator.runner import trial_plan
 from orchestrator.store import (
     MIGRATIONS,
+    AcceptEstimate,
+    AcceptLength,
     AttemptNotRunning,
+    CodingPoint,
     HostEntry,
+    LatencySummary,
+    MatrixCell,
     Migration,
     NewPoint,
     NewTrial,
     PointAlreadyRecorded,
+    PointProvenance,
     SchemaTooNew,
     Store,
     StoreBusy,
@@ -29,10 +39,17 @@ from orchestrator.store import (
     StoreOpenError,
     SweepNameConflict,
     SweepNotFound,
+    SweepResults,
+    ThroughputMetrics,
+    ThroughputPoint,
+    TrialPlan,
+    count_states,
     default_db_path,
+    latest_outcomes,
     open_connection,
     point_key,
 )
+from orchestrator.sweepfile import parse_sweep
 
 LATEST = MIGRATIONS[-1].version
 SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
@@ -641,3 +658,185 @@ def test_store_file_mode_stays_private_with_wal(db_path: Path) -> None:
         assert stat.S_IMODE(os.stat(wal).st_mode) == 0o600
     finally:
         conn.close()
+
+
+# --- typed results: encode, decode, latest state --------------------------------------------
+
+PLAN = TrialPlan(
+    cells=(MatrixCell(60, 1), MatrixCell(60, 4), MatrixCell(1024, 1)),
+    rounds=3,
+    problems=("fib", "gcd"),
+    coding_temperature=0.0,
+    model="kimi-k2.6",
+)
+
+
+def _typed_throughput() -> ThroughputPoint:
+    return ThroughputPoint(
+        context=60,
+        concurrency=4,
+        metrics=ThroughputMetrics(
+            requests=12,
+            requests_ok=11,
+            errors=1,
+            errors_by_kind={"timeout": 1},
+            truncated=0,
+            output_tok_s=812.5,
+            request_decode_tok_s_p50=203.1,
+            concurrency_held=3.9,
+            loop_lag_p99_s=0.002,
+            ttft=LatencySummary(11, 0.05, 0.04, 0.08, 0.09, 0.1),
+            e2e=LatencySummary(11, 1.5, 1.4, 1.9, 2.0, 2.1),
+            calibration={"filler_words": 40, "measured_tokens": 60, "tolerance": 0},
+            extra={"a_metric_of_a_newer_version": 7},
+        ),
+        accept=AcceptLength(
+            value=3.2,
+            journal=AcceptEstimate(3.1, 40),
+            meta_info=AcceptEstimate(3.2, 11),
+            metrics=AcceptEstimate(None, 0, "no /metrics"),
+            flags=("disagree",),
+        ),
+        quality=("errors",),
+        provenance=PointProvenance("inv-1", "c-1", "c-2", 1000.0, 1012.5),
+    )
+
+
+def _typed_coding(outcome: Outcome, problem: str) -> CodingPoint:
+    return CodingPoint(
+        problem=problem,
+        outcome=outcome,
+        detail="" if outcome is Outcome.PASS else "assert failed",
+        finish_reason="stop",
+        completion_tokens=300,
+        elapsed_s=2.5,
+        tokens_per_s=120.0,
+        code="def f():\n    return 1\n",
+        output="<think>x</think>def f(): ...",
+        containment="rlimits",
+        provenance=PointProvenance("inv-1", None, None, 1013.0, 1015.5),
+    )
+
+
+async def test_typed_points_and_plan_round_trip_through_sqlite_and_json(store: Store) -> None:
+    sweep = (await store.submit_sweep("typed", SWEEP_YAML)).sweep
+    (trial,) = await store.add_trials(sweep.id, [NewTrial("b8", "h1", {"budget": 8}, 0, plan=PLAN)])
+    assert trial.plan == PLAN
+    attempt = await store.start_attempt(trial.id)
+    written = [
+        _typed_throughput(),
+        _typed_coding(Outcome.PASS, "fib"),
+        _typed_coding(Outcome.TRUNCATED, "gcd"),
+    ]
+    for point in written:
+        await store.record_point(attempt.id, point, _requests(2))
+    await store.finish_attempt(attempt.id, "done")
+
+    results = await store.results("typed")
+    (outcome,) = results.trials
+    assert outcome.points == tuple(written)
+    assert outcome.plan == PLAN and outcome.state == "done" and outcome.label == "budget=8"
+    assert outcome.coding[1].scored is False and outcome.coding[0].passed
+    document = json.loads(json.dumps(results.to_json(), allow_nan=False))
+    assert SweepResults.from_json(document) == results
+    assert document == await store.sweep_results("typed")
+    # The stored row keeps the documented metric names (scripts read them).
+    (row, *_) = await store.points(attempt_id=attempt.id)
+    assert row.metrics["output_tok_s"] == 812.5 and row.metrics["ttft_p99_s"] == 0.09
+    assert row.accept_len is not None and row.accept_len["accept_len_meta_info"] == 3.2
+
+
+async def test_trial_plan_column_is_added_to_an_older_file(db_path: Path) -> None:
+    """A version-1 file gains the plan column; its trials read back with no plan."""
+    conn = open_connection(db_path, migrations=MIGRATIONS[:1])
+    conn.execute(
+        "INSERT INTO sweeps (name, content_hash, yaml_text, submitted_at) "
+        "VALUES ('old', 'h', 'name: old', 1.0)"
+    )
+    conn.execute(
+        "INSERT INTO trials (sweep_id, key, host, config, ordinal) VALUES (1, 'k', 'h1', '{}', 0)"
+    )
+    conn.close()
+    async with await Store.open(db_path) as store:
+        (trial,) = await store.trials(1)
+        assert trial.plan is None
+        assert [t.state for t in (await store.results("old")).trials] == ["queued"]
+
+
+async def test_latest_state_and_cheap_counts_agree(store: Store) -> None:
+    sweep_id, (baseline, b8, _) = await _sweep_with_trials(store)
+    await store.set_sweep_state(sweep_id, "running")
+    done = await store.start_attempt(baseline)
+    await store.finish_attempt(done.id, "done")
+    first = await store.start_attempt(b8)
+    await store.finish_attempt(first.id, "failed", cause="oom")
+    await store.start_attempt(b8)
+
+    results = await store.results(sweep_id)
+    assert [(t.key, t.attempt) for t in results.latest()] == [
+        ("baseline", 1),
+        ("b8", 2),
+        ("b16", None),
+    ]
+    assert results.state_counts() == {"done": 1, "queued": 1, "running": 1}
+    states = await store.trial_states(sweep_id)
+    assert count_states(states.values()) == results.state_counts()
+    assert latest_outcomes(reversed(results.trials))[1].attempt == 2  # order does not matter
+
+
+async def test_never_started_trials_of_a_cancelled_sweep_are_cancelled(store: Store) -> None:
+    sweep_id, (baseline, b8, _) = await _sweep_with_trials(store)
+    await store.set_sweep_state(sweep_id, "running")
+    attempt = await store.start_attempt(baseline)
+    await store.finish_attempt(attempt.id, "done")
+    stopped = await store.start_attempt(b8)
+    await store.finish_attempt(stopped.id, "failed", cause="stopped")
+    assert (await store.trial_states(sweep_id))[("b16", "h1")] == "queued"
+    await store.set_sweep_state(sweep_id, "cancelled")
+
+    results = await store.results(sweep_id)
+    assert [(t.key, t.state, t.cause) for t in results.latest()] == [
+        ("baseline", "done", None),
+        ("b8", "failed", "stopped"),
+        ("b16", "cancelled", None),
+    ]
+    assert (await store.trial_states(sweep_id))[("b16", "h1")] == "cancelled"
+
+
+# --- `orchestrator results`: what a person reads ---------------------------------------------
+
+
+async def test_results_shows_coding_passes_per_attempt_by_config(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store holds outcomes as ``pass``; the table counted ``PASS`` and showed 0/N."""
+    _, (_, b8, _) = await _sweep_with_trials(store)
+    first = await store.start_attempt(b8)
+    await store.record_point(first.id, _typed_coding(Outcome.FAIL, "fib"), [])
+    await store.finish_attempt(first.id, "failed", cause="crashed")
+    second = await store.start_attempt(b8)
+    for outcome, problem in ((Outcome.PASS, "fib"), (Outcome.PASS, "gcd"), (Outcome.FAIL, "lcm")):
+        await store.record_point(second.id, _typed_coding(outcome, problem), [])
+    await store.finish_attempt(second.id, "done")
+    await store.close()
+
+    assert await asyncio.to_thread(main, ["results", "demo", "--db", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "budget=8" in line]
+    assert len(rows) == 2  # one row per attempt
+    assert "coding 0/1 pass" in rows[0] and "failed" in rows[0]
+    assert "coding 2/3 pass" in rows[1] and "done" in rows[1]
+    assert "b8" not in out.replace("budget=8", "")  # named by knob values, not the trial key
+    assert "baseline" in out
+
+
+def test_trial_plan_is_what_the_sweep_file_asks_each_trial_to_measure(tmp_path: Path) -> None:
+    text = (Path(orchestrator.__file__).parent / "data" / "demo.yaml").read_text()
+    plan = trial_plan(parse_sweep(text, "demo.yaml"))
+    assert plan.cells == tuple(MatrixCell(c, n) for c in (60, 1024) for n in (1, 4))
+    assert plan.rounds == 2 and plan.total_points == 4 + 5
+    assert plan.problems == ("is_palindrome", "fib", "merge_sorted", "word_count", "gcd")
+    assert (plan.coding_temperature, plan.model) == (0.0, "kimi-k2.6")
+    # A problem file that cannot be read: the trials fail on it when they measure, as before.
+    missing = text.replace("problems: builtin", f"problems: {tmp_path / 'gone.jsonl'}")
+    assert trial_plan(parse_sweep(missing, "demo.yaml")).problems == ()
