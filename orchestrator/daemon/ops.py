@@ -1,0 +1,102 @@
+"""The API's operations (:class:`orchestrator.api.DaemonOps`) over the daemon's parts: a facade
+that reads the store, asks the scheduler and the restorer, and answers in the API's JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.api import Conflict
+from orchestrator.daemon.restore import Restorer
+from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
+from orchestrator.log import get_logger
+from orchestrator.runner import cancel_trials
+from orchestrator.store import Store, SweepRecord
+from orchestrator.sweepfile import parse_sweep
+
+
+def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> dict[str, Any]:
+    """One sweep as the API lists it."""
+    return {
+        "name": record.name,
+        "id": record.id,
+        "state": record.state,
+        "priority": record.priority,
+        "submitted_at": record.submitted_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "source_path": record.source_path,
+        "content_hash": record.content_hash,
+        "replaced_by": record.replaced_by,
+        "active": active is not None,
+        "stopping": active.stop.reason if active is not None else None,
+        "summary": record.summary,
+    }
+
+
+class DaemonApi:
+    """What ``orchestrator.api`` serves, answered from the store and the running parts."""
+
+    def __init__(self, store: Store, scheduler: Scheduler, restorer: Restorer) -> None:
+        self.store = store
+        self._scheduler = scheduler
+        self._restorer = restorer
+        self._active = scheduler.active  # the scheduler's own dict: always current
+        self._log = get_logger(component="daemon")
+
+    async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]:
+        if self._scheduler.closed:
+            raise Conflict("the daemon is stopping; submit again after it restarts")
+        sweep = parse_sweep(text, filename)
+        return await self._scheduler.submit(sweep, text, source_path=None, replace=replace)
+
+    async def list_sweeps(self, *, include_replaced: bool) -> list[dict[str, Any]]:
+        records = await self.store.list_sweeps(include_replaced=include_replaced)
+        return [sweep_view(r, self._active.get(r.id)) for r in records]
+
+    async def sweep_status(self, ref: str) -> dict[str, Any]:
+        record = await self.store.get_sweep(ref)
+        active = self._active.get(record.id)
+        view = sweep_view(record, active)
+        results = await self.store.sweep_results(record.id)
+        latest: dict[tuple[str, str], str] = {}
+        for trial in results["trials"]:
+            latest[(trial["key"], trial["host"])] = trial["state"]
+        counts: dict[str, int] = {}
+        for state in latest.values():
+            counts[state] = counts.get(state, 0) + 1
+        live = active.progress.hosts if active is not None else {}
+        view["trials"] = counts
+        view["hosts"] = [
+            {
+                "name": host["name"],
+                "set_aside": host["set_aside"],
+                "current": live.get(host["name"]),
+            }
+            for host in results["hosts"]
+        ]
+        return view
+
+    async def cancel(self, ref: str) -> dict[str, Any]:
+        record = await self.store.get_sweep(ref)
+        active = self._active.get(record.id)
+        if active is not None:
+            active.stop.stop("cancel")
+            self._log.info("sweep.cancelling", sweep=record.name, sweep_id=record.id)
+            return {"id": record.id, "name": record.name, "state": record.state, "cancelling": True}
+        if record.state not in ("queued", "running"):
+            raise Conflict(f"sweep {record.name} (id {record.id}) already ended: {record.state}")
+        updated = await self.store.set_sweep_state(record.id, "cancelled")
+        self._log.info("sweep.cancelled", sweep=record.name, sweep_id=record.id)
+        if record.state == "running":  # interrupted earlier, not resumed yet: hosts may be changed
+            await cancel_trials(self.store, record.id, await self.store.trials(record.id))
+            await self._restorer.recover()
+        return {"id": record.id, "name": record.name, "state": updated.state, "cancelling": False}
+
+    async def results(self, ref: str) -> dict[str, Any]:
+        record = await self.store.get_sweep(ref)
+        return await self.store.sweep_results(record.id)
+
+    async def restore_hosts(self, host: str | None) -> dict[str, Any]:
+        """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
+        outcomes = await self._restorer.restore_hosts(host)
+        return {"restored": [outcome.to_json() for outcome in outcomes]}
