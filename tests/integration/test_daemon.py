@@ -105,6 +105,7 @@ def test_good_inbox_file_is_accepted_and_queued(
     ended = daemon.wait_for("inbox-good", ("failed",))
     assert ended["hosts"][0]["set_aside"]
     assert ended["summary"]["error"].startswith("every host was set aside: h1: host key of")
+    assert "  every host was set aside: h1:" in daemon.cli("status", "inbox-good").stdout
     assert (inbox / "ignored.yaml.part").exists()
     # The same file dropped again is recognised: accepted, not queued a second time.
     drop(inbox, "good.yaml", text)
