@@ -13,6 +13,8 @@ from collections.abc import Callable, Container, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import structlog
+
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import gpu_probe, open_transport
@@ -104,17 +106,21 @@ async def restore_host(
 ) -> RestoreOutcome:
     """Restore one backed-up host and say how it went; a failure is logged and returned, never
     raised (the host stays pending, so a later restore tries again)."""
-    log = get_logger(sweep=record.name, sweep_id=record.id, host=backup.host, why=why)
-    log.info("host.restoring")
-    try:
-        foreign = await restore_from_backup(store, record, backup)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        log.error("host.restore_failed", error=error)
-        return RestoreOutcome(backup.host, record.name, record.id, ok=False, error=error)
-    log.info("host.restored", foreign_changes=foreign)
+    log = get_logger(why=why)
+    # The lifecycle's and the transport's events during the restore carry the same context.
+    with structlog.contextvars.bound_contextvars(
+        sweep=record.name, sweep_id=record.id, host=backup.host
+    ):
+        log.info("host.restoring")
+        try:
+            foreign = await restore_from_backup(store, record, backup)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("host.restore_failed", error=error)
+            return RestoreOutcome(backup.host, record.name, record.id, ok=False, error=error)
+        log.info("host.restored", foreign_changes=foreign)
     return RestoreOutcome(
         backup.host, record.name, record.id, ok=True, foreign_changes=tuple(foreign)
     )

@@ -244,7 +244,7 @@ def test_restore_of_an_unknown_host_is_refused_with_and_without_a_daemon(
     sweep.write_text(sweep_yaml("known", [HostEntry("known-host", untrusted.port)], tmp_path / "k"))
     with running_daemon(state) as daemon:
         assert daemon.cli("submit", str(sweep)).returncode == 0
-        daemon.wait_for("known", ("failed",))
+        daemon.wait_for("known", ("done", "failed"))
         unknown = daemon.cli("restore", "nosuchhost")
         assert unknown.returncode == 2 and "unknown host 'nosuchhost'" in unknown.stderr
         known = daemon.cli("restore", "known-host")

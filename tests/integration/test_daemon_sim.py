@@ -105,6 +105,17 @@ def wait_for_a_point(daemon: DaemonProcess, state: Path, timeout: float = 90.0) 
         time.sleep(0.3)
 
 
+def assert_events_carry_their_context(daemon: DaemonProcess) -> None:
+    """Every event of the sweep carries its name (the operator guide's jq filter finds it),
+    and every event inside a trial carries its host and trial."""
+    events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    stray = [e for e in events if e["event"] not in DAEMON_WIDE and e.get("sweep") != "sim-resume"]
+    assert not stray, stray
+    in_trial = [e for e in events if e["event"] in IN_A_TRIAL]
+    assert {e["event"] for e in in_trial} == IN_A_TRIAL
+    assert all(e.get("host") == "sim-01" and e.get("trial") for e in in_trial), in_trial
+
+
 def committed_points(state: Path) -> list[tuple[int, str]]:
     with sqlite3.connect(state / "orchestrator.db") as db:
         rows = db.execute(
@@ -133,6 +144,7 @@ def test_sigterm_mid_sweep_then_restart_completes_it(sim_sweep: Path, tmp_path: 
         final = second.wait_for("sim-resume", ("done", "failed"), timeout=150)
         results = second.cli("results", "sim-resume", "--json").json()
     assert final["state"] == "done", results
+    assert_events_carry_their_context(second)
     after = committed_points(state)
     assert set(before) <= set(after)  # nothing committed was lost
     # ...nor measured twice, even in another attempt:
@@ -202,15 +214,7 @@ def test_cancel_mid_sweep_stops_at_a_safe_step_and_restores_the_host(
     assert final["trials"] == {"cancelled": 2}
     assert unit_files(tmp_path) == before  # unit files byte-identical: our drop-in gone
     assert unrestored(state) == 0
-
-    # Every event of the sweep carries its name (the operator guide's jq filter finds it),
-    # and every event inside a trial carries its host and trial.
-    events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
-    stray = [e for e in events if e["event"] not in DAEMON_WIDE and e.get("sweep") != "sim-resume"]
-    assert not stray, stray
-    in_trial = [e for e in events if e["event"] in IN_A_TRIAL]
-    assert {e["event"] for e in in_trial} == IN_A_TRIAL
-    assert all(e.get("host") == "sim-01" and e.get("trial") for e in in_trial), in_trial
+    assert_events_carry_their_context(daemon)
 
 
 def test_restore_from_the_store_file_without_a_daemon(sim_sweep: Path, tmp_path: Path) -> None:
