@@ -18,17 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import structlog
+
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult, run_point
-from orchestrator.bench.problems import (
-    Problem,
-    ProblemFileError,
-    builtin_problems,
-    load_problem_file,
-    select,
-)
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.bench.stats import Summary
@@ -46,7 +41,7 @@ from orchestrator.lifecycle import (
     trial_config,
 )
 from orchestrator.log import get_logger
-from orchestrator.plan import Trial, plan_sweep
+from orchestrator.plan import Trial
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.store import (
     AcceptEstimate,
@@ -54,9 +49,8 @@ from orchestrator.store import (
     Attempt,
     CodingPoint,
     HostEntry,
+    HostRecord,
     LatencySummary,
-    MatrixCell,
-    NewTrial,
     PointProvenance,
     Store,
     StoredRequest,
@@ -65,11 +59,17 @@ from orchestrator.store import (
     SweepState,
     ThroughputMetrics,
     ThroughputPoint,
-    TrialPlan,
     TrialRecord,
     point_key,
 )
 from orchestrator.sweepfile import HostSpec, Sweep
+from orchestrator.trialsource import (
+    SourcedTrial,
+    TrialSource,
+    TrialSourceFactory,
+    plan_trial_source,
+    sweep_problems,
+)
 
 # Causes a retry cannot cure: the same config fails the same way.
 DETERMINISTIC_CAUSES = frozenset({"bad-flag", "invalid-config", "config-mismatch"})
@@ -146,35 +146,6 @@ def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
     )
 
 
-def _problems(sweep: Sweep) -> list[Problem]:
-    assert sweep.coding is not None
-    spec = sweep.coding
-    problems = (
-        builtin_problems() if spec.problems == "builtin" else load_problem_file(spec.problems)
-    )
-    return select(problems, spec.select) if spec.select else problems
-
-
-def trial_plan(sweep: Sweep) -> TrialPlan:
-    """What each of the sweep's trials measures, as stored with the trial when it is planned.
-
-    A problem file that cannot be read leaves the plan's problem list empty: each trial then
-    fails on it when it measures, with the error as evidence, as it did before plans existed.
-    """
-    bench = sweep.benchmark
-    problems: tuple[str, ...] = ()
-    if sweep.coding:
-        with contextlib.suppress(OSError, ProblemFileError):
-            problems = tuple(p.id for p in _problems(sweep))
-    return TrialPlan(
-        cells=tuple(MatrixCell(ctx, conc) for ctx in bench.contexts for conc in bench.concurrency),
-        rounds=bench.rounds,
-        problems=problems,
-        coding_temperature=sweep.coding.temperature if sweep.coding else None,
-        model=sweep.server.model,
-    )
-
-
 @dataclass
 class _SweepRun:
     """Shared state of one running sweep."""
@@ -184,6 +155,8 @@ class _SweepRun:
     store: Store
     progress: Progress
     stop: StopSignal
+    source: TrialSource
+    """Where each host's next trial comes from (today the plan, in order)."""
     failures: int = 0
     unrestored: list[str] = field(default_factory=list)
     """Hosts whose restore did not complete: the sweep ends failed and names them."""
@@ -211,17 +184,36 @@ async def run_sweep(
     progress: Progress | None = None,
     stop: StopSignal | None = None,
     now: Callable[[], dt.datetime] = dt.datetime.now,
+    trials: TrialSourceFactory = plan_trial_source,
 ) -> SweepOutcome:
-    """Run (or resume) ``sweep`` to its end; a sweep already finished is not run again."""
+    """Run (or resume) ``sweep`` to its end; a sweep already finished is not run again.
+
+    Each host asks ``trials``' source for its next trial (today: the plan, in order).
+    """
     submitted = await store.submit_sweep(
         sweep.name, yaml_text, priority=sweep.priority, source_path=source_path, replace=replace
     )
     record = submitted.sweep
     if record.state in ("done", "failed", "cancelled"):
         return SweepOutcome(record.id, record.name, record.state, await store.results(record.id))
-    stop = stop or StopSignal()
-    run = _SweepRun(sweep, record, store, progress or _NoProgress(), stop)
-    log = get_logger(sweep=sweep.name, sweep_id=record.id)
+    # Every event of this sweep (ours, the lifecycle's, the transport's) carries its name and
+    # id; the host tasks started below inherit them and add their host.
+    with structlog.contextvars.bound_contextvars(sweep=sweep.name, sweep_id=record.id):
+        return await _run_sweep(
+            sweep, record, store, progress or _NoProgress(), stop or StopSignal(), now, trials
+        )
+
+
+async def _run_sweep(
+    sweep: Sweep,
+    record: SweepRecord,
+    store: Store,
+    progress: Progress,
+    stop: StopSignal,
+    now: Callable[[], dt.datetime],
+    trials: TrialSourceFactory,
+) -> SweepOutcome:
+    log = get_logger()
 
     if sweep.schedule and sweep.schedule.not_before and record.state == "queued":
         start_at = local_deadline(sweep.schedule.not_before, now())
@@ -238,28 +230,16 @@ async def run_sweep(
             _stop_at(stop, (finish_at - now()).total_seconds(), "finish_by deadline")
         )
 
-    plan = plan_sweep(sweep)
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
-    measures = trial_plan(sweep)
-    trials = await store.add_trials(
-        record.id,
-        [
-            NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures)
-            for t in plan.trials
-        ],
-    )
+    run = _SweepRun(sweep, record, store, progress, stop, await trials(store, record, sweep))
     resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
-    await run.event("sweep.started", {"trials": len(trials), "resumed": resumed})
-    log.info("sweep.started", trials=len(trials), resumed=resumed)
-    by_host: dict[str, list[tuple[Trial, TrialRecord]]] = {}
-    planned = {(t.key, t.host): t for t in plan.trials}
-    for trial in sorted(trials, key=lambda t: t.ordinal):
-        by_host.setdefault(trial.host, []).append((planned[(trial.key, trial.host)], trial))
+    await run.event("sweep.started", {"trials": run.source.known, "resumed": resumed})
+    log.info("sweep.started", trials=run.source.known, resumed=resumed)
     try:
         async with asyncio.TaskGroup() as group:
             for host in sweep.hosts:
-                group.create_task(_run_host(run, host, by_host.get(host.name, [])))
+                group.create_task(_run_host(run, host))
     finally:
         if deadline_task is not None:
             deadline_task.cancel()
@@ -269,21 +249,63 @@ async def run_sweep(
         log.info("sweep.suspended")
         return SweepOutcome(record.id, record.name, "running", await store.results(record.id))
     state: SweepState
+    error = None
     if stop.reason == "cancel":
         state = "cancelled"
     elif (stop.reason is not None and stop.reason.startswith("abort")) or run.unrestored:
         state = "failed"
     else:
-        state = "done"
-    summary = {
+        error = nothing_ran(await store.hosts(record.id), await store.attempts(record.id))
+        state = "failed" if error else "done"
+    summary: dict[str, Any] = {
         "stopped": stop.reason,
         "failed_attempts": run.failures,
         "unrestored_hosts": run.unrestored,
     }
+    if error:
+        summary["error"] = error
     await store.set_sweep_state(record.id, state, summary=summary)
-    await run.event("sweep.finished", {"state": state, "stopped": stop.reason})
-    log.info("sweep.finished", state=state, stopped=stop.reason)
+    await run.event("sweep.finished", {"state": state, "stopped": stop.reason, "error": error})
+    log.info("sweep.finished", state=state, stopped=stop.reason, error=error)
     return SweepOutcome(record.id, record.name, state, await store.results(record.id))
+
+
+def nothing_ran(hosts: Sequence[HostRecord], attempts: Sequence[Attempt]) -> str | None:
+    """Why a sweep that was not stopped has nothing to show, or None when a trial ran.
+
+    A sweep whose every host was set aside (or whose every trial was skipped) measured nothing:
+    that is a failure with a reason, not ``done``.
+    """
+    if any(a.state not in ("skipped", "cancelled") for a in attempts):
+        return None
+    if hosts and all(h.set_aside_reason for h in hosts):
+        reasons = "; ".join(
+            reason if reason.startswith(f"{h.name}:") else f"{h.name}: {reason}"
+            for h in hosts
+            if (reason := h.set_aside_reason)
+        )
+        return f"every host was set aside: {reasons}"
+    return "no trial ran"
+
+
+async def cancel_trials(store: Store, sweep_id: int, trials: Sequence[TrialRecord]) -> None:
+    """``trials`` will not run because their sweep was cancelled: one never attempted gets a
+    cancelled attempt, one left running (in flight, or interrupted earlier) ends cancelled;
+    finished ones stay as they ended."""
+    latest: dict[int, Attempt] = {}
+    for attempt in await store.attempts(sweep_id):
+        latest[attempt.trial_id] = attempt  # by number within a trial: the last one wins
+    for trial in trials:
+        last = latest.get(trial.id)
+        if last is None:
+            await store.skip_trial(trial.id, None, {"reason": "cancel"}, state="cancelled")
+        elif last.state == "running":
+            await store.finish_attempt(last.id, "cancelled", evidence={"reason": "cancel"})
+
+
+async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt | None:
+    attempts = [a for a in await store.attempts(sweep_id) if a.trial_id == trial_id]
+    return attempts[-1] if attempts else None
 
 
 async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
@@ -294,12 +316,12 @@ async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
 # --- one host ------------------------------------------------------------------------------
 
 
-async def _run_host(
-    run: _SweepRun, host: HostSpec, trials: Sequence[tuple[Trial, TrialRecord]]
-) -> None:
-    """Preflight, backup, the host's trials in order, then restore. Crash-safe at each step."""
+async def _run_host(run: _SweepRun, host: HostSpec) -> None:
+    """Preflight, backup, the trials the source gives this host, then restore. Crash-safe at
+    each step."""
+    structlog.contextvars.bind_contextvars(host=host.name)  # this host's task and its children
     sweep, store = run.sweep, run.store
-    log = get_logger(sweep=sweep.name, host=host.name)
+    log = get_logger()
     transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
 
     async def events(kind: str, /, **fields: Any) -> None:
@@ -335,22 +357,35 @@ async def _run_host(
         )
         await events("preflight", **check.to_json())
         if not check.ok:
-            await _set_aside(run, host, trials, check)
+            await _set_aside(run, host, run.source.withdraw(host.name), check)
             return
         await _load_or_take_backup(run, session)
         last: TrialConfig | None = None
-        for index, (planned, trial) in enumerate(trials):
-            if run.stop.stopping:
+        while not run.stop.stopping:
+            sourced = await run.source.next_trial(host.name)
+            if sourced is None:
                 break
+            planned, trial = sourced.planned, sourced.record
+            lost: _HostLost | None = None
             try:
-                last = await _run_trial(run, session, host, planned, trial, check) or last
-            except _HostLost as lost:
+                with structlog.contextvars.bound_contextvars(trial=trial.key):
+                    last = await _run_trial(run, session, host, planned, trial, check) or last
+            except _HostLost as error:
+                lost = error
+            await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
+            if lost is not None:
                 # Each further trial would spend the whole reconnect budget to fail the same
                 # way: set the host aside now; the restore below still gets its one chance.
-                for _planned, rest in trials[index + 1 :]:
-                    await store.skip_trial(rest.id, "host-unreachable", {"reason": str(lost)})
+                for rest in run.source.withdraw(host.name):
+                    await store.skip_trial(
+                        rest.record.id, "host-unreachable", {"reason": str(lost)}
+                    )
                 await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
                 break
+        if run.stop.reason == "cancel":
+            await cancel_trials(
+                store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
+            )
         await _restore_host(run, session, last)
     except TransportError as exc:
         log.error("host.unreachable", error=str(exc))
@@ -371,12 +406,12 @@ async def _run_host(
 
 
 async def _set_aside(
-    run: _SweepRun, host: HostSpec, trials: Sequence[tuple[Trial, TrialRecord]], check: HostCheck
+    run: _SweepRun, host: HostSpec, trials: Sequence[SourcedTrial], check: HostCheck
 ) -> None:
     reason = check.reason or "preflight failed"
     await run.store.set_host_aside(run.record.id, host.name, reason)
-    for _planned, trial in trials:
-        await run.store.skip_trial(trial.id, "host-set-aside", {"reason": reason})
+    for trial in trials:
+        await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})
     get_logger(host=host.name).warning("host.set_aside", reason=reason)
 
 
@@ -489,7 +524,7 @@ async def _run_trial(
     attempts = [a for a in await store.attempts(run.record.id) if a.trial_id == trial.id]
     latest = attempts[-1] if attempts else None
     retries = sweep.policy.trial_retries
-    if latest is not None and latest.state in ("done", "skipped"):
+    if latest is not None and latest.state in ("done", "skipped", "cancelled"):
         return None
     if latest is not None and latest.state == "failed" and not _may_retry(latest, retries):
         return None
@@ -552,7 +587,11 @@ async def _run_trial(
                 return config
             attempt = await store.start_attempt(trial.id)
         except _Stopped:
-            if run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
+            if run.stop.reason == "cancel":  # not a failure: the operator called it off
+                await store.finish_attempt(
+                    attempt.id, "cancelled", evidence={"reason": run.stop.reason}
+                )
+            elif run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
                 await store.finish_attempt(
                     attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
                 )
@@ -621,7 +660,7 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
     bench = sweep.benchmark
     committed = await store.committed_point_keys(attempt.id)
     total = len(bench.contexts) * len(bench.concurrency) + (
-        len(_problems(sweep)) if sweep.coding else 0
+        len(sweep_problems(sweep)) if sweep.coding else 0
     )
     done = len(committed)
     async with BenchClient(
@@ -677,7 +716,7 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
         if sweep.coding is None:
             return
         pending = [
-            p for p in _problems(sweep) if point_key("coding", problem=p.id) not in committed
+            p for p in sweep_problems(sweep) if point_key("coding", problem=p.id) not in committed
         ]
         for problem in pending:
             if run.stop.stopping:

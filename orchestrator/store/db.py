@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 from orchestrator.store import ops
 from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
@@ -297,16 +297,22 @@ class Store:
         cause: str | None = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> Attempt:
-        """End a running attempt as done, failed or skipped; a finished one raises."""
+        """End a running attempt as done, failed, skipped or cancelled; a finished one raises."""
         return await self._run(
             ops.finish_attempt, attempt_id, state, cause, evidence, self._clock()
         )
 
     async def skip_trial(
-        self, trial_id: int, cause: str, evidence: Mapping[str, Any] | None = None
+        self,
+        trial_id: int,
+        cause: str | None,
+        evidence: Mapping[str, Any] | None = None,
+        *,
+        state: Literal["skipped", "cancelled"] = "skipped",
     ) -> Attempt:
-        """Record a trial that will not run (host set aside, sweep aborted) as skipped."""
-        return await self._run(ops.skip_trial, trial_id, cause, evidence, self._clock())
+        """Record a trial that will not run as skipped (host set aside, sweep aborted) or
+        cancelled (its sweep was cancelled before it ran)."""
+        return await self._run(ops.skip_trial, trial_id, cause, evidence, self._clock(), state)
 
     async def get_attempt(self, attempt_id: int) -> Attempt:
         return await self._run(ops.get_attempt, attempt_id)

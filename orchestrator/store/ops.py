@@ -15,7 +15,7 @@ import math
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from orchestrator.store.errors import (
     AttemptNotFound,
@@ -478,13 +478,15 @@ def start_attempt(
 def skip_trial(
     conn: sqlite3.Connection,
     trial_id: int,
-    cause: str,
+    cause: str | None,
     evidence: Mapping[str, Any] | None,
     now: float,
+    state: Literal["skipped", "cancelled"] = "skipped",
 ) -> Attempt:
-    """Record that a trial was not run (host set aside, sweep aborted) as a skipped attempt."""
+    """Record that a trial was not run as a finished attempt: skipped (host set aside, sweep
+    aborted) or cancelled (its sweep was cancelled first)."""
     with write_transaction(conn):
-        return _new_attempt(conn, trial_id, "skipped", cause, evidence, now)
+        return _new_attempt(conn, trial_id, state, cause, evidence, now)
 
 
 def set_attempt_invocation(

@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 SweepState = Literal["queued", "running", "done", "failed", "cancelled"]
-AttemptState = Literal["queued", "running", "done", "failed", "skipped"]
+AttemptState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 PointKind = Literal["throughput", "coding"]
 
 SWEEP_STATES: tuple[SweepState, ...] = get_args(SweepState)
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
-FINISHED_ATTEMPT_STATES: tuple[AttemptState, ...] = ("done", "failed", "skipped")
+FINISHED_ATTEMPT_STATES: tuple[AttemptState, ...] = (
+    "done",
+    "failed",
+    "skipped",
+    "cancelled",
+)
 TERMINAL_SWEEP_STATES: tuple[SweepState, ...] = ("done", "failed", "cancelled")
 POINT_KINDS: tuple[PointKind, ...] = get_args(PointKind)
 

@@ -164,7 +164,23 @@ _V2 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
+_V3 = Migration(
+    version=3,
+    summary="attempts may end cancelled (a cancelled sweep's in-flight and never-started trials)",
+    # SQLite cannot ALTER a CHECK constraint, and rebuilding `attempts` would delete the rows
+    # that points and events reference (foreign keys are on and cannot be turned off inside
+    # the migration's transaction). Widening a CHECK changes no stored row, so the schema text
+    # is edited in place: the procedure sqlite.org/lang_altertable.html ("Making Other Kinds Of
+    # Table Schema Changes") gives for CHECK constraints. RESET reloads this connection's schema.
+    statements=(
+        "PRAGMA writable_schema = ON",
+        "UPDATE sqlite_schema SET sql = replace(sql, '''skipped'')', "
+        "'''skipped'', ''cancelled'')') WHERE type = 'table' AND name = 'attempts'",
+        "PRAGMA writable_schema = RESET",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

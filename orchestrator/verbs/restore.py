@@ -1,12 +1,22 @@
-"""Put hosts back as their sweeps found them (one host, or every host not yet restored)."""
+"""Put hosts back as their sweeps found them (one host, or every host not yet restored).
+
+Through the daemon's API by default; with ``--db PATH`` straight from a store file, with no
+daemon (a foreground ``run`` that died, a store copied from another machine). Both go through
+the same :func:`orchestrator.daemon.restore_host`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from orchestrator.api import valid_ref
+from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer, UnknownHost, daemon_holds
+from orchestrator.store import Store, StoreError
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
 
@@ -19,32 +29,71 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     which.add_argument("host", nargs="?", help="the host's name in its sweep file")
     which.add_argument("--all", action="store_true", help="every host not yet restored")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    add_socket_argument(parser)
+    source = parser.add_mutually_exclusive_group()
+    add_socket_argument(source)
+    source.add_argument(
+        "--db", metavar="PATH", help="restore from this store file, with no daemon running"
+    )
+
+
+async def _from_store(path: Path, host: str | None) -> dict[str, Any]:
+    """The restore without a daemon: nothing else holds a host, no sweep runs here."""
+    async with await Store.open(path) as store:
+        restorer = Restorer(store, ParsedSweeps(), HostClaims())
+        outcomes = await restorer.restore_hosts(host)
+    return {"restored": [outcome.to_json() for outcome in outcomes]}
+
+
+def _restore_from_store(db: str, host: str | None) -> tuple[int, dict[str, Any]]:
+    path = Path(db).expanduser().absolute()
+    if not path.is_file():
+        return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
+    if daemon_holds(path.parent):
+        return EXIT_BAD_INPUT, {
+            "error": f"a daemon runs on {path.parent}: restore through it (without --db)"
+        }
+    try:
+        return EXIT_OK, asyncio.run(_from_store(path, host))
+    except UnknownHost as error:
+        return EXIT_BAD_INPUT, {"error": str(error)}
+    except StoreError as error:
+        return EXIT_FAILED, {"error": str(error)}
+
+
+def _restore_through_daemon(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    body = {"all": True} if args.all else {"host": args.host}
+    response = call(
+        socket_path(args.socket),
+        "POST",
+        "/restore",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        timeout_s=RESTORE_TIMEOUT_S,
+    )
+    document = response.document if isinstance(response.document, dict) else {}
+    if not response.ok:
+        return response.exit_code(), {"error": response.error, **document}
+    return EXIT_OK, document
 
 
 def run(args: argparse.Namespace) -> int:
     if args.host is not None and not valid_ref(args.host):
         print(f"{args.host!r} is not a host name", file=sys.stderr)
         return EXIT_BAD_INPUT
-    body = {"all": True} if args.all else {"host": args.host}
     try:
-        response = call(
-            socket_path(args.socket),
-            "POST",
-            "/restore",
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            timeout_s=RESTORE_TIMEOUT_S,
-        )
+        if args.db is not None:
+            code, document = _restore_from_store(args.db, None if args.all else args.host)
+        else:
+            code, document = _restore_through_daemon(args)
     except DaemonUnreachable as error:
         print(error, file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        emit_json(response.document)
-    if not response.ok:
-        print(f"restore: {response.error}", file=sys.stderr)
-        return response.exit_code()
-    outcomes = response.document["restored"]
+        emit_json(document)
+    if code != EXIT_OK:
+        print(f"restore: {document['error']}", file=sys.stderr)
+        return code
+    outcomes = document["restored"]
     if not outcomes:
         print("nothing to restore: every backed-up host is already restored", file=sys.stderr)
     for outcome in outcomes:

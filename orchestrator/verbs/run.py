@@ -89,4 +89,7 @@ def run(args: argparse.Namespace) -> int:
             f"{len(outcome.results['trials'])} trial attempts, {len(failed)} failed",
             file=sys.stderr,
         )
+        why = (outcome.results.get("summary") or {}).get("error")
+        if why:
+            print(f"  {why}", file=sys.stderr)
     return EXIT_OK if outcome.all_succeeded else EXIT_FAILED

@@ -54,6 +54,9 @@ def print_sweeps(sweeps: list[dict[str, Any]], console: Console) -> None:
 def print_sweep(sweep: dict[str, Any], console: Console) -> None:
     trials = ", ".join(f"{n} {s}" for s, n in sorted(sweep["trials"].items())) or "none yet"
     console.print(f"sweep {sweep['name']} (id {sweep['id']}): {sweep['state']}; trials: {trials}")
+    why = (sweep.get("summary") or {}).get("error")
+    if why:
+        console.print(f"  {why}", markup=False, highlight=False)
     for host in sweep["hosts"]:
         current = host["current"] or {}
         if host["set_aside"]:

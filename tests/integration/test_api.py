@@ -186,7 +186,8 @@ def test_restore_with_nothing_pending(daemon: DaemonProcess) -> None:
     assert response.status == 200 and response.document == {"restored": []}
     cli = daemon.cli("restore", "--all", "--json")
     assert cli.returncode == 0 and cli.json() == {"restored": []}
-    assert daemon.cli("restore", "gpu-1").returncode == 0
+    unknown = daemon.cli("restore", "gpu-1")  # no sweep names it: a typo, not "nothing to do"
+    assert unknown.returncode == 2 and "unknown host 'gpu-1'" in unknown.stderr
     assert daemon.cli("restore").returncode == 2  # a host or --all
 
 

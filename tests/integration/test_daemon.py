@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -99,9 +100,12 @@ def test_good_inbox_file_is_accepted_and_queued(
     assert [(s["name"], s["source_path"]) for s in sweeps] == [
         ("inbox-good", str(accepted / "good.yaml"))
     ]
-    assert sweeps[0]["state"] in ("queued", "running", "done")
-    done = daemon.wait_for("inbox-good", ("done",))
-    assert done["hosts"][0]["set_aside"]  # the untrusted host key was refused
+    assert sweeps[0]["state"] in ("queued", "running", "failed")
+    # Its only host is set aside (the untrusted host key is refused): nothing ran, so failed.
+    ended = daemon.wait_for("inbox-good", ("failed",))
+    assert ended["hosts"][0]["set_aside"]
+    assert ended["summary"]["error"].startswith("every host was set aside: h1: host key of")
+    assert "  every host was set aside: h1:" in daemon.cli("status", "inbox-good").stdout
     assert (inbox / "ignored.yaml.part").exists()
     # The same file dropped again is recognised: accepted, not queued a second time.
     drop(inbox, "good.yaml", text)
@@ -143,11 +147,12 @@ def test_sweeps_sharing_a_host_wait_and_others_run_at_once(
         result = daemon.cli("submit", str(path), "--json")
         assert result.returncode == 0, result.stderr
         assert result.json()["created"] is True
-    other = daemon.wait_for("other", ("done",), timeout=5)
+    # Each sweep's only host is set aside, so each ends failed: what is tested is the order.
+    other = daemon.wait_for("other", ("failed",), timeout=5)
     slow = daemon.cli("status", "slow", "--json").json()
     assert slow["state"] == "running"  # "other" ran and ended while "slow" held host x
     for name in ("slow", "low", "high"):
-        daemon.wait_for(name, ("done",), timeout=30)
+        daemon.wait_for(name, ("failed",), timeout=30)
     sweeps = {s["name"]: s for s in daemon.cli("status", "--json").json()["sweeps"]}
     assert sweeps["slow"]["finished_at"] <= sweeps["high"]["started_at"]
     assert sweeps["high"]["finished_at"] <= sweeps["low"]["started_at"]
@@ -212,6 +217,49 @@ def test_cancel_results_and_status_from_the_cli(
     assert direct_json.json()["state"] == "cancelled"
 
 
+def test_a_sweep_whose_every_host_was_set_aside_fails_with_the_reason(
+    untrusted: UntrustedSSHServer, tmp_path: Path
+) -> None:
+    sweep = tmp_path / "aside.yaml"
+    sweep.write_text(sweep_yaml("aside", [HostEntry("a1", untrusted.port)], tmp_path / "keys"))
+    ran = subprocess.run(
+        [*ORCHESTRATOR, "run", str(sweep), "--db", str(tmp_path / "store.db"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 1, ran.stderr  # nothing was measured: not a success
+    document = json.loads(ran.stdout)
+    assert document["state"] == "failed"
+    assert document["summary"]["error"].startswith("every host was set aside: a1: host key")
+    assert [t["state"] for t in document["trials"]] == ["skipped"]
+
+
+def test_restore_of_an_unknown_host_is_refused_with_and_without_a_daemon(
+    untrusted: UntrustedSSHServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    db = str(state / "orchestrator.db")
+    sweep = tmp_path / "known.yaml"
+    sweep.write_text(sweep_yaml("known", [HostEntry("known-host", untrusted.port)], tmp_path / "k"))
+    with running_daemon(state) as daemon:
+        assert daemon.cli("submit", str(sweep)).returncode == 0
+        daemon.wait_for("known", ("done", "failed"))
+        unknown = daemon.cli("restore", "nosuchhost")
+        assert unknown.returncode == 2 and "unknown host 'nosuchhost'" in unknown.stderr
+        known = daemon.cli("restore", "known-host")
+        assert known.returncode == 0 and "nothing to restore" in known.stderr
+        beside = daemon.cli("restore", "known-host", "--db", db)
+        assert beside.returncode == 2 and "a daemon runs on" in beside.stderr
+    nobody = DaemonProcess(tmp_path / "none")
+    unknown = nobody.cli("restore", "nosuchhost", "--db", db, "--json")
+    assert unknown.returncode == 2 and "unknown host" in unknown.json()["error"]
+    known = nobody.cli("restore", "known-host", "--db", db, "--json")
+    assert known.returncode == 0 and known.json() == {"restored": []}
+    missing = nobody.cli("restore", "--all", "--db", str(tmp_path / "nothing.db"))
+    assert missing.returncode == 2 and "no such store" in missing.stderr
+
+
 def test_clients_without_a_daemon_fail_cleanly(tmp_path: Path) -> None:
     nobody = DaemonProcess(tmp_path / "none")
     for args in (("status", "--json"), ("cancel", "x"), ("results", "x"), ("restore", "--all")):
@@ -250,8 +298,8 @@ def test_sigterm_exits_promptly_and_the_next_start_resumes(
         (stored,) = db.execute("SELECT state FROM sweeps WHERE name = 'long'").fetchone()
     assert stored == "running"  # suspended, not finished: the next start picks it up
     with running_daemon(state) as second:
-        done = second.wait_for("long", ("done",))
-        assert done["hosts"][0]["set_aside"]
+        ended = second.wait_for("long", ("failed",))
+        assert ended["hosts"][0]["set_aside"]
         starting = [e for e in second.events("sweep.starting") if e["sweep"] == "long"][-1]
         assert starting["resumed"] is True
 

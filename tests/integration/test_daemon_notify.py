@@ -110,7 +110,8 @@ async def test_webhook_gets_the_summary_and_a_down_webhook_changes_nothing(
                 result = await asyncio.to_thread(daemon.cli, "submit", str(path))
                 assert result.returncode == 0
             for name in ("hooked", "hook-down"):
-                await asyncio.to_thread(daemon.wait_for, name, ("done",))
+                # Each sweep's only host is set aside: nothing ran, so it ends failed.
+                await asyncio.to_thread(daemon.wait_for, name, ("failed",))
             deadline = time.monotonic() + 10
             while not received or not daemon.events("webhook.failed"):
                 assert time.monotonic() < deadline, (received, daemon.log()[-2000:])
@@ -118,8 +119,8 @@ async def test_webhook_gets_the_summary_and_a_down_webhook_changes_nothing(
     finally:
         await runner.cleanup()
     (summary,) = received
-    assert summary["event"] == "sweep.finished" and summary["sweep"] == "hooked"
-    assert summary["state"] == "done"
+    assert summary["event"] == "sweep.failed" and summary["sweep"] == "hooked"
+    assert summary["state"] == "failed"
     assert summary["trials"] == {"skipped": 1}
     assert summary["hosts_set_aside"][0]["name"] == "h-hooked"  # type: ignore[index]
     json.dumps(summary)

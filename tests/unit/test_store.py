@@ -16,7 +16,7 @@ import pytest
 import orchestrator
 from orchestrator.bench.coding import Outcome
 from orchestrator.cli import main
-from orchestrator.runner import trial_plan
+from orchestrator.trialsource import trial_plan
 from orchestrator.store import (
     MIGRATIONS,
     AcceptEstimate,

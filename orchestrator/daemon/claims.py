@@ -1,0 +1,34 @@
+"""Which hosts are in use now: by a running sweep or by a restore.
+
+A host is held by its keys (:func:`orchestrator.daemon.order.host_keys`); two holders may share
+a key (a restore of a host a finished sweep still names), so each key is counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+
+class HostClaims:
+    """Counted claims on host keys; ``on_release`` runs whenever a claim is given back (the
+    scheduler wakes: a waiting sweep may now start)."""
+
+    def __init__(self, on_release: Callable[[], None] | None = None) -> None:
+        self._held: Counter[str] = Counter()
+        self.on_release = on_release
+
+    def busy(self) -> set[str]:
+        return set(self._held)
+
+    def is_free(self, keys: Iterable[str]) -> bool:
+        return not any(key in self._held for key in keys)
+
+    def claim(self, keys: Iterable[str]) -> None:
+        self._held.update(keys)
+
+    def release(self, keys: Iterable[str]) -> None:
+        self._held.subtract(keys)
+        self._held = +self._held  # drop keys whose count reached zero
+        if self.on_release is not None:
+            self.on_release()

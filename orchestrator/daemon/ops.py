@@ -1,0 +1,73 @@
+"""The API's operations (:class:`orchestrator.api.DaemonOps`) over the daemon's parts: a facade
+that reads the store, asks the scheduler and the restorer, and answers in typed values
+(JSON is the API's own job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.api import Conflict, SweepStatus, SweepView, sweep_status
+from orchestrator.daemon.restore import Restorer
+from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
+from orchestrator.log import get_logger
+from orchestrator.runner import cancel_trials
+from orchestrator.store import Store, SweepRecord, SweepResults
+from orchestrator.sweepfile import parse_sweep
+
+
+def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
+    """One sweep as the API lists it."""
+    return SweepView(
+        record, active=active is not None, stopping=active.stop.reason if active else None
+    )
+
+
+class DaemonApi:
+    """What ``orchestrator.api`` serves, answered from the store and the running parts."""
+
+    def __init__(self, store: Store, scheduler: Scheduler, restorer: Restorer) -> None:
+        self.store = store
+        self._scheduler = scheduler
+        self._restorer = restorer
+        self._active = scheduler.active  # the scheduler's own dict: always current
+        self._log = get_logger(component="daemon")
+
+    async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]:
+        if self._scheduler.closed:
+            raise Conflict("the daemon is stopping; submit again after it restarts")
+        sweep = parse_sweep(text, filename)
+        return await self._scheduler.submit(sweep, text, source_path=None, replace=replace)
+
+    async def list_sweeps(self, *, include_replaced: bool) -> list[SweepView]:
+        records = await self.store.list_sweeps(include_replaced=include_replaced)
+        return [sweep_view(r, self._active.get(r.id)) for r in records]
+
+    async def sweep_status(self, ref: str) -> SweepStatus:
+        record = await self.store.get_sweep(ref)
+        active = self._active.get(record.id)
+        live = active.progress.hosts if active is not None else {}
+        return await sweep_status(self.store, sweep_view(record, active), live)
+
+    async def cancel(self, ref: str) -> dict[str, Any]:
+        record = await self.store.get_sweep(ref)
+        active = self._active.get(record.id)
+        if active is not None:
+            active.stop.stop("cancel")
+            self._log.info("sweep.cancelling", sweep=record.name, sweep_id=record.id)
+            return {"id": record.id, "name": record.name, "state": record.state, "cancelling": True}
+        if record.state not in ("queued", "running"):
+            raise Conflict(f"sweep {record.name} (id {record.id}) already ended: {record.state}")
+        updated = await self.store.set_sweep_state(record.id, "cancelled")
+        self._log.info("sweep.cancelled", sweep=record.name, sweep_id=record.id)
+        if record.state == "running":  # interrupted earlier, not resumed yet: hosts may be changed
+            await cancel_trials(self.store, record.id, await self.store.trials(record.id))
+            await self._restorer.recover()
+        return {"id": record.id, "name": record.name, "state": updated.state, "cancelling": False}
+
+    async def results(self, ref: str) -> SweepResults:
+        return await self.store.results(ref)
+
+    async def restore_hosts(self, host: str | None) -> dict[str, Any]:
+        """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
+        outcomes = await self._restorer.restore_hosts(host)
+        return {"restored": [outcome.to_json() for outcome in outcomes]}

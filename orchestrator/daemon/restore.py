@@ -1,0 +1,232 @@
+"""Putting hosts back as their sweeps found them: by hand, after a crash, after a runner that
+failed outright. One function restores one backed-up host (:func:`restore_host`); the
+:class:`Restorer` decides which backups to restore and holds their hosts meanwhile.
+
+The daemon uses it through its API; ``orchestrator restore --db PATH`` uses it on a store file
+with no daemon running (then nothing else holds a host, and no sweep is active).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Container, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+
+from orchestrator.daemon.claims import HostClaims
+from orchestrator.daemon.order import ParsedSweeps
+from orchestrator.host.connect import gpu_probe, open_transport
+from orchestrator.lifecycle import HostSession, restore
+from orchestrator.log import get_logger
+from orchestrator.runner import backup_to_snapshot, lifecycle_timeouts
+from orchestrator.store import Store, SweepRecord, UnitBackup
+from orchestrator.sweepfile import parse_sweep
+
+RestoreWhy = Literal["operator", "recovery", "runner-failed"]
+"""Who asked: ``restore`` by hand, the daemon's start (a sweep that will not resume), or the
+daemon after a runner that failed outright."""
+
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+
+
+class UnknownHost(ValueError):
+    """No sweep in the store names this host (a typo, or another store)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"unknown host {host!r}: no sweep in this store names it")
+        self.host = host
+
+
+async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBackup) -> list[str]:
+    """Put ``backup``'s host back as the sweep found it, then mark it restored.
+
+    The sweep's own file says how to reach the host and which restore policy applies; the
+    unit's original files come from the store, never from the host's current (changed) state.
+    Returns other people's files that changed meanwhile (reported, never overwritten).
+    """
+    sweep = parse_sweep(record.yaml_text, f"sweep {record.name} (id {record.id})")
+    host = next((h for h in sweep.hosts if h.name == backup.host), None)
+    if host is None:
+        raise ValueError(f"sweep {record.name} has no host {backup.host!r}")
+    transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
+
+    async def events(kind: str, /, **fields: Any) -> None:
+        await store.add_event(record.id, kind, host=host.name, fields=fields)
+
+    try:
+        session = HostSession(
+            name=host.name,
+            transport=transport,
+            unit=backup.unit,
+            base_url=str(host.base_url).rstrip("/"),
+            api=sweep.benchmark.api,
+            model=sweep.server.model,
+            gpu_probe=gpu_probe(host, transport),
+            gpus=tuple(host.gpus) if host.gpus else None,
+            timeouts=lifecycle_timeouts(sweep),
+            events=events,
+        )
+        session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
+        foreign = await restore(session, sweep.policy.restore)
+    finally:
+        await transport.close()
+    await store.mark_restored(record.id, backup.host)
+    return foreign
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreOutcome:
+    """One host's restore as ``POST /restore`` reports it."""
+
+    host: str
+    sweep: str
+    sweep_id: int
+    ok: bool
+    error: str | None = None
+    foreign_changes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "host": self.host,
+            "sweep": self.sweep,
+            "sweep_id": self.sweep_id,
+            "ok": self.ok,
+        }
+        if self.ok:
+            entry["foreign_changes"] = list(self.foreign_changes)
+        else:
+            entry["error"] = self.error
+        return entry
+
+
+async def restore_host(
+    store: Store, record: SweepRecord, backup: UnitBackup, *, why: RestoreWhy
+) -> RestoreOutcome:
+    """Restore one backed-up host and say how it went; a failure is logged and returned, never
+    raised (the host stays pending, so a later restore tries again)."""
+    log = get_logger(why=why)
+    # The lifecycle's and the transport's events during the restore carry the same context.
+    with structlog.contextvars.bound_contextvars(
+        sweep=record.name, sweep_id=record.id, host=backup.host
+    ):
+        log.info("host.restoring")
+        try:
+            foreign = await restore_from_backup(store, record, backup)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("host.restore_failed", error=error)
+            return RestoreOutcome(backup.host, record.name, record.id, ok=False, error=error)
+        log.info("host.restored", foreign_changes=foreign)
+    return RestoreOutcome(
+        backup.host, record.name, record.id, ok=True, foreign_changes=tuple(foreign)
+    )
+
+
+class Restorer:
+    """Chooses the backups to restore and holds each host's keys while it is restored."""
+
+    def __init__(
+        self,
+        store: Store,
+        sweeps: ParsedSweeps,
+        claims: HostClaims,
+        *,
+        running: Container[int] = (),
+        spawn: Spawn | None = None,
+    ) -> None:
+        self.store = store
+        self.sweeps = sweeps
+        self.claims = claims
+        self._running = running
+        """Ids of the sweeps running now (their hosts are theirs until they end)."""
+        self._spawn = spawn
+
+    async def _held(
+        self, record: SweepRecord, backup: UnitBackup, keys: frozenset[str], why: RestoreWhy
+    ) -> RestoreOutcome:
+        try:
+            return await restore_host(self.store, record, backup, why=why)
+        finally:
+            self.claims.release(keys)
+
+    async def recover(self) -> None:
+        """Restore, in the background, hosts left changed by sweeps that will not resume
+        (before any sweep may use them: their keys are held from now on)."""
+        resuming = {r.id for r in await self.store.list_sweeps(["running", "queued"])}
+        for backup in await self.store.pending_restores():
+            if backup.sweep_id in resuming:
+                continue  # the resumed runner restores its hosts at its end
+            record = await self.store.get_sweep(backup.sweep_id)
+            keys = self.sweeps.host_keys(record, backup.host)
+            if not self.claims.is_free(keys):
+                continue
+            self.claims.claim(keys)
+            job = self._held(record, backup, keys, "recovery")
+            if self._spawn is None:
+                await job
+            else:
+                self._spawn(job, f"restore {backup.host}")
+
+    async def after_runner_failed(self, record: SweepRecord) -> None:
+        """Every host a failed runner changed goes back (its keys are still held by the sweep,
+        so nothing else starts there meanwhile)."""
+        for backup in await self.store.pending_restores(sweep_id=record.id):
+            await restore_host(self.store, record, backup, why="runner-failed")
+
+    async def known_host(self, host: str) -> bool:
+        """Whether any sweep in the store names ``host`` (in its file or its host list)."""
+        for record in await self.store.list_sweeps(include_replaced=True):
+            if self.sweeps.host(record, host) is not None:
+                return True
+            if any(h.name == host for h in await self.store.hosts(record.id)):
+                return True
+        return False
+
+    async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
+        """Restore every pending backup of ``host`` (or of every host), now, in parallel.
+
+        Raises :class:`UnknownHost` when no sweep names ``host``: "nothing to restore" would
+        hide a typo.
+        """
+        pending = await self.store.pending_restores(host=host)
+        if host is not None and not pending and not await self.known_host(host):
+            raise UnknownHost(host)
+        seen: set[tuple[int, str]] = set()
+        jobs = []
+        skipped = []
+        for backup in pending:
+            if (backup.sweep_id, backup.host) in seen:
+                continue
+            seen.add((backup.sweep_id, backup.host))
+            record = await self.store.get_sweep(backup.sweep_id)
+            keys = self.sweeps.host_keys(record, backup.host)
+            refusal = (
+                "its sweep is running: cancel it to restore its hosts"
+                if record.id in self._running
+                else None
+                if self.claims.is_free(keys)
+                else "the host is busy with another sweep"
+            )
+            if refusal is not None:
+                skipped.append(
+                    RestoreOutcome(backup.host, record.name, record.id, ok=False, error=refusal)
+                )
+                continue
+            self.claims.claim(keys)
+            jobs.append(self._held(record, backup, keys, "operator"))
+        restored = list(await asyncio.gather(*jobs))
+        return restored + skipped
+
+
+__all__ = [
+    "RestoreOutcome",
+    "RestoreWhy",
+    "Restorer",
+    "UnknownHost",
+    "restore_from_backup",
+    "restore_host",
+]
