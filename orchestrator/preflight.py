@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.host import systemd
-from orchestrator.host.gpu import GpuProbe, GpuQueryError
-from orchestrator.host.transport import Transport, TransportError
+from orchestrator.host.gpu import GpuQueryError
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.transport import TransportError
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
 MIN_FREE_BYTES = 1 << 30
@@ -94,9 +95,7 @@ class _Checks:
 
 
 async def check_host(
-    name: str,
-    transport: Transport,
-    probe: GpuProbe,
+    host: HostHandle,
     *,
     unit: str,
     flags: Iterable[str],
@@ -105,6 +104,7 @@ async def check_host(
     help_timeout: float = HELP_TIMEOUT_S,
 ) -> HostCheck:
     """Run every check on one host; never changes anything on it."""
+    name, transport, probe = host.name, host.transport, host.gpu
     checks = _Checks()
     try:
         whoami = await transport.run(["id", "-u"], timeout=command_timeout, check=True)
@@ -117,7 +117,7 @@ async def check_host(
         else:
             checks.add("privileges", True, "root")
 
-        state = await systemd.show(transport, unit, timeout=command_timeout)
+        state = await host.control.show(unit, timeout=command_timeout)
         if not checks.add("unit", state.load_state == "loaded", f"LoadState={state.load_state}"):
             return HostCheck(
                 name, tuple(checks.items), reason=f"{unit}: LoadState={state.load_state}"
