@@ -53,7 +53,7 @@ from common import (
     sweep_yaml,
 )
 
-from orchestrator.host.connect import gpu_probe, open_transport
+from orchestrator.host.connect import open_host
 from orchestrator.host.transport import Transport
 from orchestrator.lifecycle import HostSession, TrialFailed, reconfigure, trial_config
 from orchestrator.log import configure_logging
@@ -173,12 +173,11 @@ async def orchestrator_restarts(
                                      server=server_section, coding=None))
     sweep = load_sweep(sweep_file)
     spec = sweep.hosts[0]
-    transport = open_transport(spec, connect_timeout=sweep.timeouts.connect)
+    handle = open_host(spec, connect_timeout=sweep.timeouts.connect)
     session = HostSession(
-        name=spec.name, transport=transport, unit=sweep.server.unit,
+        host=handle, unit=sweep.server.unit,
         base_url=str(spec.base_url).rstrip("/"), api=sweep.benchmark.api,
-        model=sweep.server.model, gpu_probe=gpu_probe(spec, transport),
-        timeouts=lifecycle_timeouts(sweep),
+        model=sweep.server.model, timeouts=lifecycle_timeouts(sweep),
     )
     knobs = spec.effective_knobs(sweep.server.knobs)
     truth = Truth(fleet, host)
@@ -230,7 +229,7 @@ async def orchestrator_restarts(
                  f"{out['ready'][-1] * 1000:.0f} ms")
     finally:
         crash_next(host, None)
-        await transport.close()
+        await handle.close()
     return out
 
 
@@ -273,7 +272,8 @@ async def polling_restarts(
     """The fixed-interval protocol of vLLM's sweep tools, on the same host and ground truth."""
     sweep = load_sweep(_write_sweep(fleet))
     spec = sweep.hosts[0]
-    transport = open_transport(spec, connect_timeout=30)
+    handle = open_host(spec, connect_timeout=30)
+    transport = handle.transport
     truth = Truth(fleet, host)
     out: dict[str, list[float]] = defaultdict(list)
     plan = ["ok"] * restarts + ["crash"] * crashes
@@ -326,7 +326,7 @@ async def polling_restarts(
                 note(f"poll {interval:g}s {kind}: {outcome}")
     finally:
         crash_next(host, None)
-        await transport.close()
+        await handle.close()
     return out
 
 

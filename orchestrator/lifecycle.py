@@ -17,6 +17,7 @@ import contextlib
 import json
 import re
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -25,12 +26,10 @@ import aiohttp
 
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
-from orchestrator.host.transport import (
-    HostUnreachable,
-    Transport,
-    TransportError,
-)
-from orchestrator.host.unitcontrol import JobFailed, JobTimeout, SystemctlControl, UnitControl
+from orchestrator.host.errors import HostError
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.transport import HostUnreachable, Transport
+from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
 from orchestrator.sglang import (
     ConfigCheck,
@@ -112,6 +111,29 @@ class TrialFailed(Exception):
         }
 
 
+def failure_from(exc: Exception) -> TrialFailed:
+    """The one mapping from an error to an attempt's (or a restore's) failure.
+
+    A :class:`TrialFailed` is already one. A :class:`HostError` (transport, journal, systemd and
+    its jobs, D-Bus, GPU query) is a host failure with the cause and evidence it carries. Any
+    other exception is a bug of ours: ``orchestrator-error``, with its traceback as evidence.
+    """
+    if isinstance(exc, TrialFailed):
+        return exc
+    if isinstance(exc, HostError):
+        return TrialFailed(
+            exc.cause, str(exc), evidence={"error_type": type(exc).__name__, **exc.evidence}
+        )
+    return TrialFailed(
+        "orchestrator-error",
+        repr(exc),
+        evidence={
+            "error": repr(exc),
+            "traceback": "".join(traceback.format_exception(exc))[-4000:],
+        },
+    )
+
+
 class KnobSpec(Protocol):
     """How one knob reaches the server (the sweep file's knob mapping)."""
 
@@ -162,6 +184,23 @@ class LifecycleTimeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class Readiness:
+    """What proves a restarted unit's NEW process ready, beyond a real generation: a trial's
+    flag knobs in ``/server_info`` and env knobs in the process's environment. The unit as
+    found (a restore) has nothing more to prove: :data:`AS_FOUND`."""
+
+    flag_knobs: tuple[KnobResolution, ...] = ()
+    env_knobs: tuple[EnvKnob, ...] = ()
+    server_may_override: frozenset[str] = frozenset()
+    """Knobs the sweep marks ``overridden_by_server``: a differing value is a warning."""
+    invocation: TrialInvocation | None = None
+    """What the unit was asked to run, for the server's provenance (None: as found)."""
+
+
+AS_FOUND = Readiness()
+
+
+@dataclass(frozen=True, slots=True)
 class TrialConfig:
     """What one trial asks of a host: the drop-in to install and how to prove it took."""
 
@@ -169,10 +208,7 @@ class TrialConfig:
     key: str
     invocation: TrialInvocation
     dropin_text: str
-    flag_knobs: tuple[KnobResolution, ...] = ()
-    env_knobs: tuple[EnvKnob, ...] = ()
-    server_may_override: frozenset[str] = frozenset()
-    """Knobs the sweep marks ``overridden_by_server``: a differing value is a warning."""
+    readiness: Readiness
 
 
 def trial_config(
@@ -208,9 +244,12 @@ def trial_config(
         key=key,
         invocation=invocation,
         dropin_text=render_dropin(sweep, key, invocation),
-        flag_knobs=flag_knobs,
-        env_knobs=env_knobs,
-        server_may_override=frozenset(n for n, s in knobs.items() if s.overridden_by_server),
+        readiness=Readiness(
+            flag_knobs=flag_knobs,
+            env_knobs=env_knobs,
+            server_may_override=frozenset(n for n, s in knobs.items() if s.overridden_by_server),
+            invocation=invocation,
+        ),
     )
 
 
@@ -218,24 +257,28 @@ def trial_config(
 class HostSession:
     """One host for the length of a sweep: how to reach it, what was found, the idle baseline."""
 
-    name: str
-    transport: Transport
+    host: HostHandle
     unit: str
     base_url: str
     api: ApiKind
     model: str
-    gpu_probe: gpu.GpuProbe
     gpus: tuple[int, ...] | None = None
     timeouts: LifecycleTimeouts = field(default_factory=LifecycleTimeouts)
     events: EventSink = no_events
     found: systemd.UnitSnapshot | None = None
     baseline: gpu.Baseline | None = None
-    control: UnitControl = field(default=None)  # type: ignore[assignment]
-    """How the unit is driven: ``systemctl`` over the transport unless given (D-Bus locally)."""
 
-    def __post_init__(self) -> None:
-        if self.control is None:
-            self.control = SystemctlControl(self.transport)
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def transport(self) -> Transport:
+        return self.host.transport
+
+    @property
+    def control(self) -> UnitControl:
+        return self.host.control
 
     async def read_found(self) -> systemd.UnitSnapshot:
         """The unit as found before this sweep changed anything (read once, then kept).
@@ -276,31 +319,49 @@ class Server:
 async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
     """Install ``trial``'s drop-in, restart the unit cleanly and return the proven server.
 
-    Raises :class:`TrialFailed` with a cause and evidence; the unit is never started while GPU
-    memory is still held.
+    Raises :class:`TrialFailed` with a cause and evidence (a host error mapped by
+    :func:`failure_from`); the unit is never started while GPU memory is still held.
     """
     log = get_logger(host=session.name, sweep=trial.sweep, trial=trial.key)
     timeline: dict[str, float] = {"begin": time.time()}
-    transport, unit, t = session.transport, session.unit, session.timeouts
+    t = session.timeouts
     try:
         await session.read_found()
-        try:
-            await systemd.install_dropin(
-                transport, unit, trial.dropin_text, trial.invocation, timeout=t.command
-            )
-        except systemd.DropInNotApplied as exc:
-            raise TrialFailed(
-                "config-mismatch",
-                "systemd did not load the drop-in as written",
-                evidence={"problems": list(exc.problems)},
-            ) from exc
+        await systemd.install_dropin(
+            session.transport,
+            session.unit,
+            trial.dropin_text,
+            trial.invocation,
+            control=session.control,
+            timeout=t.command,
+        )
         timeline["dropin_installed"] = time.time()
         await session.events("dropin.installed", trial=trial.key)
+        server = await restart_clean(session, trial.readiness, timeline)
+    except HostError as exc:
+        raise failure_from(exc) from exc
+    log.info("server.ready", invocation=server.invocation_id, main_pid=server.main_pid)
+    return server
 
+
+async def restart_clean(
+    session: HostSession, readiness: Readiness, timeline: dict[str, float] | None = None
+) -> Server:
+    """Restart the unit cleanly and prove the NEW process ready: the protocol's steps 4-11,
+    shared by a trial (its config to prove) and a restore (:data:`AS_FOUND`).
+
+    Stop; take the idle GPU baseline the first time (before the stop when the running
+    process's memory is readable); wait until the memory is released; clear a failed state
+    (one rule: :func:`needs_reset_failed`); start; then readiness as ``readiness`` asks.
+    Raises :class:`TrialFailed` (host errors mapped by :func:`failure_from`).
+    """
+    timeline = {} if timeline is None else timeline
+    t = session.timeouts
+    try:
         old = await session.control.show(session.unit, timeout=t.command)
-        cursor = await _last_cursor(transport, unit, t.command)
+        cursor = await _last_cursor(session.transport, session.unit, t.command)
         if session.baseline is None:
-            session.baseline = await gpu.record_idle_baseline(session.gpu_probe, session.gpus)
+            session.baseline = await gpu.record_idle_baseline(session.host.gpu, session.gpus)
             if session.baseline is not None:
                 await session.events(
                     "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="before-stop"
@@ -308,22 +369,25 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
         await _stop(session, old, timeline)
         if session.baseline is None:
             # A process's memory was unreadable: the best left is a reading once it is stopped.
-            session.baseline = await gpu.record_baseline(session.gpu_probe, session.gpus)
+            session.baseline = await gpu.record_baseline(session.host.gpu, session.gpus)
             await session.events(
                 "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="after-stop"
             )
         await _wait_memory_released(session, timeline)
         state = await session.control.show(session.unit, timeout=t.command)
-        if state.active_state == "failed" or state.result not in ("success", ""):
+        if needs_reset_failed(state):
             await session.control.reset_failed(session.unit, timeout=t.command)
         new = await _start(session, old.invocation_id, cursor, timeline)
-        server = await _await_ready(session, trial, new, cursor, timeline)
-    except TransportError as exc:
-        raise TrialFailed("host-unreachable", str(exc)) from exc
-    except gpu.GpuQueryError as exc:
-        raise TrialFailed("gpu-query-failed", str(exc)) from exc
-    log.info("server.ready", invocation=server.invocation_id, main_pid=server.main_pid)
-    return server
+        return await _await_ready(session, readiness, new, cursor, timeline)
+    except HostError as exc:
+        raise failure_from(exc) from exc
+
+
+def needs_reset_failed(state: systemd.UnitState) -> bool:
+    """Whether a stopped unit must be ``reset-failed`` before its start: it is failed, or its
+    last run did not end ``success`` (a stop that needed SIGKILL leaves ``Result=timeout``),
+    since systemd's start rate limit counts such runs and our manual starts alike."""
+    return state.active_state == "failed" or state.result not in ("success", "")
 
 
 # --- steps ---------------------------------------------------------------------------------
@@ -341,14 +405,8 @@ async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str
     await session.events(
         "unit.stopping", invocation=old.invocation_id, main_pid=old.main_pid, state=old.active_state
     )
-    try:
-        await session.control.stop(session.unit, timeout=t.stop)
-    except JobTimeout as exc:
-        raise TrialFailed(
-            "stop-timeout", f"the stop job did not finish within {t.stop:g}s"
-        ) from exc
-    except JobFailed as exc:
-        raise TrialFailed("stop-timeout", f"the stop job failed: {exc}") from exc
+    # A stop job past its bound, or one that failed, is ``stop-timeout`` (its error's cause).
+    await session.control.stop(session.unit, timeout=t.stop)
     timeline["stopped"] = time.time()
     # A stop job is "done" even when systemd had to SIGKILL (Result=timeout) or processes
     # stayed around after it: the result is the evidence of what the memory wait faces next.
@@ -373,7 +431,7 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
 
     try:
         status = await gpu.wait_released(
-            session.gpu_probe,
+            session.host.gpu,
             session.baseline,
             session.gpus,
             unit_pids_gone=unit_processes_gone,
@@ -381,15 +439,11 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
             poll_interval=t.memory_poll,
         )
     except gpu.MemoryNotReleased as exc:
-        leftovers = [
-            {"pid": item.pid, "gpu": item.gpu, "used_mib": item.used_mib}
-            for item in exc.status.leftovers
-        ]
-        await session.events("memory.not_released", leftovers=leftovers)
+        await session.events("memory.not_released", leftovers=exc.evidence["leftovers"])
         raise TrialFailed(
-            "memory-not-released",
+            exc.cause,
             f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
-            evidence={"leftovers": leftovers, "excess_mib": dict(exc.status.excess_mib)},
+            evidence=exc.evidence,
         ) from exc
     timeline["memory_released"] = time.time()
     await session.events(
@@ -413,8 +467,6 @@ async def _start(
         state = await session.control.show(session.unit, timeout=t.command)
         if state.invocation_id in (None, old_invocation):
             await session.control.start(session.unit, timeout=t.command)
-    except JobTimeout as exc:
-        raise TrialFailed("ready-timeout", f"the start job did not finish: {exc}") from exc
     except JobFailed as exc:
         state = await session.control.show(session.unit, timeout=t.command)
         lines = await _excerpt(session, cursor, state.invocation_id)
@@ -478,7 +530,7 @@ class _Watch:
 
 async def _await_ready(
     session: HostSession,
-    trial: TrialConfig,
+    readiness: Readiness,
     started: systemd.UnitState,
     cursor: str | None,
     timeline: dict[str, float],
@@ -500,7 +552,9 @@ async def _await_ready(
     try:
         async with asyncio.timeout(t.ready), aiohttp.ClientSession() as http:
             state_task = asyncio.create_task(_watch_state(session, started, watch))
-            probe_task = asyncio.create_task(_probe_until_ready(session, trial, watch, http))
+            probe_task = asyncio.create_task(
+                _probe_until_ready(session, readiness, watch, http)
+            )
             watchers += [state_task, probe_task]
             done, _pending = await asyncio.wait(
                 {state_task, probe_task}, return_when=asyncio.FIRST_COMPLETED
@@ -508,7 +562,7 @@ async def _await_ready(
             if probe_task in done:
                 server_info, check = probe_task.result()
                 return await _server(
-                    session, trial, started, cursor, server_info, check, timeline
+                    session, readiness, started, cursor, server_info, check, timeline
                 )
             ended = state_task.result()
     except TimeoutError:
@@ -560,7 +614,7 @@ async def _watch_state(
 
 
 async def _probe_until_ready(
-    session: HostSession, trial: TrialConfig, watch: _Watch, http: aiohttp.ClientSession
+    session: HostSession, readiness: Readiness, watch: _Watch, http: aiohttp.ClientSession
 ) -> tuple[dict[str, Any], ConfigCheck]:
     """Probe with backoff while the server is silent; a new journal line of the invocation
     (the ready line above all; not our own probes' access-log lines) probes at once and starts
@@ -576,7 +630,7 @@ async def _probe_until_ready(
                 http, session.base_url, session.api, session.model, t.probe_request
             )
             if probe.ok or probe.model_mismatch is not None:
-                check = await _check_config(session, trial, info)
+                check = await _check_config(session, readiness, info)
                 return info, check.also(probe.model_mismatch)
         watch.activity.clear()
         try:
@@ -609,11 +663,11 @@ async def _server_info(
 
 
 async def _check_config(
-    session: HostSession, trial: TrialConfig, info: Mapping[str, Any]
+    session: HostSession, readiness: Readiness, info: Mapping[str, Any]
 ) -> ConfigCheck:
     """Flag knobs against /server_info, env knobs against the main process's environment."""
     environ: dict[str, str] = {}
-    if trial.env_knobs:
+    if readiness.env_knobs:
         state = await session.control.show(
             session.unit, ("MainPID",), timeout=session.timeouts.command
         )
@@ -624,8 +678,8 @@ async def _check_config(
                 privileged=True,
             )
             environ = parse_proc_environ(result.stdout) if result.ok else {}
-    check = check_server_config(info, trial.flag_knobs, trial.env_knobs, environ)
-    allowed = [d for d in check.mismatches if d.knob in trial.server_may_override]
+    check = check_server_config(info, readiness.flag_knobs, readiness.env_knobs, environ)
+    allowed = [d for d in check.mismatches if d.knob in readiness.server_may_override]
     if not allowed:
         return check
     return ConfigCheck(
@@ -636,7 +690,7 @@ async def _check_config(
 
 async def _server(
     session: HostSession,
-    trial: TrialConfig,
+    readiness: Readiness,
     started: systemd.UnitState,
     cursor: str | None,
     info: Mapping[str, Any],
@@ -665,8 +719,12 @@ async def _server(
         )
     timeline["ready"] = time.time()
     identities = await _gpu_identities(session)
+    asked = readiness.invocation
     provenance = build_provenance(
-        info, identities, trial.invocation.argv, trial.invocation.environment
+        info,
+        identities,
+        asked.argv if asked is not None else (),
+        asked.environment if asked is not None else {},
     )
     await session.events(
         "server.ready",
@@ -694,12 +752,11 @@ async def _server(
 
 
 async def _gpu_identities(session: HostSession) -> tuple[gpu.GpuIdentity, ...]:
-    identities = getattr(session.gpu_probe, "identities", None)
-    if identities is None:
-        return ()
+    """The GPUs' names and driver for the provenance; unknown (empty) when the query fails:
+    a trial is not failed for its provenance."""
     try:
-        return tuple(await identities())
-    except (gpu.GpuQueryError, TransportError):
+        return tuple(await session.host.gpu.identities())
+    except HostError:
         return ()
 
 
@@ -744,51 +801,30 @@ def _classify(excerpt: Sequence[str], state: systemd.UnitState) -> tuple[Failure
 # --- restore -------------------------------------------------------------------------------
 
 
-async def restore(
-    session: HostSession, policy: RestorePolicy, *, trial: TrialConfig | None = None
-) -> list[str]:
+async def restore(session: HostSession, policy: RestorePolicy) -> list[str]:
     """Put the host back: unit files byte-identical to the backup, and the unit running iff
-    it was (``as-found``), ``stopped``, or left as is (``leave``). Returns other people's
-    files that changed meanwhile (reported, never overwritten)."""
-    snapshot = await session.read_found()
+    it was (``as-found``: the same clean restart as a trial's), ``stopped``, or left as is
+    (``leave``). Returns other people's files that changed meanwhile (reported, never
+    overwritten). Raises :class:`TrialFailed` (host errors mapped by :func:`failure_from`):
+    restore is idempotent, so a caller may try again."""
     t = session.timeouts
-    await session.events("restore.begin", policy=policy)
-    foreign = await systemd.restore_files(session.transport, snapshot, timeout=t.command)
-    want_running = snapshot.state.running if policy == "as-found" else None
-    if policy == "stopped" or want_running is False:
-        await session.control.stop(session.unit, timeout=t.stop)
-    elif want_running:
-        old = await session.control.show(session.unit, timeout=t.command)
-        cursor = await _last_cursor(session.transport, session.unit, t.command)
-        timeline: dict[str, float] = {}
-        await _stop(session, old, timeline)
-        if session.baseline is not None:
-            await _wait_memory_released(session, timeline)
-        state = await session.control.show(session.unit, timeout=t.command)
-        if state.active_state == "failed":
-            await session.control.reset_failed(session.unit, timeout=t.command)
-        new = await _start(session, old.invocation_id, cursor, timeline)
-        as_found = TrialConfig(
-            sweep=trial.sweep if trial else "",
-            key="restore",
-            invocation=TrialInvocation(argv=(), environment={}),
-            dropin_text="",
+    try:
+        snapshot = await session.read_found()
+        await session.events("restore.begin", policy=policy)
+        foreign = await systemd.restore_files(
+            session.transport, snapshot, control=session.control, timeout=t.command
         )
-        try:
-            await _await_ready(session, as_found, new, cursor, timeline)
-            await session.events("restore.serving")
-        except TrialFailed as exc:
-            if exc.cause != "ready-timeout":
-                raise systemd.SystemdError(
-                    session.unit, f"the restored unit did not come up: {exc}"
-                ) from exc
-            # Running as found but not (yet) serving a generation: reported, not a failure
-            # of the restore, whose job is the files and the running state.
-            await session.events("restore.not_serving", waited_s=t.ready)
-    final = await session.control.show(session.unit, timeout=t.command)
+        want_running = snapshot.state.running if policy == "as-found" else None
+        if policy == "stopped" or want_running is False:
+            await session.control.stop(session.unit, timeout=t.stop)
+        elif want_running:
+            await _restart_as_found(session)
+        final = await session.control.show(session.unit, timeout=t.command)
+    except HostError as exc:
+        raise failure_from(exc) from exc
     if want_running is not None and final.running != want_running:
-        raise systemd.SystemdError(
-            session.unit,
+        raise TrialFailed(
+            "exited" if want_running else "stop-timeout",
             f"restore wanted it {'running' if want_running else 'stopped'},"
             f" found ActiveState={final.active_state}",
         )
@@ -796,3 +832,24 @@ async def restore(
         "restore.done", policy=policy, active_state=final.active_state, foreign_changes=foreign
     )
     return foreign
+
+
+async def _restart_as_found(session: HostSession) -> None:
+    """The unit back on its own files, restarted cleanly. Running but not (yet) serving a
+    generation within ``timeouts.ready`` is reported, not a failure of the restore, whose job
+    is the files and the running state; a process that dies at startup is one."""
+    try:
+        await restart_clean(session, AS_FOUND)
+    except TrialFailed as exc:
+        if exc.cause != "ready-timeout":
+            raise TrialFailed(
+                exc.cause,
+                f"the restored unit did not come up: {exc.message}",
+                excerpt=exc.excerpt,
+                exit_status=exc.exit_status,
+                invocation_id=exc.invocation_id,
+                evidence=exc.evidence,
+            ) from exc
+        await session.events("restore.not_serving", waited_s=session.timeouts.ready)
+        return
+    await session.events("restore.serving")

@@ -26,8 +26,9 @@ import aiohttp
 
 from orchestrator.engine import Engine
 from orchestrator.host import systemd
-from orchestrator.host.gpu import GpuProbe, GpuQueryError
-from orchestrator.host.transport import Transport, TransportError
+from orchestrator.host.gpu import GpuQueryError
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.transport import TransportError
 from orchestrator.sglang import SGLANG
 from orchestrator.types import ApiKind
 
@@ -184,9 +185,7 @@ class _Checks:
 
 
 async def check_host(
-    name: str,
-    transport: Transport,
-    probe: GpuProbe,
+    host: HostHandle,
     *,
     unit: str,
     flags: Iterable[str],
@@ -204,6 +203,7 @@ async def check_host(
     ``model`` is the name the benchmark sends (checked on the chat API only: ``/generate``
     sends none); ``extra_flags`` are appended to every trial's command line, so they take
     part in what the server will serve; ``base_url`` is where a running server answers."""
+    name, transport, probe = host.name, host.transport, host.gpu
     checks = _Checks()
     try:
         whoami = await transport.run(["id", "-u"], timeout=command_timeout, check=True)
@@ -216,7 +216,7 @@ async def check_host(
         else:
             checks.add("privileges", True, "root")
 
-        state = await systemd.show(transport, unit, timeout=command_timeout)
+        state = await host.control.show(unit, timeout=command_timeout)
         if not checks.add("unit", state.load_state == "loaded", f"LoadState={state.load_state}"):
             return HostCheck(
                 name, tuple(checks.items), reason=f"{unit}: LoadState={state.load_state}"

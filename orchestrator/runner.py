@@ -28,14 +28,16 @@ from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.bench.stats import Summary
 from orchestrator.host import gpu, journal, systemd
-from orchestrator.host.connect import gpu_probe, open_transport
-from orchestrator.host.transport import TransportError
+from orchestrator.host.connect import open_host
+from orchestrator.host.dropin import ExtraFlagConflict
+from orchestrator.host.errors import HostError
 from orchestrator.lifecycle import (
     HostSession,
     LifecycleTimeouts,
     Server,
     TrialConfig,
     TrialFailed,
+    failure_from,
     reconfigure,
     restore,
     trial_config,
@@ -71,13 +73,14 @@ from orchestrator.trialsource import (
     sweep_problems,
 )
 
-# Causes a retry cannot cure: the same config fails the same way.
-DETERMINISTIC_CAUSES = frozenset({"bad-flag", "invalid-config", "config-mismatch"})
+# Causes a retry cannot cure: the same config fails the same way (a bug of ours included).
+DETERMINISTIC_CAUSES = frozenset(
+    {"bad-flag", "invalid-config", "config-mismatch", "orchestrator-error"}
+)
 JOURNAL_SETTLE_S = 0.2
 JOURNAL_SETTLE_MAX_S = 3.0
 RESTORE_ATTEMPTS = 3
 RESTORE_RETRY_S = 1.0
-RESTORE_RETRY_CAUSES = frozenset({"start-limit"})
 
 
 class Progress(Protocol):
@@ -322,19 +325,17 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     structlog.contextvars.bind_contextvars(host=host.name)  # this host's task and its children
     sweep, store = run.sweep, run.store
     log = get_logger()
-    transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
+    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
 
     async def events(kind: str, /, **fields: Any) -> None:
         await run.event(kind, fields, host=host.name)
 
     session = HostSession(
-        name=host.name,
-        transport=transport,
+        host=handle,
         unit=sweep.server.unit,
         base_url=str(host.base_url).rstrip("/"),
         api=sweep.benchmark.api,
         model=sweep.server.model,
-        gpu_probe=gpu_probe(host, transport),
         gpus=tuple(host.gpus) if host.gpus else None,
         timeouts=lifecycle_timeouts(sweep),
         events=events,
@@ -343,9 +344,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     try:
         run.progress.update(host.name, step="preflight", trial=None)
         check = await check_host(
-            host.name,
-            transport,
-            session.gpu_probe,
+            handle,
             unit=sweep.server.unit,
             flags=mapped_flags(knobs, sweep.server.extra_flags),
             gpus=host.gpus,
@@ -360,7 +359,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             await _set_aside(run, host, run.source.withdraw(host.name), check)
             return
         await _load_or_take_backup(run, session)
-        last: TrialConfig | None = None
+        restore_attempts = RESTORE_ATTEMPTS
         while not run.stop.stopping:
             sourced = await run.source.next_trial(host.name)
             if sourced is None:
@@ -369,7 +368,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             lost: _HostLost | None = None
             try:
                 with structlog.contextvars.bound_contextvars(trial=trial.key):
-                    last = await _run_trial(run, session, host, planned, trial, check) or last
+                    await _run_trial(run, session, host, planned, trial, check)
             except _HostLost as error:
                 lost = error
             await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
@@ -381,16 +380,22 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
                         rest.record.id, "host-unreachable", {"reason": str(lost)}
                     )
                 await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
+                restore_attempts = 1
                 break
         if run.stop.reason == "cancel":
             await cancel_trials(
                 store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
             )
-        await _restore_host(run, session, last)
-    except TransportError as exc:
-        log.error("host.unreachable", error=str(exc))
-        await events("host.unreachable", error=str(exc))
-        await store.set_host_aside(run.record.id, host.name, f"unreachable: {exc}")
+        await _restore_host(run, session, attempts=restore_attempts)
+    except HostError as exc:
+        # Outside a trial (reading the unit as found): the host, not a bug of ours.
+        failed = failure_from(exc)
+        unreachable = failed.cause == "host-unreachable"
+        kind = "host.unreachable" if unreachable else "host.failed"
+        log.error(kind, cause=failed.cause, error=str(exc))
+        await events(kind, cause=failed.cause, error=str(exc))
+        reason = f"unreachable: {exc}" if unreachable else f"{failed.cause}: {exc}"
+        await store.set_host_aside(run.record.id, host.name, reason)
         if await store.pending_restores(sweep_id=run.record.id, host=host.name):
             run.unrestored.append(host.name)
     except Exception as exc:
@@ -402,7 +407,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             run.unrestored.append(host.name)
     finally:
         run.progress.update(host.name, step="done", trial=None)
-        await transport.close()
+        await handle.close()
 
 
 async def _set_aside(
@@ -475,31 +480,39 @@ async def _stored_baseline(run: _SweepRun, host: str) -> gpu.Baseline | None:
     return None
 
 
-async def _restore_host(run: _SweepRun, session: HostSession, last: TrialConfig | None) -> None:
+async def _restore_host(
+    run: _SweepRun, session: HostSession, *, attempts: int = RESTORE_ATTEMPTS
+) -> None:
     if run.stop.reason == "shutdown":
         return  # the daemon stops; the sweep resumes later, so the host keeps its trial
     run.progress.update(session.name, step="restore", trial=None)
-    for attempt in range(1, RESTORE_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         try:
-            foreign = await restore(session, run.sweep.policy.restore, trial=last)
+            foreign = await restore(session, run.sweep.policy.restore)
             break
         except TrialFailed as exc:
-            # Restore is idempotent and the last thing between the host and the morning: a
-            # start refused by systemd's start rate limit (many restarts in a few seconds, as
-            # after repeated crashes and resumes) must not leave the host changed.
-            # reset-failed clears the rate limit; other failures would only fail again.
-            if attempt == RESTORE_ATTEMPTS or exc.cause not in RESTORE_RETRY_CAUSES:
+            # Restore is idempotent and the last thing between the host and the morning: any
+            # host failure (a start refused by systemd's start rate limit after repeated
+            # crashes, a journal read or daemon-reload that failed, a stop job past its
+            # bound) is tried again, reset-failed between tries (it clears the rate limit).
+            # A bug of ours is not a TrialFailed: it propagates.
+            if attempt == attempts:
                 # e.g. memory-not-released: the files are back, the unit is not started over
                 # held memory; the host stays pending for a later restore.
                 await session.events("restore.failed", cause=exc.cause, error=exc.message)
-                await run.store.set_host_aside(
-                    run.record.id, session.name, f"restore incomplete: {exc.cause}"
+                reason = (
+                    f"unreachable: {exc.message}"
+                    if exc.cause == "host-unreachable"
+                    else f"restore incomplete: {exc.cause}"
                 )
+                await run.store.set_host_aside(run.record.id, session.name, reason)
                 run.unrestored.append(session.name)
                 return
-            await session.events("restore.retry", attempt=attempt, error=repr(exc))
+            await session.events(
+                "restore.retry", attempt=attempt, cause=exc.cause, error=str(exc)
+            )
             await asyncio.sleep(RESTORE_RETRY_S * attempt)
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(HostError):
                 await session.control.reset_failed(
                     session.unit, timeout=session.timeouts.command
                 )
@@ -548,19 +561,32 @@ async def _run_trial(
         return None
 
     assert session.found is not None
-    config = trial_config(
-        session.found,
-        sweep=sweep.name,
-        key=trial.key,
-        knobs=knobs,
-        config=planned.config,
-        extra_flags=sweep.server.extra_flags,
-        environment=sweep.server.environment,
-    )
     if latest is not None and latest.state == "running":
         attempt = await store.resume_attempt(latest.id)
     else:
         attempt = await store.start_attempt(trial.id)
+    try:
+        config = trial_config(
+            session.found,
+            sweep=sweep.name,
+            key=trial.key,
+            knobs=knobs,
+            config=planned.config,
+            extra_flags=sweep.server.extra_flags,
+            environment=sweep.server.environment,
+        )
+    except ExtraFlagConflict as conflict:
+        # Only the host's real command line shows it (validate saw the sweep's exec_start):
+        # which value the server would take is up to its parser, so this config cannot run.
+        await store.finish_attempt(
+            attempt.id,
+            "failed",
+            cause="invalid-config",
+            evidence={"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag},
+        )
+        run.failures += 1
+        await _after_failure(run)
+        return None
     while True:
         run.progress.update(
             session.name, trial=trial.key, step="reconfigure", attempt=attempt.number
@@ -571,8 +597,25 @@ async def _run_trial(
             await _measure(run, session, attempt, server)
             await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
             return config
-        except TrialFailed as failed:
+        except _Stopped:
+            if run.stop.reason == "cancel":  # not a failure: the operator called it off
+                await store.finish_attempt(
+                    attempt.id, "cancelled", evidence={"reason": run.stop.reason}
+                )
+            elif run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
+                await store.finish_attempt(
+                    attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
+                )
+            return config
+        except Exception as exc:
+            # The one mapping: a host's failure with its cause and evidence; anything else is
+            # a bug of ours, recorded as orchestrator-error with its traceback (never retried)
+            # so that it does not end the night.
+            failed = failure_from(exc)
             run.failures += 1
+            if failed.cause == "orchestrator-error":
+                log = get_logger(sweep=sweep.name, host=session.name, trial=trial.key)
+                log.exception("trial.orchestrator_error")
             await store.finish_attempt(
                 attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
             )
@@ -586,32 +629,6 @@ async def _run_trial(
                     raise _HostLost(failed.message) from failed
                 return config
             attempt = await store.start_attempt(trial.id)
-        except _Stopped:
-            if run.stop.reason == "cancel":  # not a failure: the operator called it off
-                await store.finish_attempt(
-                    attempt.id, "cancelled", evidence={"reason": run.stop.reason}
-                )
-            elif run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
-                await store.finish_attempt(
-                    attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
-                )
-            return config
-        except (TransportError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            # A bug of ours must not end the night: record it with its traceback as this
-            # attempt's failure and go on with the next trial.
-            run.failures += 1
-            log = get_logger(sweep=sweep.name, host=session.name, trial=trial.key)
-            log.exception("trial.orchestrator_error")
-            await store.finish_attempt(
-                attempt.id,
-                "failed",
-                cause="orchestrator-error",
-                evidence={"error": repr(exc), "traceback": traceback.format_exc()[-4000:]},
-            )
-            await _after_failure(run)
-            return config
 
 
 def _may_retry(attempt: Attempt, retries: int) -> bool:

@@ -26,6 +26,7 @@ FailureCause = Literal[
     "ready-timeout",
     "config-mismatch",
     "host-unreachable",
+    "host-command-failed",
     "stop-timeout",
     "crashed",
     "gpu-query-failed",

@@ -17,7 +17,7 @@ import structlog
 
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
-from orchestrator.host.connect import gpu_probe, open_transport
+from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import HostSession, restore
 from orchestrator.log import get_logger
 from orchestrator.runner import backup_to_snapshot, lifecycle_timeouts
@@ -50,20 +50,18 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
     host = next((h for h in sweep.hosts if h.name == backup.host), None)
     if host is None:
         raise ValueError(f"sweep {record.name} has no host {backup.host!r}")
-    transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
+    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
 
     async def events(kind: str, /, **fields: Any) -> None:
         await store.add_event(record.id, kind, host=host.name, fields=fields)
 
     try:
         session = HostSession(
-            name=host.name,
-            transport=transport,
+            host=handle,
             unit=backup.unit,
             base_url=str(host.base_url).rstrip("/"),
             api=sweep.benchmark.api,
             model=sweep.server.model,
-            gpu_probe=gpu_probe(host, transport),
             gpus=tuple(host.gpus) if host.gpus else None,
             timeouts=lifecycle_timeouts(sweep),
             events=events,
@@ -71,7 +69,7 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
         session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
         foreign = await restore(session, sweep.policy.restore)
     finally:
-        await transport.close()
+        await handle.close()
     await store.mark_restored(record.id, backup.host)
     return foreign
 

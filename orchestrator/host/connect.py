@@ -1,7 +1,10 @@
-"""From a sweep file's host entry to a Transport and a GPU probe.
+"""From a sweep file's host entry to a :class:`~orchestrator.host.handle.HostHandle`.
 
-``address: local`` is this machine: commands run as local subprocesses and GPU memory is read
-through NVML; any other address is reached over SSH with the host's typed settings.
+The one place that decides how a host is reached. ``address: local`` is this machine: commands
+run as local subprocesses, units are driven by ``systemctl`` subprocesses (D-Bus,
+``host/dbus.py``, is not wired here yet) and GPU memory is read through NVML; any other address
+is reached over SSH with the host's typed settings, and its units and GPUs through that
+connection (``systemctl``, ``nvidia-smi``).
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from orchestrator.host.gpu import GpuProbe, NvidiaSmiProbe, NvmlProbe
+from orchestrator.host.gpu import NvidiaSmiProbe, NvmlProbe
+from orchestrator.host.handle import HostHandle
 from orchestrator.host.local import LocalTransport
 from orchestrator.host.ssh import SSHSettings, SSHTransport
-from orchestrator.host.transport import Transport
+from orchestrator.host.unitcontrol import SystemctlControl
 
 DEFAULT_IDENTITY = "~/.ssh/id_ed25519"
 
@@ -58,15 +62,10 @@ def ssh_settings(host: HostAddress, *, connect_timeout: float = 10.0) -> SSHSett
     )
 
 
-def open_transport(host: HostAddress, *, connect_timeout: float = 10.0) -> Transport:
-    """A transport for the host (connections are made lazily, on first use)."""
+def open_host(host: HostAddress, *, connect_timeout: float = 10.0) -> HostHandle:
+    """The host's handle (its connection is made lazily, on first use)."""
     if host.address == "local":
-        return LocalTransport(host.name, sudo=host.sudo)
-    return SSHTransport(ssh_settings(host, connect_timeout=connect_timeout))
-
-
-def gpu_probe(host: HostAddress, transport: Transport) -> GpuProbe:
-    """NVML on this machine, nvidia-smi over the transport elsewhere."""
-    if host.address == "local":
-        return NvmlProbe()
-    return NvidiaSmiProbe(transport)
+        local = LocalTransport(host.name, sudo=host.sudo)
+        return HostHandle(local, SystemctlControl(local), NvmlProbe())
+    remote = SSHTransport(ssh_settings(host, connect_timeout=connect_timeout))
+    return HostHandle(remote, SystemctlControl(remote), NvidiaSmiProbe(remote))

@@ -29,6 +29,7 @@ from dbus_fast.errors import DBusError
 from orchestrator.host.systemd import STATE_PROPERTIES, SystemdError, UnitState, unit_state
 from orchestrator.host.unitcontrol import JOB_RESULTS, JobFailed, JobOperation, JobTimeout
 from orchestrator.log import get_logger
+from orchestrator.types import FailureCause
 
 SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
@@ -67,9 +68,16 @@ class BusCallFailed(SystemdError):
         self.error_name = error_name
         self.text = text
 
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "method": self.method, "error_name": self.error_name}
+
 
 class BusUnavailable(SystemdError):
-    """No connection to the bus, or it dropped, or nobody owns ``org.freedesktop.systemd1``."""
+    """No connection to the bus, or it dropped, or nobody owns ``org.freedesktop.systemd1``:
+    for a local host the bus is the way to it."""
+
+    cause: FailureCause = "host-unreachable"
 
     def __init__(self, address: str, reason: str) -> None:
         super().__init__("(manager)", f"D-Bus {address}: {reason}")

@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from orchestrator.host.errors import HostError
 from orchestrator.host.transport import CompletedCommand, Transport
 from orchestrator.log import get_logger
+from orchestrator.types import FailureCause
 
 GPU_QUERY = [
     "nvidia-smi",
@@ -33,12 +35,18 @@ DEFAULT_MARGIN_MIB = 512
 _MIB = 1024 * 1024
 
 
-class GpuQueryError(Exception):
+class GpuQueryError(HostError):
     """nvidia-smi or NVML did not give a usable answer; carries what it said."""
+
+    cause: FailureCause = "gpu-query-failed"
 
     def __init__(self, message: str, output: str = "") -> None:
         super().__init__(f"{message}: {output.strip()[:400]}" if output else message)
         self.output = output
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {"gpu_output": self.output.strip()[:400]} if self.output else {}
 
 
 class NvmlUnavailable(GpuQueryError):
@@ -99,8 +107,10 @@ class ReleaseStatus:
     unit_processes_alive: bool = False
 
 
-class MemoryNotReleased(Exception):
+class MemoryNotReleased(HostError):
     """The unit's GPUs were still held when the wait ran out: the unit must not be started."""
+
+    cause: FailureCause = "memory-not-released"
 
     def __init__(self, status: ReleaseStatus, waited_s: float) -> None:
         parts = [f"GPU memory not released after {waited_s:.1f}s"]
@@ -120,6 +130,16 @@ class MemoryNotReleased(Exception):
         self.status = status
         self.leftovers = status.leftovers
         self.waited_s = waited_s
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "leftovers": [
+                {"pid": item.pid, "gpu": item.gpu, "used_mib": item.used_mib}
+                for item in self.leftovers
+            ],
+            "excess_mib": dict(self.status.excess_mib),
+        }
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -259,7 +279,17 @@ def release_status(
 
 
 class GpuProbe(Protocol):
+    """One host's GPUs: memory and compute processes now, and what the GPUs are."""
+
     async def snapshot(self) -> GpuSnapshot: ...
+
+    async def identities(self) -> tuple[GpuIdentity, ...]:
+        """Name and driver of each GPU, for a trial's provenance."""
+        ...
+
+    def close(self) -> None:
+        """Release what the probe holds of its own (NVML's handle)."""
+        ...
 
 
 class NvidiaSmiProbe:
@@ -294,6 +324,9 @@ class NvidiaSmiProbe:
     async def identities(self) -> tuple[GpuIdentity, ...]:
         result = await self._query(IDENTITY_QUERY)
         return parse_gpu_identities(result.stdout_text())
+
+    def close(self) -> None:
+        """Nothing of its own to release: the transport belongs to the host handle."""
 
 
 class NvmlProbe:

@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Seque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator.host.errors import HostError
 from orchestrator.host.transport import Transport, TransportError
 from orchestrator.log import get_logger
 
@@ -33,14 +34,23 @@ _UNIT_FIELDS = ("_SYSTEMD_UNIT", "UNIT", "_SYSTEMD_USER_UNIT", "USER_UNIT")
 FieldValue = str | list[str] | None
 
 
-class JournalError(Exception):
-    """journalctl failed (e.g. a malformed cursor: rc 1); carries its exit status and stderr."""
+class JournalError(HostError):
+    """journalctl failed (e.g. a malformed cursor or a corrupt journal file: rc 1); carries its
+    exit status and stderr (-1: the follower's stream failed again and again)."""
 
     def __init__(self, unit: str, exit_status: int, stderr: str) -> None:
         super().__init__(f"journalctl for {unit} exited {exit_status}: {stderr.strip()[:400]}")
         self.unit = unit
         self.exit_status = exit_status
         self.stderr = stderr
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "command": {"argv": ["journalctl"], "exit_status": self.exit_status,
+                        "stderr": self.stderr.strip()[-400:]},
+        }
 
 
 @dataclass(frozen=True, slots=True)

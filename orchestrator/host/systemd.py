@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.host.dropin import (
     DropinHeader,
@@ -25,8 +26,18 @@ from orchestrator.host.dropin import (
     parse_environment_line,
     parse_exec_line,
 )
-from orchestrator.host.transport import CompletedCommand, Transport, is_temp_beside
+from orchestrator.host.errors import HostError
+from orchestrator.host.transport import (
+    CompletedCommand,
+    Transport,
+    command_evidence,
+    is_temp_beside,
+)
 from orchestrator.log import get_logger
+from orchestrator.types import FailureCause
+
+if TYPE_CHECKING:
+    from orchestrator.host.unitcontrol import UnitControl
 
 STATE_PROPERTIES = (
     "Id",
@@ -100,14 +111,22 @@ _UNIT_FILE_SUFFIX = re.compile(
 # --- errors --------------------------------------------------------------------------------
 
 
-class SystemdError(Exception):
-    """A systemd operation on a unit failed; carries the unit and the command's output."""
+class SystemdError(HostError):
+    """A systemd operation on a unit failed (``systemctl`` exited non-zero, ``daemon-reload``
+    failed); carries the unit and the command's output."""
 
     def __init__(self, unit: str, message: str, result: CompletedCommand | None = None) -> None:
         detail = f": {result.stderr_text().strip()[-400:]}" if result is not None else ""
         super().__init__(f"{unit}: {message}{detail}")
         self.unit = unit
         self.result = result
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"unit": self.unit}
+        if self.result is not None:
+            found.update(command_evidence(self.result))
+        return found
 
 
 class UnitFileError(ValueError):
@@ -123,6 +142,8 @@ class UnitFileError(ValueError):
 class DropInNotApplied(SystemdError):
     """After daemon-reload, systemd is not running what our drop-in says; ``problems`` says why."""
 
+    cause: FailureCause = "config-mismatch"
+
     def __init__(
         self, unit: str, problems: Sequence[str], state: UnitState, files: Sequence[UnitFile]
     ) -> None:
@@ -131,13 +152,24 @@ class DropInNotApplied(SystemdError):
         self.state = state
         self.files = tuple(files)
 
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "problems": list(self.problems)}
+
 
 class RestoreIncomplete(SystemdError):
-    """After restore, one of the files we changed does not hold its original bytes."""
+    """After restore, one of the files we changed does not hold its original bytes: what is on
+    the host is not what we wrote."""
+
+    cause: FailureCause = "config-mismatch"
 
     def __init__(self, unit: str, paths: Sequence[str]) -> None:
         super().__init__(unit, f"files not restored byte-identical: {', '.join(paths)}")
         self.paths = tuple(paths)
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "paths": list(self.paths)}
 
 
 # --- pure: systemctl show --------------------------------------------------------------------
@@ -596,11 +628,12 @@ async def verify_unit(
     unit: str,
     expected: TrialInvocation,
     *,
+    control: UnitControl,
     path: str,
     timeout: float = 20.0,
 ) -> LoadedUnit:
     """Read back state and files and raise :class:`DropInNotApplied` unless they match."""
-    state = await show(transport, unit, timeout=timeout)
+    state = await control.show(unit, timeout=timeout)
     files = await cat(transport, unit, timeout=timeout)
     service = merged_service(files)
     problems = verify_loaded(state, service, path, expected)
@@ -615,30 +648,24 @@ async def install_dropin(
     text: str,
     expected: TrialInvocation,
     *,
+    control: UnitControl,
     path: str | None = None,
     timeout: float = 60.0,
 ) -> LoadedUnit:
-    """Write our drop-in atomically, daemon-reload, and prove systemd loaded exactly it."""
+    """Write our drop-in atomically, daemon-reload (through the host's unit control), and
+    prove systemd loaded exactly it."""
     target = path or str(dropin_path(unit))
     directory = str(PurePosixPath(target).parent)
     await transport.run(
         ["mkdir", "-p", "--", directory], timeout=timeout, check=True, privileged=True
     )
     await transport.write_file_atomic(target, text.encode(), mode=0o644, timeout=timeout)
-    await daemon_reload(transport, timeout=timeout)
-    loaded = await verify_unit(transport, unit, expected, path=target, timeout=timeout)
+    await control.daemon_reload(timeout=timeout)
+    loaded = await verify_unit(
+        transport, unit, expected, control=control, path=target, timeout=timeout
+    )
     get_logger(host=transport.name, unit=unit).info("dropin.installed", path=target)
     return loaded
-
-
-async def remove_dropin(
-    transport: Transport, unit: str, *, path: str | None = None, timeout: float = 60.0
-) -> bool:
-    """Remove our drop-in and daemon-reload; False when there was none."""
-    target = path or str(dropin_path(unit))
-    removed = await transport.remove_file(target, timeout=timeout)
-    await daemon_reload(transport, timeout=timeout)
-    return removed
 
 
 async def remove_stale_temp_files(
@@ -666,7 +693,7 @@ async def remove_stale_temp_files(
 
 
 async def restore_files(
-    transport: Transport, snapshot: UnitSnapshot, *, timeout: float = 60.0
+    transport: Transport, snapshot: UnitSnapshot, *, control: UnitControl, timeout: float = 60.0
 ) -> list[str]:
     """Put back what we changed (our drop-in: its old bytes, or gone, and its directory if we
     made it), daemon-reload, and verify byte-identity. Returns the paths of OTHER unit files
@@ -686,7 +713,7 @@ async def restore_files(
         await transport.write_file_atomic(
             target, snapshot.dropin_before, mode=snapshot.dropin_mode, timeout=timeout
         )
-    await daemon_reload(transport, timeout=timeout)
+    await control.daemon_reload(timeout=timeout)
 
     try:
         now = await transport.read_file(target, timeout=timeout)

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from orchestrator.host.errors import HostError
+from orchestrator.types import FailureCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +40,30 @@ class CompletedCommand:
         return self.stderr.decode("utf-8", errors="replace")
 
 
-class TransportError(Exception):
+def command_evidence(result: CompletedCommand) -> dict[str, Any]:
+    """What a failed command leaves as evidence: its argv, exit status and output's tail."""
+    return {
+        "command": {
+            "argv": list(result.argv),
+            "exit_status": result.exit_status,
+            "stderr": result.stderr_text().strip()[-400:],
+        }
+    }
+
+
+class TransportError(HostError):
     """A host could not be reached or did not do what was asked; carries the host's name."""
+
+    cause: FailureCause = "host-unreachable"
 
     def __init__(self, host: str, message: str) -> None:
         super().__init__(f"{host}: {message}")
         self.host = host
         self.message = message
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {"host": self.host}
 
 
 class HostUnreachable(TransportError):
@@ -63,12 +83,19 @@ class CommandTimeout(TransportError):
 
 
 class CommandFailed(TransportError):
-    """A command run with ``check=True`` exited non-zero; the output is the evidence."""
+    """A command run with ``check=True`` exited non-zero; the output is the evidence. The host
+    answered, so it is not unreachable."""
+
+    cause: FailureCause = "host-command-failed"
 
     def __init__(self, host: str, result: CompletedCommand) -> None:
         tail = result.stderr_text().strip()[-400:]
         super().__init__(host, f"{result.argv[0]} exited {result.exit_status}: {tail}")
         self.result = result
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, **command_evidence(self.result)}
 
 
 # File operations for a non-root user with sudo: SFTP runs as the login user, so files go

@@ -10,11 +10,12 @@ did not end ``done`` is :class:`JobFailed`, one that did not end within its boun
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.host import systemd
 from orchestrator.host.systemd import STATE_PROPERTIES, SystemdError, UnitState
 from orchestrator.host.transport import CommandTimeout, CompletedCommand, Transport
+from orchestrator.types import FailureCause
 
 JobOperation = Literal["start", "stop", "restart"]
 JobResult = Literal["done", "canceled", "timeout", "failed", "dependency", "skipped"]
@@ -49,6 +50,13 @@ class JobFailed(SystemdError):
         self.operation: JobOperation = operation
         self.job_result = result
         self.job = job
+        # A stop that did not end ``done`` leaves the old process's fate unknown, as one past
+        # its bound does; a start that failed is the new process dying at startup.
+        self.cause: FailureCause = "stop-timeout" if operation == "stop" else "exited"
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "operation": self.operation, "job_result": self.job_result}
 
 
 class JobTimeout(SystemdError):
@@ -61,6 +69,11 @@ class JobTimeout(SystemdError):
         self.operation: JobOperation = operation
         self.timeout_s = timeout_s
         self.job = job
+        self.cause: FailureCause = "stop-timeout" if operation == "stop" else "ready-timeout"
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "operation": self.operation, "timeout_s": self.timeout_s}
 
 
 @runtime_checkable

@@ -64,6 +64,9 @@ class HostServices:
     """Environment added when a unit's program runs for real from a shell."""
     shell_groups: dict[int, asyncio.Event] = field(default_factory=dict)
     """``sh -c`` shells by their ``$$`` (process group): ``kill -- -PGID`` sets the event."""
+    refusal: Callable[[Sequence[str]], tuple[int, bytes] | None] | None = None
+    """A fault's say on a program about to run (``command_fails``): the exit status and
+    stderr it fails with instead of running, or None."""
 
 
 class CommandLineError(ValueError):
@@ -173,6 +176,10 @@ async def run_command(services: HostServices, argv: Sequence[str], io: CommandIO
         return await run_command(services, args, io)
     if program == "sh" and args[:1] == ["-c"] and len(args) >= 2:
         return await _run_sh(services, args[1], args[2:], io)
+    refused = services.refusal(words) if services.refusal is not None else None
+    if refused is not None:
+        await io.write_err(refused[1])
+        return refused[0]
     if program == "kill":
         status, out, err = _kill(services, args)
         await _emit(io, out, err)

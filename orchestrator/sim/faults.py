@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ALL_HOSTS = "*"
 
@@ -46,7 +53,7 @@ class CommandTrigger(_Strict):
     times: int = Field(default=1, ge=0)
     """How many times the command pattern fires; 0 = every time."""
 
-    @field_validator("command")
+    @field_validator("command", "armed_by", check_fields=False)  # armed_by: CommandFailFault
     @classmethod
     def _valid_regex(cls, value: str | None) -> str | None:
         if value is not None:
@@ -70,6 +77,24 @@ class FrozenFault(CommandTrigger):
     accepted and never greeted. ``duration_s`` None = frozen until the host stops."""
 
     duration_s: float | None = Field(default=None, gt=0)
+
+
+class CommandFailFault(CommandTrigger):
+    """Make a matching command fail as the real tool does, without running it: exit
+    ``exit_status`` with ``stderr`` (``journalctl`` on a corrupt journal file, a
+    ``daemon-reload`` the manager refuses)."""
+
+    exit_status: int = Field(default=1, ge=1, le=255)
+    stderr: str = ""
+    armed_by: str | None = None
+    """A regex: the fault fires only on commands after one matching it ran (e.g. only once a
+    restore began: its first command, listing the drop-in directory)."""
+
+    @model_validator(mode="after")
+    def _fires_on_commands_only(self) -> CommandFailFault:
+        if self.command is None or self.after_s is not None:
+            raise ValueError("command_fails needs `command` and fires on commands only, no after_s")
+        return self
 
 
 class HostSettings(_Strict):
@@ -97,6 +122,8 @@ class HostSettings(_Strict):
     """Fraction of the service's log lines journald silently loses."""
     ssh_drop: SshDropFault | None = None
     frozen: FrozenFault | None = None
+    command_fails: list[CommandFailFault] = Field(default_factory=list)
+    """Each entry fails its own matching commands (its own ``times``, its own arming)."""
     seed: int = 0
     server: dict[str, Any] = Field(default_factory=dict)
     """Passed through to the simulated SGLang server (load_s, warmup_s, faults{...}, ...)."""

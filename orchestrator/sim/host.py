@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shlex
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from orchestrator.sim.commands import (
     run_command_line,
     split_command,
 )
-from orchestrator.sim.faults import CommandTrigger, HostSettings
+from orchestrator.sim.faults import CommandFailFault, CommandTrigger, HostSettings
 from orchestrator.sim.gpu import GpuHostSpec, GpuState
 from orchestrator.sim.journal import Journal
 from orchestrator.sim.manager import ManagerOptions, ServiceManager
@@ -121,6 +122,8 @@ class SimHost:
         self.sshd: SimSshServer | None = None
         self._drops_left = self._budget(self.settings.ssh_drop)
         self._freezes_left = self._budget(self.settings.frozen)
+        self._fails_left = [self._budget(fault) for fault in self.settings.command_fails]
+        self._fails_armed = [fault.armed_by is None for fault in self.settings.command_fails]
         self._tasks: set[asyncio.Task[None]] = set()
         self._shell_groups: dict[int, asyncio.Event] = {}  # one per host, so kill finds them
         self._log = get_logger(component="sim.host", host=config.name)
@@ -282,6 +285,7 @@ class SimHost:
             gpu=self.gpu,
             program_env={CONFIG_ENV: str(self.server_config_path)},
             shell_groups=self._shell_groups,
+            refusal=self._refusal,
         )
 
     async def _handle(self, command: str, io: ChannelIO) -> int:
@@ -294,6 +298,31 @@ class SimHost:
         if self.gate.frozen:
             await self.gate.wait_open()
         return await run_command_line(self.services(), steps, io)
+
+    def _refusal(self, argv: Sequence[str]) -> tuple[int, bytes] | None:
+        """How a program about to run fails under ``command_fails`` (its exit status and
+        stderr, as the real tool fails), or None to run it. Matched against the program's own
+        argv (``journalctl ...``), after the login shell's ``sh -c`` wrapping is gone."""
+        fired = self._command_failure(shlex.join(argv))
+        return None if fired is None else (fired.exit_status, fired.stderr.encode())
+
+    def _command_failure(self, command_line: str) -> CommandFailFault | None:
+        """The first ``command_fails`` entry that fires on this command (armed, matching,
+        budget left). An entry with ``armed_by`` arms on a command matching it and fires from
+        the next command on."""
+        fired: CommandFailFault | None = None
+        for index, fault in enumerate(self.settings.command_fails):
+            if not self._fails_armed[index]:
+                assert fault.armed_by is not None
+                self._fails_armed[index] = re.search(fault.armed_by, command_line) is not None
+                continue
+            left = self._fails_left[index]
+            if fired is None and left != 0 and fault.matches(command_line):
+                self._fails_left[index] = None if left is None else left - 1
+                fired = fault
+        if fired is not None:
+            self._log.info("sim.command_failed", command=command_line[:200])
+        return fired
 
     def _command_faults(self, command_line: str) -> None:
         drop = self.settings.ssh_drop

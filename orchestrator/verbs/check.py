@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.host.connect import gpu_probe, open_transport
+from orchestrator.host.connect import open_host
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.verbs.common import (
@@ -28,13 +28,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
-    transport = open_transport(host, connect_timeout=sweep.timeouts.connect)
+    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
     try:
         knobs = host.effective_knobs(sweep.server.knobs)
         return await check_host(
-            host.name,
-            transport,
-            gpu_probe(host, transport),
+            handle,
             unit=sweep.server.unit,
             flags=mapped_flags(knobs, sweep.server.extra_flags),
             gpus=host.gpus,
@@ -45,7 +43,7 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             extra_flags=sweep.server.extra_flags,
         )
     finally:
-        await transport.close()
+        await handle.close()
 
 
 async def check_sweep_hosts(sweep: Sweep) -> list[HostCheck]:

@@ -8,8 +8,9 @@ what the store recorded: the trial's cause and evidence, the events, that the ne
 did not, per ``policy.on_trial_failure``), and that the host's unit files under its private root
 are byte-identical to what they were before the sweep, with the unit back in its original state.
 
-Addresses 127.0.0.120-139 belong to these tests (one per test, so a server left in TIME_WAIT by
-one test never blocks the next). The configs differ only in ``--speculative-num-draft-tokens``:
+Addresses 127.0.0.120-139 and 145-149 belong to these tests (one per test, so a server left in
+TIME_WAIT by one test never blocks the next). The configs differ only in
+``--speculative-num-draft-tokens``:
 ``FAULTY`` (7) is the one a ``when_args`` fault hits, ``HEALTHY`` (5) and ``OTHER`` (6) are not.
 """
 

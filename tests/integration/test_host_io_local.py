@@ -26,6 +26,7 @@ import pytest
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import TrialInvocation, render_dropin
 from orchestrator.host.transport import CommandFailed, CommandTimeout, CompletedCommand
+from orchestrator.host.unitcontrol import SystemctlControl
 
 
 class SubprocessTransport:
@@ -467,6 +468,7 @@ async def test_install_verify_and_restore_byte_identical(
     unit_host: tuple[SubprocessTransport, Path],
 ) -> None:
     transport, root = unit_host
+    control = SystemctlControl(transport)
     await systemd.daemon_reload(transport)
     ours = str(root / "sglang.service.d" / "90-orchestrator.conf")
     snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
@@ -476,13 +478,13 @@ async def test_install_verify_and_restore_byte_identical(
 
     text = render_dropin("night", "t1", INVOCATION)
     loaded = await systemd.install_dropin(
-        transport, "sglang.service", text, INVOCATION, path=ours, timeout=10
+        transport, "sglang.service", text, INVOCATION, control=control, path=ours, timeout=10
     )
     assert loaded.service.exec_start == INVOCATION.argv
     assert Path(ours).read_text() == text
 
     # restore: our file and the directory we made are gone, the fragment untouched.
-    foreign = await systemd.restore_files(transport, snapshot, timeout=10)
+    foreign = await systemd.restore_files(transport, snapshot, control=control, timeout=10)
     assert foreign == []
     assert not (root / "sglang.service.d").exists()
     assert (root / "sglang.service").read_bytes() == FRAGMENT
@@ -494,6 +496,7 @@ async def test_install_detects_a_later_dropin_overriding_ours(
     unit_host: tuple[SubprocessTransport, Path],
 ) -> None:
     transport, root = unit_host
+    control = SystemctlControl(transport)
     dropin_dir = root / "sglang.service.d"
     dropin_dir.mkdir()
     admin = b"[Service]\nExecStart=\nExecStart=/bin/admin-override\n"
@@ -509,11 +512,12 @@ async def test_install_detects_a_later_dropin_overriding_ours(
             "sglang.service",
             render_dropin("night", "t1", INVOCATION),
             INVOCATION,
+            control=control,
             path=ours,
             timeout=10,
         )
     assert any("99-admin.conf" in p for p in caught.value.problems)
-    await systemd.restore_files(transport, snapshot, timeout=10)
+    await systemd.restore_files(transport, snapshot, control=control, timeout=10)
     assert sorted(p.name for p in dropin_dir.iterdir()) == ["99-admin.conf"]
     assert (dropin_dir / "99-admin.conf").read_bytes() == admin
 
@@ -522,6 +526,7 @@ async def test_stale_dropin_of_ours_is_recognised_and_restore_puts_back_bytes(
     unit_host: tuple[SubprocessTransport, Path],
 ) -> None:
     transport, root = unit_host
+    control = SystemctlControl(transport)
     dropin_dir = root / "sglang.service.d"
     dropin_dir.mkdir()
     stale = render_dropin("crashed-sweep", "t9", INVOCATION).encode()
@@ -539,15 +544,18 @@ async def test_stale_dropin_of_ours_is_recognised_and_restore_puts_back_bytes(
         "sglang.service",
         render_dropin("night", "t1", INVOCATION),
         INVOCATION,
+        control=control,
         path=ours,
         timeout=10,
     )
     # As found (byte-identical) ...
-    await systemd.restore_files(transport, snapshot, timeout=10)
+    await systemd.restore_files(transport, snapshot, control=control, timeout=10)
     assert Path(ours).read_bytes() == stale
     assert Path(ours).stat().st_mode & 0o777 == 0o600
     # ... or, as the lifecycle decides for a stale one of ours, removed.
-    await systemd.restore_files(transport, snapshot.without_stale_dropin(), timeout=10)
+    await systemd.restore_files(
+        transport, snapshot.without_stale_dropin(), control=control, timeout=10
+    )
     assert not Path(ours).exists() and dropin_dir.exists()
 
 
@@ -566,6 +574,7 @@ async def test_restore_removes_temp_files_a_killed_write_left_and_nothing_else(
     unit_host: tuple[SubprocessTransport, Path],
 ) -> None:
     transport, root = unit_host
+    control = SystemctlControl(transport)
     await systemd.daemon_reload(transport)
     ours = str(root / "sglang.service.d" / "90-orchestrator.conf")
     snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
@@ -574,6 +583,7 @@ async def test_restore_removes_temp_files_a_killed_write_left_and_nothing_else(
         "sglang.service",
         render_dropin("night", "t1", INVOCATION),
         INVOCATION,
+        control=control,
         path=ours,
         timeout=10,
     )
@@ -583,5 +593,5 @@ async def test_restore_removes_temp_files_a_killed_write_left_and_nothing_else(
     (dropin_dir / "90-orchestrator.conf.orchestrator-tmp-0123456789ab").write_bytes(b"half")
     (dropin_dir / "90-orchestrator.conf.bak").write_bytes(b"admin's")
 
-    await systemd.restore_files(transport, snapshot, timeout=10)
+    await systemd.restore_files(transport, snapshot, control=control, timeout=10)
     assert sorted(p.name for p in dropin_dir.iterdir()) == ["90-orchestrator.conf.bak"]

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from orchestrator.host.gpu import NvidiaSmiProbe
+from orchestrator.host.handle import HostHandle
 from orchestrator.host.ssh import SSHSettings, SSHTransport
+from orchestrator.host.unitcontrol import SystemctlControl
 from orchestrator.lifecycle import (
     HostSession,
     LifecycleTimeouts,
@@ -86,13 +88,11 @@ async def session(real_host: RealHost) -> AsyncIterator[HostSession]:
         events.append((kind, fields))
 
     host = HostSession(
-        name=real_host.name,
-        transport=transport,
+        host=HostHandle(transport, SystemctlControl(transport), NvidiaSmiProbe(transport)),
         unit=UNIT,
         base_url=f"http://{real_host.address}:{PORT}",
         api="chat",
         model="kimi-k2.6",
-        gpu_probe=NvidiaSmiProbe(transport),
         timeouts=LifecycleTimeouts(stop=30, memory_release=20, ready=30, command=15),
         events=record,
     )
