@@ -16,7 +16,6 @@ import pytest
 import orchestrator
 from orchestrator.bench.coding import Outcome
 from orchestrator.cli import main
-from orchestrator.trialsource import trial_plan
 from orchestrator.store import (
     MIGRATIONS,
     AcceptEstimate,
@@ -50,6 +49,7 @@ from orchestrator.store import (
     point_key,
 )
 from orchestrator.sweepfile import parse_sweep
+from orchestrator.trialsource import trial_plan
 
 LATEST = MIGRATIONS[-1].version
 SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
