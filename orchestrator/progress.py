@@ -8,19 +8,22 @@ times), its caption the best config so far. It redraws four times a second while
 reports. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it stays silent and the JSON
 log carries the same facts.
 
-At the end :func:`outcome_table` says how each trial attempt ended (a failure in plain words,
+At the end :func:`outcome_lines` says how each trial attempt ended (a failure in plain words,
 with its cause and the evidence that names it) and :func:`best_config` the fastest config
 measured.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console, Group
@@ -337,29 +340,59 @@ OutcomeNote = Callable[[Mapping[str, Any]], str | None]
 """A caller's word on one trial attempt of the results (the demo: "as intended")."""
 
 
-def outcome_table(results: Mapping[str, Any], *, note: OutcomeNote | None = None) -> Table:
-    """One row per trial attempt: host, config in its own words, how it ended (with ``note``'s
-    word on it) and what it measured or why it failed."""
+def outcome_lines(results: Mapping[str, Any], *, note: OutcomeNote | None = None) -> list[str]:
+    """A heading, then one line per trial attempt: host, config in its own words, how it ended
+    (with ``note``'s word on it) and what it measured or why it failed. Plain lines, not a
+    table: a failure's evidence stays one piece of text however narrow the terminal."""
     trials = list(results.get("trials", []))
     words = short_labels([t.get("config") or {} for t in trials])
-    table = Table(
-        title=f"sweep {results.get('sweep')} (id {results.get('id')}): {results.get('state')}",
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-    )
-    table.add_column("host", no_wrap=True)
-    table.add_column("config", overflow="fold")
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("measured, or why it failed", overflow="fold")
+    labels = []
     for trial, label in zip(trials, words, strict=True):
         attempt = trial.get("attempt")
-        if isinstance(attempt, int) and attempt > 1:
-            label += f" (attempt {attempt})"
+        retried = isinstance(attempt, int) and attempt > 1
+        labels.append(f"{label} (attempt {attempt})" if retried else label)
+    width = min(max((len(label) for label in labels), default=0), 40)
+    hosts = max((len(str(t.get("host"))) for t in trials), default=0)
+    lines = [f"sweep {results.get('sweep')} (id {results.get('id')}): {results.get('state')}"]
+    for trial, label in zip(trials, labels, strict=True):
         ended, detail = _trial_summary(trial)
         extra = note(trial) if note is not None else None
         ended += f" ({extra})" if extra else ""
-        table.add_row(*_cells(str(trial.get("host")), label, ended, detail))
-    return table
+        host = str(trial.get("host"))
+        line = f"  {host:<{hosts}}  {label:<{width}}  {ended}"
+        lines.append(f"{line}: {detail}" if detail else line)
+    return lines
+
+
+def print_outcome(
+    results: Mapping[str, Any], *, note: OutcomeNote | None = None, stream: TextIO | None = None
+) -> None:
+    """:func:`outcome_lines` and the best config, for the person who ran the sweep: on a
+    terminal each line wrapped at its width under the config column (words and flags kept
+    whole), elsewhere one line per attempt."""
+    out = stream or sys.stderr
+    width = _terminal_width(out)
+    hosts = max((len(str(t.get("host"))) for t in results.get("trials", [])), default=0)
+    lines = outcome_lines(results, note=note)
+    lines.append(f"best so far: {best_config(results) or 'no config measured'}")
+    for line in lines:
+        if width > 20 and len(line) > width:
+            line = textwrap.fill(
+                line,
+                width=width,
+                subsequent_indent=" " * (hosts + 6),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        print(line, file=out)
+
+
+def _terminal_width(stream: TextIO) -> int:
+    """The columns of the terminal ``stream`` writes to; 0 when it is none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else 0
+    except (OSError, ValueError):  # no file descriptor (a test's StringIO), or no size
+        return 0
 
 
 def best_config(results: Mapping[str, Any]) -> str | None:

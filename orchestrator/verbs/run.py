@@ -6,18 +6,9 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import Any
-
-from rich.console import Console
 
 from orchestrator.plan import plan_sweep
-from orchestrator.progress import (
-    LiveProgress,
-    OutcomeNote,
-    best_config,
-    outcome_table,
-    planned_trials,
-)
+from orchestrator.progress import LiveProgress, planned_trials, print_outcome
 from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
@@ -105,10 +96,3 @@ def run(args: argparse.Namespace) -> int:
         )
     return EXIT_OK if outcome.all_succeeded else EXIT_FAILED
 
-
-def print_outcome(results: dict[str, Any], *, note: OutcomeNote | None = None) -> None:
-    """How each trial attempt ended and the best config, on stderr, for the person who ran it."""
-    console = Console(stderr=True)
-    console.print(outcome_table(results, note=note), markup=False, highlight=False)
-    best = best_config(results)
-    console.print(f"best so far: {best or 'no config measured'}", markup=False, highlight=False)

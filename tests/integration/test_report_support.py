@@ -510,23 +510,29 @@ CHROMIUM_FLAGS = (
 
 def chromium_binary() -> str:
     """Debian's ``chromium``, installed with apt-get when missing (CI starts bare)."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    return apt_installed("chromium", "chromium", "chromium-browser")
+
+
+def apt_installed(package: str, *names: str) -> str:
+    """The first of ``names`` on PATH, installing Debian's ``package`` with apt-get when none
+    is; RuntimeError (with the reason) when it cannot be installed."""
+    found = next((path for name in names if (path := shutil.which(name))), None)
     if found:
         return found
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError("chromium is missing and cannot be installed (needs root and apt-get)")
+        raise RuntimeError(f"{package} is missing and cannot be installed (needs root and apt-get)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True, timeout=600)
     subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+        ["apt-get", "install", "-y", "--no-install-recommends", package],
         check=True,
         env=env,
         capture_output=True,
         timeout=900,
     )
-    found = shutil.which("chromium")
+    found = next((path for name in names if (path := shutil.which(name))), None)
     if not found:
-        raise RuntimeError("apt-get installed chromium but it is not on PATH")
+        raise RuntimeError(f"apt-get installed {package} but it is not on PATH")
     return found
 
 
