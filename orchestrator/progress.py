@@ -4,9 +4,9 @@ runs and the outcome when it ends.
 The live display has one row per host: the config in its own words (``budget=8``, never a trial
 key), which of the host's trials it is, the step, and points done of the trial's total; its
 title has the elapsed time and the sweep's ETA as a clock time (from measured load and point
-times), its caption the best config so far. It redraws four times a second while the runner
-reports. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it stays silent and the JSON
-log carries the same facts.
+times), the line below it the best config so far. It redraws four times a second, from the
+state the runner last reported. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it
+stays silent and the JSON log carries the same facts.
 
 At the end :func:`outcome_lines` says how each trial attempt ended (a failure in plain words,
 with its cause and the evidence that names it) and :func:`best_config` the fastest config
@@ -351,7 +351,7 @@ def outcome_lines(results: Mapping[str, Any], *, note: OutcomeNote | None = None
         attempt = trial.get("attempt")
         retried = isinstance(attempt, int) and attempt > 1
         labels.append(f"{label} (attempt {attempt})" if retried else label)
-    width = min(max((len(label) for label in labels), default=0), 40)
+    width = min(max((len(label) for label in labels), default=0), 28)  # a long one pushes its row
     hosts = max((len(str(t.get("host"))) for t in trials), default=0)
     lines = [f"sweep {results.get('sweep')} (id {results.get('id')}): {results.get('state')}"]
     for trial, label in zip(trials, labels, strict=True):

@@ -8,12 +8,13 @@ from __future__ import annotations
 import io
 import re
 import time
-from typing import Any
+from typing import Any, get_args
 
 from rich.console import Console
 
 from orchestrator.plan import plan_sweep
 from orchestrator.progress import (
+    CAUSE_WORDS,
     LiveProgress,
     best_config,
     clock_time,
@@ -21,6 +22,7 @@ from orchestrator.progress import (
     outcome_lines,
     planned_trials,
 )
+from orchestrator.types import FailureCause
 from orchestrator.verbs.demo import load_demo_sweep
 
 
@@ -179,6 +181,10 @@ def test_outcome_says_each_failure_in_plain_words_and_the_best_config() -> None:
     assert "FAILED: invalid-config" in text and "(attempt 2)" in text
     assert "ValueError: speculative_draft_window_size=8 must be >= the block size" in text
     assert best_config(results) == "budget=16 @sim-01: 5,408 tok/s (ctx 60, c=4)"
+
+
+def test_every_failure_cause_has_plain_words() -> None:
+    assert set(get_args(FailureCause)) <= set(CAUSE_WORDS)
 
 
 def test_failure_words_fall_back_to_the_message() -> None:
