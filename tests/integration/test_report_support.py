@@ -510,29 +510,23 @@ CHROMIUM_FLAGS = (
 
 def chromium_binary() -> str:
     """Debian's ``chromium``, installed with apt-get when missing (CI starts bare)."""
-    return apt_installed("chromium", "chromium", "chromium-browser")
-
-
-def apt_installed(package: str, *names: str) -> str:
-    """The first of ``names`` on PATH, installing Debian's ``package`` with apt-get when none
-    is; RuntimeError (with the reason) when it cannot be installed."""
-    found = next((path for name in names if (path := shutil.which(name))), None)
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(f"{package} is missing and cannot be installed (needs root and apt-get)")
+        raise RuntimeError("chromium is missing and cannot be installed (needs root and apt-get)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True, timeout=600)
     subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", package],
+        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
         check=True,
         env=env,
         capture_output=True,
         timeout=900,
     )
-    found = next((path for name in names if (path := shutil.which(name))), None)
+    found = shutil.which("chromium")
     if not found:
-        raise RuntimeError(f"apt-get installed {package} but it is not on PATH")
+        raise RuntimeError("apt-get installed chromium but it is not on PATH")
     return found
 
 
