@@ -146,8 +146,7 @@ def configure_logging(
             terminal_renderer,
         )
     ]
-    for old in _open_log_files:
-        old.close()
+    replaced = list(_open_log_files)
     _open_log_files.clear()
     if log_file is not None:
         path = Path(log_file).expanduser()
@@ -172,6 +171,8 @@ def configure_logging(
         cache_logger_on_first_use=False,
     )
     _route_stdlib_logging(shared, sinks)
+    for old in replaced:  # closed only once nothing writes to them any more
+        old.close()
     # asyncssh logs every channel open/close at INFO through the stdlib: at 64 hosts that was
     # 12% of the daemon's busy time (benchmarks/scale.py). Its warnings still come through.
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
