@@ -150,7 +150,11 @@ class _Shell:
             for key, value in os.environ.items()
             if key not in ("XDG_STATE_HOME", "ORCHESTRATOR_SOCKET", "COLUMNS")
         }
-        self.env.update(HOME=str(home), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+        scratch = home / "tmp"  # `sim up` without --state-dir makes its directory there
+        scratch.mkdir(exist_ok=True)
+        self.env.update(
+            HOME=str(home), TMPDIR=str(scratch), PATH=f"{BIN}:{os.environ.get('PATH', '')}"
+        )
 
     def concrete(self, command: str, name: str) -> str:
         return (
