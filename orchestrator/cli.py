@@ -251,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="logging threshold (logs go to stderr)",
     )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="also append every event at --log-level to PATH as JSON lines "
+        "(a terminal shows only warnings and failures)",
+    )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     for name, target in VERBS.items():
@@ -268,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_BAD_INPUT
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, log_file=args.log_file)
     handler: Verb = args.handler
     try:
         return handler.run(args)

@@ -1,8 +1,10 @@
 """Logging, configured once at the entry point.
 
 Events are nouns with fields (``unit.stopped``, ``memory.released``); context such as
-``sweep``, ``host`` and ``trial`` is bound, never formatted into messages. Output goes to
-stderr: JSON lines when stderr is not a TTY (journald-friendly), a console renderer on a TTY.
+``sweep``, ``host`` and ``trial`` is bound, never formatted into messages. Where a log goes
+decides its form: to a file or journald (stderr not a TTY, or ``--log-file``) every event as one
+JSON line; to a person at a terminal only warnings and failures, readable, because the live
+display already says what runs (a log line per event buried it: about 280 lines per demo).
 A redaction processor keeps secrets out of every line. The libraries' stdlib logging
 (asyncssh, aiohttp) goes through the same processors, so the daemon's log is one format.
 """
@@ -10,10 +12,13 @@ A redaction processor keeps secrets out of every line. The libraries' stdlib log
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
 
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
@@ -84,14 +89,71 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
-def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
-    """Send structlog events to stderr; JSON unless stderr is a TTY (or ``json`` says)."""
-    as_json = not sys.stderr.isatty() if json is None else json
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+@dataclass(frozen=True)
+class _Sink:
+    """One destination of the log: its stream, the least level it takes, its format."""
+
+    stream: TextIO | _CurrentStderr
+    level: int
+    renderer: Any
+
+
+class _FanOut:
+    """The last structlog processor: renders the event once per sink that takes its level,
+    each in that sink's format, and writes it there. Raises DropEvent: nothing else prints."""
+
+    def __init__(self, sinks: Sequence[_Sink]) -> None:
+        self.sinks = tuple(sinks)
+
+    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+        level = _LEVELS.get(str(event_dict.get("level", method)).upper(), logging.INFO)
+        for sink in self.sinks:
+            if level >= sink.level:
+                # Renderers pop keys: each sink gets its own copy.
+                sink.stream.write(str(sink.renderer(logger, method, dict(event_dict))) + "\n")
+                sink.stream.flush()
+        raise structlog.DropEvent
+
+
+_LEVELS = logging.getLevelNamesMapping()
+_open_log_files: list[TextIO] = []
+
+
+def configure_logging(
+    level: str = "info",
+    *,
+    json: bool | None = None,
+    log_file: str | os.PathLike[str] | None = None,
+    quiet_terminal: bool | None = None,
+) -> None:
+    """Send the log to stderr and, with ``log_file``, to that file (appended, JSON lines).
+
+    stderr carries JSON unless it is a TTY (or ``json`` says). On a TTY it is a terminal for a
+    person: ``quiet_terminal`` (default: stderr is a TTY) keeps only warnings and up there;
+    every event at ``level`` still reaches ``log_file``.
+    """
+    threshold = _LEVELS[level.upper()]
+    on_tty = sys.stderr.isatty()
+    as_json = not on_tty if json is None else json
+    quiet = (on_tty and not as_json) if quiet_terminal is None else quiet_terminal
+    terminal_renderer: Any = (
+        _json_renderer() if as_json else structlog.dev.ConsoleRenderer(colors=on_tty)
     )
+    sinks = [
+        _Sink(
+            _CurrentStderr(),
+            max(threshold, logging.WARNING) if quiet else threshold,
+            terminal_renderer,
+        )
+    ]
+    replaced = list(_open_log_files)
+    _open_log_files.clear()
+    if log_file is not None:
+        path = Path(log_file).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stream = path.open("a", encoding="utf-8")
+        _open_log_files.append(stream)
+        sinks.append(_Sink(stream, threshold, _json_renderer()))
     shared: list[Any] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -102,15 +164,15 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
             structlog.contextvars.merge_contextvars,
             *shared,
             structlog.processors.format_exc_info,
-            renderer,
+            _FanOut(sinks),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(min(s.level for s in sinks)),
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    _route_stdlib_logging(shared, renderer)
+    _route_stdlib_logging(shared, sinks)
+    for old in replaced:  # closed only once nothing writes to them any more
+        old.close()
     # asyncssh logs every channel open/close at INFO through the stdlib: at 64 hosts that was
     # 12% of the daemon's busy time (benchmarks/scale.py). Its warnings still come through.
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
@@ -119,23 +181,30 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
         server_log.addFilter(_MALFORMED_REQUEST_FILTER)
 
 
-def _route_stdlib_logging(shared: list[Any], renderer: Any) -> None:
-    """Render the libraries' stdlib records (warnings and up) like our own events."""
-    handler = _StdlibHandler(_CurrentStderr())
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                renderer,
-            ],
-        )
-    )
+def _json_renderer() -> Any:
+    return structlog.processors.JSONRenderer()
+
+
+def _route_stdlib_logging(shared: list[Any], sinks: Sequence[_Sink]) -> None:
+    """Render the libraries' stdlib records (warnings and up) like our own events, to every
+    sink that takes them."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _StdlibHandler)]:
         root.removeHandler(old)
-    root.addHandler(handler)
+    for sink in sinks:
+        handler = _StdlibHandler(sink.stream)
+        handler.setLevel(sink.level)
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info,
+                    sink.renderer,
+                ],
+            )
+        )
+        root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.WARNING:
         root.setLevel(logging.WARNING)
 

@@ -1,115 +1,413 @@
-"""The live display of a foreground sweep, on stderr: per host its trial, step, points, elapsed
-time, an ETA from measured load and point times, and the best config so far.
+"""What a person at a terminal sees of a foreground sweep, on stderr: the live display while it
+runs and the outcome when it ends.
 
-On a TTY it is a rich Live table; elsewhere (CI, a pipe) it stays silent and the structured
-log carries the same facts.
+The live display has one row per host: the config in its own words (``budget=8``, never a trial
+key), which of the host's trials it is, the step, and points done of the trial's total; its
+title has the elapsed time and the sweep's ETA as a clock time (from measured load and point
+times), the line below it the best config so far. It redraws four times a second, from the
+state the runner last reported. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it
+stays silent and the JSON log carries the same facts.
+
+At the end :func:`outcome_lines` says how each trial attempt ended (a failure in plain words,
+with its cause and the evidence that names it) and :func:`best_config` the fastest config
+measured.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import textwrap
+import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+from orchestrator.bench.coding import Outcome
+from orchestrator.plan import Trial
+from orchestrator.report.model import short_labels
+
+STEP_WORDS = {
+    "preflight": "preflight",
+    "reconfigure": "restart + load",
+    "restore": "restoring",
+    "done": "finished",
+}
+"""The runner's step names as the display shows them; the others (``ctx 60 x c4``,
+``coding fib``) read as they are."""
+
+CAUSE_WORDS: dict[str, str] = {
+    "bad-flag": "the host's SGLang does not know a flag",
+    "invalid-config": "SGLang refused the config at startup",
+    "oom": "CUDA ran out of memory while loading",
+    "port-in-use": "the server's port was taken by another process",
+    "warmup-failed": "the new server never answered a real generation",
+    "exited": "the server exited at startup",
+    "start-limit": "systemd's start rate limit refused the start",
+    "memory-not-released": "GPU memory stayed in use after the stop; the unit was not started",
+    "ready-timeout": "the server was not ready within timeouts.ready",
+    "config-mismatch": "the server runs something other than the config asked",
+    "host-unreachable": "SSH to the host failed past the reconnect budget",
+    "stop-timeout": "the old server did not stop within timeouts.stop",
+    "crashed": "the server died during the benchmark",
+    "gpu-query-failed": "the GPUs could not be queried (nvidia-smi)",
+    "orchestrator-error": "a bug in the orchestrator (the traceback is in the results)",
+    "stopped": "the sweep was stopped before this trial finished",
+    "host-set-aside": "its host was set aside",
+}
+"""Each failure cause in plain words (docs/architecture.md says what to do about each)."""
+
+# The excerpt line that names a startup failure: a Python exception, argparse's complaint.
+_NAMING_LINE = re.compile(r"\b\w*(Error|Exception)\b: |unrecognized arguments|out of memory", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTrial:
+    """A trial as the display names it."""
+
+    key: str
+    host: str
+    words: str
+
+
+def planned_trials(trials: Sequence[Trial]) -> list[PlannedTrial]:
+    """The plan's trials with each config in its own words, in run order."""
+    words = short_labels([trial.config for trial in trials])
+    return [PlannedTrial(t.key, t.host, w) for t, w in zip(trials, words, strict=True)]
 
 
 @dataclass
 class _HostView:
-    trial: str | None = None
+    trials: list[PlannedTrial]
+    index: int = -1
+    """Position of the current (or last) trial in ``trials``; -1 before the first."""
+    trial: PlannedTrial | None = None
     attempt: int | None = None
     step: str = "waiting"
     done: int = 0
     total: int = 0
-    trials_seen: list[str] = field(default_factory=list)
+    finished: bool = False
     trial_started: float | None = None
     point_started: float | None = None
     point_seconds: list[float] = field(default_factory=list)
     load_seconds: list[float] = field(default_factory=list)
 
 
+def _cells(*values: str) -> list[Text]:
+    """Table cells as plain text: a config or an excerpt line is never read as rich markup."""
+    return [Text(value) for value in values]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def clock_time(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    whole = max(round(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 class LiveProgress:
     """Implements the runner's ``Progress``; use as a context manager around the sweep."""
 
-    def __init__(self, *, trials_per_host: dict[str, int], console: Console | None = None) -> None:
+    def __init__(
+        self,
+        trials: Sequence[PlannedTrial],
+        *,
+        sweep: str = "",
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.console = console or Console(stderr=True)
-        self.trials_per_host = trials_per_host
-        self.started = time.monotonic()
-        self.hosts: dict[str, _HostView] = {name: _HostView() for name in trials_per_host}
+        self.sweep = sweep
+        self.clock, self.wall_clock = clock, wall_clock
+        self.started = clock()
+        self.hosts: dict[str, _HostView] = {}
+        self.by_key: dict[tuple[str, str], PlannedTrial] = {}
+        for trial in trials:
+            self.hosts.setdefault(trial.host, _HostView(trials=[])).trials.append(trial)
+            self.by_key[(trial.key, trial.host)] = trial
+        self.points_per_trial = 0
         self.best: tuple[float, str] | None = None
+        self._lock = threading.Lock()
         self._live: Live | None = None
 
     def __enter__(self) -> LiveProgress:
         if self.console.is_terminal:
-            self._live = Live(self._render(), console=self.console, refresh_per_second=4)
+            # get_renderable: the refresh thread draws a fresh frame each time, so the elapsed
+            # time and the ETA move between the runner's reports.
+            self._live = Live(
+                console=self.console, get_renderable=self.render, refresh_per_second=4
+            )
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.refresh()
             self._live.__exit__(None, None, None)
 
     def update(self, host: str, **fields: Any) -> None:
-        view = self.hosts.setdefault(host, _HostView())
-        now = time.monotonic()
-        trial = fields.get("trial", view.trial)
-        if trial != view.trial and trial is not None:
-            view.trial, view.trial_started, view.point_started = trial, now, None
-            view.trials_seen.append(trial)
-        elif "trial" in fields and trial is None:
-            view.trial = None
+        with self._lock:
+            self._update(host, fields)
+
+    def _update(self, host: str, fields: Mapping[str, Any]) -> None:
+        view = self.hosts.setdefault(host, _HostView(trials=[]))
+        now = self.clock()
+        if "trial" in fields:
+            key = fields["trial"]
+            if key is None:
+                view.trial = None
+            elif view.trial is None or view.trial.key != key:
+                self._start_trial(view, host, key, now)
         if "attempt" in fields:
             view.attempt = fields["attempt"]
         if "step" in fields:
-            step = fields["step"]
-            if view.step == "reconfigure" and step != "reconfigure" and view.trial_started:
-                view.load_seconds.append(now - view.trial_started)
-            if step.startswith(("ctx", "coding")):
-                view.point_started = now
-            view.step = step
+            self._step(view, fields["step"], now)
+        if "total" in fields:
+            view.total = self.points_per_trial = int(fields["total"])
         if "done" in fields:
-            if fields["done"] > view.done and view.point_started is not None:
+            done = int(fields["done"])
+            if done > view.done and view.point_started is not None:
                 view.point_seconds.append(now - view.point_started)
-            view.done, view.total = fields["done"], fields.get("total", view.total)
+                view.point_started = None
+            view.done = done
         point = fields.get("last_point")
-        if point and view.trial:
+        if isinstance(point, Mapping) and view.trial is not None:
             rate = point.get("output_tok_s")
             if isinstance(rate, int | float) and (self.best is None or rate > self.best[0]):
-                self.best = (float(rate), view.trial)
-        if self._live is not None:
-            self._live.update(self._render())
+                cell = f" ({view.step})" if view.step.startswith("ctx") else ""
+                self.best = (float(rate), f"{view.trial.words} @{host}{cell}")
 
-    def _eta(self, host: str, view: _HostView) -> float | None:
-        if not view.point_seconds:
+    def _start_trial(self, view: _HostView, host: str, key: str, now: float) -> None:
+        planned = self.by_key.get((key, host)) or PlannedTrial(key, host, key)
+        if planned in view.trials:
+            view.index = view.trials.index(planned)
+        view.trial, view.trial_started, view.point_started = planned, now, None
+        view.done, view.total = 0, self.points_per_trial
+
+    def _step(self, view: _HostView, step: str, now: float) -> None:
+        if view.step == "reconfigure" and step != "reconfigure" and view.trial_started:
+            view.load_seconds.append(now - view.trial_started)
+        if step.startswith(("ctx", "coding")):
+            view.point_started = now
+        if step == "done":
+            view.finished, view.trial = True, None
+        view.step = step
+
+    def _remaining(self, view: _HostView, now: float) -> float | None:
+        """Seconds this host still needs, from measured times (its own, else any host's)."""
+        if view.finished:
+            return 0.0
+        per_point = _mean(view.point_seconds) or _mean(
+            [s for v in self.hosts.values() for s in v.point_seconds]
+        )
+        if per_point is None:
             return None
-        per_point = sum(view.point_seconds) / len(view.point_seconds)
-        per_load = sum(view.load_seconds) / len(view.load_seconds) if view.load_seconds else 0.0
-        trials_left = max(self.trials_per_host.get(host, 0) - len(view.trials_seen), 0)
-        points_left = max(view.total - view.done, 0)
-        return points_left * per_point + trials_left * (per_load + view.total * per_point)
+        per_load = (
+            _mean(view.load_seconds)
+            or _mean([s for v in self.hosts.values() for s in v.load_seconds])
+            or 0.0
+        )
+        total = view.total or self.points_per_trial
+        left = 0.0
+        if view.trial is not None:
+            if view.step == "reconfigure" and view.trial_started is not None:
+                left += max(per_load - (now - view.trial_started), 0.0)
+            left += max(total - view.done, 0) * per_point
+        later = len(view.trials) - (view.index + 1)
+        return left + later * (per_load + total * per_point)
 
-    def _render(self) -> Table:
-        elapsed = time.monotonic() - self.started
-        title = f"sweep running {elapsed:.0f}s"
-        if self.best:
-            title += f" | best so far: {self.best[1]} at {self.best[0]:.0f} tok/s"
-        table = Table(title=title, expand=False)
-        for column in ("host", "trial", "step", "points", "ETA"):
-            table.add_column(column)
+    def render(self) -> Group:
+        with self._lock:
+            return self._render()
+
+    def _render(self) -> Group:
+        now = self.clock()
+        title = f"sweep {self.sweep} " if self.sweep else "sweep "
+        title += f"· {duration(now - self.started)} elapsed"
+        remaining = [self._remaining(view, now) for view in self.hosts.values()]
+        if all(view.finished for view in self.hosts.values()):
+            title += " · finished"
+        elif remaining and all(r is not None for r in remaining):
+            left = max(r for r in remaining if r is not None)
+            title += f" · ETA {clock_time(self.wall_clock() + left)} (in {duration(left)})"
+        else:
+            title += " · ETA after the first point"
+        best = "best so far: "
+        best += "-" if self.best is None else f"{self.best[1]}: {self.best[0]:,.0f} tok/s"
+        table = Table(box=box.SIMPLE_HEAD)
+        table.add_column("host", no_wrap=True)
+        table.add_column("config", overflow="fold")
+        table.add_column("trial", no_wrap=True)
+        table.add_column("step", no_wrap=True)
+        table.add_column("points", no_wrap=True, justify="right")
         for name, view in self.hosts.items():
-            eta = self._eta(name, view)
-            trials = f"{len(view.trials_seen)}/{self.trials_per_host.get(name, 0)}"
-            trial = f"{view.trial or '-'} ({trials})"
-            if view.attempt and view.attempt > 1:
-                trial += f" attempt {view.attempt}"
-            table.add_row(
-                name,
-                trial,
-                view.step,
-                f"{view.done}/{view.total}",
-                "-" if eta is None else f"{eta:.0f}s",
+            count = len(view.trials)
+            if view.finished:
+                table.add_row(*_cells(name, "-", f"{count}/{count}", STEP_WORDS["done"], "-"))
+                continue
+            words = view.trial.words if view.trial is not None else "-"
+            if view.trial is not None and view.attempt and view.attempt > 1:
+                words += f" (attempt {view.attempt})"
+            position = f"{view.index + 1}/{count}" if view.index >= 0 else f"-/{count}"
+            total = view.total or self.points_per_trial
+            points = f"{view.done}/{total}" if view.trial is not None and total else "-"
+            step = STEP_WORDS.get(view.step, view.step)
+            table.add_row(*_cells(name, words, position, step, points))
+        return Group(Text(title), table, Text(best))
+
+
+# --- the outcome, at the end -----------------------------------------------------------------
+
+
+def failure_words(cause: str | None, evidence: Mapping[str, Any] | None) -> str:
+    """Why an attempt failed, in plain words: what its cause means and the evidence that names
+    it (the unknown flag, the exception line of the journal excerpt, the message)."""
+    evidence = evidence or {}
+    meaning = CAUSE_WORDS.get(cause or "", "it failed")
+    flags = evidence.get("unknown_flags")
+    if cause == "bad-flag" and isinstance(flags, list) and flags:
+        where = (
+            " (found by the preflight, before any restart)"
+            if evidence.get("found_by") == "preflight"
+            else ""
+        )
+        return f"{meaning}: {' '.join(str(f) for f in flags)}{where}"
+    detail = ""
+    excerpt = evidence.get("excerpt")
+    if isinstance(excerpt, list):
+        named = [str(line) for line in excerpt if _NAMING_LINE.search(str(line))]
+        detail = named[-1].strip() if named else ""
+    if not detail:
+        message = evidence.get("message") or evidence.get("reason") or evidence.get("error")
+        detail = str(message).strip() if message else ""
+    return meaning + (f": {detail}" if detail else "")
+
+
+def _passed(metrics: Mapping[str, Any]) -> bool:
+    try:
+        return Outcome(str(metrics.get("outcome"))) is Outcome.PASS
+    except ValueError:
+        return False
+
+
+def _trial_summary(trial: Mapping[str, Any]) -> tuple[str, str]:
+    """(how it ended, what it measured or why it failed)."""
+    state = str(trial.get("state"))
+    if state == "done":
+        points = trial.get("points") or []
+        rates = [
+            p["metrics"]["output_tok_s"]
+            for p in points
+            if p.get("kind") == "throughput"
+            and isinstance((p.get("metrics") or {}).get("output_tok_s"), int | float)
+        ]
+        coding = [p for p in points if p.get("kind") == "coding"]
+        parts = [f"{len(rates)} points"]
+        if rates:
+            parts.append(f"up to {max(rates):,.0f} tok/s")
+        if coding:
+            passed = sum(1 for p in coding if _passed(p.get("metrics") or {}))
+            parts.append(f"coding {passed}/{len(coding)} pass")
+        return "done", ", ".join(parts)
+    if state in ("failed", "skipped"):
+        cause = trial.get("cause")
+        ended = f"{state.upper()}: {cause}" if cause else state.upper()
+        return ended, failure_words(cause, trial.get("evidence"))
+    return state, ""
+
+
+OutcomeNote = Callable[[Mapping[str, Any]], str | None]
+"""A caller's word on one trial attempt of the results (the demo: "as intended")."""
+
+
+def outcome_lines(results: Mapping[str, Any], *, note: OutcomeNote | None = None) -> list[str]:
+    """A heading, then one line per trial attempt: host, config in its own words, how it ended
+    (with ``note``'s word on it) and what it measured or why it failed. Plain lines, not a
+    table: a failure's evidence stays one piece of text however narrow the terminal."""
+    trials = list(results.get("trials", []))
+    words = short_labels([t.get("config") or {} for t in trials])
+    labels = []
+    for trial, label in zip(trials, words, strict=True):
+        attempt = trial.get("attempt")
+        retried = isinstance(attempt, int) and attempt > 1
+        labels.append(f"{label} (attempt {attempt})" if retried else label)
+    width = min(max((len(label) for label in labels), default=0), 28)  # a long one pushes its row
+    hosts = max((len(str(t.get("host"))) for t in trials), default=0)
+    lines = [f"sweep {results.get('sweep')} (id {results.get('id')}): {results.get('state')}"]
+    for trial, label in zip(trials, labels, strict=True):
+        ended, detail = _trial_summary(trial)
+        extra = note(trial) if note is not None else None
+        ended += f" ({extra})" if extra else ""
+        host = str(trial.get("host"))
+        line = f"  {host:<{hosts}}  {label:<{width}}  {ended}"
+        lines.append(f"{line}: {detail}" if detail else line)
+    return lines
+
+
+def print_outcome(
+    results: Mapping[str, Any], *, note: OutcomeNote | None = None, stream: TextIO | None = None
+) -> None:
+    """:func:`outcome_lines` and the best config, for the person who ran the sweep: on a
+    terminal each line wrapped at its width under the config column (words and flags kept
+    whole), elsewhere one line per attempt."""
+    out = stream or sys.stderr
+    width = _terminal_width(out)
+    hosts = max((len(str(t.get("host"))) for t in results.get("trials", [])), default=0)
+    lines = outcome_lines(results, note=note)
+    lines.append(f"best so far: {best_config(results) or 'no config measured'}")
+    for line in lines:
+        if width > 20 and len(line) > width:
+            line = textwrap.fill(
+                line,
+                width=width,
+                subsequent_indent=" " * (hosts + 6),
+                break_long_words=False,
+                break_on_hyphens=False,
             )
-        return table
+        print(line, file=out)
+
+
+def _terminal_width(stream: TextIO) -> int:
+    """The columns of the terminal ``stream`` writes to; 0 when it is none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else 0
+    except (OSError, ValueError):  # no file descriptor (a test's StringIO), or no size
+        return 0
+
+
+def best_config(results: Mapping[str, Any]) -> str | None:
+    """The fastest throughput point of a finished trial, named by its config's knob values."""
+    trials = list(results.get("trials", []))
+    words = short_labels([t.get("config") or {} for t in trials])
+    best: tuple[float, str] | None = None
+    for trial, label in zip(trials, words, strict=True):
+        if trial.get("state") != "done":
+            continue
+        for point in trial.get("points") or []:
+            rate = (point.get("metrics") or {}).get("output_tok_s")
+            if point.get("kind") != "throughput" or not isinstance(rate, int | float):
+                continue
+            if best is None or rate > best[0]:
+                cell = f"ctx {point.get('context')}, c={point.get('concurrency')}"
+                best = (float(rate), f"{label} @{trial.get('host')}: {rate:,.0f} tok/s ({cell})")
+    return None if best is None else best[1]

@@ -757,6 +757,7 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
                 [],
             )
             done += 1
+            run.progress.update(session.name, done=done, total=total)
             await _still_serving(session, server, cursor)
 
 

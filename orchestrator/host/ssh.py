@@ -623,12 +623,14 @@ class SSHTransport:
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(list(self._background), timeout=_TERMINATE_GRACE_S + _KILL_GRACE_S)
-        for conn in (self._conn, self._jump_conn):
+        # Forget the connections before closing them: the watcher warns only about a drop
+        # of the current connection, and an orderly close is no drop.
+        conns, self._conn, self._jump_conn = (self._conn, self._jump_conn), None, None
+        for conn in conns:
             if conn is not None:
                 conn.close()
                 with contextlib.suppress(Exception):
                     await conn.wait_closed()
-        self._conn = self._jump_conn = None
         for watcher in list(self._watchers):
             watcher.cancel()
 

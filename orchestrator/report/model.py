@@ -528,32 +528,39 @@ def _planned(trials: Sequence[TrialRecord]) -> list[TrialPlan]:
     return [t.plan for t in trials if t.plan is not None]
 
 
-def _short_labels(trials: Sequence[TrialView]) -> None:
-    """Drop the knob values most configs of the group share: ``budget=8`` reads faster than
-    four knobs of which three never change. Falls back to full labels if two would collide."""
-    configs = [t.config for t in trials if not t.is_baseline and t.config]
+def short_labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each config in its own words without the knob values most of them share: ``budget=8``
+    reads faster than four knobs of which three never change. Falls back to full labels if two
+    different configs would read the same. The report's tables and the live display use it."""
+    varied = [config for config in configs if config]
     counts: dict[tuple[str, str], int] = {}
-    for config in configs:
+    for config in varied:
         for name, value in config.items():
             pair = (name, json.dumps(value, sort_keys=True))
             counts[pair] = counts.get(pair, 0) + 1
-    shared = {
-        pair for pair, count in counts.items() if len(configs) > 1 and count * 2 > len(configs)
-    }
-    labels: dict[int, str] = {}
-    for index, trial in enumerate(trials):
-        omit = frozenset(
-            name
-            for name, value in trial.config.items()
-            if (name, json.dumps(value, sort_keys=True)) in shared
+    shared = {pair for pair, count in counts.items() if len(varied) > 1 and count * 2 > len(varied)}
+    labels = [
+        config_label(
+            config,
+            omit=frozenset(
+                name
+                for name, value in config.items()
+                if (name, json.dumps(value, sort_keys=True)) in shared
+            ),
         )
-        labels[index] = config_label(trial.config, omit=omit)
-    by_config: dict[str, set[str]] = {}
-    for index, trial in enumerate(trials):
-        by_config.setdefault(labels[index], set()).add(trial.label)
-    collide = any(len(full) > 1 for full in by_config.values())
-    for index, trial in enumerate(trials):
-        trial.short_label = trial.label if collide else labels[index]
+        for config in configs
+    ]
+    by_label: dict[str, set[str]] = {}
+    for label, config in zip(labels, configs, strict=True):
+        by_label.setdefault(label, set()).add(config_label(config))
+    if any(len(full) > 1 for full in by_label.values()):
+        return [config_label(config) for config in configs]
+    return labels
+
+
+def _short_labels(trials: Sequence[TrialView]) -> None:
+    for trial, label in zip(trials, short_labels([t.config for t in trials]), strict=True):
+        trial.short_label = label
 
 
 def _warnings(
@@ -900,4 +907,5 @@ __all__ = [
     "flag_codes",
     "flag_info",
     "load_report",
+    "short_labels",
 ]

@@ -16,10 +16,12 @@ import asyncio
 import importlib.resources
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.log import get_logger
+from orchestrator.log import configure_logging, get_logger
+from orchestrator.progress import print_outcome
 from orchestrator.report import render_report
 from orchestrator.sim.cli import simulated_hosts
 from orchestrator.sim.sshd import BindError
@@ -56,8 +58,7 @@ def unexpected_outcomes(results: dict[str, Any]) -> list[str]:
     """Trials that did not end as the demo intends (empty: the demo ran as intended)."""
     problems = []
     for trial in results["trials"]:
-        want = expected_cause(trial["config"])
-        got = None if trial["state"] == "done" else (trial["cause"] or trial["state"])
+        want, got = _wanted_and_got(trial)
         if got != want:
             problems.append(f"{trial['key']}: expected {want or 'success'}, got {got or 'success'}")
     return problems
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     identity = sweep.hosts[0].identity_file or "~/.local/state/orchestrator/demo/id_ed25519"
     state_dir = (args.state_dir or Path(identity).expanduser().parent).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    log_file = _keep_every_event(args, state_dir)
     if args.state_dir is not None:
         sweep = _with_state_dir(sweep, state_dir)
     try:
@@ -113,11 +115,60 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"report": str(report), "as_intended": not problems, "results": results})
     else:
         print(str(report))
+    print_outcome(results, note=_as_intended)
     print(
-        "demo: every trial ended as intended" if not problems else "demo: " + "; ".join(problems),
+        "demo: every trial ended as intended (the failures above are the demo's own)"
+        if not problems
+        else "demo: " + "; ".join(problems),
         file=sys.stderr,
     )
+    for line in report_commands(report, state_dir / "demo.db", log_file):
+        print(line, file=sys.stderr)
     return EXIT_OK if not problems else EXIT_FAILED
+
+
+def report_commands(report: Path, db: Path, log_file: Path | None) -> list[str]:
+    """Where a person goes next: the commands that open this demo's report and log."""
+    lines = [
+        f"open the report: xdg-open {_shown(report)}",
+        f"as Markdown:     orchestrator report demo --db {_shown(db)} --format md",
+    ]
+    if log_file is not None:
+        lines.append(f"every event:     {_shown(log_file)} (JSON lines)")
+    return lines
+
+
+def _shown(path: Path) -> str:
+    """``~/...`` for a path under the home directory: shorter, and the shell expands it."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
+
+
+def _keep_every_event(args: argparse.Namespace, state_dir: Path) -> Path | None:
+    """Without ``--log-file`` the demo keeps its whole log in ``demo.log`` (a terminal shows
+    only warnings); a fresh file per demo, like the store."""
+    if getattr(args, "log_file", None):
+        return Path(args.log_file).expanduser().resolve()
+    log_file = state_dir / "demo.log"
+    log_file.unlink(missing_ok=True)
+    configure_logging(getattr(args, "log_level", "info"), log_file=log_file)
+    return log_file
+
+
+def _wanted_and_got(trial: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """How the demo means a trial attempt to end and how it did (None: success)."""
+    want = expected_cause(trial.get("config") or {})
+    got = None if trial.get("state") == "done" else (trial.get("cause") or trial.get("state"))
+    return want, got
+
+
+def _as_intended(trial: Mapping[str, Any]) -> str | None:
+    want, got = _wanted_and_got(trial)
+    if want is None and got is None:
+        return None
+    return "as intended" if got == want else f"NOT as intended: {want or 'success'}"
 
 
 def _with_state_dir(sweep: Sweep, state_dir: Path) -> Sweep:

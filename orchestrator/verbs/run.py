@@ -8,7 +8,7 @@ import signal
 import sys
 
 from orchestrator.plan import plan_sweep
-from orchestrator.progress import LiveProgress
+from orchestrator.progress import LiveProgress, planned_trials, print_outcome
 from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
@@ -52,11 +52,9 @@ async def run_in_foreground(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    counts: dict[str, int] = {}
-    for trial in plan_sweep(sweep).trials:
-        counts[trial.host] = counts.get(trial.host, 0) + 1
+    trials = planned_trials(plan_sweep(sweep).trials)
     async with await Store.open(db_path(db)) as store:
-        with LiveProgress(trials_per_host=counts) as progress:
+        with LiveProgress(trials, sweep=sweep.name) as progress:
             return await run_sweep(
                 sweep,
                 text,
@@ -84,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(outcome.results)
     else:
         failed = [t for t in outcome.results["trials"] if t["state"] == "failed"]
+        print_outcome(outcome.results)
         print(
             f"sweep {outcome.name} (id {outcome.sweep_id}): {outcome.state}, "
             f"{len(outcome.results['trials'])} trial attempts, {len(failed)} failed",
@@ -92,4 +91,11 @@ def run(args: argparse.Namespace) -> int:
         why = (outcome.results.get("summary") or {}).get("error")
         if why:
             print(f"  {why}", file=sys.stderr)
+        store = f" --db {args.db}" if args.db else ""
+        print(
+            f"report: orchestrator report {outcome.name}{store} --format html "
+            f"-o {outcome.name}.html",
+            file=sys.stderr,
+        )
     return EXIT_OK if outcome.all_succeeded else EXIT_FAILED
+

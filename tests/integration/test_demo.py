@@ -50,6 +50,14 @@ def test_demo_runs_as_intended_and_prints_the_report_path(tmp_path: Path) -> Non
     assert all(
         len([p for p in t["points"] if p["kind"] == "throughput"]) == 4 for t in done
     )  # 2 contexts x 2 concurrencies, every one committed
+    # Off a terminal every event is a JSON line, on stderr and in the demo's log file; the
+    # outcome follows for whoever reads stderr.
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    kept = [json.loads(line) for line in (tmp_path / "demo.log").read_text().splitlines()]
+    assert [e["event"] for e in kept] == [e["event"] for e in events]
+    assert {"sweep.started", "server.ready", "sweep.finished"} <= {e["event"] for e in kept}
+    assert result.stderr.count("FAILED: bad-flag (as intended)") == 2
+    assert result.stderr.count("FAILED: invalid-config (as intended)") == 2
     # Nothing of the simulator is left running.
     leftover = subprocess.run(
         ["pgrep", "-f", r"orchestrator\.sim\.sglang_server .*--host 127\.0\.0\.1[12] "],

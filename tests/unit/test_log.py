@@ -1,14 +1,18 @@
 """The log format: our events and the libraries' stdlib records come out as the same JSON
-lines, secrets redacted in both, and aiohttp's malformed-request tracebacks as one line.
+lines, secrets redacted in both, and aiohttp's malformed-request tracebacks as one line; a
+terminal gets warnings only, a file or a pipe every event.
 
 Each case runs in a fresh interpreter: configure_logging sets process-wide state."""
 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 
 def _stderr_lines(script: str) -> list[dict[str, object]]:
@@ -65,3 +69,64 @@ def test_a_malformed_request_is_one_warning_without_traceback() -> None:
     assert line["event"] == "http.malformed_request" and line["level"] == "warning"
     assert str(line["error"]).startswith("LineTooLong: ")
     assert "exception" not in line
+
+
+_TWO_EVENTS = """
+    import logging, sys
+    from orchestrator.log import configure_logging, get_logger
+    configure_logging("info", log_file=sys.argv[1] if len(sys.argv) > 1 else None)
+    log = get_logger(sweep="night", host="gpu-01")
+    log.info("unit.stopped", unit="sglang.service")
+    log.warning("host.set_aside", reason="unreachable")
+    logging.getLogger("asyncssh").warning("auth failed")
+"""
+
+
+def test_a_terminal_shows_only_warnings_while_the_log_file_keeps_every_event(
+    tmp_path: Path,
+) -> None:
+    """On a TTY the live display says what runs; the log there is warnings and failures only,
+    and a --log-file still gets every event as JSON (the demo printed ~280 lines before)."""
+    log_file = tmp_path / "run.log"
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(_TWO_EVENTS), str(log_file)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=secondary,
+            timeout=60,
+            check=True,
+        )
+        assert done.returncode == 0
+        os.close(secondary)
+        secondary = -1
+        terminal = _read_all(primary)
+    finally:
+        os.close(primary)
+        if secondary >= 0:
+            os.close(secondary)
+    assert "host.set_aside" in terminal and "auth failed" in terminal
+    assert "unit.stopped" not in terminal
+    assert not terminal.lstrip().startswith("{")  # for a person, not JSON
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["unit.stopped", "host.set_aside", "auth failed"]
+    assert events[0]["sweep"] == "night" and events[0]["host"] == "gpu-01"
+
+
+def test_off_a_terminal_every_event_goes_to_stderr_as_json() -> None:
+    lines = _stderr_lines(_TWO_EVENTS)
+    assert [line["event"] for line in lines] == ["unit.stopped", "host.set_aside", "auth failed"]
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")

@@ -1,0 +1,126 @@
+"""`orchestrator demo` as a person at a terminal sees it: run in tmux, the pane read as it runs.
+
+The done-when of issue 12: on a TTY the live display updates during the run (several frames
+with changing progress, configs named by knob values, an ETA as a clock time), the log stays
+quiet, and the end names each trial's outcome, the demo's two intended failures in plain words,
+and the command that opens the report. Uses the demo's fixed loopback addresses: run it under
+``flock /tmp/orch-fixed.lock``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WIDTH, HEIGHT = 100, 50
+RUN_TIMEOUT_S = 300
+
+
+def _tmux() -> str:
+    """tmux, installed with apt-get when missing (CI may start without it)."""
+    found = shutil.which("tmux")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "tmux"]):
+            subprocess.run(command, env=env, capture_output=True, timeout=600)
+        found = shutil.which("tmux")
+    if found is None:
+        pytest.skip("tmux is missing and could not be installed (needs root and apt-get)")
+    return found
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[list[str]]:
+    """A private tmux server (its own socket), killed afterwards."""
+    command = [_tmux(), "-L", f"orch-test-{uuid.uuid4().hex[:8]}", "-f", "/dev/null"]
+    yield command
+    subprocess.run([*command, "kill-server"], capture_output=True, timeout=30)
+
+
+def _capture(tmux: list[str], *history: str) -> str:
+    """The pane as a person sees it (``-J``: a line the terminal wrapped comes back whole)."""
+    done = subprocess.run(
+        [*tmux, "capture-pane", "-p", "-J", "-t", "demo", *history],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.stdout
+
+
+def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
+    tmux: list[str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "exit-status"
+    demo = shlex.join(
+        [sys.executable, "-m", "orchestrator.cli", "demo", "--state-dir", str(tmp_path)]
+    )
+    script = f"{demo}; echo $? > {shlex.quote(str(marker))}; sleep 600"
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "demo", "-x", str(WIDTH), "-y", str(HEIGHT),
+         "-c", str(tmp_path), script],
+        check=True,
+        timeout=30,
+    )
+    frames: list[str] = []
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not marker.exists() and time.monotonic() < deadline:
+        screen = _capture(tmux)
+        if "elapsed" in screen and (not frames or frames[-1] != screen):
+            frames.append(screen)
+        time.sleep(0.4)
+    assert marker.exists(), "the demo did not end in time:\n" + _capture(tmux, "-S", "-")
+    time.sleep(0.3)
+    everything = _capture(tmux, "-S", "-")
+    assert marker.read_text().strip() == "0", everything
+
+    # The live display redrew during the run, with progress that moved.
+    progress = [
+        tuple(re.findall(r"^\s+(sim-0\d)\s.*?(\d+/\d+)\s*$", frame, re.M)) for frame in frames
+    ]
+    assert len(set(progress)) >= 4, frames[-3:]
+    points = {done for frame in frames for done in re.findall(r"\b(\d)/9\b", frame)}
+    assert len(points) >= 3, points  # e.g. 1/9, 4/9, 8/9: points of the trial's total
+    assert any(re.search(r"ETA \d\d:\d\d:\d\d \(in ", frame) for frame in frames)
+    # Configs read as knob values, never as truncated trial keys.
+    shown = "\n".join(frames)
+    assert re.search(r"sim-0\d\s+budget=(4|8|16)\s", shown)
+    assert "sim-01.algorithm" not in everything and ".algorithm-DDTREE" not in everything
+    assert "best so far: " in shown
+
+    # A quiet log: no info events on the terminal (a warning may come, not a flood), just the
+    # display and the outcome.
+    assert "[info" not in everything and '"event"' not in everything
+    logged = [line for line in everything.splitlines() if re.match(r"\d{4}-\d\d-\d\dT", line)]
+    assert len(logged) <= 3, logged
+    assert len([line for line in everything.splitlines() if line.strip()]) < 150
+
+    # The end: every trial's outcome, the two intended failures in plain words, the best
+    # config, and the commands that open the report.
+    end = everything[everything.rindex("sweep demo (id"):]
+    rows = [line for line in end.splitlines() if re.match(r"\s+sim-0\d\s", line)]
+    assert len(rows) >= 12, end
+    flat = re.sub(r"\s+", " ", end)
+    assert flat.count("FAILED: bad-flag (as intended)") == 2
+    assert flat.count("FAILED: invalid-config (as intended)") == 2
+    assert "does not know a flag: --speculative-dflash-draft-window-size" in flat
+    assert "refused the config at startup: ValueError: speculative_draft_window_size=8" in flat
+    assert len(re.findall(r" done: 4 points, up to [\d,]+ tok/s, coding \d/5 pass", flat)) == 8
+    assert re.search(r"best so far: budget=\d+ @sim-0\d: [\d,]+ tok/s \(ctx \d+, c=\d\)", flat)
+    assert "demo: every trial ended as intended" in flat
+    assert f"open the report: xdg-open {tmp_path / 'demo-report.html'}" in flat
+    assert f"orchestrator report demo --db {tmp_path / 'demo.db'} --format md" in flat
+    # ... and the log file kept every event as JSON.
+    log_lines = (tmp_path / "demo.log").read_text().splitlines()
+    assert len(log_lines) > 100 and all(line.startswith("{") for line in log_lines)

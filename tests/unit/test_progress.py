@@ -1,0 +1,202 @@
+"""The live display and the closing outcome, driven the way the runner drives them.
+
+The display is rendered to a plain-text console with a fake clock: what a person reads is the
+text, so the tests read the text."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from typing import Any, get_args
+
+from rich.console import Console
+
+from orchestrator.plan import plan_sweep
+from orchestrator.progress import (
+    CAUSE_WORDS,
+    LiveProgress,
+    best_config,
+    clock_time,
+    failure_words,
+    outcome_lines,
+    planned_trials,
+)
+from orchestrator.types import FailureCause
+from orchestrator.verbs.demo import load_demo_sweep
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _text(renderable: Any, width: int = 120) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(renderable)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(out, str)
+    return out
+
+
+def _demo_display() -> tuple[LiveProgress, _Clock, float]:
+    sweep, _ = load_demo_sweep()
+    clock = _Clock()
+    wall = 1_800_000_000.0
+    progress = LiveProgress(
+        planned_trials(plan_sweep(sweep).trials),
+        sweep="demo",
+        console=Console(file=io.StringIO()),
+        clock=clock,
+        wall_clock=lambda: wall + (clock.now - 1000.0),
+    )
+    return progress, clock, wall
+
+
+def test_rows_name_configs_by_their_knob_values_never_by_trial_key() -> None:
+    progress, _clock, _ = _demo_display()
+    sweep, _ = load_demo_sweep()
+    budget_4 = next(
+        t for t in plan_sweep(sweep).trials if t.config.get("budget") == 4 and t.host == "sim-01"
+    )
+    progress.update("sim-01", step="preflight", trial=None)
+    progress.update("sim-01", trial=budget_4.key, step="reconfigure", attempt=1)
+    text = _text(progress.render())
+    row = next(line for line in text.splitlines() if "sim-01" in line)
+    assert "budget=4" in row and budget_4.key not in text and "sim-01." not in text
+    assert "restart + load" in row
+    # the baseline and the knob-only-differing configs keep short, distinct names
+    names = {t.words for t in planned_trials(plan_sweep(sweep).trials)}
+    assert {"baseline", "budget=4", "budget=8", "budget=16"} <= names
+    assert "budget=8 legacy_window=2048" in names
+
+
+def test_points_of_the_trials_total_and_an_eta_as_clock_time() -> None:
+    progress, clock, wall = _demo_display()
+    trials = planned_trials(plan_sweep(load_demo_sweep()[0]).trials)
+    mine = [t for t in trials if t.host == "sim-01"]
+    progress.update("sim-01", trial=mine[0].key, step="reconfigure", attempt=1)
+    assert "ETA after the first point" in _text(progress.render())
+    clock.now += 10.0  # a 10 s load
+    progress.update("sim-01", step="ctx 60 x c1", done=0, total=9)
+    clock.now += 2.0  # a 2 s point
+    progress.update("sim-01", done=1, total=9, last_point={"output_tok_s": 400.0})
+    text = _text(progress.render())
+    row = next(line for line in text.splitlines() if "sim-01" in line)
+    assert re.search(r"\b1/9\b", row) and re.search(r"\b1/6\b", row)
+    # The sweep ends with its slowest host. sim-01: 8 points of this trial, then 5 trials of a
+    # 10 s load and 9 points of 2 s; sim-02, not started, all 6 trials at sim-01's pace.
+    sim_01 = 8 * 2.0 + 5 * (10.0 + 9 * 2.0)
+    sim_02 = 6 * (10.0 + 9 * 2.0)
+    left = max(sim_01, sim_02)
+    assert f"ETA {clock_time(wall + 12.0 + left)} (in 2m48s)" in text
+    assert "best so far: baseline @sim-01 (ctx 60 x c1): 400 tok/s" in text
+
+
+def test_final_frame_says_every_host_finished() -> None:
+    progress, _clock, _ = _demo_display()
+    for host in ("sim-01", "sim-02"):
+        progress.update(host, step="restore", trial=None)
+        progress.update(host, step="done", trial=None)
+    text = _text(progress.render())
+    assert "finished" in text.splitlines()[0]
+    for host in ("sim-01", "sim-02"):
+        row = next(line for line in text.splitlines() if host in line)
+        assert "6/6" in row and "finished" in row
+
+
+def test_the_display_redraws_by_itself_on_a_terminal() -> None:
+    """The elapsed time moves between the runner's reports: the frame is drawn by the refresh
+    thread from the current state (the old display drew only when the runner reported)."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    sweep, _ = load_demo_sweep()
+    with LiveProgress(planned_trials(plan_sweep(sweep).trials), console=console) as progress:
+        progress.update("sim-01", step="preflight", trial=None)
+        time.sleep(1.6)
+    frames = set(re.findall(r"(\d+)s elapsed", out.getvalue()))
+    assert len(frames) >= 2
+
+
+def _attempt(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "key": "k",
+        "host": "sim-01",
+        "config": {},
+        "state": "done",
+        "cause": None,
+        "evidence": None,
+        "attempt": 1,
+        "points": [],
+    }
+    return {**base, **fields}
+
+
+def test_outcome_says_each_failure_in_plain_words_and_the_best_config() -> None:
+    results = {
+        "sweep": "demo",
+        "id": 3,
+        "state": "done",
+        "trials": [
+            _attempt(
+                config={"budget": 16, "topk": 4},
+                points=[
+                    {"kind": "throughput", "context": 60, "concurrency": 4,
+                     "metrics": {"output_tok_s": 5408.2}},
+                    {"kind": "coding", "metrics": {"outcome": "pass"}},
+                    {"kind": "coding", "metrics": {"outcome": "fail"}},
+                ],
+            ),
+            _attempt(
+                config={"budget": 8, "topk": 4, "legacy_window": 2048},
+                state="failed",
+                cause="bad-flag",
+                evidence={"found_by": "preflight",
+                          "unknown_flags": ["--speculative-dflash-draft-window-size"]},
+            ),
+            _attempt(
+                config={"algorithm": "DFLASH", "block_size": 16, "window": 8},
+                state="failed",
+                cause="invalid-config",
+                attempt=2,
+                evidence={"message": "raise ValueError(", "excerpt": [
+                    "Traceback (most recent call last):",
+                    "ValueError: speculative_draft_window_size=8 must be >= the block size (16)",
+                    "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+                ]},
+            ),
+        ],
+    }
+    lines = outcome_lines(results, note=lambda t: "as intended" if t["cause"] else None)
+    text = "\n".join(lines)
+    assert lines[0] == "sweep demo (id 3): done" and len(lines) == 4
+    assert "sweep demo (id 3): done" in text
+    assert "coding 1/2 pass" in text and "up to 5,408 tok/s" in text
+    assert "FAILED: bad-flag (as intended)" in text
+    assert "does not know a flag: --speculative-dflash-draft-window-size" in text
+    assert "found by the preflight" in text
+    assert "FAILED: invalid-config" in text and "(attempt 2)" in text
+    assert "ValueError: speculative_draft_window_size=8 must be >= the block size" in text
+    assert best_config(results) == "budget=16 @sim-01: 5,408 tok/s (ctx 60, c=4)"
+
+
+def test_every_failure_cause_has_plain_words() -> None:
+    assert set(get_args(FailureCause)) <= set(CAUSE_WORDS)
+
+
+def test_failure_words_fall_back_to_the_message() -> None:
+    words = failure_words("memory-not-released", {"message": "GPU 0 still holds 8000 MiB"})
+    assert words == (
+        "GPU memory stayed in use after the stop; the unit was not started: "
+        "GPU 0 still holds 8000 MiB"
+    )
+    assert failure_words(None, None) == "it failed"
+    # the evidence is shown as it is
+    results = {"sweep": "s", "id": 1, "state": "done", "trials": [
+        _attempt(state="failed", cause="exited", evidence={"message": "[red]boom[/red] [N]"})
+    ]}
+    assert outcome_lines(results)[1].endswith("FAILED: exited: the server exited at startup: "
+                                              "[red]boom[/red] [N]")
