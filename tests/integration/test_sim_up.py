@@ -15,21 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_sim_support import ensure_openssh_client, pid_alive
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in environ and pid_alive(int(entry)):
-            found.append(int(entry))
-    return found
+from tests.integration.test_sim_support import (
+    ensure_openssh_client,
+    pid_alive,
+    processes_mentioning,
+)
 
 
 def _ssh(host: dict[str, object], command: str) -> subprocess.CompletedProcess[str]:
@@ -128,7 +118,7 @@ def test_sim_up_json_then_clean_shutdown(tmp_path: Path) -> None:
         main_pid = int(values["MainPID"])
         second = _ssh(hosts[1], "systemctl is-active sglang.service")
         assert (second.returncode, second.stdout) == (3, "inactive\n")  # faults file applied
-        assert _processes_mentioning(str(state))
+        assert processes_mentioning(str(state))
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -139,9 +129,9 @@ def test_sim_up_json_then_clean_shutdown(tmp_path: Path) -> None:
     assert status == 0
     assert not pid_alive(main_pid)
     deadline = time.monotonic() + 5
-    while _processes_mentioning(str(state)) and time.monotonic() < deadline:
+    while processes_mentioning(str(state)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(str(state)) == []
+    assert processes_mentioning(str(state)) == []
 
 
 def test_sim_up_rejects_a_bad_faults_file(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.sysdeps import apt_install
+
 CGROUP_UNIFIED = Path("/sys/fs/cgroup/unified")
 CGROUP_SYSTEMD = Path("/sys/fs/cgroup/systemd")
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -81,16 +83,8 @@ def unavailable_reason() -> str | None:
 
 def ensure_sshd() -> None:
     """Install Debian's openssh-server when sshd is missing (CI starts from a fresh machine)."""
-    if SSHD.exists():
-        return
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    if not SSHD.exists():
+        apt_install("openssh-server")
 
 
 @dataclass
