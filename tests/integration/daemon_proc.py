@@ -230,17 +230,35 @@ class DaemonProcess:
                     found.append(entry)
         return found
 
-    def api(self, url_path: str, timeout: float = 10.0) -> tuple[int, Any]:
-        """``GET url_path`` on the daemon's socket from the test's own process: the status and
-        the JSON document (what ``status --json`` prints). For the waits between a test's steps:
-        a CLI run costs a Python start-up, and a poll loop of them kept a core busy."""
+    def api(
+        self,
+        url_path: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> tuple[int, Any]:
+        """One request on the daemon's socket from the test's own process: the HTTP status and
+        the JSON document (what the CLI's ``--json`` prints). For a test's waits and for steps
+        whose timing matters: a CLI run costs a Python start-up (about a CPU-second), and a poll
+        loop of them kept a core busy."""
         connection = _UnixHTTPConnection(self.socket, timeout)
         try:
-            connection.request("GET", url_path)
+            connection.request(method, url_path, body=body, headers=dict(headers or {}))
             response = connection.getresponse()
             return response.status, json.loads(response.read() or b"null")
         finally:
             connection.close()
+
+    def submit(self, path: Path) -> tuple[int, Any]:
+        """What ``orchestrator submit PATH --json`` sends and prints, without the start-up."""
+        return self.api(
+            "/sweeps",
+            method="POST",
+            body=path.read_bytes(),
+            headers={"X-Sweep-Filename": path.name},
+        )
 
     def answers(self) -> bool:
         try:
