@@ -8,13 +8,24 @@ two workers fight over 127.0.0.41:2241; ``make test`` then runs the suite in one
 
 Process ids, the file system and cgroups stay shared between workers: a test names what it
 started by its own pid, its own directory (``tmp_path``) or a unique name, never by a fixed one.
+
+The run starts with the folders whose tests take tens of seconds each and ends with the unit
+tests, so that at the end idle workers take many short tests (``--dist worksteal``) instead of
+waiting for one long test that started last.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests import parallel
+
+LONGEST_FIRST = ("soak", "realhost", "faults", "security", "integration", "hostile", "unit")
+"""The folders under tests/, from the longest tests to the shortest (a new folder goes between
+integration and hostile until it says otherwise)."""
+_TESTS = Path(__file__).resolve().parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,3 +38,13 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"parallel runs give each worker a private network, and cannot here: {problem}; "
                 "run the suite in one process (-n 0)"
             )
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.path.resolve()
+    folder = path.relative_to(_TESTS).parts[0] if path.is_relative_to(_TESTS) else ""
+    return LONGEST_FIRST.index(folder if folder in LONGEST_FIRST else "hostile")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: each folder keeps its own order
