@@ -141,6 +141,10 @@ class SSHDServer:
             "MaxStartups 100:30:200\n"
             "LogLevel INFO\n"
             "Subsystem sftp internal-sftp\n"
+            # Sessions get a HOME of their own: bash started by sshd reads ~/.bashrc, and this
+            # machine's root one runs `pyenv init` (0.3 s per command) whose rehash lock, left
+            # behind when a test kills a session mid-rehash, stalls every later session 60 s.
+            f"SetEnv HOME={self.root}\n"
         )
 
     def start(self) -> None:

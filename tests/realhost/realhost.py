@@ -124,6 +124,10 @@ class RealHost:
         ]
 
     def prepare(self) -> None:
+        """Keys, known_hosts and sshd_config. Sessions get ``root`` as HOME: bash started by
+        sshd reads ~/.bashrc, and a machine's own (``pyenv init`` here) is no part of the host;
+        its pyenv rehash lock, left behind when ``stop`` kills a session mid-rehash, stalled
+        every later session for a minute."""
         self.unit_dir.mkdir(parents=True, exist_ok=True)
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         hostkey = self.root / "ssh_host_ed25519_key"
@@ -146,6 +150,7 @@ class RealHost:
                 MaxSessions 10
                 Subsystem sftp internal-sftp
                 PidFile {self.root}/sshd.pid
+                SetEnv HOME={self.root}
                 """
             )
         )
