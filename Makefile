@@ -31,10 +31,17 @@ lint: $(STAMP_DEV)
 
 typecheck: lint
 
+# Parallel workers for `make test`: most tests wait on simulated hosts and timeouts rather than
+# compute, so twice as many workers as cores keep the cores busy. Each worker has a private network
+# (tests/parallel.py), which needs root; elsewhere the suite runs in one process. Override with
+# `make test TEST_WORKERS=N` (0: one process). Tests go out one at a time in the order of
+# tests/conftest.py (the longest folders first), so no worker is handed a queue of long ones.
+TEST_WORKERS ?= $(if $(filter 0,$(shell id -u)),$(shell echo $$(( 2 * $$(nproc) ))),0)
+
 test: $(STAMP_DEV)
 	$(BIN)/ruff check orchestrator tests $(wildcard benchmarks)
 	$(BIN)/mypy orchestrator
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,6 @@ cannot carry (a line break or NUL anywhere, a control character in an environmen
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from orchestrator.host.dropin import (
 )
 from orchestrator.sweepfile import KnobMapping
 from orchestrator.types import KnobValue
+from tests.sysdeps import CannotInstall, apt_install
 
 KNOBS = {
     "algorithm": KnobMapping(flag="--speculative-algorithm"),
@@ -162,16 +162,14 @@ def write_units(
 def systemd_analyze() -> str:
     """systemd-analyze, installed with apt-get when missing and we may (CI runs as root)."""
     found = shutil.which("systemd-analyze")
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "systemd"],
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
+    if found is None:
+        try:
+            apt_install("systemd")
+        except (CannotInstall, subprocess.CalledProcessError) as reason:
+            pytest.skip(f"systemd-analyze is not installed and could not be installed: {reason}")
         found = shutil.which("systemd-analyze")
     if found is None:
-        pytest.skip("systemd-analyze is not installed and could not be installed")
+        pytest.skip("apt-get installed systemd but systemd-analyze is not on PATH")
     return found
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -158,6 +159,24 @@ class CliResult:
         return json.loads(self.stdout)
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 to a unix socket (the daemon's API), with the standard library only."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("orchestrator", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self._path))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 @dataclass
 class DaemonProcess:
     """``orchestrator daemon --state-dir DIR`` as a child process, stopped by its pid."""
@@ -194,7 +213,7 @@ class DaemonProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"daemon exited {self.process.returncode}: {self.log()}")
-            if self.socket.exists() and self.cli("status", "--json").returncode == 0:
+            if self.socket.exists() and self.answers():
                 return self
             time.sleep(0.1)
         raise RuntimeError(f"daemon did not answer within {START_TIMEOUT_S}s: {self.log()}")
@@ -210,6 +229,42 @@ class DaemonProcess:
                 if isinstance(entry, dict) and entry.get("event") == name:
                     found.append(entry)
         return found
+
+    def api(
+        self,
+        url_path: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> tuple[int, Any]:
+        """One request on the daemon's socket from the test's own process: the HTTP status and
+        the JSON document (what the CLI's ``--json`` prints). For a test's waits and for steps
+        whose timing matters: a CLI run costs a Python start-up (about a CPU-second), and a poll
+        loop of them kept a core busy."""
+        connection = _UnixHTTPConnection(self.socket, timeout)
+        try:
+            connection.request(method, url_path, body=body, headers=dict(headers or {}))
+            response = connection.getresponse()
+            return response.status, json.loads(response.read() or b"null")
+        finally:
+            connection.close()
+
+    def submit(self, path: Path) -> tuple[int, Any]:
+        """What ``orchestrator submit PATH --json`` sends and prints, without the start-up."""
+        return self.api(
+            "/sweeps",
+            method="POST",
+            body=path.read_bytes(),
+            headers={"X-Sweep-Filename": path.name},
+        )
+
+    def answers(self) -> bool:
+        try:
+            return self.api("/sweeps")[0] == 200
+        except OSError:
+            return False
 
     def cli(self, *args: str, timeout: float = 30.0) -> CliResult:
         result = subprocess.run(
@@ -240,13 +295,13 @@ class DaemonProcess:
             self.process.wait(5)
 
     def wait_for(self, ref: str, states: tuple[str, ...], timeout: float = 30.0) -> dict[str, Any]:
-        """Poll ``status SWEEP --json`` until the sweep is in one of ``states``."""
+        """Poll the sweep's status (``status SWEEP --json``) until it is in one of ``states``."""
         deadline = time.monotonic() + timeout
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            result = self.cli("status", ref, "--json")
-            if result.returncode == 0:
-                last = result.json()
+            status, document = self.api(f"/sweeps/{ref}")
+            if status == 200:
+                last = document
                 if last["state"] in states:
                     return last
             time.sleep(0.2)

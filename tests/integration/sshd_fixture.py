@@ -25,31 +25,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.sysdeps import CannotInstall, apt_install
+
 SSHD = Path("/usr/sbin/sshd")
-SUDO_USER = "orchssh"  # the non-root account of the sudo tests
-_SUDOERS_FILE = Path("/etc/sudoers.d/orchestrator-test")
+# The non-root account of the sudo tests and its sudoers file: one per pytest-xdist worker, so
+# that one worker's teardown never removes the account another worker is logged in with.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+SUDO_USER = f"orchssh{_WORKER.removeprefix('gw')}"
+_SUDOERS_FILE = Path(f"/etc/sudoers.d/orchestrator-test{_WORKER and '-' + _WORKER}")
 _START_TIMEOUT_S = 10.0
-
-
-def _apt_install(*packages: str) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=300"]
-    subprocess.run(["apt-get", *lock, "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", *lock, "install", "-y", "-q", "--no-install-recommends", *packages],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
 
 
 def ensure_openssh_server() -> None:
     """Install Debian's openssh-server when sshd is missing; skip when that is impossible."""
     if SSHD.exists():
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("/usr/sbin/sshd is missing and cannot be installed (needs root and apt-get)")
-    _apt_install("openssh-server")
+    try:
+        apt_install("openssh-server")
+    except CannotInstall as missing:
+        pytest.skip(str(missing))
 
 
 def free_port() -> int:
@@ -147,6 +141,10 @@ class SSHDServer:
             "MaxStartups 100:30:200\n"
             "LogLevel INFO\n"
             "Subsystem sftp internal-sftp\n"
+            # Sessions get a HOME of their own: bash started by sshd reads ~/.bashrc, and this
+            # machine's root one runs `pyenv init` (0.3 s per command) whose rehash lock, left
+            # behind when a test kills a session mid-rehash, stalls every later session 60 s.
+            f"SetEnv HOME={self.root}\n"
         )
 
     def start(self) -> None:
@@ -220,9 +218,10 @@ def sudo_user() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("creating a sudo test user needs root")
     if shutil.which("sudo") is None:
-        if shutil.which("apt-get") is None:
-            pytest.skip("sudo is not installed and apt-get is unavailable")
-        _apt_install("sudo")
+        try:
+            apt_install("sudo")
+        except CannotInstall as missing:
+            pytest.skip(str(missing))
     created = False
     try:
         pwd.getpwnam(SUDO_USER)

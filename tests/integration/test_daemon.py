@@ -141,15 +141,16 @@ def test_sweeps_sharing_a_host_wait_and_others_run_at_once(
         # Host "y" only (another name, another address): runs at once, beside "slow".
         "other": sweep_yaml("other", [HostEntry("y", untrusted_too.port)], keys),
     }
+    # Submitted through the API from this process (the CLI's submit has tests of its own): four
+    # CLI start-ups on a busy machine could outlast "slow" and leave nothing to wait for.
     for name in ("slow", "low", "high", "other"):
         path = tmp_path / f"{name}.yaml"
         path.write_text(files[name])
-        result = daemon.cli("submit", str(path), "--json")
-        assert result.returncode == 0, result.stderr
-        assert result.json()["created"] is True
+        status, document = daemon.submit(path)
+        assert status == 201 and document["created"] is True, document
     # Each sweep's only host is set aside, so each ends failed: what is tested is the order.
     other = daemon.wait_for("other", ("failed",), timeout=5)
-    slow = daemon.cli("status", "slow", "--json").json()
+    slow = daemon.api("/sweeps/slow")[1]
     assert slow["state"] == "running"  # "other" ran and ended while "slow" held host x
     for name in ("slow", "low", "high"):
         daemon.wait_for(name, ("failed",), timeout=30)

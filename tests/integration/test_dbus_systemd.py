@@ -38,6 +38,7 @@ from orchestrator.host.dbus import (
 )
 from orchestrator.host.systemd import shown_exec_argv, unit_state
 from orchestrator.host.unitcontrol import JobFailed, JobTimeout, UnitControl
+from tests.sysdeps import apt_install
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_BUS_SOCKET = Path("/run/dbus/system_bus_socket")
@@ -65,11 +66,7 @@ def _ensure_dbus_daemon() -> str:
     """The Debian ``dbus-daemon`` binary, installed here if this machine lacks it."""
     found = shutil.which("dbus-daemon")
     if found is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=300)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "dbus-daemon"], check=True, env=env, timeout=300
-        )
+        apt_install("dbus-daemon")
         found = shutil.which("dbus-daemon")
     assert found is not None, "dbus-daemon not installable"
     return found

@@ -3,13 +3,12 @@
 The done-when of issue 12: on a TTY the live display updates during the run (several frames
 with changing progress, configs named by knob values, an ETA as a clock time), the log stays
 quiet, and the end names each trial's outcome, the demo's two intended failures in plain words,
-and the command that opens the report. Uses the demo's fixed loopback addresses: run it under
-``flock /tmp/orch-fixed.lock``.
+and the command that opens the report. Uses the demo's fixed loopback addresses, which each
+test worker has in a network of its own (tests/parallel.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sysdeps import CannotInstall, apt_install
+
 REPO = Path(__file__).resolve().parents[2]
 WIDTH, HEIGHT = 100, 50
 RUN_TIMEOUT_S = 300
@@ -30,13 +31,13 @@ RUN_TIMEOUT_S = 300
 def _tmux() -> str:
     """tmux, installed with apt-get when missing (CI may start without it)."""
     found = shutil.which("tmux")
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "tmux"]):
-            subprocess.run(command, env=env, capture_output=True, timeout=600)
-        found = shutil.which("tmux")
     if found is None:
-        pytest.skip("tmux is missing and could not be installed (needs root and apt-get)")
+        try:
+            apt_install("tmux")
+        except CannotInstall as reason:
+            pytest.skip(f"tmux could not be installed: {reason}")
+        found = shutil.which("tmux")
+    assert found is not None, "apt-get installed tmux but it is not on PATH"
     return found
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import socket
@@ -38,6 +37,7 @@ from orchestrator.runner import _coding_point, _server_evidence, _throughput_poi
 from orchestrator.sglang import ConfigDifference, build_provenance
 from orchestrator.sim import perfmodel
 from orchestrator.store import HostEntry, MatrixCell, NewTrial, Store, TrialPlan
+from tests.sysdeps import apt_install
 
 MAX_TOKENS = 128
 PROBLEMS = ("is_palindrome", "fib", "merge_sorted", "word_count", "gcd")
@@ -521,17 +521,7 @@ def chromium_binary() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError("chromium is missing and cannot be installed (needs root and apt-get)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=900,
-    )
+    apt_install("chromium")
     found = shutil.which("chromium")
     if not found:
         raise RuntimeError("apt-get installed chromium but it is not on PATH")

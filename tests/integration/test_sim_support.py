@@ -18,6 +18,7 @@ import asyncssh
 
 from orchestrator.sim.faults import HostSettings
 from orchestrator.sim.host import SimHost, SimHostConfig, render_unit
+from tests.sysdeps import apt_install
 
 _ADDRESSES = itertools.count(101)
 
@@ -150,14 +151,8 @@ class Client:
 
 def ensure_openssh_client() -> None:
     """The system ``ssh`` client; installed with apt-get on a fresh machine."""
-    if shutil.which("ssh"):
-        return
-    subprocess.run(["apt-get", "update"], check=True, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", "openssh-client"],
-        check=True,
-        capture_output=True,
-    )
+    if not shutil.which("ssh"):
+        apt_install("openssh-client")
 
 
 async def start_host(
@@ -207,3 +202,19 @@ def pid_alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose environment contains ``text`` (a test's own state directory): what
+    a test started, told apart from what tests running beside it started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in environ and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found

@@ -21,21 +21,11 @@ from orchestrator.sim.host import UNIT_NAME, render_unit, sglang_argv
 from orchestrator.sim.procscan import Listener
 from orchestrator.sim.sshd import BindError
 from tests.integration.daemon_proc import stop_process
-from tests.integration.test_sim_support import ensure_openssh_client, pid_alive
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in environ and pid_alive(int(entry)):
-            found.append(int(entry))
-    return found
+from tests.integration.test_sim_support import (
+    ensure_openssh_client,
+    pid_alive,
+    processes_mentioning,
+)
 
 
 def _ssh(host: dict[str, object], command: str) -> subprocess.CompletedProcess[str]:
@@ -134,7 +124,7 @@ def test_sim_up_json_then_clean_shutdown(tmp_path: Path) -> None:
         main_pid = int(values["MainPID"])
         second = _ssh(hosts[1], "systemctl is-active sglang.service")
         assert (second.returncode, second.stdout) == (3, "inactive\n")  # faults file applied
-        assert _processes_mentioning(str(state))
+        assert processes_mentioning(str(state))
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -145,9 +135,9 @@ def test_sim_up_json_then_clean_shutdown(tmp_path: Path) -> None:
     assert status == 0
     assert not pid_alive(main_pid)
     deadline = time.monotonic() + 5
-    while _processes_mentioning(str(state)) and time.monotonic() < deadline:
+    while processes_mentioning(str(state)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(str(state)) == []
+    assert processes_mentioning(str(state)) == []
 
 
 def test_sim_up_rejects_a_bad_faults_file(tmp_path: Path) -> None:
@@ -229,7 +219,7 @@ def test_sim_up_names_a_taken_address_and_what_holds_it(tmp_path: Path) -> None:
     line = _last_line(result.stderr)
     assert line.startswith(f"sim up: 127.0.0.97:{port} is in use by pid {holder.pid} ("), line
     assert "HOLD_PORT" not in line and "\n" not in line
-    assert _processes_mentioning(str(state)) == []
+    assert processes_mentioning(str(state)) == []
 
 
 def test_sim_up_rewrites_a_stale_unit_and_a_sweep_runs_on_it(tmp_path: Path) -> None:
@@ -290,7 +280,7 @@ def test_demo_while_sim_up_holds_the_addresses_is_one_plain_line(tmp_path: Path)
             [sys.executable, "-m", "orchestrator.cli", "demo", "--state-dir", str(demo_state)],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
-        leftover = _processes_mentioning(str(demo_state))
+        leftover = processes_mentioning(str(demo_state))
     finally:
         stop_process(sim)
     assert result.returncode == 1, result.stderr[-3000:]

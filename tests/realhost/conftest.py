@@ -1,4 +1,9 @@
-"""Fixtures for tests against REAL systemd + journald + sshd hosts (root only, else skipped)."""
+"""Fixtures for tests against REAL systemd + journald + sshd hosts (root only, else skipped).
+
+The hosts' addresses and ports are fixed (127.0.0.41:2241, 127.0.0.150:2250) and still per
+worker in a parallel run: each pytest-xdist worker has a network of its own (tests/parallel.py),
+and each host its own cgroup slice and mount namespace, so two workers' hosts never meet.
+"""
 
 from __future__ import annotations
 

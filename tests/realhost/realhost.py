@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.sysdeps import apt_install
+
 CGROUP_UNIFIED = Path("/sys/fs/cgroup/unified")
 CGROUP_SYSTEMD = Path("/sys/fs/cgroup/systemd")
 SYSTEMD = Path("/lib/systemd/systemd")
@@ -81,16 +83,8 @@ def unavailable_reason() -> str | None:
 
 def ensure_sshd() -> None:
     """Install Debian's openssh-server when sshd is missing (CI starts from a fresh machine)."""
-    if SSHD.exists():
-        return
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    if not SSHD.exists():
+        apt_install("openssh-server")
 
 
 @dataclass
@@ -130,6 +124,10 @@ class RealHost:
         ]
 
     def prepare(self) -> None:
+        """Keys, known_hosts and sshd_config. Sessions get ``root`` as HOME: bash started by
+        sshd reads ~/.bashrc, and a machine's own (``pyenv init`` here) is no part of the host;
+        its pyenv rehash lock, left behind when ``stop`` kills a session mid-rehash, stalled
+        every later session for a minute."""
         self.unit_dir.mkdir(parents=True, exist_ok=True)
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         hostkey = self.root / "ssh_host_ed25519_key"
@@ -152,6 +150,7 @@ class RealHost:
                 MaxSessions 10
                 Subsystem sftp internal-sftp
                 PidFile {self.root}/sshd.pid
+                SetEnv HOME={self.root}
                 """
             )
         )
