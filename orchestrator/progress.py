@@ -59,6 +59,7 @@ CAUSE_WORDS: dict[str, str] = {
     "stop-timeout": "the old server did not stop within timeouts.stop",
     "crashed": "the server died during the benchmark",
     "gpu-query-failed": "the GPUs could not be queried (nvidia-smi)",
+    "host-command-failed": "a command on the host failed (journalctl, systemctl, D-Bus)",
     "orchestrator-error": "a bug in the orchestrator (the traceback is in the results)",
     "stopped": "the sweep was stopped before this trial finished",
     "host-set-aside": "its host was set aside",

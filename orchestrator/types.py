@@ -31,8 +31,12 @@ FailureCause = Literal[
     "crashed",
     "gpu-query-failed",
     "orchestrator-error",
+    "stopped",
+    "host-set-aside",
 ]
-"""Why a trial's attempt failed; docs/architecture.md says what each means for an operator."""
+"""Why a trial's attempt failed; docs/architecture.md says what each means for an operator.
+``stopped`` (a stop other than cancel took effect mid-trial) and ``host-set-aside`` (the
+preflight set the host aside, so its trials never started) are recorded by the runner."""
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
