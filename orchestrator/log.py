@@ -196,7 +196,11 @@ def _route_stdlib_logging(shared: list[Any], sinks: Sequence[_Sink]) -> None:
         handler.setLevel(sink.level)
         handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(
-                foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
+                foreign_pre_chain=[
+                    structlog.contextvars.merge_contextvars,  # a library's record: sweep, host
+                    structlog.stdlib.ExtraAdder(),
+                    *shared,
+                ],
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info,

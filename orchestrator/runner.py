@@ -64,6 +64,7 @@ from orchestrator.store import (
     TrialRecord,
     point_key,
 )
+from orchestrator.store.results import config_label
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
@@ -342,7 +343,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     )
     knobs = host.effective_knobs(sweep.server.knobs)
     try:
-        run.progress.update(host.name, step="preflight", trial=None)
+        run.progress.update(host.name, step="preflight", trial=None, config=None)
         check = await check_host(
             handle,
             unit=sweep.server.unit,
@@ -406,7 +407,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
         if await store.pending_restores(sweep_id=run.record.id, host=host.name):
             run.unrestored.append(host.name)
     finally:
-        run.progress.update(host.name, step="done", trial=None)
+        run.progress.update(host.name, step="done", trial=None, config=None)
         await handle.close()
 
 
@@ -485,7 +486,7 @@ async def _restore_host(
 ) -> None:
     if run.stop.reason == "shutdown":
         return  # the daemon stops; the sweep resumes later, so the host keeps its trial
-    run.progress.update(session.name, step="restore", trial=None)
+    run.progress.update(session.name, step="restore", trial=None, config=None)
     for attempt in range(1, attempts + 1):
         try:
             foreign = await restore(session, run.sweep.policy.restore)
@@ -589,7 +590,11 @@ async def _run_trial(
         return None
     while True:
         run.progress.update(
-            session.name, trial=trial.key, step="reconfigure", attempt=attempt.number
+            session.name,
+            trial=trial.key,
+            config=config_label(planned.config),
+            step="reconfigure",
+            attempt=attempt.number,
         )
         try:
             server = await reconfigure(session, config)

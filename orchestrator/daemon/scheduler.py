@@ -46,7 +46,7 @@ class SweepProgress:
     def describe(self) -> str:
         parts = []
         for host, view in sorted(self.hosts.items()):
-            trial = view.get("trial") or "-"
+            trial = view.get("config") or view.get("trial") or "-"  # knob values, not a key
             counted = f" {view['done']}/{view['total']}" if "total" in view else ""
             parts.append(f"{host} {trial} {view.get('step', '')}{counted}".rstrip())
         return ", ".join(parts)
