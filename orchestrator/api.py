@@ -86,6 +86,65 @@ class SweepView:
 
 
 @dataclass(frozen=True, slots=True)
+class Submitted:
+    """A sweep file taken into the queue; ``created`` is False when the same file was already
+    there, ``replaced`` the id of the sweep of that name it replaced."""
+
+    record: SweepRecord
+    created: bool
+    replaced: int | None = None
+
+    def to_json(self) -> JsonObject:
+        r = self.record
+        return {
+            "id": r.id,
+            "name": r.name,
+            "state": r.state,
+            "priority": r.priority,
+            "created": self.created,
+            "replaced": self.replaced,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """A cancel as asked: ``cancelling`` while the running sweep stops at its next safe step;
+    otherwise the sweep (queued, or interrupted earlier) is already ``cancelled``."""
+
+    record: SweepRecord
+    cancelling: bool
+
+    def to_json(self) -> JsonObject:
+        r = self.record
+        return {"id": r.id, "name": r.name, "state": r.state, "cancelling": self.cancelling}
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreOutcome:
+    """One host's restore as ``POST /restore`` reports it."""
+
+    host: str
+    sweep: str
+    sweep_id: int
+    ok: bool
+    error: str | None = None
+    foreign_changes: tuple[str, ...] = ()
+
+    def to_json(self) -> JsonObject:
+        entry: JsonObject = {
+            "host": self.host,
+            "sweep": self.sweep,
+            "sweep_id": self.sweep_id,
+            "ok": self.ok,
+        }
+        if self.ok:
+            entry["foreign_changes"] = list(self.foreign_changes)
+        else:
+            entry["error"] = self.error
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
 class HostStatus:
     """A sweep's host: set aside (why), or what it is doing now (the runner's progress)."""
 
@@ -140,17 +199,17 @@ class DaemonOps(Protocol):
     (404), ``SweepNameConflict`` and :class:`Conflict` (409), ``ValueError`` (400). Typed
     answers become JSON here, and only here."""
 
-    async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]: ...
+    async def submit(self, text: str, *, filename: str, replace: bool) -> Submitted: ...
 
     async def list_sweeps(self, *, include_replaced: bool) -> Sequence[SweepView]: ...
 
     async def sweep_status(self, ref: str) -> SweepStatus: ...
 
-    async def cancel(self, ref: str) -> dict[str, Any]: ...
+    async def cancel(self, ref: str) -> CancelOutcome: ...
 
     async def results(self, ref: str) -> SweepResults: ...
 
-    async def restore_hosts(self, host: str | None) -> dict[str, Any]: ...
+    async def restore_hosts(self, host: str | None) -> Sequence[RestoreOutcome]: ...
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
@@ -250,7 +309,7 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         if not _FILENAME.fullmatch(filename):
             filename = "submitted.yaml"
         outcome = await ops.submit(text, filename=filename, replace=_flag(request, "replace"))
-        return web.json_response(outcome, status=201 if outcome["created"] else 200)
+        return web.json_response(outcome.to_json(), status=201 if outcome.created else 200)
 
     async def list_sweeps(request: web.Request) -> web.Response:
         sweeps = await ops.list_sweeps(include_replaced=_flag(request, "all"))
@@ -260,7 +319,7 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         return web.json_response((await ops.sweep_status(_ref(request))).to_json())
 
     async def cancel(request: web.Request) -> web.Response:
-        return web.json_response(await ops.cancel(_ref(request)), status=202)
+        return web.json_response((await ops.cancel(_ref(request))).to_json(), status=202)
 
     async def results(request: web.Request) -> web.Response:
         return web.json_response((await ops.results(_ref(request))).to_json())
@@ -277,7 +336,8 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
             return _error(400, 'give exactly one of {"host": NAME} and {"all": true}')
         if host is not None and not valid_ref(host):
             return _error(400, f"not a host name: {host!r}")
-        return web.json_response(await ops.restore_hosts(host))
+        outcomes = await ops.restore_hosts(host)
+        return web.json_response({"restored": [outcome.to_json() for outcome in outcomes]})
 
     app.router.add_get("/health", health)
     app.router.add_post("/sweeps", submit)

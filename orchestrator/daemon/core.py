@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
-from orchestrator.api import build_app
+from orchestrator.api import Submitted, build_app
 from orchestrator.daemon.background import Background
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.inbox import Inbox
@@ -176,7 +175,7 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             await self._shutdown(runners, loops)
 
-    async def _submit_file(self, sweep: Sweep, text: str, source_path: str) -> dict[str, Any]:
+    async def _submit_file(self, sweep: Sweep, text: str, source_path: str) -> Submitted:
         assert self._scheduler is not None
         return await self._scheduler.submit(sweep, text, source_path=source_path, replace=False)
 

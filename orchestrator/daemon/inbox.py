@@ -9,15 +9,15 @@ import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from orchestrator.api import Submitted
 from orchestrator.log import get_logger
 from orchestrator.store import SweepNameConflict
 from orchestrator.sweepfile import Sweep, SweepFileError, parse_sweep, read_sweep_text
 
 INBOX_SUFFIXES = (".yaml", ".yml")
 
-Submit = Callable[[Sweep, str, str], Awaitable[dict[str, Any]]]
+Submit = Callable[[Sweep, str, str], Awaitable[Submitted]]
 """Queue ``(sweep, text, source_path)``; raises ``SweepNameConflict`` when the name is taken."""
 
 
@@ -114,9 +114,9 @@ class Inbox:
         os.replace(path, destination)
         log.info(
             "inbox.accepted",
-            sweep=outcome["name"],
-            sweep_id=outcome["id"],
-            created=outcome["created"],
+            sweep=outcome.record.name,
+            sweep_id=outcome.record.id,
+            created=outcome.created,
             moved_to=str(destination),
         )
 

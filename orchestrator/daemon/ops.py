@@ -4,9 +4,15 @@ that reads the store, asks the scheduler and the restorer, and answers in typed 
 
 from __future__ import annotations
 
-from typing import Any
-
-from orchestrator.api import Conflict, SweepStatus, SweepView, sweep_status
+from orchestrator.api import (
+    CancelOutcome,
+    Conflict,
+    RestoreOutcome,
+    Submitted,
+    SweepStatus,
+    SweepView,
+    sweep_status,
+)
 from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
@@ -32,7 +38,7 @@ class DaemonApi:
         self._active = scheduler.active  # the scheduler's own dict: always current
         self._log = get_logger(component="daemon")
 
-    async def submit(self, text: str, *, filename: str, replace: bool) -> dict[str, Any]:
+    async def submit(self, text: str, *, filename: str, replace: bool) -> Submitted:
         if self._scheduler.closed:
             raise Conflict("the daemon is stopping; submit again after it restarts")
         sweep = parse_sweep(text, filename)
@@ -48,13 +54,13 @@ class DaemonApi:
         live = active.progress.hosts if active is not None else {}
         return await sweep_status(self.store, sweep_view(record, active), live)
 
-    async def cancel(self, ref: str) -> dict[str, Any]:
+    async def cancel(self, ref: str) -> CancelOutcome:
         record = await self.store.get_sweep(ref)
         active = self._active.get(record.id)
         if active is not None:
             active.stop.stop("cancel")
             self._log.info("sweep.cancelling", sweep=record.name, sweep_id=record.id)
-            return {"id": record.id, "name": record.name, "state": record.state, "cancelling": True}
+            return CancelOutcome(record, cancelling=True)
         if record.state not in ("queued", "running"):
             raise Conflict(f"sweep {record.name} (id {record.id}) already ended: {record.state}")
         updated = await self.store.set_sweep_state(record.id, "cancelled")
@@ -62,12 +68,11 @@ class DaemonApi:
         if record.state == "running":  # interrupted earlier, not resumed yet: hosts may be changed
             await cancel_trials(self.store, record.id, await self.store.trials(record.id))
             await self._restorer.recover()
-        return {"id": record.id, "name": record.name, "state": updated.state, "cancelling": False}
+        return CancelOutcome(updated, cancelling=False)
 
     async def results(self, ref: str) -> SweepResults:
         return await self.store.results(ref)
 
-    async def restore_hosts(self, host: str | None) -> dict[str, Any]:
+    async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
-        outcomes = await self._restorer.restore_hosts(host)
-        return {"restored": [outcome.to_json() for outcome in outcomes]}
+        return await self._restorer.restore_hosts(host)

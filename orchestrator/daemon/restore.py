@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Container, Coroutine
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
 
+from orchestrator.api import RestoreOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
@@ -72,31 +72,6 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
         await handle.close()
     await store.mark_restored(record.id, backup.host)
     return foreign
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreOutcome:
-    """One host's restore as ``POST /restore`` reports it."""
-
-    host: str
-    sweep: str
-    sweep_id: int
-    ok: bool
-    error: str | None = None
-    foreign_changes: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "host": self.host,
-            "sweep": self.sweep,
-            "sweep_id": self.sweep_id,
-            "ok": self.ok,
-        }
-        if self.ok:
-            entry["foreign_changes"] = list(self.foreign_changes)
-        else:
-            entry["error"] = self.error
-        return entry
 
 
 async def restore_host(

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator.api import Submitted
 from orchestrator.daemon.background import Background
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps, pick_runnable, run_order, sweep_host_keys
@@ -106,7 +107,7 @@ class Scheduler:
 
     async def submit(
         self, sweep: Sweep, text: str, *, source_path: str | None, replace: bool
-    ) -> dict[str, Any]:
+    ) -> Submitted:
         """Queue ``sweep``; a replaced sweep that is running stops and restores its hosts."""
         previous = await self.store.find_sweep(sweep.name)
         submitted = await self.store.submit_sweep(
@@ -133,14 +134,7 @@ class Scheduler:
             created=submitted.created,
             replaced=replaced,
         )
-        return {
-            "id": record.id,
-            "name": record.name,
-            "state": record.state,
-            "priority": record.priority,
-            "created": submitted.created,
-            "replaced": replaced,
-        }
+        return Submitted(record, submitted.created, replaced)
 
     # --- the loop ----------------------------------------------------------------------------
 
