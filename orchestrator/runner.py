@@ -24,6 +24,7 @@ from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult, run_point
+from orchestrator.bench.problems import Problem
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.bench.stats import Summary
@@ -61,6 +62,7 @@ from orchestrator.store import (
     SweepState,
     ThroughputMetrics,
     ThroughputPoint,
+    TrialPlan,
     TrialRecord,
     point_key,
 )
@@ -72,6 +74,7 @@ from orchestrator.trialsource import (
     TrialSourceFactory,
     plan_trial_source,
     sweep_problems,
+    trial_plan,
 )
 
 # Causes a retry cannot cure: the same config fails the same way (a bug of ours included).
@@ -599,7 +602,7 @@ async def _run_trial(
         try:
             server = await reconfigure(session, config)
             await store.set_attempt_invocation(attempt.id, server.invocation_id)
-            await _measure(run, session, attempt, server)
+            await _measure(run, session, attempt, server, trial.plan or trial_plan(sweep))
             await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
             return config
         except _Stopped:
@@ -675,15 +678,20 @@ class _Stopped(Exception):
 # --- measuring -----------------------------------------------------------------------------
 
 
-async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, server: Server) -> None:
-    """The matrix, then the coding anchor; each point committed as measured, committed points
-    of a resumed attempt skipped."""
+async def _measure(
+    run: _SweepRun, session: HostSession, attempt: Attempt, server: Server, plan: TrialPlan
+) -> None:
+    """The trial's planned cells, then the coding anchor; each point committed as measured,
+    committed points of a resumed attempt skipped.
+
+    What is measured is the plan stored with the trial when it was planned (its cells and
+    rounds), not the sweep file's matrix: a trial source may plan trials of other fidelities.
+    """
     sweep, store = run.sweep, run.store
     bench = sweep.benchmark
     committed = await store.committed_point_keys(attempt.id)
-    total = len(bench.contexts) * len(bench.concurrency) + (
-        len(sweep_problems(sweep)) if sweep.coding else 0
-    )
+    problems = _planned_problems(sweep, plan)
+    total = len(plan.cells) + len(problems)
     done = len(committed)
     async with BenchClient(
         server.base_url,
@@ -693,53 +701,51 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
         request_timeout=sweep.timeouts.request,
     ) as client:
         prompts = PromptFactory(client)
-        for context in bench.contexts:
-            for concurrency in bench.concurrency:
-                key = point_key("throughput", context=context, concurrency=concurrency)
-                if key in committed:
-                    continue
-                if run.stop.stopping:
-                    raise _Stopped
-                run.progress.update(
-                    session.name, step=f"ctx {context} x c{concurrency}", done=done, total=total
+        for cell in plan.cells:
+            context, concurrency = cell.context, cell.concurrency
+            key = point_key("throughput", context=context, concurrency=concurrency)
+            if key in committed:
+                continue
+            if run.stop.stopping:
+                raise _Stopped
+            run.progress.update(
+                session.name, step=f"ctx {context} x c{concurrency}", done=done, total=total
+            )
+            point = await run_point(
+                client,
+                prompts,
+                context=context,
+                concurrency=concurrency,
+                rounds=plan.rounds,
+                warmup_requests=bench.warmup_requests,
+                max_tokens=bench.max_tokens,
+                temperature=bench.temperature,
+                ignore_eos=bench.ignore_eos,
+                scrape_metrics=True,
+                before_measured=lambda: _cursor(session),
+            )
+            cursor = point.measured_marker
+            entries = await _journal_window(session, cursor, server.invocation_id)
+            point.attach_journal(
+                acceptlen.decode_samples_from_messages(
+                    [e.message for e in entries if e.message],
+                    decode_log_interval=_decode_interval(server),
                 )
-                point = await run_point(
-                    client,
-                    prompts,
-                    context=context,
-                    concurrency=concurrency,
-                    rounds=bench.rounds,
-                    warmup_requests=bench.warmup_requests,
-                    max_tokens=bench.max_tokens,
-                    temperature=bench.temperature,
-                    ignore_eos=bench.ignore_eos,
-                    scrape_metrics=True,
-                    before_measured=lambda: _cursor(session),
-                )
-                cursor = point.measured_marker
-                entries = await _journal_window(session, cursor, server.invocation_id)
-                point.attach_journal(
-                    acceptlen.decode_samples_from_messages(
-                        [e.message for e in entries if e.message],
-                        decode_log_interval=_decode_interval(server),
-                    )
-                )
-                point.invocation_id = server.invocation_id
-                point.journal_cursor_start = cursor
-                point.journal_cursor_end = entries[-1].cursor if entries else cursor
-                await store.record_point(attempt.id, *_throughput_point(point))
-                done += 1
-                run.progress.update(
-                    session.name, done=done, total=total, last_point=point.metrics.as_fields()
-                )
-                # After the journal window has settled, not beside it: a server that crashed
-                # at the point's end exits a little later (tests/faults caught the race).
-                await _still_serving(session, server, cursor)
+            )
+            point.invocation_id = server.invocation_id
+            point.journal_cursor_start = cursor
+            point.journal_cursor_end = entries[-1].cursor if entries else cursor
+            await store.record_point(attempt.id, *_throughput_point(point))
+            done += 1
+            run.progress.update(
+                session.name, done=done, total=total, last_point=point.metrics.as_fields()
+            )
+            # After the journal window has settled, not beside it: a server that crashed
+            # at the point's end exits a little later (tests/faults caught the race).
+            await _still_serving(session, server, cursor)
         if sweep.coding is None:
             return
-        pending = [
-            p for p in sweep_problems(sweep) if point_key("coding", problem=p.id) not in committed
-        ]
+        pending = [p for p in problems if point_key("coding", problem=p.id) not in committed]
         for problem in pending:
             if run.stop.stopping:
                 raise _Stopped
@@ -764,6 +770,19 @@ async def _measure(run: _SweepRun, session: HostSession, attempt: Attempt, serve
             done += 1
             run.progress.update(session.name, done=done, total=total)
             await _still_serving(session, server, cursor)
+
+
+def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
+    """The coding problems the plan names, read from the sweep's problem file now (a file that
+    cannot be read fails the attempt here, with the error as evidence); a plan that names none
+    while the sweep has coding (stored when the file could not be read) takes the file's."""
+    if sweep.coding is None:
+        return []
+    problems = sweep_problems(sweep)
+    if not plan.problems:
+        return problems
+    wanted = set(plan.problems)
+    return [p for p in problems if p.id in wanted]
 
 
 def _decode_interval(server: Server) -> int:
