@@ -24,6 +24,15 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from orchestrator.engine import (
+    ConfigCheck,
+    ConfigDifference,
+    Engine,
+    EnvKnob,
+    FailureEvent,
+    KnobResolution,
+    Provenance,
+)
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
 from orchestrator.host.errors import HostError
@@ -31,20 +40,7 @@ from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.sglang import (
-    ConfigCheck,
-    ConfigDifference,
-    EnvKnob,
-    FailureEvent,
-    KnobResolution,
-    Provenance,
-    build_provenance,
-    check_server_config,
-    parse_log_line,
-    parse_proc_environ,
-    probe_generation,
-    resolve_flag_knob,
-)
+from orchestrator.sglang import SGLANG, parse_proc_environ
 from orchestrator.types import ApiKind, FailureCause
 
 RestorePolicy = Literal["as-found", "stopped", "leave"]
@@ -220,9 +216,11 @@ def trial_config(
     config: Mapping[str, Any],
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
+    engine: Engine = SGLANG,
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
-    Environment with every knob removed, then the trial's knobs added."""
+    Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
+    flag knob shows in the running server's config."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
@@ -230,7 +228,9 @@ def trial_config(
         service.exec_start, service.environment, knobs, config, extra_flags, environment
     )
     flag_knobs = tuple(
-        resolve_flag_knob(name, spec.flag, config.get(name), server_info_key=spec.server_info_key)
+        engine.resolve_flag_knob(
+            name, spec.flag, config.get(name), server_info_key=spec.server_info_key
+        )
         for name, spec in knobs.items()
         if spec.flag is not None and name in config
     )
@@ -265,6 +265,8 @@ class HostSession:
     gpus: tuple[int, ...] | None = None
     timeouts: LifecycleTimeouts = field(default_factory=LifecycleTimeouts)
     events: EventSink = no_events
+    engine: Engine = SGLANG
+    """The serving engine's log lines, config check and probe (today SGLang)."""
     found: systemd.UnitSnapshot | None = None
     baseline: gpu.Baseline | None = None
 
@@ -476,7 +478,7 @@ async def _start(
                 "systemd's start rate limit refused the start",
                 excerpt=lines,
             ) from exc
-        cause, message = _classify(lines, state)
+        cause, message = _classify(session.engine, lines, state)
         raise TrialFailed(
             cause,
             message or str(exc),
@@ -502,6 +504,7 @@ class _Watch:
     """What the journal follower has seen of the new invocation so far."""
 
     invocation_id: str
+    engine: Engine = SGLANG
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
@@ -519,7 +522,7 @@ class _Watch:
             self.activity.set()
         if _UNIT_STATE_MOVED.search(entry.message):
             self.state_moved.set()
-        event = parse_log_line(entry.message)
+        event = self.engine.parse_log_line(entry.message)
         if event is None:
             return
         if event.kind == "ready":
@@ -539,7 +542,7 @@ async def _await_ready(
     proven itself, or one of them shows it cannot."""
     t = session.timeouts
     assert started.invocation_id is not None
-    watch = _Watch(started.invocation_id)
+    watch = _Watch(started.invocation_id, session.engine)
 
     async def follow() -> None:
         follower = journal.JournalFollower(session.transport, session.unit, cursor)
@@ -583,7 +586,7 @@ async def _await_ready(
 
     # The process died: wait briefly for its last lines to reach the journal, then classify.
     lines = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
-    cause, message = _classify(lines, ended)
+    cause, message = _classify(session.engine, lines, ended)
     await session.events("server.exited", cause=cause, exit_status=ended.exec_main_status)
     raise TrialFailed(
         cause,
@@ -626,7 +629,7 @@ async def _probe_until_ready(
         probed_at = time.monotonic()
         info = await _server_info(http, session.base_url, t.probe_request)
         if info is not None:
-            probe = await probe_generation(
+            probe = await session.engine.probe_generation(
                 http, session.base_url, session.api, session.model, t.probe_request
             )
             if probe.ok or probe.model_mismatch is not None:
@@ -678,7 +681,9 @@ async def _check_config(
                 privileged=True,
             )
             environ = parse_proc_environ(result.stdout) if result.ok else {}
-    check = check_server_config(info, readiness.flag_knobs, readiness.env_knobs, environ)
+    check = session.engine.check_server_config(
+        info, readiness.flag_knobs, readiness.env_knobs, environ
+    )
     allowed = [d for d in check.mismatches if d.knob in readiness.server_may_override]
     if not allowed:
         return check
@@ -720,7 +725,7 @@ async def _server(
     timeline["ready"] = time.time()
     identities = await _gpu_identities(session)
     asked = readiness.invocation
-    provenance = build_provenance(
+    provenance = session.engine.build_provenance(
         info,
         identities,
         asked.argv if asked is not None else (),
@@ -780,7 +785,8 @@ async def _excerpt(
             if e.message is not None and e.invocation_id in (None, invocation_id)
         ]
         found = any(
-            isinstance(parse_log_line(line), FailureEvent) or _UNIT_ENDED.search(line)
+            isinstance(session.engine.parse_log_line(line), FailureEvent)
+            or _UNIT_ENDED.search(line)
             for line in lines[-EXCERPT_LINES:]
         )
         if found or time.monotonic() >= deadline:
@@ -788,10 +794,12 @@ async def _excerpt(
         await asyncio.sleep(0.2)
 
 
-def _classify(excerpt: Sequence[str], state: systemd.UnitState) -> tuple[FailureCause, str]:
+def _classify(
+    engine: Engine, excerpt: Sequence[str], state: systemd.UnitState
+) -> tuple[FailureCause, str]:
     """The cause of a startup death: the first failure line of the excerpt, else ``exited``."""
     for line in excerpt:
-        event = parse_log_line(line)
+        event = engine.parse_log_line(line)
         if isinstance(event, FailureEvent):
             return event.cause, event.message
     status = state.exec_main_status
