@@ -9,15 +9,16 @@ state files, and every row of the store (events and evidence included). None may
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
+import pickle
 import secrets
 import sqlite3
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,29 @@ def _shrink(sweep: dict[str, Any], changed_known_hosts: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    root = tmp_path_factory.mktemp("secrets")
+def run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Run:
+    """The run, made once per test session: its tests may land on different pytest-xdist
+    workers, and each would otherwise repeat the whole run (a sweep, a daemon, eight CLI
+    calls, four reports). The first worker makes it under a lock in the directory the
+    session's workers share; the others read what it left (every process is stopped by then,
+    so only files and data remain)."""
+    if worker_id == "master":  # not a parallel run
+        return _make_run(tmp_path_factory.mktemp("secrets"))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers
+    made = shared / "secrets-run.pickle"
+    with (shared / "secrets-run.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if made.exists():
+            loaded: Run = pickle.loads(made.read_bytes())
+            return loaded
+        root = shared / "secrets"
+        root.mkdir()
+        made_run = _make_run(root)
+        made.write_bytes(pickle.dumps(made_run))
+        return made_run
+
+
+def _make_run(root: Path) -> Run:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     sim_out, sim_err = root / "sim.stdout", root / "sim.stderr"
     sim = subprocess.Popen(
@@ -159,7 +181,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 if path.name in ("token", "id_ed25519") or path.name.startswith("ssh_host_"):
                     continue
                 outputs[f"file:{path.relative_to(root)}"] = path.read_bytes()
-        yield Run(
+        return Run(
             root, token, key_path, sweep, outputs, status,
             root / "sim" / "hosts" / second["name"],
         )  # fmt: skip
