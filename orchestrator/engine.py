@@ -417,3 +417,8 @@ class Engine(Protocol):
         exec_start: Sequence[str],
         environment: Mapping[str, str],
     ) -> Provenance: ...
+
+    def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:
+        """How many decode iterations one decode log line stands for, as the running server
+        says (the weight of a line's accept length in a point's journal estimate)."""
+        ...

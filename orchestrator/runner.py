@@ -729,7 +729,8 @@ async def _measure(
             point.attach_journal(
                 acceptlen.decode_samples_from_messages(
                     [e.message for e in entries if e.message],
-                    decode_log_interval=_decode_interval(server),
+                    decode_log_interval=session.engine.decode_log_interval(server.server_info),
+                    parse=session.engine.parse_log_line,
                 )
             )
             point.invocation_id = server.invocation_id
@@ -783,11 +784,6 @@ def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
         return problems
     wanted = set(plan.problems)
     return [p for p in problems if p.id in wanted]
-
-
-def _decode_interval(server: Server) -> int:
-    value = server.server_info.get("decode_log_interval", 40)
-    return int(value) if isinstance(value, int | float) and value > 0 else 40
 
 
 async def _cursor(session: HostSession) -> str | None:

@@ -794,6 +794,18 @@ async def probe_generation(
 _NOT_ARGS = frozenset({"internal_states", "version", "launch_command", "startup_time"})
 
 
+DEFAULT_DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
+
+
+def decode_log_interval(server_info: Mapping[str, Any]) -> int:
+    """``--decode-log-interval`` as ``/server_info`` reports it (SGLang's default when absent
+    or unusable): each decode line summarises that many iterations."""
+    value = server_info.get("decode_log_interval", DEFAULT_DECODE_LOG_INTERVAL)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    return DEFAULT_DECODE_LOG_INTERVAL
+
+
 def build_provenance(
     server_info: Mapping[str, Any],
     gpus: Sequence[GpuIdentity],
@@ -834,6 +846,7 @@ class Sglang:
     served_models = staticmethod(served_models)
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(build_provenance)
+    decode_log_interval = staticmethod(decode_log_interval)
 
 
 SGLANG: Engine = Sglang()

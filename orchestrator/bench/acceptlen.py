@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.engine import LogEvent
 
 DISAGREE_TOLERANCE = 0.05
 VERIFY_CALLS_COUNTER = "sglang:spec_verify_calls_total"
@@ -215,18 +218,27 @@ def combine(
 
 
 def decode_samples_from_messages(
-    messages: Iterable[str], *, decode_log_interval: int
+    messages: Iterable[str],
+    *,
+    decode_log_interval: int,
+    parse: Callable[[str], LogEvent | None] | None = None,
 ) -> list[DecodeSample]:
-    """Decode samples from raw log messages, via ``orchestrator.sglang.parse_log_line``.
+    """Decode samples from raw log messages, read by ``parse`` (the engine's log-line parser;
+    SGLang's ``orchestrator.sglang.parse_log_line`` when None).
 
     Lines without an accept len (speculative decoding off) are skipped, so an empty result
     over a non-empty window still raises ``no_decode_lines``.
     """
-    from orchestrator.sglang import DecodeEvent, parse_log_line
+    from orchestrator.engine import DecodeEvent
+
+    if parse is None:
+        from orchestrator.sglang import parse_log_line
+
+        parse = parse_log_line
 
     samples: list[DecodeSample] = []
     for message in messages:
-        event = parse_log_line(message)
+        event = parse(message)
         if not isinstance(event, DecodeEvent) or event.accept_len is None:
             continue
         samples.append(

@@ -358,3 +358,12 @@ def test_left_out_flag_is_not_checked_and_bare_flag_is_true() -> None:
         resolve_flag_knob("budget", "--speculative-ddtree-budget", None),
     ]
     assert check_server_config(info, flags, [], {}).ok
+
+
+def test_decode_log_interval_as_the_server_reports_it_else_sglangs_default() -> None:
+    from orchestrator.sglang import SGLANG
+
+    assert SGLANG.decode_log_interval({"decode_log_interval": 10}) == 10
+    assert SGLANG.decode_log_interval({}) == 40
+    for unusable in (0, -5, True, "40", None):
+        assert SGLANG.decode_log_interval({"decode_log_interval": unusable}) == 40
