@@ -329,7 +329,10 @@ class SSHTransport:
         process: asyncssh.SSHClientProcess[bytes],
         timeout: float,
     ) -> int:
-        header: bytes = await asyncio.wait_for(process.stdout.readline(), timeout)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives as the
+        # line does, and the caller (a daemon shutting down) then waits out the whole command.
+        async with asyncio.timeout(timeout):
+            header: bytes = await process.stdout.readline()
         if header.endswith(b"\n") and header[:-1].isdigit():
             return int(header)
         if conn.is_closed():
