@@ -559,8 +559,11 @@ class SSHTransport:
             self._log.warning("ssh.disconnected", generation=generation)
 
     def _forget(self, conn: asyncssh.SSHClientConnection) -> None:
+        """A command saw ``conn`` drop. It may see that before the watcher does, so the drop
+        is logged here too (once: the watcher logs only the connection still current)."""
         if self._conn is conn:
             self._conn = None
+            self._log.warning("ssh.disconnected", generation=self._generation)
         conn.close()
 
     async def _open(self) -> asyncssh.SSHClientConnection:
