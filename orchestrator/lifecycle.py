@@ -471,13 +471,17 @@ async def _start(
             await session.control.start(session.unit, timeout=t.command)
     except JobFailed as exc:
         state = await session.control.show(session.unit, timeout=t.command)
-        lines = await _excerpt(session, cursor, state.invocation_id)
-        if state.result == "start-limit-hit":
+        if state.result == "start-limit-hit":  # nothing ran: no failure line to wait for
+            lines = await _excerpt(session, cursor, state.invocation_id)
             raise TrialFailed(
                 "start-limit",
                 "systemd's start rate limit refused the start",
                 excerpt=lines,
             ) from exc
+        # The process died before it was up (a notify unit's start job fails with it): its
+        # last lines may reach the journal after the job's end, so wait for them as the
+        # readiness watch does, or a busy host reads a ValueError as a bare exit.
+        lines = await _excerpt(session, cursor, state.invocation_id, settle=t.failure_settle)
         cause, message = _classify(session.engine, lines, state)
         raise TrialFailed(
             cause,
