@@ -115,6 +115,18 @@ class _FanOut:
         raise structlog.DropEvent
 
 
+def _for_a_person(renderer: Any) -> Any:
+    """A console renderer that names a config by its knob values: an event that carries
+    ``config`` (its label) loses the trial key beside it, which is for files and machines."""
+
+    def render(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+        if "config" in event_dict:
+            event_dict.pop("trial", None)
+        return renderer(logger, method, event_dict)
+
+    return render
+
+
 _LEVELS = logging.getLevelNamesMapping()
 _open_log_files: list[TextIO] = []
 
@@ -137,7 +149,7 @@ def configure_logging(
     as_json = not on_tty if json is None else json
     quiet = (on_tty and not as_json) if quiet_terminal is None else quiet_terminal
     terminal_renderer: Any = (
-        _json_renderer() if as_json else structlog.dev.ConsoleRenderer(colors=on_tty)
+        _json_renderer() if as_json else _for_a_person(structlog.dev.ConsoleRenderer(colors=on_tty))
     )
     sinks = [
         _Sink(

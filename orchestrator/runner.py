@@ -561,6 +561,7 @@ async def _run_trial(
             evidence={"found_by": "preflight", "unknown_flags": unknown},
         )
         run.failures += 1
+        _warn_failed(planned, "bad-flag", f"unknown to this build: {' '.join(unknown)}")
         await _after_failure(run)
         return None
 
@@ -589,6 +590,7 @@ async def _run_trial(
             evidence={"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag},
         )
         run.failures += 1
+        _warn_failed(planned, "invalid-config", str(conflict))
         await _after_failure(run)
         return None
     while True:
@@ -627,6 +629,7 @@ async def _run_trial(
             await store.finish_attempt(
                 attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
             )
+            _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
             await session.events(
                 "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
             )
@@ -637,6 +640,18 @@ async def _run_trial(
                     raise _HostLost(failed.message) from failed
                 return config
             attempt = await store.start_attempt(trial.id)
+
+
+def _warn_failed(planned: Trial, cause: str, message: str, *, attempt: int = 1) -> None:
+    """A failed attempt is a warning: a person at the terminal (which shows warnings only)
+    learns of it when it happens, not at the sweep's end; the host and trial are bound."""
+    get_logger().warning(
+        "trial.failed",
+        config=config_label(planned.config),
+        attempt=attempt,
+        cause=cause,
+        message=message[:300],
+    )
 
 
 def _may_retry(attempt: Attempt, retries: int) -> bool:

@@ -104,7 +104,14 @@ def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
     # display and the outcome.
     assert "[info" not in everything and '"event"' not in everything
     logged = [line for line in everything.splitlines() if re.match(r"\d{4}-\d\d-\d\dT", line)]
-    assert len(logged) <= 3, logged
+    failures = [line for line in logged if "trial.failed" in line]
+    # Each intended failure is told as it happens (a warning), with the config in its words.
+    assert len(failures) == 4, logged
+    # (the display's console folds a long event over lines: count in the whole text)
+    assert everything.count("cause=bad-flag") == 2, everything
+    assert everything.count("cause=invalid-config") == 2, everything
+    assert everything.count("config=") >= 4, everything
+    assert len(logged) - len(failures) <= 3, logged
     assert len([line for line in everything.splitlines() if line.strip()]) < 150
 
     # The end: every trial's outcome, the two intended failures in plain words, the best
