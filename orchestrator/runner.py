@@ -32,7 +32,9 @@ from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
+from orchestrator.host.handle import HostHandle
 from orchestrator.lifecycle import (
+    EventSink,
     HostSession,
     LifecycleTimeouts,
     Server,
@@ -139,6 +141,23 @@ def local_deadline(clock: str, now: dt.datetime) -> dt.datetime:
     hours, minutes = (int(part) for part in clock.split(":"))
     moment = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
     return moment if moment >= now else moment + dt.timedelta(days=1)
+
+
+def host_session(
+    sweep: Sweep, host: HostSpec, handle: HostHandle, *, unit: str, events: EventSink
+) -> HostSession:
+    """The lifecycle's view of one of ``sweep``'s hosts over ``handle``: the same for a trial
+    and for a restore by hand or after a crash."""
+    return HostSession(
+        host=handle,
+        unit=unit,
+        base_url=str(host.base_url).rstrip("/"),
+        api=sweep.benchmark.api,
+        model=sweep.server.model,
+        gpus=tuple(host.gpus) if host.gpus else None,
+        timeouts=lifecycle_timeouts(sweep),
+        events=events,
+    )
 
 
 def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
@@ -334,16 +353,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     async def events(kind: str, /, **fields: Any) -> None:
         await run.event(kind, fields, host=host.name)
 
-    session = HostSession(
-        host=handle,
-        unit=sweep.server.unit,
-        base_url=str(host.base_url).rstrip("/"),
-        api=sweep.benchmark.api,
-        model=sweep.server.model,
-        gpus=tuple(host.gpus) if host.gpus else None,
-        timeouts=lifecycle_timeouts(sweep),
-        events=events,
-    )
+    session = host_session(sweep, host, handle, unit=sweep.server.unit, events=events)
     knobs = host.effective_knobs(sweep.server.knobs)
     try:
         run.progress.update(host.name, step="preflight", trial=None, config=None)

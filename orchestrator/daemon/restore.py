@@ -18,9 +18,9 @@ from orchestrator.api import RestoreOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
-from orchestrator.lifecycle import HostSession, restore
+from orchestrator.lifecycle import restore
 from orchestrator.log import get_logger
-from orchestrator.runner import backup_to_snapshot, lifecycle_timeouts
+from orchestrator.runner import backup_to_snapshot, host_session
 from orchestrator.store import Store, SweepRecord, UnitBackup
 from orchestrator.sweepfile import parse_sweep
 
@@ -56,16 +56,7 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
         await store.add_event(record.id, kind, host=host.name, fields=fields)
 
     try:
-        session = HostSession(
-            host=handle,
-            unit=backup.unit,
-            base_url=str(host.base_url).rstrip("/"),
-            api=sweep.benchmark.api,
-            model=sweep.server.model,
-            gpus=tuple(host.gpus) if host.gpus else None,
-            timeouts=lifecycle_timeouts(sweep),
-            events=events,
-        )
+        session = host_session(sweep, host, handle, unit=backup.unit, events=events)
         session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
         foreign = await restore(session, sweep.policy.restore)
     finally:

@@ -256,12 +256,17 @@ class ServiceManager:
 
     # jobs
 
-    async def start(self, name: str) -> None:
+    def _startable(self, name: str) -> UnitConfig:
+        """The unit, or systemctl's refusal to start it (not found, a bad setting)."""
         config = self.unit(name)
         if config.load_state == "not-found":
             raise UnitNotFound(name)
         if config.load_state == "bad-setting":
             raise BadUnitSetting(name)
+        return config
+
+    async def start(self, name: str) -> None:
+        config = self._startable(name)
         runtime = self.runtime(name)
         async with runtime.lock:
             await self._start_locked(config, runtime, automatic=False)
@@ -275,11 +280,7 @@ class ServiceManager:
             await self._stop_locked(config, runtime)
 
     async def restart(self, name: str) -> None:
-        config = self.unit(name)
-        if config.load_state == "not-found":
-            raise UnitNotFound(name)
-        if config.load_state == "bad-setting":
-            raise BadUnitSetting(name)
+        config = self._startable(name)
         runtime = self.runtime(name)
         async with runtime.lock:
             await self._stop_locked(config, runtime)
