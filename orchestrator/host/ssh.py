@@ -54,6 +54,10 @@ _TERMINATE_GRACE_S = 2.0
 _KILL_GRACE_S = 1.0
 
 _KILL_COMMAND_TIMEOUT_S = 5.0
+# Waits before re-opening a channel the host refused while the connection stayed up.
+_REFUSED_CHANNEL_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+# How long a finished command's channel may take to close before its slot is given back.
+_CHANNEL_CLOSE_WAIT_S = 2.0
 # Run by the remote login shell before every command: report the process group, then exec.
 _REPORT_GROUP_THEN_EXEC = 'printf "%s\\n" "$$" && exec "$@"'
 
@@ -257,6 +261,11 @@ class SSHTransport:
                     ) from None
             finally:
                 self._abandon(conn, process, group, privileged)
+                if process.returncode is not None:
+                    # Keep the slot until the host has the close too: it counts the session
+                    # against MaxSessions until then.
+                    with contextlib.suppress(TimeoutError, *_CONNECTION_LOST_ERRORS):
+                        await asyncio.wait_for(process.wait_closed(), _CHANNEL_CLOSE_WAIT_S)
         if done.returncode is None:
             # The channel closed without an exit status: the connection went away under it.
             raise asyncssh.ConnectionLost("channel closed without an exit status")
@@ -312,16 +321,26 @@ class SSHTransport:
         command = shlex.join(
             ["exec", "sh", "-c", _REPORT_GROUP_THEN_EXEC, "sh", *self._with_sudo(argv, privileged)]
         )
-        try:
-            process: asyncssh.SSHClientProcess[bytes] = await conn.create_process(
-                command, encoding=None, stderr=stderr
-            )
-        except asyncssh.ChannelOpenError as exc:
-            if conn.is_closed():
-                # No exec request went out, so even a non-idempotent command may be retried.
-                raise _Reconnectable(self.name, f"connection closed: {exc.reason}") from exc
-            raise TransportError(self.name, f"the host refused a channel: {exc.reason}") from exc
-        return process
+        for wait_s in (*_REFUSED_CHANNEL_WAITS_S, None):
+            try:
+                process: asyncssh.SSHClientProcess[bytes] = await conn.create_process(
+                    command, encoding=None, stderr=stderr
+                )
+            except asyncssh.ChannelOpenError as exc:
+                if conn.is_closed():
+                    # No exec request went out, so even a non-idempotent command may be retried.
+                    raise _Reconnectable(self.name, f"connection closed: {exc.reason}") from exc
+                if exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED or wait_s is None:
+                    raise TransportError(
+                        self.name, f"the host refused a channel: {exc.reason}"
+                    ) from exc
+                # sshd frees a closed session only on its next loop turn, so a channel opened
+                # right after another closed can meet MaxSessions for a moment.
+                self._log.debug("ssh.channel_refused", reason=exc.reason, wait_s=wait_s)
+                await asyncio.sleep(wait_s)
+            else:
+                return process
+        raise AssertionError("the last wait re-raises")  # pragma: no cover
 
     async def _read_process_group(
         self,
