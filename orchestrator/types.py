@@ -38,6 +38,54 @@ FailureCause = Literal[
 ``stopped`` (a stop other than cancel took effect mid-trial) and ``host-set-aside`` (the
 preflight set the host aside, so its trials never started) are recorded by the runner."""
 
+THROUGHPUT_SCALARS: Final = (
+    "requests",
+    "requests_ok",
+    "errors",
+    "truncated",
+    "short_outputs",
+    "wall_s",
+    "input_tokens",
+    "output_tokens",
+    "output_tok_s",
+    "request_decode_tok_s_p50",
+    "concurrency_held",
+    "concurrency_held_full",
+    "client_cpu_fraction",
+    "loop_lag_max_s",
+    "loop_lag_p99_s",
+    "prompt_tokens_min",
+    "prompt_tokens_max",
+    "prompt_tokens_tolerance",
+)
+"""A throughput point's scalar metrics, in the order a point's ``metrics`` writes them."""
+
+LATENCIES: Final = ("ttft", "itl", "tpot", "e2e")
+LATENCY_STATS: Final = ("count", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")
+"""Each latency is stored flat as ``<latency>_<stat>``: ``ttft_p99_s``, ``itl_p50_s``, ..."""
+
+ANSWER_ONLY_METRICS: Final = ("accept_len", "coding_pass_rate")
+"""What an objective or constraint may name beside a point's stored metrics: the point's
+accept length, and passes / problems of the trial's coding anchor."""
+
+_MINIMIZED_SCALARS: Final = frozenset(
+    {"errors", "truncated", "short_outputs", "wall_s", "client_cpu_fraction"}
+    | {"loop_lag_max_s", "loop_lag_p99_s"}
+)
+
+
+def point_metric_names() -> frozenset[str]:
+    """Every numeric metric a throughput point stores, by its stored name."""
+    return frozenset(THROUGHPUT_SCALARS) | {
+        f"{name}_{stat}" for name in LATENCIES for stat in LATENCY_STATS
+    }
+
+
+def metric_is_minimized(name: str) -> bool:
+    """Latencies, errors and wall time are better smaller; rates and lengths better larger."""
+    return name in _MINIMIZED_SCALARS or name.split("_", 1)[0] in LATENCIES
+
+
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = 2

@@ -102,6 +102,10 @@ class MatrixCell:
     concurrency: int
 
 
+TrialPurpose = Literal["measure", "screen", "confirm"]
+TRIAL_PURPOSES: tuple[TrialPurpose, ...] = get_args(TrialPurpose)
+
+
 @dataclass(frozen=True, slots=True)
 class TrialPlan:
     """What a trial is to measure, fixed when the trial is planned: its cells and rounds, its
@@ -117,6 +121,12 @@ class TrialPlan:
     coding_temperature: float | None = None
     """None when the trial runs no coding problems."""
     model: str | None = None
+    purpose: TrialPurpose = "measure"
+    """Why the trial runs: ``measure`` (a grid or random trial, or a repeat of one), ``screen``
+    (a search's cheap first look, on the objective's cells), ``confirm`` (a restart that
+    measures a chosen config again, so its estimate is not the one it was picked on)."""
+    repeat: int = 1
+    """Which measurement of this config on its host type (1 = the first)."""
 
     @property
     def total_points(self) -> int:
@@ -129,6 +139,8 @@ class TrialPlan:
             "problems": list(self.problems),
             "coding_temperature": self.coding_temperature,
             "model": self.model,
+            "purpose": self.purpose,
+            "repeat": self.repeat,
         }
 
     @classmethod
@@ -136,12 +148,15 @@ class TrialPlan:
         cells = data.get("cells") or []
         temperature = data.get("coding_temperature")
         model = data.get("model")
+        purpose = data.get("purpose")
         return cls(
             cells=tuple(MatrixCell(int(c[0]), int(c[1])) for c in cells),
             rounds=int(data.get("rounds") or 0),
             problems=tuple(str(p) for p in data.get("problems") or ()),
             coding_temperature=float(temperature) if isinstance(temperature, int | float) else None,
             model=model if isinstance(model, str) else None,
+            purpose=purpose if purpose in TRIAL_PURPOSES else "measure",
+            repeat=int(data.get("repeat") or 1),
         )
 
 

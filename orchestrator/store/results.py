@@ -41,6 +41,7 @@ from orchestrator.store.records import (
     TrialPlan,
     TrialRecord,
 )
+from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, point_metric_names
 
 TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 """A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted
@@ -118,27 +119,8 @@ class LatencySummary:
         )
 
 
-_LATENCIES = ("ttft", "itl", "tpot", "e2e")
-_SCALARS = (
-    "requests",
-    "requests_ok",
-    "errors",
-    "truncated",
-    "short_outputs",
-    "wall_s",
-    "input_tokens",
-    "output_tokens",
-    "output_tok_s",
-    "request_decode_tok_s_p50",
-    "concurrency_held",
-    "concurrency_held_full",
-    "client_cpu_fraction",
-    "loop_lag_max_s",
-    "loop_lag_p99_s",
-    "prompt_tokens_min",
-    "prompt_tokens_max",
-    "prompt_tokens_tolerance",
-)
+_LATENCIES = LATENCIES
+_SCALARS = THROUGHPUT_SCALARS
 _INT_SCALARS = frozenset(
     {
         "requests",
@@ -153,11 +135,7 @@ _INT_SCALARS = frozenset(
         "prompt_tokens_tolerance",
     }
 )
-_KNOWN_METRICS = frozenset(
-    {*_SCALARS, "errors_by_kind", "calibration"}
-    | {f"{name}_{part}" for name in _LATENCIES for part in ("count", "mean_s", "p50_s")}
-    | {f"{name}_{part}" for name in _LATENCIES for part in ("p90_s", "p99_s", "max_s")}
-)
+_KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration"}
 
 
 @dataclass(frozen=True, slots=True)

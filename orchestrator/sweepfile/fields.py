@@ -7,6 +7,7 @@ so that a later layer never has to guess whether a value is safe to write.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
@@ -18,7 +19,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 from orchestrator.host.dropin import ExecLineError, is_valid_service_name, parse_exec_line
 from orchestrator.sweepfile.problems import control_character
-from orchestrator.types import KnobValue
+from orchestrator.types import ANSWER_ONLY_METRICS, KnobValue, point_metric_names
 
 _T = TypeVar("_T", bound=Hashable)
 
@@ -82,6 +83,61 @@ ProblemName = Annotated[str, _PROBLEM_NAME.validator, _PROBLEM_NAME.schema]
 _CLOCK_TIME = _Pattern(r"(?:[01][0-9]|2[0-3]):[0-5][0-9]", "a time of day 'HH:MM'", 5)
 ClockTime = Annotated[str, _CLOCK_TIME.validator, _CLOCK_TIME.schema]
 Text = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+def _check_metric(value: str) -> str:
+    known = point_metric_names() | set(ANSWER_ONLY_METRICS)
+    if value not in known:
+        close = difflib.get_close_matches(value, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{value!r} is not a stored point metric{hint}")
+    return value
+
+
+MetricName = Annotated[
+    str,
+    AfterValidator(_check_metric),
+    WithJsonSchema({"type": "string", "pattern": "^[a-z0-9_]+$", "maxLength": 64}),
+]
+"""A metric an objective or constraint names: a stored point metric, ``accept_len`` or
+``coding_pass_rate``."""
+
+
+def _check_constraint_name(value: str) -> str:
+    return value if value == "lossless" else _check_metric(value)
+
+
+ConstraintName = Annotated[
+    str,
+    AfterValidator(_check_constraint_name),
+    WithJsonSchema({"type": "string", "pattern": "^[a-z0-9_]+$", "maxLength": 64}),
+]
+"""``lossless`` or a :data:`MetricName`."""
+
+_BOUND = re.compile(r"\s*(>=|<=|>|<|==)\s*(\S+)\s*")
+
+
+def parse_bound(value: object) -> tuple[str, float | str] | bool:
+    """A constraint's value: ``true``/``false``, or ``">= baseline"`` / ``"<= 2.0"`` as
+    (op, number or "baseline"); anything else is one clear error."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a bound such as '<= 2.0' or '>= baseline'")
+    match = _BOUND.fullmatch(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a bound such as '<= 2.0' or '>= baseline'")
+    op, operand = match.groups()
+    if operand == "baseline":
+        return op, "baseline"
+    try:
+        number = float(operand)
+    except ValueError:
+        raise ValueError(f"{operand!r} is neither a number nor 'baseline'") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{operand!r} is not a finite number")
+    return op, number
+
 
 _HOSTNAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"

@@ -10,12 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.sweepfile.fields import (
     Address,
     ArgText,
     ClockTime,
+    ConstraintName,
     Duration,
     EnvName,
     EnvValue,
@@ -27,15 +38,17 @@ from orchestrator.sweepfile.fields import (
     Jump,
     KnobName,
     KnobValueField,
+    MetricName,
     ProblemName,
     ServiceName,
     SweepName,
     Text,
     UserName,
+    parse_bound,
     unique,
     unique_or_none,
 )
-from orchestrator.types import ApiKind
+from orchestrator.types import ApiKind, metric_is_minimized
 
 DEFAULT_RESTART_S = 300.0
 DEFAULT_DECODE_TOKENS_PER_S = 50.0
@@ -132,6 +145,11 @@ class BenchmarkSpec(_Model):
     warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     ignore_eos: bool = True
+    repeats: Annotated[int, Field(ge=1, le=100)] = Field(
+        default=1,
+        description="how many times each config is measured per host type, each after its own "
+        "restart, interleaved with the other configs",
+    )
 
 
 class CodingSpec(_Model):
@@ -196,6 +214,101 @@ class EstimateSpec(_Model):
     )
 
 
+class CellSpec(_Model):
+    """One matrix cell an objective names."""
+
+    context: Annotated[int, Field(ge=1, le=2_000_000)]
+    concurrency: Annotated[int, Field(ge=1, le=4096)]
+
+
+class ObjectiveSpec(_Model):
+    """What "best" means: one metric at one cell, or combined over several cells.
+
+    Latencies, errors and wall time are minimized, every other metric maximized
+    (:func:`orchestrator.types.metric_is_minimized`).
+    """
+
+    metric: MetricName
+    context: Annotated[int, Field(ge=1, le=2_000_000)] | None = None
+    concurrency: Annotated[int, Field(ge=1, le=4096)] | None = None
+    cells: Annotated[list[CellSpec], Field(min_length=1), AfterValidator(unique)] | None = None
+    combine: Literal["geomean"] = "geomean"
+
+    @model_validator(mode="after")
+    def _one_way_to_name_cells(self) -> ObjectiveSpec:
+        single = self.context is not None or self.concurrency is not None
+        if single and self.cells is not None:
+            raise ValueError("give either 'context' and 'concurrency', or 'cells', not both")
+        if not single and self.cells is None:
+            raise ValueError("name the cell: 'context' and 'concurrency', or 'cells'")
+        if single and (self.context is None or self.concurrency is None):
+            raise ValueError("give both 'context' and 'concurrency'")
+        return self
+
+    @property
+    def minimized(self) -> bool:
+        return metric_is_minimized(self.metric)
+
+    @property
+    def target_cells(self) -> tuple[tuple[int, int], ...]:
+        """The (context, concurrency) cells the objective reads, in the file's order."""
+        if self.cells is not None:
+            return tuple((cell.context, cell.concurrency) for cell in self.cells)
+        assert self.context is not None and self.concurrency is not None
+        return ((self.context, self.concurrency),)
+
+
+class Bound(_Model):
+    """A constraint's bound: ``op`` against a number or against the baseline's value."""
+
+    op: Literal[">=", "<=", ">", "<", "=="]
+    value: float | Literal["baseline"]
+
+
+def _constraint_value(value: object) -> Bound | bool:
+    parsed = parse_bound(value)
+    if isinstance(parsed, bool):
+        return parsed
+    op, operand = parsed
+    return Bound.model_validate({"op": op, "value": operand})
+
+
+ConstraintValue = Annotated[
+    Bound | bool,
+    BeforeValidator(_constraint_value),
+    WithJsonSchema(
+        {
+            "oneOf": [
+                {"type": "boolean"},
+                {"type": "string", "pattern": r"^\s*(>=|<=|>|<|==)\s*\S+\s*$"},
+            ]
+        }
+    ),
+]
+"""``"<= 2.0"``, ``">= baseline"``, or (for ``lossless``) ``true``."""
+
+
+class SearchSpec(_Model):
+    """How the sweep's space is explored on each host type."""
+
+    strategy: Literal["grid", "random", "adaptive"] = "grid"
+    max_restarts: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None,
+        description="hard cap on unit starts per host type for the sweep (baseline, screening, "
+        "promotions, repeats, retries and the confirmation reserve all count)",
+    )
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+
+    @model_validator(mode="after")
+    def _needs_a_budget(self) -> SearchSpec:
+        if self.strategy != "grid" and self.max_restarts is None:
+            raise ValueError(
+                f"strategy {self.strategy} needs max_restarts (the unit starts each host type "
+                "may spend)"
+            )
+        return self
+
+
 class Sweep(_Model):
     """A whole sweep file."""
 
@@ -223,6 +336,35 @@ class Sweep(_Model):
     schedule: Schedule | None = None
     notify: Notify | None = None
     estimate: EstimateSpec = Field(default_factory=EstimateSpec)
+    objective: ObjectiveSpec | None = None
+    constraints: dict[ConstraintName, ConstraintValue] = Field(default_factory=dict)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+
+    @field_validator("objective")
+    @classmethod
+    def _objective_cells_in_matrix(
+        cls, objective: ObjectiveSpec | None, info: ValidationInfo
+    ) -> ObjectiveSpec | None:
+        bench = info.data.get("benchmark")
+        if objective is None or not isinstance(bench, BenchmarkSpec):
+            return objective
+        for context, concurrency in objective.target_cells:
+            if context not in bench.contexts or concurrency not in bench.concurrency:
+                raise ValueError(
+                    f"cell context {context} / concurrency {concurrency} is not in the "
+                    "benchmark matrix (benchmark.contexts x benchmark.concurrency)"
+                )
+        return objective
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraint_kinds(cls, constraints: dict[str, Bound | bool]) -> dict[str, Bound | bool]:
+        for name, value in constraints.items():
+            if name == "lossless" and not isinstance(value, bool):
+                raise ValueError("lossless takes true or false")
+            if name != "lossless" and not isinstance(value, Bound):
+                raise ValueError(f"{name} takes a bound such as '<= 2.0' or '>= baseline'")
+        return constraints
 
     @property
     def knob_names(self) -> list[str]:

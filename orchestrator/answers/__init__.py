@@ -1,0 +1,24 @@
+"""The answers layer: a sweep's stored results turned into which config to deploy per host
+type, with the uncertainty that decision carries (pooling, intervals, verdicts)."""
+
+from orchestrator.answers.model import (
+    Answer,
+    Contender,
+    Estimate,
+    HostFlag,
+    IntervalBasis,
+    Margin,
+    ObjectiveView,
+    Verdict,
+)
+
+__all__ = [
+    "Answer",
+    "Contender",
+    "Estimate",
+    "HostFlag",
+    "IntervalBasis",
+    "Margin",
+    "ObjectiveView",
+    "Verdict",
+]

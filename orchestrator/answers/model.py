@@ -1,0 +1,171 @@
+"""What an answer is: per host type, the config to deploy, how sure that is, and why.
+
+These are the types that cross from the answers layer (which computes them from a sweep's
+stored results) to its readers: ``results --json`` / ``run --json``, the reports, ``adopt``.
+JSON is made only by their ``to_json``, at those edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+JsonObject = dict[str, Any]
+
+IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-only", "none"]
+"""What variance an interval covers: ``restarts`` (the spread of this config's own restarts,
+which holds request-to-request noise too), ``borrowed-restart-variance`` (one restart, with
+the restart-to-restart spread measured on the host type's repeated configs), ``within-run-only``
+(one restart and no repeated config to borrow from: request-to-request noise only, so too
+narrow for a deploy decision), ``none`` (nothing to build an interval from)."""
+
+Verdict = Literal["better", "tie", "no-valid-config"]
+
+
+def _interval(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else [ci[0], ci[1]]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One config's objective value on one host type, pooled over its restarts there."""
+
+    value: float
+    ci95: tuple[float, float] | None
+    basis: IntervalBasis
+    restarts: int
+    """Restarts (unit starts that measured it) behind the value."""
+    hosts: tuple[str, ...] = ()
+    cv: float | None = None
+    """Coefficient of variation across its restarts (None with fewer than two)."""
+    noisy: bool = False
+    """cv above 5 %: the restarts disagree more than a deploy decision should rest on."""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "value": self.value,
+            "ci95": _interval(self.ci95),
+            "basis": self.basis,
+            "restarts": self.restarts,
+            "hosts": list(self.hosts),
+            "cv": self.cv,
+            "noisy": self.noisy,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    """A config's standing in one host type's answer."""
+
+    config: JsonObject
+    """Knob -> value, as in ``trials[].config``."""
+    label: str
+    estimate: Estimate
+    speedup_vs_baseline: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
+    violations: tuple[str, ...] = ()
+    """Constraints it breaks, in words (``"ttft_p99_s 2.41 > 2.0"``): it cannot win."""
+    screened_only: bool = False
+    """Measured only at screening fidelity (fewer rounds, the objective's cells)."""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "config": self.config,
+            "label": self.label,
+            "estimate": self.estimate.value,
+            "ci95": _interval(self.estimate.ci95),
+            "basis": self.estimate.basis,
+            "restarts": self.estimate.restarts,
+            "hosts": list(self.estimate.hosts),
+            "cv": self.estimate.cv,
+            "noisy": self.estimate.noisy,
+            "speedup_vs_baseline": self.speedup_vs_baseline,
+            "speedup_ci95": _interval(self.speedup_ci95),
+            "violations": list(self.violations),
+            "screened_only": self.screened_only,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HostFlag:
+    """A host that disagrees with its siblings beyond noise: a finding, kept out of the pool."""
+
+    host: str
+    host_type: str
+    message: str
+
+    def to_json(self) -> JsonObject:
+        return {"host": self.host, "host_type": self.host_type, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Margin:
+    """How much the best beats the runner-up: relative difference of the objective (positive
+    = better, whichever way the metric goes) with its 95 % interval."""
+
+    relative: float
+    ci95: tuple[float, float] | None
+
+    def to_json(self) -> JsonObject:
+        return {"relative": self.relative, "ci95": _interval(self.ci95)}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveView:
+    """The objective an answer is about, in the sweep file's terms."""
+
+    metric: str
+    cells: tuple[tuple[int, int], ...]
+    """(context, concurrency) cells the value is read at (combined by ``combine``)."""
+    minimized: bool
+    combine: str = "geomean"
+
+    def to_json(self) -> JsonObject:
+        return {
+            "metric": self.metric,
+            "cells": [{"context": c, "concurrency": n} for c, n in self.cells],
+            "goal": "min" if self.minimized else "max",
+            "combine": self.combine,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Which config to deploy on one host type for one objective, and how sure that is."""
+
+    host_type: str
+    objective: ObjectiveView
+    verdict: Verdict
+    best: Contender | None
+    runner_up: Contender | None = None
+    tied: tuple[Contender, ...] = ()
+    """On ``tie``: the configs the data cannot tell from ``best`` (``best`` not repeated)."""
+    margin: Margin | None = None
+    """best vs runner-up."""
+    explored: int = 0
+    """Distinct configs measured on this host type."""
+    space: int = 0
+    """Distinct configs in the sweep's space."""
+    restarts_used: int = 0
+    contenders: tuple[Contender, ...] = ()
+    """Every measured config, best first (what the report's pictures show)."""
+    flags: tuple[HostFlag, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What the reader must know to trust it (borrowed variance, a cut-short search, ...)."""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "host_type": self.host_type,
+            "objective": self.objective.to_json(),
+            "verdict": self.verdict,
+            "best": None if self.best is None else self.best.to_json(),
+            "runner_up": None if self.runner_up is None else self.runner_up.to_json(),
+            "tied": [c.config for c in self.tied],
+            "margin": None if self.margin is None else self.margin.to_json(),
+            "explored": self.explored,
+            "space": self.space,
+            "restarts_used": self.restarts_used,
+            "contenders": [c.to_json() for c in self.contenders],
+            "flags": [f.to_json() for f in self.flags],
+            "notes": list(self.notes),
+        }
