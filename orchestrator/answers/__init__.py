@@ -4,7 +4,9 @@ type, with the uncertainty that decision carries (pooling, intervals, verdicts).
 from orchestrator.answers.model import (
     Answer,
     Contender,
+    ConvergenceStep,
     Estimate,
+    FailedConfig,
     HostFlag,
     IntervalBasis,
     Margin,
@@ -15,7 +17,9 @@ from orchestrator.answers.model import (
 __all__ = [
     "Answer",
     "Contender",
+    "ConvergenceStep",
     "Estimate",
+    "FailedConfig",
     "HostFlag",
     "IntervalBasis",
     "Margin",

@@ -130,6 +130,30 @@ class ObjectiveView:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedConfig:
+    """A config of the space that was tried on this host type and never measured."""
+
+    config: JsonObject
+    label: str
+    cause: str | None
+
+    def to_json(self) -> JsonObject:
+        return {"config": self.config, "label": self.label, "cause": self.cause}
+
+
+@dataclass(frozen=True, slots=True)
+class ConvergenceStep:
+    """After ``restarts`` unit starts on the type, the best valid estimate so far."""
+
+    restarts: int
+    best: float | None
+    label: str | None
+
+    def to_json(self) -> JsonObject:
+        return {"restarts": self.restarts, "best": self.best, "label": self.label}
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """Which config to deploy on one host type for one objective, and how sure that is."""
 
@@ -149,6 +173,9 @@ class Answer:
     restarts_used: int = 0
     contenders: tuple[Contender, ...] = ()
     """Every measured config, best first (what the report's pictures show)."""
+    failed: tuple[FailedConfig, ...] = ()
+    convergence: tuple[ConvergenceStep, ...] = ()
+    """Best-so-far against restarts spent, in the order the restarts happened."""
     flags: tuple[HostFlag, ...] = ()
     notes: tuple[str, ...] = ()
     """What the reader must know to trust it (borrowed variance, a cut-short search, ...)."""
@@ -166,6 +193,8 @@ class Answer:
             "space": self.space,
             "restarts_used": self.restarts_used,
             "contenders": [c.to_json() for c in self.contenders],
+            "failed": [f.to_json() for f in self.failed],
+            "convergence": [step.to_json() for step in self.convergence],
             "flags": [f.to_json() for f in self.flags],
             "notes": list(self.notes),
         }
