@@ -71,6 +71,7 @@ ul.warnings li { margin: 2px 0; }
 .answer.no-valid-config { border-left-color: var(--fail); }
 .answer p.headline { font-size: 16px; font-weight: 600; margin: 4px 0; max-width: 120ch; }
 .answer ul { margin: 4px 0 6px; max-width: 120ch; }
+.answer figcaption { max-width: 62ch; }
 .scroll { overflow-x: auto; }
 @page { size: A4 landscape; margin: 10mm; }
 @media print {

@@ -28,7 +28,12 @@ from orchestrator.report import render
 from orchestrator.report.html import convergence_figure, space_figure
 from orchestrator.report.model import SweepReport, load_report
 from orchestrator.report.space import explored_space
-from orchestrator.report.tables import best_tables, pooled_best_table
+from orchestrator.report.tables import (
+    best_tables,
+    convergence_table,
+    pooled_best_table,
+    space_table,
+)
 from orchestrator.report.words import answer_words
 from orchestrator.store import Store
 from tests.integration.test_report_support import ConfigSpec, SweepSpec, ddtree, fill_sweep
@@ -291,6 +296,25 @@ def test_the_space_folds_other_knobs_into_the_best_over_them() -> None:
     assert cell.contender is WINNER and cell.configs == 2 and cell.is_best
 
 
+def test_markdown_tables_for_the_pictures() -> None:
+    answer = better()
+    steps = convergence_table(answer)
+    # Only where the best changed, and the last restart.
+    assert [(r[0].text, r[1].text, r[2].text) for r in steps.rows] == [
+        ("1", "—", "no valid config yet"),
+        ("2", "1,700", "budget=8 topk=2"),
+        ("3", "1,900", "budget=8 topk=4"),
+        ("5", "2,310", "budget=16 topk=4"),
+    ]
+    grid = explored_space(answer)
+    assert grid is not None
+    space = space_table(grid, answer)
+    assert space.headers == ("budget \\ topk", "2", "4", "8")
+    by_budget = {row[0].text: [(c.text, c.kind) for c in row[1:]] for row in space.rows}
+    assert by_budget["16"] == [("2,000", ""), ("2,310", "best"), ("", "missing")]
+    assert by_budget["32"] == [("", "missing"), ("", "missing"), ("FAILED", "failed")]
+
+
 # --- the report, pooled --------------------------------------------------------------------
 
 
@@ -383,6 +407,9 @@ def test_reports_open_with_the_answer(twin_report: SweepReport, tmp_path: Path) 
     assert '<div class="answer tie">' in html
     for root in _svgs(html):  # every inline picture is valid XML
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    compared = render([report, twin_report], "md")
+    assert compared.index("### Answer") < compared.index("### Host type")
+    assert compared.count("### Answer") == 1  # only the sweep that has answers
     document = json.loads(render([report], "json"))
     assert [a["verdict"] for a in document["sweeps"][0]["answers"]] == ["better", "tie"]
     assert "answers" not in json.loads(render([twin_report], "json"))["sweeps"][0]
