@@ -24,7 +24,7 @@ from orchestrator.report.model import (
 )
 from orchestrator.report.space import SpaceCell, estimates, explored_space
 from orchestrator.report.svg import esc
-from orchestrator.report.words import answer_words, where
+from orchestrator.report.words import answer_words, readable, where
 
 CSS = """
 :root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
@@ -427,6 +427,7 @@ def convergence_figure(answer: Answer) -> str | None:
         x_label=f"restarts on {answer.host_type}",
         y_label=f"best {metric}" + (f" ({unit})" if unit else ""),
         y_zero=False,
+        x_zero=True,
     )
     return _figure(
         [panel],
@@ -500,7 +501,7 @@ def answers_html(report: SweepReport, heading: str) -> str:
     if not report.answers:
         return ""
     parts = [f'<section class="answers"><{heading}>Answer</{heading}>']
-    for answer in report.answers:
+    for answer in map(readable, report.answers):
         said = answer_words(answer)
         details = "".join(f"<li>{esc(d)}</li>" for d in said.details)
         figures = [convergence_figure(answer), space_figure(answer)]

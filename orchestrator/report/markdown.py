@@ -12,7 +12,7 @@ from orchestrator.report import fmt, tables
 from orchestrator.report.compare import Comparison, compare
 from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
 from orchestrator.report.space import explored_space
-from orchestrator.report.words import answer_words
+from orchestrator.report.words import answer_words, readable
 
 
 def _escape(text: str) -> str:
@@ -79,7 +79,7 @@ def answer_sections(report: SweepReport, level: int = 2) -> list[str]:
         return []
     h = "#" * level
     lines = [f"{h} Answer", ""]
-    for answer in report.answers:
+    for answer in map(readable, report.answers):
         said = answer_words(answer)
         lines += [f"**{_escape(said.headline)}**", ""]
         lines += [f"- {_escape(detail)}" for detail in said.details]

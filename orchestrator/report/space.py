@@ -1,12 +1,13 @@
 """The explored space of one answer as a grid over two knobs: what the pictures draw.
 
 The two knobs are the ones with the most distinct values among the answer's contenders
-(ties: by name), rows for the first and columns for the second; with one varied knob the grid
-is one row. The other knobs are folded in: a cell shows the best contender among the configs
-that share its two values (valid ones first: a config that breaks a constraint shows only
-when nothing in the cell is valid), and says how many configs it stands for. A cell that no
-contender reached is ``failed`` when a config tried there never produced a measurement, and
-``unexplored`` (drawn blank) when nothing was tried there at all.
+(ties: by name; the baseline, which sets no knob, is not drawn), rows for the first and
+columns for the second; with one varied knob the grid is one row. The other knobs are folded
+in: a cell shows the best contender among the configs that share its two values (valid ones
+first: a config that breaks a constraint shows only when nothing in the cell is valid), and
+says how many configs it stands for. A cell that no contender reached is ``failed`` when a
+config tried there never produced a measurement, and ``unexplored`` (drawn blank) when
+nothing was tried there at all.
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def _better(answer: Answer, a: Contender, b: Contender) -> bool:
 def explored_space(answer: Answer) -> SpaceGrid | None:
     """The grid of ``answer``'s contenders and failed configs; None when fewer than two
     configs were tried or no knob varies (nothing to draw)."""
-    contenders = answer.contenders
+    # The baseline sets no knob: it is the reference the speedups are read against, not a
+    # point of the space (on an axis it would add an "(unset)" value to every knob).
+    contenders = tuple(c for c in answer.contenders if c.config)
     tried: list[Mapping[str, Any]] = [c.config for c in contenders]
     tried += [f.config for f in answer.failed]
     if len(tried) < 2:

@@ -268,9 +268,11 @@ def xy_panel(
     x_categories: Sequence[float] | None = None,
     y_zero: bool = True,
     frame: Frame | None = None,
+    x_zero: bool = False,
 ) -> str:
     """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
-    (evenly spaced), e.g. the concurrencies measured."""
+    (evenly spaced), e.g. the concurrencies measured; ``x_zero`` starts a linear x axis at 0
+    (counts, such as restarts spent)."""
     frame = frame or Frame()
     values = [m.y for s in series for m in s.marks if m.y is not None]
     xs_all = [m.x for s in series for m in s.marks]
@@ -314,7 +316,7 @@ def xy_panel(
             )
         else:
             pad_x = (hi - lo) * 0.08 or 0.5
-            x_ticks = nice_ticks(lo - pad_x, hi + pad_x)
+            x_ticks = nice_ticks(0.0, hi + 0.5) if x_zero else nice_ticks(lo - pad_x, hi + pad_x)
             xscale = Scale(x_ticks[0], x_ticks[-1], frame.plot_left, frame.plot_right)
 
         def xmap(v: float) -> float:

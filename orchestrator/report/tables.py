@@ -512,6 +512,7 @@ def best_tables(group: HostTypeGroup, answers: Sequence[Answer]) -> list[Table]:
     table alone (as reports always had it)."""
     if not answers:
         return [best_table(group)]
+    answers = [words.readable(a) for a in answers]
     return [
         *(contenders_table(a) for a in answers if a.contenders),
         pooled_best_table(group, answers),
@@ -587,12 +588,13 @@ def contenders_table(answer: Answer) -> Table:
 
 
 def convergence_table(answer: Answer) -> Table:
-    """Best-so-far against restarts: the steps where the best changed, and the last one."""
+    """Best-so-far against restarts: the steps where the best config changed, and the last
+    one (its estimate moves a little with every restart of it; the config is the news)."""
     rows = []
     steps = answer.convergence
-    previous: tuple[float | None, str | None] | None = None
+    previous: tuple[str | None] | None = None
     for index, step in enumerate(steps):
-        current = (step.best, step.label)
+        current = (step.label,)
         if current == previous and index != len(steps) - 1:
             continue
         previous = current

@@ -9,11 +9,14 @@ by :mod:`orchestrator.report.fmt` so they read as in the tables.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
 from orchestrator.report import fmt
+from orchestrator.report.model import short_labels
+from orchestrator.store.results import config_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,56 @@ class AnswerWords:
 
     headline: str
     details: tuple[str, ...]
+
+
+def readable(answer: Answer) -> Answer:
+    """The answer with its configs named as the report's tables name them: without the knob
+    values most of its configs share (``budget=16 topk=4``, not four knobs of which two never
+    change). The configs themselves are kept whole; the answers layer's notes get the same
+    names, so a config reads the same everywhere on the page. For rendering only: the JSON
+    keeps the answers layer's labels."""
+    pairs = [(c.label, c.config) for c in answer.contenders]
+    pairs += [(f.label, f.config) for f in answer.failed]
+    for contender in (answer.best, answer.runner_up, *answer.tied):
+        if contender is not None:
+            pairs.append((contender.label, contender.config))
+    names: dict[str, str] = {}
+    unique = list({label: config for label, config in pairs}.items())
+    for (label, _), short in zip(
+        unique, short_labels([config for _, config in unique]), strict=True
+    ):
+        names[label] = short
+    if all(label == short for label, short in names.items()):
+        return answer
+
+    def rename(contender: Contender | None) -> Contender | None:
+        if contender is None:
+            return None
+        return replace(contender, label=names.get(contender.label, contender.label))
+
+    def renamed(contenders: Sequence[Contender]) -> tuple[Contender, ...]:
+        return tuple(replace(c, label=names.get(c.label, c.label)) for c in contenders)
+
+    spelled = [label for label in sorted(names, key=len, reverse=True) if label != names[label]]
+    # Whole labels only, longest first, in one pass: a label is never rewritten inside
+    # another one (``budget=1`` in ``budget=16``) nor twice.
+    alternatives = "|".join(re.escape(label) for label in spelled)
+    pattern = re.compile(rf"(?<![\w.=])(?:{alternatives})(?![\w.])" if spelled else r"(?!)")
+    return replace(
+        answer,
+        best=rename(answer.best),
+        runner_up=rename(answer.runner_up),
+        tied=renamed(answer.tied),
+        contenders=renamed(answer.contenders),
+        failed=tuple(replace(f, label=names.get(f.label, f.label)) for f in answer.failed),
+        convergence=tuple(
+            replace(step, label=names.get(step.label, step.label))
+            if step.label is not None
+            else step
+            for step in answer.convergence
+        ),
+        notes=tuple(pattern.sub(lambda m: names[m.group(0)], note) for note in answer.notes),
+    )
 
 
 def where(objective: ObjectiveView) -> str:
@@ -139,8 +192,10 @@ def _details(answer: Answer) -> list[str]:
         restarts = best.estimate.restarts
         plural = "" if restarts == 1 else "s"
         leader = "Highest estimate" if answer.verdict == "tie" else "Estimate"
+        full = config_label(best.config)
+        spelled = f" ({full})" if full != best.label else ""
         lines.append(
-            f"{leader}: {best.label}, {objective.metric} {_value(objective, best)}, "
+            f"{leader}: {best.label}{spelled}, {objective.metric} {_value(objective, best)}, "
             f"from {restarts} restart{plural}{on}."
         )
         lines.append(f"Interval basis: {basis_words(best.estimate.basis, best.estimate.restarts)}.")
@@ -166,9 +221,9 @@ def _details(answer: Answer) -> list[str]:
         )
         lines.append(f"Noisy (its restarts disagree by more than 5%): {items}.")
     for flag in answer.flags:
-        lines.append(
-            f"Host {flag.host} disagrees with its siblings: {flag.message}; left out of the pool."
-        )
+        # A flagged host is out of the pool by definition; say so once.
+        kept_out = "" if "out of the pool" in flag.message else "; left out of the pool"
+        lines.append(f"Host {flag.host} disagrees with its siblings: {flag.message}{kept_out}.")
     ruled_out = [
         c
         for c in answer.contenders
@@ -187,17 +242,21 @@ def _details(answer: Answer) -> list[str]:
 
 
 def _coverage(answer: Answer) -> str:
+    """How much of the space the answer rests on: measured, failed, never tried."""
     restarts = f"{answer.restarts_used} restart{'' if answer.restarts_used == 1 else 's'} used"
+    failed = len(answer.failed)
+    tail = f"; {failed} failed" if failed else ""
     if answer.space:
-        left = answer.space - answer.explored
-        tail = f"; {left} not explored" if left > 0 else ""
+        untried = answer.space - answer.explored - failed
+        tail += f"; {untried} not explored" if untried > 0 else ""
         return f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}."
-    return f"Explored {answer.explored} configs ({restarts})."
+    return f"Explored {answer.explored} configs ({restarts}){tail}."
 
 
 def answer_words(answer: Answer) -> AnswerWords:
-    """The answer as a headline and its supporting bullets."""
+    """The answer as a headline and its supporting bullets (configs named as given: pass
+    :func:`readable` of it for the report's short names)."""
     return AnswerWords(_headline(answer), tuple(_details(answer)))
 
 
-__all__ = ["AnswerWords", "answer_words", "basis_words", "where"]
+__all__ = ["AnswerWords", "answer_words", "basis_words", "readable", "where"]

@@ -34,7 +34,7 @@ from orchestrator.report.tables import (
     pooled_best_table,
     space_table,
 )
-from orchestrator.report.words import answer_words
+from orchestrator.report.words import answer_words, readable
 from orchestrator.store import Store
 from tests.integration.test_report_support import ConfigSpec, SweepSpec, ddtree, fill_sweep
 
@@ -102,7 +102,11 @@ def better(**changes: Any) -> Answer:
             contender(8, 2, 1700.0, speedup=1.7),
             contender(16, 2, 2000.0, speedup=2.0),
         ),
-        failed=(FailedConfig({"algorithm": "DDTREE", "budget": 32, "topk": 8}, "x", "oom"),),
+        failed=(
+            FailedConfig(
+                {"algorithm": "DDTREE", "budget": 32, "topk": 8}, "budget=32 topk=8", "oom"
+            ),
+        ),
         convergence=(
             ConvergenceStep(1, None, None),
             ConvergenceStep(2, 1700.0, "budget=8 topk=2"),
@@ -126,8 +130,8 @@ def test_a_clear_winner_reads_as_the_issue_asks() -> None:
     details = "\n".join(said.details)
     assert "output_tok_s 2,310 tok/s [2,241, 2,379], from 3 restarts on sim-01, sim-02" in details
     assert "restart-to-restart and request-to-request variance over 3 restarts" in details
-    assert "Explored 5 of 84 configs (12 restarts used); 79 not explored." in details
-    assert "Failed, never measured: x (oom)." in details
+    assert "Explored 5 of 84 configs (12 restarts used); 1 failed; 78 not explored." in details
+    assert "Failed, never measured: budget=32 topk=8 (oom)." in details
 
 
 def test_a_tie_lists_the_tied_configs_and_what_would_break_it() -> None:
@@ -173,7 +177,8 @@ def test_no_valid_config_says_why() -> None:
         )
     )
     assert nothing.headline.endswith(": none of the 1 configs tried produced a measurement.")
-    assert "Explored 0 of 84 configs (2 restarts used); 84 not explored." in nothing.details
+    coverage = "Explored 0 of 84 configs (2 restarts used); 1 failed; 83 not explored."
+    assert coverage in nothing.details
 
 
 @pytest.mark.parametrize(
@@ -232,6 +237,42 @@ def test_a_minimized_metric_over_several_cells_reads_in_its_unit() -> None:
     )
 
 
+def test_configs_read_by_the_knobs_that_vary_and_keep_their_full_config() -> None:
+    """The answers layer names configs by every knob; the report drops the shared ones, in
+    the notes too, and still says the whole config to deploy."""
+
+    def spelled(c: Contender) -> Contender:
+        return dataclasses.replace(c, label=f"algorithm=DDTREE {c.label}")
+
+    full = better()
+    answer = dataclasses.replace(
+        full,
+        best=spelled(WINNER),
+        runner_up=spelled(RUNNER),
+        contenders=tuple(spelled(c) for c in full.contenders),
+        convergence=(ConvergenceStep(1, 2310.0, "algorithm=DDTREE budget=16 topk=4"),),
+        notes=(
+            "algorithm=DDTREE budget=16 topk=4's estimate comes from its 2 confirmation "
+            "restart(s) only; algorithm=DDTREE budget=1 topk=4 is not in this space",
+        ),
+    )
+    shown = readable(answer)
+    said = answer_words(shown)
+    assert said.headline.startswith("Deploy budget=16 topk=4 on b300:")
+    assert "beats budget=12 topk=4 by" in said.headline
+    assert said.details[0].startswith(
+        "Estimate: budget=16 topk=4 (algorithm=DDTREE budget=16 topk=4), output_tok_s"
+    )
+    assert shown.notes == (
+        "budget=16 topk=4's estimate comes from its 2 confirmation restart(s) only; "
+        "algorithm=DDTREE budget=1 topk=4 is not in this space",
+    )
+    assert shown.convergence[0].label == "budget=16 topk=4"
+    assert answer.best is not None and shown.best is not None
+    assert shown.best.config == answer.best.config
+    assert readable(better()) == better()  # already short: unchanged
+
+
 # --- the pictures --------------------------------------------------------------------------
 
 
@@ -285,12 +326,14 @@ def test_the_space_folds_other_knobs_into_the_best_over_them() -> None:
             contender(8, 4, 1900.0, window=2048),
             contender(8, 2, 1700.0),
             contender(12, 8, 1800.0),
+            dataclasses.replace(WINNER, config={}, label="baseline"),
         )
     )
     grid = explored_space(answer)
     assert grid is not None
     assert (grid.row_knob, grid.column_knob) == ("budget", "topk")
     assert grid.other_knobs == ("window",)
+    assert "(unset)" not in grid.rows + grid.columns  # the baseline is not a point of the space
     row = grid.rows.index("16")
     cell = grid.cells[row][grid.columns.index("4")]
     assert cell.contender is WINNER and cell.configs == 2 and cell.is_best
@@ -398,7 +441,7 @@ def test_reports_open_with_the_answer(twin_report: SweepReport, tmp_path: Path) 
     report = dataclasses.replace(twin_report, answers=(_cell_answer(4), _cell_answer(1, "tie")))
     markdown = render([report], "md")
     assert markdown.index("## Answer") < markdown.index("## Host type")
-    assert "**Deploy budget=8 topk=4 on b300: 1.80× the baseline [1.70, 1.90]" in markdown
+    assert "**Deploy budget=8 on b300: 1.80× the baseline [1.70, 1.90]" in markdown
     assert "### Convergence on b300, context 1024 / concurrency 4" in markdown
     assert "| budget \\ topk |" not in markdown  # one knob varies: one row
     assert "### Explored space on b300, context 1024 / concurrency 4" in markdown
