@@ -501,7 +501,10 @@ def answers_html(report: SweepReport, heading: str) -> str:
     if not report.answers:
         return ""
     parts = [f'<section class="answers"><{heading}>Answer</{heading}>']
-    for answer in map(readable, report.answers):
+    shown = [readable(a) for a in report.answers]
+    if len(shown) > 1:
+        parts.append(table_html(tables.answers_table(shown)))
+    for answer in shown:
         said = answer_words(answer)
         details = "".join(f"<li>{esc(d)}</li>" for d in said.details)
         figures = [convergence_figure(answer), space_figure(answer)]

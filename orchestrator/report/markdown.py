@@ -79,7 +79,11 @@ def answer_sections(report: SweepReport, level: int = 2) -> list[str]:
         return []
     h = "#" * level
     lines = [f"{h} Answer", ""]
-    for answer in map(readable, report.answers):
+    shown = [readable(a) for a in report.answers]
+    if len(shown) > 1:
+        glance = tables.answers_table(shown)
+        lines += [f"{h}# {glance.title}", "", *table(glance), ""]
+    for answer in shown:
         said = answer_words(answer)
         lines += [f"**{_escape(said.headline)}**", ""]
         lines += [f"- {_escape(detail)}" for detail in said.details]

@@ -653,3 +653,52 @@ def space_note(grid: SpaceGrid, answer: Answer) -> str:
         f"{answer.objective.metric} estimates by {axes}; the answer's config is marked, "
         f"FAILED: tried and never measured, blank: not explored.{folded}"
     )
+
+
+def answers_table(answers: Sequence[Answer]) -> Table:
+    """Every answer on one line, before the answers one by one (a sweep without an objective
+    has one per host type and cell)."""
+    rows = []
+    for answer in answers:
+        best = answer.best
+        tied = ", ".join(c.label for c in answer.tied)
+        if best is None:
+            rows.append(
+                (
+                    Cell(answer.host_type),
+                    Cell(words.where(answer.objective)),
+                    Cell(answer.verdict, kind="failed"),
+                    *(Cell(fmt.MISSING, kind="missing"),) * 5,
+                )
+            )
+            continue
+        estimate = best.estimate
+        margin = (
+            fmt.percent(answer.margin.relative) + fmt.interval(answer.margin.ci95, fmt.percent)
+            if answer.margin is not None
+            else fmt.MISSING
+        )
+        rows.append(
+            (
+                Cell(answer.host_type),
+                Cell(words.where(answer.objective)),
+                Cell(answer.verdict, kind="good" if answer.verdict == "better" else "flagged"),
+                Cell(
+                    best.label + (f" (tied: {tied})" if tied else ""),
+                    title=config_label(best.config),
+                ),
+                Cell(words.value_text(answer.objective, best)),
+                Cell(
+                    fmt.ratio(best.speedup_vs_baseline)
+                    + fmt.interval(best.speedup_ci95, fmt.factor)
+                ),
+                Cell(margin),
+                Cell(estimate.basis, kind="bad" if estimate.basis == "within-run-only" else ""),
+            )
+        )
+    return Table(
+        "Answers at a glance",
+        ("host type", "at", "verdict", "config", "estimate", "vs baseline", "margin", "basis"),
+        tuple(rows),
+        note="margin: the best's relative lead over the runner-up, with its 95% interval.",
+    )

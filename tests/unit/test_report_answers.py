@@ -442,6 +442,12 @@ def test_reports_open_with_the_answer(twin_report: SweepReport, tmp_path: Path) 
     markdown = render([report], "md")
     assert markdown.index("## Answer") < markdown.index("## Host type")
     assert "**Deploy budget=8 on b300: 1.80× the baseline [1.70, 1.90]" in markdown
+    # Several answers: one line each first, then one by one.
+    assert markdown.index("### Answers at a glance") < markdown.index("**Deploy budget=8")
+    assert (
+        "| b300 | context 1024 / concurrency 1 | tie | budget=8 (tied: budget=12) | "
+        "900 tok/s [873, 927] | 1.80× [1.70, 1.90] | 4.0% [1.0%, 7.0%] | restarts |"
+    ) in markdown
     assert "### Convergence on b300, context 1024 / concurrency 4" in markdown
     assert "| budget \\ topk |" not in markdown  # one knob varies: one row
     assert "### Explored space on b300, context 1024 / concurrency 4" in markdown
@@ -452,7 +458,7 @@ def test_reports_open_with_the_answer(twin_report: SweepReport, tmp_path: Path) 
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
     compared = render([report, twin_report], "md")
     assert compared.index("### Answer") < compared.index("### Host type")
-    assert compared.count("### Answer") == 1  # only the sweep that has answers
+    assert compared.count("### Answer\n") == 1  # only the sweep that has answers
     document = json.loads(render([report], "json"))
     assert [a["verdict"] for a in document["sweeps"][0]["answers"]] == ["better", "tie"]
     assert "answers" not in json.loads(render([twin_report], "json"))["sweeps"][0]
