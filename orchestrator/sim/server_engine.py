@@ -51,6 +51,9 @@ class TruthRecord:
     id: str
     arrival_monotonic: float
     prompt_tokens: int
+    arrival_kernel_monotonic: float | None = None
+    """When the request's bytes reached the server's socket (the kernel's stamp), before the
+    event loop got to parse it; None where the socket keeps no stamps."""
     first_emit_monotonic: float | None = None
     chunks: list[list[float]] = field(default_factory=list)
     completion_tokens: int = 0
@@ -68,6 +71,7 @@ class TruthRecord:
         return {
             "id": self.id,
             "arrival_monotonic": self.arrival_monotonic,
+            "arrival_kernel_monotonic": self.arrival_kernel_monotonic,
             "first_emit_monotonic": self.first_emit_monotonic,
             "chunks": self.chunks,
             "prompt_tokens": self.prompt_tokens,
@@ -197,10 +201,16 @@ class Scheduler:
     # --- intake -----------------------------------------------------------------------------
 
     def submit(
-        self, prompt: Sequence[str], plan: Completion, *, internal: bool = False, hang: bool = False
+        self,
+        prompt: Sequence[str],
+        plan: Completion,
+        *,
+        internal: bool = False,
+        hang: bool = False,
+        arrival: float | None = None,
     ) -> Request:
         rid = uuid.uuid4().hex
-        truth = TruthRecord(rid, time.monotonic(), len(prompt))
+        truth = TruthRecord(rid, time.monotonic(), len(prompt), arrival_kernel_monotonic=arrival)
         req = Request(rid, tuple(prompt), plan, truth, internal=internal, hang=hang)
         if not internal:
             if len(self.truth) == self.truth.maxlen:

@@ -24,6 +24,7 @@ from orchestrator.sim.server_args import ServerArgs, shape_dict
 from orchestrator.sim.server_engine import Chunk, Request, Scheduler
 from orchestrator.sim.server_log import SglangLog
 from orchestrator.sim.settings import ServerSimSettings
+from orchestrator.sim.stamped import arrival_of
 from orchestrator.sim.thinking import (
     ParserKind,
     ReasoningSplitter,
@@ -36,6 +37,9 @@ EOS_TOKEN_ID = 163586
 """``matched_stop`` when a request ends on its own (the EOS token id of the simulated model)."""
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 
+
+ARRIVAL_KEY = "sim.arrival_kernel"
+"""The kernel's receive stamp of the request (monotonic seconds), when the socket keeps one."""
 
 WARMUP_HEADER = "X-Sim-Server-Warmup"
 """Marks the simulated server's own warm-up request to itself."""
@@ -103,6 +107,9 @@ class SimServerApp:
     async def _access_log(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        # Claimed by every request, so a keep-alive connection's next one gets its own stamp.
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        request[ARRIVAL_KEY] = arrival_of(sock)
         response = await handler(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         where = f"{peer[0]}:{peer[1]}" if peer else "-"
@@ -234,7 +241,7 @@ class SimServerApp:
     # --- generation -------------------------------------------------------------------------
 
     def _admit(self, prompt: list[str], text: str, params: dict[str, Any],
-               internal: bool = False) -> Request | web.Response:
+               internal: bool = False, arrival: float | None = None) -> Request | web.Response:
         st = self.state
         sched = st.scheduler
         if sched is None or (st.phase is Phase.LOADING):
@@ -261,7 +268,7 @@ class SimServerApp:
             st.requests_seen += 1
             every = st.settings.faults.hang_request_every.active(st.argv)
             hang = bool(every) and st.requests_seen % int(every or 1) == 0
-        return sched.submit(prompt, plan, internal=internal, hang=hang)
+        return sched.submit(prompt, plan, internal=internal, hang=hang, arrival=arrival)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -274,7 +281,9 @@ class SimServerApp:
         params = body.get("sampling_params") or {}
         # The server's own warm-up request (sent to itself) is not a client's request.
         own = request.headers.get(WARMUP_HEADER) == "1" and self.state.phase is Phase.WARMING
-        admitted = self._admit(tokenize(text), text, params, internal=own)
+        admitted = self._admit(
+            tokenize(text), text, params, internal=own, arrival=request.get(ARRIVAL_KEY)
+        )
         if isinstance(admitted, web.Response):
             return admitted
         req = admitted
@@ -362,7 +371,9 @@ class SimServerApp:
         params = {"max_new_tokens": max_tokens, "temperature": body.get("temperature", 1.0),
                   "ignore_eos": body.get("ignore_eos", False)}
         last_user = next((c for r, c in reversed(pairs) if r == "user"), pairs[-1][1])
-        admitted = self._admit(chat_prompt_tokens(pairs), last_user, params)
+        admitted = self._admit(
+            chat_prompt_tokens(pairs), last_user, params, arrival=request.get(ARRIVAL_KEY)
+        )
         if isinstance(admitted, web.Response):
             return admitted
         req = admitted

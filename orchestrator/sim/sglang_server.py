@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import aiohttp
 from aiohttp import web
 
-from orchestrator.sim import server_faults
+from orchestrator.sim import server_faults, stamped
 from orchestrator.sim.server_args import (
     DFLASH_FAMILY,
     ServerArgs,
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = stamped.listener(socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)

@@ -132,6 +132,11 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
         assert record.prompt_tokens == row["prompt_tokens"] == 200
         assert [c.tokens for c in record.chunks] == [n for _, n in row["chunks"]]
         assert record.spec_verify_ct == row["verify_steps"]
+        if sys.platform == "linux":
+            # The kernel saw the request's bytes before the server's handler ran.
+            kernel = row["arrival_kernel_monotonic"]
+            assert kernel is not None and kernel <= row["arrival_monotonic"], row
+            assert row["arrival_monotonic"] - kernel < ARRIVAL_MAX_S, row
         for chunk, (emitted, _n) in zip(record.chunks, row["chunks"], strict=True):
             arrival_errors.append(chunk.arrival - emitted)
         first = record.first_token_time
