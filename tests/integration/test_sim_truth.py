@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.sim.settings import ServerSimSettings
 from orchestrator.sim.truth import CellTruth, sweep_truth
 from orchestrator.sweepfile import parse_sweep
@@ -50,6 +52,7 @@ def throughput_bounds(ideal: CellTruth, slow: CellTruth) -> tuple[float, float]:
     )
 
 
+@pytest.mark.slow
 async def test_measured_points_agree_with_the_truth(tmp_path: Path) -> None:
     server = {"load_s": 0.2, "warmup_s": 0.1, "stop_delay_s": 0.05, "restart_jitter": 0}
     # Real-time steps (time_scale 1), so the client's turnaround is small against a step.
