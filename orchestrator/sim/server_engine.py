@@ -33,6 +33,8 @@ TRUTH_RING = 10_000
 CACHE_PAGE = 16
 """Prefix-cache granularity in tokens (hash per page boundary)."""
 CACHE_MAX_PAGES = 200_000
+MAX_LAG_S = 0.1
+"""How far behind the model's clock a busy scheduler may fall and still catch up."""
 
 
 @dataclass(frozen=True)
@@ -173,10 +175,13 @@ class Scheduler:
         radix_cache: bool,
         log: SglangLog,
         on_completed: Callable[[int], None] | None = None,
+        speed_factor: float = 1.0,
     ) -> None:
         self.shape = shape
         self.perf = perf
         self.time_scale = time_scale
+        self.speed_factor = speed_factor
+        """This process's multiplier on every prefill and decode step (restart jitter)."""
         self.rng = random.Random(seed)
         self.max_running = max_running
         self.max_total_tokens = max_total_tokens
@@ -197,6 +202,8 @@ class Scheduler:
         self._interval_spec_tokens = 0
         self._interval_steps = 0
         self._interval_start = time.monotonic()
+        self._step_end = self._interval_start
+        """When the current (or last) step is due to end on the model's clock."""
 
     # --- intake -----------------------------------------------------------------------------
 
@@ -260,6 +267,7 @@ class Scheduler:
                 self._wake.clear()
                 await self._wake.wait()
                 self._interval_start = time.monotonic()  # idle time is not decode time
+                self._step_end = self._interval_start  # and owes the next step nothing
                 continue
             if self.waiting and len(self.running) < self.max_running:
                 await self._prefill()
@@ -267,7 +275,20 @@ class Scheduler:
                 await self._decode_step()
 
     async def _sleep_ms(self, ms: float) -> None:
-        await asyncio.sleep(ms * self.time_scale / 1000.0)
+        """One prefill or decode step of ``ms`` model milliseconds, in this process's time.
+
+        A busy scheduler's steps follow each other back to back on the model's clock: each
+        ends ``ms`` after the previous one was due to end, not after the event loop woke the
+        scheduler from the previous one. The loop's lateness (about a millisecond a wake-up,
+        several on a loaded machine, plus the work between steps) is taken from the next step
+        instead of piling up, as a GPU's steps do not slow down because the host's Python is
+        late; so a point measures what the performance model says. A debt past
+        ``MAX_LAG_S`` (the process was stopped, the machine stalled) is forgiven, not repaid
+        by a burst of instant steps."""
+        now = time.monotonic()
+        start = self._step_end if now - self._step_end < MAX_LAG_S else now
+        self._step_end = start + ms * self.speed_factor * self.time_scale / 1000.0
+        await asyncio.sleep(max(0.0, self._step_end - now))
 
     async def _prefill(self) -> None:
         batch: list[Request] = []

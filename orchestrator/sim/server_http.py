@@ -231,6 +231,7 @@ class SimServerApp:
             "generation_tokens": c.generation_tokens if c else 0,
             "completed_requests": c.completed_requests if c else 0,
             "time_scale": st.settings.time_scale,
+            "speed_factor": sched.speed_factor if sched is not None else None,
             "spec": shape_dict(st.args.shape),
             "expected_accept_len_at_1k": expected_accept_len(
                 st.args.shape, 1024, st.settings.perf

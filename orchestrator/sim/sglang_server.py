@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from orchestrator.sim import server_faults, stamped
+from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.server_args import (
     DFLASH_FAMILY,
     ServerArgs,
@@ -221,6 +222,9 @@ def _make_scheduler(state: ServerState) -> Scheduler:
         radix_cache=not args.get("disable_radix_cache"),
         log=state.log,
         on_completed=on_completed,
+        speed_factor=restart_speed_factor(
+            settings.seed, os.environ.get("INVOCATION_ID", ""), settings.restart_jitter
+        ),
     )
 
 
