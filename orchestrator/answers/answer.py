@@ -163,25 +163,36 @@ def _failed(runs: Sequence[Run]) -> tuple[FailedConfig, ...]:
 
 
 def _convergence(
-    runs: Sequence[Run], scope: _Scope, valid: dict[str, str]
+    runs: Sequence[Run], grouped: dict[str, ConfigRuns], valid: dict[str, str], minimized: bool
 ) -> tuple[ConvergenceStep, ...]:
     """After each restart (in the order they finished), the best valid config's estimate from
-    the restarts so far."""
+    the restarts so far (what it would have been picked on then)."""
+    measured: dict[int, tuple[str, str, float]] = {}
+    for key, config in grouped.items():
+        if key not in valid:
+            continue
+        for kind, pairs in (
+            ("measured", config.measured),
+            ("screened", config.screened),
+            ("confirmed", config.confirmed),
+        ):
+            for run, sample in pairs:
+                measured[run.order] = (key, kind, sample.value)
+    so_far: dict[str, dict[str, list[float]]] = {}
+    current: dict[str, float] = {}
     steps: list[ConvergenceStep] = []
-    seen: list[Run] = []
     best: tuple[float, str] | None = None
     for run in runs:
-        seen.append(run)
-        if run.done and run.config_id in valid and run.host not in scope.pool.excluded:
-            grouped = group_runs(seen, scope.view, scope.pool.excluded)
-            candidates = []
-            for key, config in grouped.items():
-                if key in valid:
-                    values = [s.value for s in _samples(config.selection)]
-                    candidates.append((sum(values) / len(values), valid[key]))
-            if candidates:
-                pick = min if scope.view.minimized else max
-                best = pick(candidates, key=lambda c: c[0])
+        found = measured.get(run.order)
+        if found is not None:
+            key, kind, value = found
+            kinds = so_far.setdefault(key, {})
+            kinds.setdefault(kind, []).append(value)
+            values = kinds.get("measured") or kinds.get("screened") or kinds["confirmed"]
+            current[key] = sum(values) / len(values)
+            pick = min if minimized else max
+            leader = pick(current, key=lambda k: current[k])
+            best = (current[leader], valid[leader])
         steps.append(
             ConvergenceStep(
                 len(steps) + 1, None if best is None else best[0], None if best is None else best[1]
@@ -313,7 +324,7 @@ def _answer(
         restarts_used=len(runs),
         contenders=tuple(contenders[s.key] for s in ranked),
         failed=_failed(runs),
-        convergence=_convergence(runs, scope, valid),
+        convergence=_convergence(runs, grouped, valid, view.minimized),
         flags=pool.flags,
         notes=tuple(notes),
     )
