@@ -8,6 +8,7 @@ checks what `answer_sweep` decides from them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from orchestrator.answers import Answer, answer_sweep
+from orchestrator.answers import Answer, answer_sweep, answered_from_text
 from orchestrator.answers.pooling import check_pool
 from orchestrator.bench.coding import Outcome
 from orchestrator.cli import main
@@ -352,6 +353,34 @@ def test_one_restart_borrows_the_variance_of_the_repeated_configs_and_says_so() 
     assert answer.best.estimate.ci95 is not None
     assert any("borrows the restart variance" in note for note in answer.notes)
     assert any("1 of the space's 4 configs were not measured" in n for n in answer.notes)
+
+
+def test_nothing_repeated_gives_a_within_run_interval_labelled_so() -> None:
+    bench = Bench()
+    bench.run("a", {}, 80.0)
+    bench.run("a", B8, 120.0)
+    point = bench.trials[-1].points[0]
+    assert isinstance(point, ThroughputPoint)
+    within = ThroughputMetrics(output_tok_s=120.0, output_tok_s_se=1.5, output_tok_s_batches=4)
+    bench.trials[-1] = dataclasses.replace(
+        bench.trials[-1], points=(dataclasses.replace(point, metrics=within),)
+    )
+    answer = only(answer_sweep(bench.results(), make_sweep()))
+    assert answer.best is not None and answer.best.config == B8
+    assert answer.best.estimate.basis == "within-run-only"
+    low, high = answer.best.estimate.ci95 or (0.0, 0.0)
+    assert high - low == pytest.approx(2 * 3.182 * 1.5, rel=1e-3)  # t with 3 df
+    assert any("within-run only" in note for note in answer.notes)
+    baseline = next(c for c in answer.contenders if c.config == {})
+    assert baseline.estimate.basis == "none" and baseline.estimate.ci95 is None
+    assert answer.verdict == "tie"  # no interval on the baseline: nothing can be claimed
+
+
+def test_a_stored_file_that_no_longer_parses_gets_results_without_answers() -> None:
+    bench = Bench()
+    bench.run("a", B8, 120.0)
+    document = answered_from_text(bench.results(), "name: t\nconfigs: 3\n", "t").to_json()
+    assert document["answers"] == [] and len(document["trials"]) == 1
 
 
 def test_noisy_config_is_flagged() -> None:
