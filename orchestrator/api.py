@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from orchestrator import __version__
+from orchestrator.answers import AnsweredResults
 from orchestrator.log import get_logger
 from orchestrator.store import (
     JsonObject,
@@ -38,7 +39,6 @@ from orchestrator.store import (
     SweepNameConflict,
     SweepNotFound,
     SweepRecord,
-    SweepResults,
     count_states,
 )
 from orchestrator.store.results import config_label
@@ -207,7 +207,7 @@ class DaemonOps(Protocol):
 
     async def cancel(self, ref: str) -> CancelOutcome: ...
 
-    async def results(self, ref: str) -> SweepResults: ...
+    async def results(self, ref: str) -> AnsweredResults: ...
 
     async def restore_hosts(self, host: str | None) -> Sequence[RestoreOutcome]: ...
 

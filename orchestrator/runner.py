@@ -903,6 +903,8 @@ def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredR
         prompt_tokens_min=m.prompt_tokens_min,
         prompt_tokens_max=m.prompt_tokens_max,
         prompt_tokens_tolerance=m.prompt_tokens_tolerance,
+        output_tok_s_se=m.output_tok_s_se,
+        output_tok_s_batches=m.output_tok_s_batches,
         ttft=_latency(m.ttft),
         itl=_latency(m.itl),
         tpot=_latency(m.tpot),

@@ -4,6 +4,7 @@ that reads the store, asks the scheduler and the restorer, and answers in typed 
 
 from __future__ import annotations
 
+from orchestrator.answers import AnsweredResults, answered
 from orchestrator.api import (
     CancelOutcome,
     Conflict,
@@ -17,8 +18,8 @@ from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
 from orchestrator.runner import cancel_trials
-from orchestrator.store import Store, SweepRecord, SweepResults
-from orchestrator.sweepfile import parse_sweep
+from orchestrator.store import Store, SweepRecord
+from orchestrator.sweepfile import SweepFileError, parse_sweep
 
 
 def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
@@ -70,8 +71,16 @@ class DaemonApi:
             await self._restorer.recover()
         return CancelOutcome(updated, cancelling=False)
 
-    async def results(self, ref: str) -> SweepResults:
-        return await self.store.results(ref)
+    async def results(self, ref: str) -> AnsweredResults:
+        """The results with their answers, from the sweep file stored with them (parsed once);
+        a file that no longer parses gets its results without answers."""
+        results = await self.store.results(ref)
+        record = await self.store.get_sweep(results.id)
+        try:
+            sweep = self._scheduler.sweeps.get(record)
+        except SweepFileError:
+            return AnsweredResults(results)
+        return answered(results, sweep)
 
     async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 
+from orchestrator.answers import answered
 from orchestrator.plan import plan_sweep
 from orchestrator.progress import LiveProgress, planned_trials, print_outcome
 from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.file}: {error} (submit with --replace to run it anyway)", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        emit_json(outcome.results)
+        emit_json(answered(outcome.sweep_results, sweep).to_json())
     else:
         failed = [t for t in outcome.results["trials"] if t["state"] == "failed"]
         print_outcome(outcome.results)
@@ -98,4 +99,3 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK if outcome.all_succeeded else EXIT_FAILED
-

@@ -117,6 +117,10 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
     warmup = [r for r in point.requests if r.phase == "warmup"]
     assert len(measured) == 12 and len(warmup) == 2
     assert point.metrics.requests == 12 and point.metrics.errors == 0
+    # three waves of four: the rate's within-run standard error by batch means over them
+    rate, rate_se = point.metrics.output_tok_s, point.metrics.output_tok_s_se
+    assert point.metrics.output_tok_s_batches == 3 and rate is not None and rate_se is not None
+    assert 0.0 <= rate_se < 0.5 * rate
     truth = await _truth(spec_server.url, [r.response_id or "" for r in point.requests])
     assert len(truth) == 14
 
