@@ -226,6 +226,7 @@ VERBS: dict[str, Verb | str] = {
     "cancel": "orchestrator.verbs.cancel",
     "results": "orchestrator.verbs.results",
     "restore": "orchestrator.verbs.restore",
+    "adopt": "orchestrator.verbs.adopt",
     "report": "orchestrator.verbs.report",
     "bench": "orchestrator.bench.cli",
 }

@@ -34,7 +34,12 @@ from orchestrator.engine import (
     Provenance,
 )
 from orchestrator.host import gpu, journal, systemd
-from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
+from orchestrator.host.dropin import (
+    TrialInvocation,
+    adopted_dropin_path,
+    apply_knobs,
+    render_dropin,
+)
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import HostUnreachable, Transport
@@ -205,6 +210,8 @@ class TrialConfig:
     invocation: TrialInvocation
     dropin_text: str
     readiness: Readiness
+    dropin_path: str | None = None
+    """Where the drop-in goes (None: the trial drop-in's place)."""
 
 
 def trial_config(
@@ -217,10 +224,12 @@ def trial_config(
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
     engine: Engine = SGLANG,
+    adopted: bool = False,
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config."""
+    flag knob shows in the running server's config. ``adopted``: the same config as the
+    unit's lasting one, in adopt's own drop-in (proven like a trial's)."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
@@ -243,7 +252,8 @@ def trial_config(
         sweep=sweep,
         key=key,
         invocation=invocation,
-        dropin_text=render_dropin(sweep, key, invocation),
+        dropin_text=render_dropin(sweep, key, invocation, adopted=adopted),
+        dropin_path=str(adopted_dropin_path(found.unit)) if adopted else None,
         readiness=Readiness(
             flag_knobs=flag_knobs,
             env_knobs=env_knobs,
@@ -335,6 +345,7 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
             trial.dropin_text,
             trial.invocation,
             control=session.control,
+            path=trial.dropin_path,
             timeout=t.command,
         )
         timeline["dropin_installed"] = time.time()

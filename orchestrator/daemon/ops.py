@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from orchestrator.answers import AnsweredResults, answered
 from orchestrator.api import (
+    Adoption,
     CancelOutcome,
     Conflict,
     RestoreOutcome,
@@ -14,6 +15,7 @@ from orchestrator.api import (
     SweepView,
     sweep_status,
 )
+from orchestrator.daemon.adopt import HostsBusy, adopt_sweep
 from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
@@ -85,3 +87,16 @@ class DaemonApi:
     async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
         return await self._restorer.restore_hosts(host)
+
+    async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption:
+        """Install the sweep's answer for ``host_type`` on that type's hosts, one at a time."""
+        record = await self.store.get_sweep(ref)
+        if record.id in self._active:
+            raise Conflict(f"sweep {record.name} is running: adopt its answer once it has ended")
+        sweep = self._restorer.sweeps.get(record)
+        try:
+            return await adopt_sweep(
+                self.store, record, sweep, host_type, self._restorer.claims, allow_tie=allow_tie
+            )
+        except HostsBusy as busy:
+            raise Conflict(str(busy)) from busy

@@ -22,10 +22,17 @@ from typing import Protocol
 from orchestrator.types import KnobValue
 
 DROPIN_NAME = "90-orchestrator.conf"
+ADOPTED_DROPIN_NAME = "80-orchestrator-adopted.conf"
+"""``orchestrator adopt``'s lasting drop-in: sorted before a trial's, so a later sweep's trials
+still override it, and a sweep's restore (which owns only :data:`DROPIN_NAME`) leaves it."""
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 HEADER_PREFIX = "# managed-by: orchestrator"
 _WRITTEN_BY = (
     "# Written by the orchestrator for one trial; removed when the sweep restores the unit."
+)
+_ADOPTED_BY = (
+    "# The configuration `orchestrator adopt` chose from a sweep's answer; it lasts until "
+    "`orchestrator restore` puts the unit back as adopt found it."
 )
 
 
@@ -152,6 +159,11 @@ def dropin_path(unit: str) -> PurePosixPath:
     if not is_valid_service_name(unit):
         raise UnsafeValueError(unit, "not a valid systemd service name")
     return UNIT_DIR / f"{unit}.d" / DROPIN_NAME
+
+
+def adopted_dropin_path(unit: str) -> PurePosixPath:
+    """Where ``orchestrator adopt`` puts ``unit``'s lasting configuration."""
+    return dropin_path(unit).with_name(ADOPTED_DROPIN_NAME)
 
 
 def _is_noncharacter(char: str) -> bool:
@@ -351,8 +363,9 @@ def render_dropin(
     invocation: TrialInvocation,
     *,
     extra_service_lines: Iterable[str] = (),
+    adopted: bool = False,
 ) -> str:
-    """The exact drop-in text a trial installs.
+    """The exact drop-in text a trial installs (``adopted``: the lasting one adopt installs).
 
     The empty ``ExecStart=`` resets the unit's list (without it the unit gets
     ``LoadState=bad-setting`` and the old process keeps running); ``LogRateLimitIntervalSec=0``
@@ -364,7 +377,7 @@ def render_dropin(
         "ExecStart=",
         "ExecStart=" + " ".join(quote_exec_arg(arg) for arg in invocation.argv),
     ]
-    comments = [_WRITTEN_BY]
+    comments = [_ADOPTED_BY if adopted else _WRITTEN_BY]
     return _render(sweep_name, trial_key, invocation, comments, exec_lines, extra_service_lines)
 
 

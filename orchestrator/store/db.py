@@ -404,6 +404,19 @@ class Store:
             ops.save_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
         )
 
+    async def rearm_unit_backup(
+        self,
+        sweep_id: int,
+        host: str,
+        unit: str,
+        files: Mapping[str, bytes | None],
+        state: Mapping[str, str],
+    ) -> UnitBackup:
+        """The unit as found now becomes the host's pending backup (see ``ops``)."""
+        return await self._run(
+            ops.rearm_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
+        )
+
     async def get_unit_backup(self, sweep_id: int, host: str, unit: str) -> UnitBackup | None:
         return await self._run(ops.get_unit_backup, sweep_id, host, unit)
 
