@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.answers import Answer
+from orchestrator.answers import Answer, answered_from_text
 from orchestrator.bench.coding import CodingResult, CodingSummary, Outcome
 from orchestrator.bench.lossless import check_lossless
 from orchestrator.store import (
@@ -886,11 +886,10 @@ async def load_report(
     for point in points:
         if point.kind == "throughput":
             requests[point.id] = await store.requests(point.id)
-    # INTEGRATION POINT (issue 13, item 6): the answers layer plugs in here, e.g.
-    #   answers = answer_sweep(await store.results(sweep.id),
-    #                          parse_sweep(sweep.yaml_text, f"sweep {sweep.name} (id {sweep.id})"))
-    # Until it does, a report carries no answers and renders exactly as before.
-    answers: tuple[Answer, ...] = ()
+    # The answers from the sweep file stored with the results (none if it no longer parses).
+    answers = answered_from_text(
+        await store.results(sweep.id), sweep.yaml_text, f"sweep {sweep.name} (id {sweep.id})"
+    ).answers
     return build_report(
         sweep,
         hosts,

@@ -65,7 +65,7 @@ async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -
 
         dropin = host.root / UNIT_DIR / f"{UNIT_NAME}.d" / ADOPTED_DROPIN_NAME
         text = dropin.read_text()
-        assert f"{DRAFT_FLAG} {winner['draft_tokens']}" in text
+        assert f'"{DRAFT_FLAG}" "{winner["draft_tokens"]}"' in text
         assert "orchestrator restore" in text.splitlines()[1]
         info = await host.server_info()
         assert info["speculative_algorithm"] == "NGRAM", info
