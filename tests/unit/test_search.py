@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.daemon import scheduler
 from orchestrator.plan import repeat_key, trial_key
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.deadline import TimeBudget, TimedTrial, TrialTimes, learn_times
@@ -345,8 +346,17 @@ def test_the_objective_value_negates_a_minimized_metric_and_penalty_ranks_last()
     assert penalty([1.0, 3.0]) == -1.0 and penalty([]) < 0
 
 
-def test_grid_keeps_the_plan_and_repeat_keys_are_distinct() -> None:
-    sweep, _ = _sweep(strategy="grid")
-    assert trial_source_for(sweep) is plan_trial_source
+async def test_the_daemon_and_run_pick_the_source_by_strategy(tmp_path: Path) -> None:
+    grid, _ = _sweep(strategy="grid")
+    assert trial_source_for(grid) is plan_trial_source
+    assert scheduler.trial_source_for(grid) is plan_trial_source
+    sweep, text = _sweep(strategy="random")
+    async with await Store.open(tmp_path / "s.db") as store:
+        record = await _open(store, sweep, text)
+        source = await scheduler.trial_source_for(sweep)(store, record, sweep)
+        assert isinstance(source, SearchTrialSource) and source.known is None
+
+
+def test_repeat_keys_are_distinct() -> None:
     key = trial_key("h1", "sglang.service", {"budget": 8})
     assert repeat_key(key, 1) == key and repeat_key(key, 2) == f"{key}~r2"
