@@ -1,5 +1,6 @@
-"""An adaptive search on a simulated host: a screen continues on its running server, and
-``search.max_restarts`` holds against retries.
+"""A search on a simulated host: a screen continues on its running server,
+``search.max_restarts`` holds against retries, and a cut sweep resumes its trial in flight
+once, counted.
 
 Kept tiny (two configs, two cells, one round, 24 tokens): the optimum-finding is measured by
 ``benchmarks/search.py``, not here.
@@ -8,10 +9,11 @@ Kept tiny (two configs, two cells, one round, 24 tokens): the optimum-finding is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from orchestrator.runner import run_sweep
+from orchestrator.runner import StopSignal, run_sweep
 from orchestrator.search.budget import RESTART_EVENT
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store
@@ -27,6 +29,19 @@ from tests.faults.harness import (
 )
 
 ADDRESS = "127.0.0.247"  # outside the fault tests' 120-139 and the other single-test hosts
+
+
+class _ShutdownAtFirstPoint:
+    """Progress that asks for a daemon-style shutdown as the first point begins: the point
+    is measured, then the attempt stays running in the store, as after a kill between two
+    points."""
+
+    def __init__(self, stop: StopSignal) -> None:
+        self.stop = stop
+
+    def update(self, host: str, **fields: Any) -> None:
+        if str(fields.get("step", "")).startswith("ctx"):
+            self.stop.stop("shutdown")
 
 
 def _with(text: str, **top: object) -> str:
@@ -80,4 +95,31 @@ async def test_a_screen_continues_on_its_server_and_the_cap_holds_against_retrie
             ("skipped", None),
         ]
         assert len(events) == 2
+        await assert_restored(host)
+
+        # Cut at the first point of the first proposal, then resumed by a fresh source: the
+        # trial in flight is re-run once (the same attempt, resumed), and its restart counts.
+        text = _with(
+            sweep_yaml(host, "search-resume", [HEALTHY], benchmark={"concurrency": [1, 2]}),
+            search={"strategy": "random", "max_restarts": 3, "seed": 1, "confirmations": 0},
+        )
+        sweep = parse_sweep(text, "search-resume.yaml")
+        async with await Store.open(tmp_path / "orchestrator.db") as store:
+            stop = StopSignal()
+            cut = await run_sweep(
+                sweep,
+                text,
+                store,
+                trials=trial_source_for(sweep),
+                stop=stop,
+                progress=_ShutdownAtFirstPoint(stop),
+            )
+            assert cut.state == "running"
+            outcome = await run_sweep(sweep, text, store, trials=trial_source_for(sweep))
+            events = await store.events(outcome.sweep_id, kinds=(RESTART_EVENT,))
+            attempts = await store.attempts(outcome.sweep_id)
+        assert outcome.state == "done"
+        assert [(a.number, a.state, a.resumes) for a in attempts] == [(1, "done", 1)]
+        assert len(outcome.sweep_results.trials[0].throughput) == 2
+        assert [e.attempt_id for e in events] == [attempts[0].id] * 2
         await assert_restored(host)
