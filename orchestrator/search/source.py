@@ -46,7 +46,6 @@ from orchestrator.search.propose import Seen, Strategy, propose, startup_trials
 from orchestrator.search.score import (
     Objective,
     TrialScore,
-    objective_value,
     score_trial,
     sweep_objective,
 )
@@ -231,13 +230,13 @@ class SearchTrialSource:
         if not score.feasible:
             return None
         assert score.value is not None
-        rivals = []
+        rivals = []  # the type's other screens that measured their cells within the rules
         for other in observed:
             if other.record.id == trial.id or other.plan.purpose != "screen":
                 continue
-            value = objective_value(self.objective, other.points)
-            if value is not None:
-                rivals.append(value)
+            rival = score_trial(self.sweep, self.objective, other.points, baseline)
+            if rival.feasible and rival.value is not None:
+                rivals.append(rival.value)
         ahead = sum(value > score.value for value in rivals)
         if ahead >= math.ceil(self.sweep.search.promote_fraction * (len(rivals) + 1)):
             return None

@@ -7,6 +7,7 @@ reserve, no restart paid twice for one server, max_restarts counted across a res
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -360,3 +361,28 @@ async def test_the_daemon_and_run_pick_the_source_by_strategy(tmp_path: Path) ->
 def test_repeat_keys_are_distinct() -> None:
     key = trial_key("h1", "sglang.service", {"budget": 8})
     assert repeat_key(key, 1) == key and repeat_key(key, 2) == f"{key}~r2"
+
+
+async def test_a_screen_is_promoted_only_in_the_top_fraction_of_its_types_screens(
+    tmp_path: Path,
+) -> None:
+    sweep, text = _sweep(max_restarts=12, search={"confirmations": 0})
+    async with await Store.open(tmp_path / "s.db") as store:
+        record = await _open(store, sweep, text)
+        source = await SearchTrialSource.open(store, record, sweep)
+        for _ in range(7):
+            trial = await source.next_trial("h1")
+            assert trial is not None
+            await _run_one(store, record, source, trial)
+        stored = await store.trials(record.id)
+        promoted = []
+        values: list[float] = []
+        for row in stored:  # one host: each screen's rivals are the screens before it
+            assert row.plan is not None and row.plan.purpose == "screen"
+            value = _speed(row.config)
+            ahead = sum(v > value for v in values)
+            expected = ahead < math.ceil((len(values) + 1) / 3)
+            promoted.append(len(row.plan.cells) == 2)
+            assert promoted[-1] == expected, (row.config, values)
+            values.append(value)
+        assert promoted[0] and not all(promoted)
