@@ -101,6 +101,18 @@ def trial_key(host: str, unit: str, config: Mapping[str, KnobValue]) -> str:
     return f"{host}.{_slug(normal)}.{digest}"
 
 
+REPEAT_SEPARATOR = "~r"
+
+
+def repeat_key(key: str, repeat: int) -> str:
+    """The key of the ``repeat``-th measurement of one config on one host: the trial's own key
+    for the first, ``<key>~r<repeat>`` after it, so every restart of the same config on the
+    same host is its own trial (keys are unique per sweep and host)."""
+    if repeat < 1:
+        raise ValueError(f"repeats count from 1, not {repeat}")
+    return key if repeat == 1 else f"{key}{REPEAT_SEPARATOR}{repeat}"
+
+
 def expand_configs(sweep: Sweep) -> list[dict[str, KnobValue]]:
     """Baseline (when asked) first, then the explicit list, then the grid's product, in
     normalized form with duplicates (same values) removed, first occurrence kept."""

@@ -39,6 +39,7 @@ from orchestrator.store.records import (
     SubmitResult,
     SweepRecord,
     SweepState,
+    TrialPlan,
     TrialRecord,
     UnfinishedAttempt,
     UnitBackup,
@@ -273,6 +274,11 @@ class Store:
     async def add_trials(self, sweep_id: int, trials: Sequence[NewTrial]) -> list[TrialRecord]:
         """Idempotent on (key, host); returns all the sweep's trials in plan order."""
         return await self._run(ops.add_trials, sweep_id, list(trials))
+
+    async def set_trial_plan(self, trial_id: int, plan: TrialPlan) -> TrialRecord:
+        """Replace the plan stored with a trial (what it measures), e.g. when a screening
+        trial is promoted to the full matrix on its running server."""
+        return await self._run(ops.set_trial_plan, trial_id, plan)
 
     async def trials(self, sweep_id: int) -> list[TrialRecord]:
         return await self._run(ops.trials_of, sweep_id)

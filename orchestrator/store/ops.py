@@ -416,6 +416,20 @@ def add_trials(
         return trials_of(conn, sweep_id)
 
 
+def set_trial_plan(conn: sqlite3.Connection, trial_id: int, plan: TrialPlan) -> TrialRecord:
+    """Replace what a trial measures (a screen promoted to the full matrix on its server)."""
+    with write_transaction(conn):
+        cursor = conn.execute(
+            "UPDATE trials SET plan = ? WHERE id = ?", (to_json(plan.to_json()), trial_id)
+        )
+        if cursor.rowcount == 0:
+            raise TrialNotFound(trial_id)
+        row = conn.execute(
+            f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (trial_id,)
+        ).fetchone()
+        return _trial(row)
+
+
 def trials_of(conn: sqlite3.Connection, sweep_id: int) -> list[TrialRecord]:
     rows = conn.execute(
         f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE sweep_id = ? ORDER BY ordinal, host, id",

@@ -298,6 +298,21 @@ class SearchSpec(_Model):
         "promotions, repeats, retries and the confirmation reserve all count)",
     )
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    confirmations: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=2,
+        description="restarts kept back (random, adaptive) to measure the leading configs "
+        "again once exploring stops, so the winner's estimate is not the one it was picked on",
+    )
+    screen_rounds: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None,
+        description="rounds of an adaptive search's screening look at a new config, on the "
+        "objective's cells only (default: half of benchmark.rounds, at least 1)",
+    )
+    promote_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        default=1 / 3,
+        description="a screened config continues to the full matrix when its screening score "
+        "is in this top fraction of the type's screened configs (successive halving's rung)",
+    )
 
     @model_validator(mode="after")
     def _needs_a_budget(self) -> SearchSpec:
