@@ -374,7 +374,9 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             return
         await _load_or_take_backup(run, session)
         restore_attempts = RESTORE_ATTEMPTS
-        while not run.stop.stopping:
+        while not run.stop.stopping and not _cap_reached(run, host.name):
+            # At the type's max_restarts nothing more can start here: what was not offered
+            # stays queued (attempt null), never a "skipped" entry that is no start.
             sourced = await run.source.next_trial(host.name)
             if sourced is None:
                 break
@@ -646,12 +648,22 @@ async def _run_trial(
                 "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
             )
             finished = await store.get_attempt(attempt.id)
-            if run.stop.stopping or not _may_retry(finished, retries):
+            if (
+                run.stop.stopping
+                or not _may_retry(finished, retries)
+                or _cap_reached(run, session.name)  # a retry is a start like any other
+            ):
                 await _after_failure(run)
                 if failed.cause == "host-unreachable":
                     raise _HostLost(failed.message) from failed
                 return config
             attempt = await store.start_attempt(trial.id)
+
+
+def _cap_reached(run: _SweepRun, host: str) -> bool:
+    """``host``'s type has spent its ``search.max_restarts``."""
+    left = run.budget.left(host)
+    return left is not None and left <= 0
 
 
 async def _take_restart(run: _SweepRun, session: HostSession, attempt: Attempt) -> bool:

@@ -85,6 +85,7 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
         if outcome.attempt is not None
         and types.get(outcome.host) == host_type
         and outcome.cause not in NEVER_STARTED
+        and outcome.state != "skipped"  # the runner skips only before a start
     ]
     ordered = sorted(attempts, key=_finish_key)
     return [Run(outcome, config_id(outcome.config), n) for n, (_, outcome) in enumerate(ordered)]
