@@ -193,9 +193,18 @@ def plan_sweep(sweep: Sweep) -> Plan:
         for host_type, members in type_members.items():
             assignment = balanced_assignment(configs, [h.name for h in members])
             by_name = {host.name: host for host in members}
+            over_rounds = []
             for index, names in enumerate(assignment):
                 first_hosts[index].extend(by_name[name] for name in names)
-            warnings.extend(_confounding(host_type, configs, assignment, len(members)))
+                over_rounds.append(
+                    _hosts_over_rounds(
+                        [by_name[name] for name in names],
+                        type_members,
+                        sweep.benchmark.repeats,
+                        moves=bool(configs[index]),
+                    )
+                )
+            warnings.extend(_confounding(host_type, configs, over_rounds, len(members)))
     else:
         for index in first_hosts:
             first_hosts[index] = list(sweep.hosts)
@@ -238,6 +247,23 @@ def _round_hosts(
             host = members[(members.index(host) + repeat - 1) % len(members)]
         out.append(host)
     return out
+
+
+def _hosts_over_rounds(
+    first: list[HostSpec],
+    type_members: Mapping[str, list[HostSpec]],
+    repeats: int,
+    *,
+    moves: bool,
+) -> list[str]:
+    """The hosts that measure a config in any of the ``repeats`` rounds."""
+    return sorted(
+        {
+            host.name
+            for repeat in range(1, repeats + 1)
+            for host in _round_hosts(first, type_members, repeat, moves)
+        }
+    )
 
 
 def _cut_to_cap(sweep: Sweep, trials: list[Trial], cap: int) -> tuple[list[Trial], list[PlanCut]]:
@@ -316,6 +342,8 @@ def _confounding(
     assignment: list[list[str]],
     host_count: int,
 ) -> list[PlanWarning]:
+    """Where a knob value runs on one host only: ``assignment`` holds each config's hosts
+    over all rounds (repeats move a config over the type's hosts, which can spread it)."""
     if host_count < 2:
         return []
     warnings = []
@@ -327,14 +355,12 @@ def _confounding(
                 "difference reads as a config difference (baseline: true runs it on every host)",
             )
         )
-    tested = [
-        (config, hosts[0]) for config, hosts in zip(configs, assignment, strict=True) if config
-    ]
+    tested = [(config, hosts) for config, hosts in zip(configs, assignment, strict=True) if config]
     levels = _levels([config for config, _ in tested])
     for knob in sorted(levels[0]) if levels else []:
         hosts_of: dict[str, set[str]] = {}
-        for level, (_, host) in zip(levels, tested, strict=True):
-            hosts_of.setdefault(level[knob], set()).add(host)
+        for level, (_, hosts_run) in zip(levels, tested, strict=True):
+            hosts_of.setdefault(level[knob], set()).update(hosts_run)
         if len(hosts_of) < 2:
             continue
         alone = sorted(

@@ -102,6 +102,9 @@ def test_across_type_moves_each_config_to_the_next_host_every_round() -> None:
         assert rounds == sorted(rounds)
     assert len(plan.for_host("a1")) + len(plan.for_host("a2")) == 3 * (2 + 3)
     assert _budgets(plan, "b1") == [None, 1, 2, 3] * 3  # one host: nowhere to move
+    # moving over the rounds spreads each budget over both hosts: nothing to warn about
+    assert plan.warnings == ()
+    assert "budget=2 only on a2" in str(plan_sweep(_sweep("distribute: across-type\n", 1)).warnings)
 
 
 def test_keys_are_stable_and_repeats_one_is_todays_plan() -> None:
