@@ -48,8 +48,9 @@ def sweep_problems(sweep: Sweep) -> list[Problem]:
     return select(problems, spec.select) if spec.select else problems
 
 
-def trial_plan(sweep: Sweep) -> TrialPlan:
-    """What each of the sweep's trials measures, as stored with the trial when it is planned.
+def trial_plan(sweep: Sweep, *, repeat: int = 1) -> TrialPlan:
+    """What each of the sweep's trials measures, as stored with the trial when it is planned;
+    ``repeat`` says which measurement of its config the trial is (a grid round).
 
     A problem file that cannot be read leaves the plan's problem list empty: each trial then
     fails on it when it measures, with the error as evidence, as it did before plans existed.
@@ -65,6 +66,7 @@ def trial_plan(sweep: Sweep) -> TrialPlan:
         problems=problems,
         coding_temperature=sweep.coding.temperature if sweep.coding else None,
         model=sweep.server.model,
+        repeat=repeat,
     )
 
 
@@ -124,11 +126,11 @@ class PlanTrialSource:
     async def open(cls, store: Store, record: SweepRecord, sweep: Sweep) -> PlanTrialSource:
         """Plan ``sweep`` and store its trials (idempotent: a resumed sweep gets its rows)."""
         plan = plan_sweep(sweep)
-        measures = trial_plan(sweep)
+        measures = {r: trial_plan(sweep, repeat=r) for r in {t.repeat for t in plan.trials}}
         stored = await store.add_trials(
             record.id,
             [
-                NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures)
+                NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures[t.repeat])
                 for t in plan.trials
             ],
         )
