@@ -27,9 +27,12 @@ import aiohttp
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
+    DdtreeInitEvent,
+    DflashInitEvent,
     Engine,
     EnvKnob,
     FailureEvent,
+    InitEvent,
     KnobResolution,
     Provenance,
 )
@@ -511,6 +514,8 @@ class _Watch:
     engine: Engine = SGLANG
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
+    init_events: list[InitEvent] = field(default_factory=list)
+    """The speculative workers' init lines, for the provenance."""
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by every new line: a server that logs may have just become able to serve."""
@@ -533,6 +538,8 @@ class _Watch:
             self.ready_line.set()
         elif isinstance(event, FailureEvent) and self.failure is None:
             self.failure = event
+        elif isinstance(event, DflashInitEvent | DdtreeInitEvent):
+            self.init_events.append(event)
 
 
 async def _await_ready(
@@ -569,7 +576,8 @@ async def _await_ready(
             if probe_task in done:
                 server_info, check = probe_task.result()
                 return await _server(
-                    session, readiness, started, cursor, server_info, check, timeline
+                    session, readiness, started, cursor, server_info, check, timeline,
+                    tuple(watch.init_events),
                 )
             ended = state_task.result()
     except TimeoutError:
@@ -705,6 +713,7 @@ async def _server(
     info: Mapping[str, Any],
     check: ConfigCheck,
     timeline: dict[str, float],
+    init_events: tuple[InitEvent, ...] = (),
 ) -> Server:
     """The last proofs: same invocation still running, config as asked. Then the Server."""
     t = session.timeouts
@@ -734,6 +743,7 @@ async def _server(
         identities,
         asked.argv if asked is not None else (),
         asked.environment if asked is not None else {},
+        init_events,
     )
     await session.events(
         "server.ready",
