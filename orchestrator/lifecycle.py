@@ -743,7 +743,7 @@ async def _server(
         identities,
         asked.argv if asked is not None else (),
         asked.environment if asked is not None else {},
-        init_events,
+        init_events=init_events,
     )
     await session.events(
         "server.ready",
