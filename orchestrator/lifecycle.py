@@ -639,7 +639,12 @@ async def _probe_until_ready(
     delay = t.probe_initial
     while True:
         probed_at = time.monotonic()
-        info = await _server_info(http, session.base_url, t.probe_request)
+        try:
+            info = await _server_info(http, session.base_url, t.probe_request)
+        except aiohttp.ClientConnectorError:
+            # Nothing listens yet (SGLang binds its port only after the load): a probe costs
+            # the server nothing, so the next line of the log probes with no minimum gap.
+            info, probed_at = None, -t.probe_min_gap
         if info is not None:
             probe = await session.engine.probe_generation(
                 http, session.base_url, session.api, session.model, t.probe_request
@@ -660,7 +665,8 @@ async def _probe_until_ready(
 async def _server_info(
     http: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> dict[str, Any] | None:
-    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering."""
+    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering.
+    Raises ``aiohttp.ClientConnectorError`` when nothing listens on the port."""
     for path in ("/server_info", "/get_server_info"):
         try:
             async with http.get(
@@ -672,6 +678,8 @@ async def _server_info(
                     return None
                 body = await response.json(content_type=None)
                 return body if isinstance(body, dict) else None
+        except aiohttp.ClientConnectorError:
+            raise
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
             return None
     return None
