@@ -27,9 +27,12 @@ import aiohttp
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
+    DdtreeInitEvent,
+    DflashInitEvent,
     Engine,
     EnvKnob,
     FailureEvent,
+    InitEvent,
     KnobResolution,
     Provenance,
 )
@@ -522,6 +525,8 @@ class _Watch:
     engine: Engine = SGLANG
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
+    init_events: list[InitEvent] = field(default_factory=list)
+    """The speculative workers' init lines, for the provenance."""
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by every new line: a server that logs may have just become able to serve."""
@@ -544,6 +549,8 @@ class _Watch:
             self.ready_line.set()
         elif isinstance(event, FailureEvent) and self.failure is None:
             self.failure = event
+        elif isinstance(event, DflashInitEvent | DdtreeInitEvent):
+            self.init_events.append(event)
 
 
 async def _await_ready(
@@ -580,7 +587,8 @@ async def _await_ready(
             if probe_task in done:
                 server_info, check = probe_task.result()
                 return await _server(
-                    session, readiness, started, cursor, server_info, check, timeline
+                    session, readiness, started, cursor, server_info, check, timeline,
+                    tuple(watch.init_events),
                 )
             ended = state_task.result()
     except TimeoutError:
@@ -642,7 +650,12 @@ async def _probe_until_ready(
     delay = t.probe_initial
     while True:
         probed_at = time.monotonic()
-        info = await _server_info(http, session.base_url, t.probe_request)
+        try:
+            info = await _server_info(http, session.base_url, t.probe_request)
+        except aiohttp.ClientConnectorError:
+            # Nothing listens yet (SGLang binds its port only after the load): a probe costs
+            # the server nothing, so the next line of the log probes with no minimum gap.
+            info, probed_at = None, -t.probe_min_gap
         if info is not None:
             probe = await session.engine.probe_generation(
                 http, session.base_url, session.api, session.model, t.probe_request
@@ -663,7 +676,8 @@ async def _probe_until_ready(
 async def _server_info(
     http: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> dict[str, Any] | None:
-    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering."""
+    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering.
+    Raises ``aiohttp.ClientConnectorError`` when nothing listens on the port."""
     for path in ("/server_info", "/get_server_info"):
         try:
             async with http.get(
@@ -675,6 +689,8 @@ async def _server_info(
                     return None
                 body = await response.json(content_type=None)
                 return body if isinstance(body, dict) else None
+        except aiohttp.ClientConnectorError:
+            raise
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
             return None
     return None
@@ -716,6 +732,7 @@ async def _server(
     info: Mapping[str, Any],
     check: ConfigCheck,
     timeline: dict[str, float],
+    init_events: tuple[InitEvent, ...] = (),
 ) -> Server:
     """The last proofs: same invocation still running, config as asked. Then the Server."""
     t = session.timeouts
@@ -745,6 +762,7 @@ async def _server(
         identities,
         asked.argv if asked is not None else (),
         asked.environment if asked is not None else {},
+        init_events=init_events,
     )
     await session.events(
         "server.ready",

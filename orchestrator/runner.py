@@ -934,6 +934,8 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
                 "chunks",
                 "spec_verify_ct",
                 "spec_accept_length",
+                "spec_num_correct_drafts",
+                "spec_num_proposed_drafts",
                 "http_status",
                 "error_detail",
                 "token_source",

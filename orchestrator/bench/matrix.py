@@ -447,7 +447,9 @@ async def run_point(
     accept = acceptlen.combine(
         acceptlen.from_journal(None),
         acceptlen.from_meta_info(
-            acceptlen.RequestSpec(r.completion_tokens or 0, r.spec_verify_ct)
+            acceptlen.RequestSpec(
+                r.completion_tokens or 0, r.spec_verify_ct, r.spec_correct_drafts
+            )
             for r in records
             if r.ok
         ),

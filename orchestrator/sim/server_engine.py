@@ -96,6 +96,10 @@ class Request:
     emitted: int = 0
     cached_tokens: int = 0
     verify_steps: int = 0
+    correct_drafts: int = 0
+    """Draft tokens its verify steps accepted (the bonus not counted), SGLang's
+    ``spec_num_correct_drafts``: as DFLASH's and EAGLE's non-overlap verify count them, up to
+    the token that finished the request."""
     spec_tokens: int = 0
     aborted: bool = False
     finish: str | None = None
@@ -340,6 +344,7 @@ class Scheduler:
             n = min(gained, req.remaining)
             req.verify_steps += 1
             req.truth.verify_steps = req.verify_steps
+            req.correct_drafts += n - 1
             self._interval_steps += 1
             self._interval_spec_tokens += n
             self.counters.avg_since_flush_steps += 1

@@ -1,8 +1,9 @@
 """The simulated server's HTTP API (aiohttp), shaped like SGLang's responses.
 
-Readiness phases: LOADING (``/v1/models``, ``/model_info``, ``/server_info`` answer; health and
-generation endpoints 503), WARMING (the scheduler runs; the server's own warm-up request goes
-through), READY (everything). Two debug endpoints expose ground truth for tests and benchmarks:
+Readiness phases: LOADING (weights loading; the HTTP port is not bound yet, as in SGLang, so
+nothing answers), WARMING (the scheduler runs and HTTP is up: ``/v1/models``, ``/model_info``,
+``/server_info`` and generation answer, ``/health`` is 503; the server's own warm-up request
+goes through), READY (everything). Two debug endpoints expose ground truth for tests and benchmarks:
 ``GET /sim/requests`` and ``GET /sim/truth``.
 """
 
@@ -305,11 +306,12 @@ class SimServerApp:
             "e2e_latency": time.monotonic() - req.truth.arrival_monotonic,
         }
         if final and self.state.args.speculative:
-            steps = max(1, req.verify_steps)
-            meta["spec_verify_ct"] = req.verify_steps
-            meta["spec_accept_length"] = req.emitted / steps
-            proposed = max(1, self.state.args.shape.verify_width - 1)
-            meta["spec_accept_rate"] = max(0.0, (req.emitted / steps - 1.0) / proposed)
+            meta.update(spec_decoding_meta(
+                verify_ct=req.verify_steps,
+                correct_drafts=req.correct_drafts,
+                completion_tokens=req.emitted,
+                num_draft_tokens=int(self.state.args.get("speculative_num_draft_tokens") or 1),
+            ))
         return meta
 
     async def _drain(self, req: Request) -> list[Chunk]:
@@ -455,6 +457,28 @@ class SimServerApp:
         except ConnectionResetError:
             self._abort(req)
         return resp
+
+
+def spec_decoding_meta(
+    *, verify_ct: int, correct_drafts: int, completion_tokens: int, num_draft_tokens: int
+) -> dict[str, Any]:
+    """A finished request's speculative fields as SGLang's ``fill_spec_decoding_meta`` writes
+    them: nothing unless it had a verify step; ``spec_accept_length`` divides all completion
+    tokens (the prefill's first one too); proposed drafts are ``verify_ct x (draft tokens -
+    1)``; the old names ``spec_accepted_drafts`` / ``spec_proposed_drafts`` are kept as
+    aliases."""
+    proposed = verify_ct * (num_draft_tokens - 1)
+    if verify_ct <= 0 or proposed <= 0:
+        return {}
+    return {
+        "spec_accept_rate": correct_drafts / proposed,
+        "spec_accept_length": completion_tokens / verify_ct,
+        "spec_num_correct_drafts": correct_drafts,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": verify_ct,
+        "spec_accepted_drafts": correct_drafts,
+        "spec_proposed_drafts": proposed,
+    }
 
 
 def _finish_reason(req: Request) -> dict[str, Any]:
