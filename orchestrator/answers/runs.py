@@ -75,6 +75,11 @@ def _finish_key(item: tuple[int, TrialOutcome]) -> tuple[float, int]:
     return (when if when is not None else math.inf, index)
 
 
+def _failed_before_start(outcome: TrialOutcome) -> bool:
+    """Refused by the preflight (a flag or value the host's SGLang rejects): no unit start."""
+    return (outcome.evidence or {}).get("found_by") == "preflight"
+
+
 def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Run]:
     """Every unit start on hosts of ``host_type`` (attempts, failed and retried included; a
     trial never attempted, or set aside before its start, is none), in finishing order."""
@@ -86,6 +91,7 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
         and types.get(outcome.host) == host_type
         and outcome.cause not in NEVER_STARTED
         and outcome.state != "skipped"  # the runner skips only before a start
+        and not _failed_before_start(outcome)
     ]
     ordered = sorted(attempts, key=_finish_key)
     return [Run(outcome, config_id(outcome.config), n) for n, (_, outcome) in enumerate(ordered)]

@@ -83,11 +83,12 @@ def run(args: argparse.Namespace) -> int:
     except SweepNameConflict as error:
         print(f"{args.file}: {error} (submit with --replace to run it anyway)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    answered_results = answered(outcome.sweep_results, sweep)
     if args.json:
-        emit_json(answered(outcome.sweep_results, sweep).to_json())
+        emit_json(answered_results.to_json())
     else:
         failed = [t for t in outcome.results["trials"] if t["state"] == "failed"]
-        print_outcome(outcome.results)
+        print_outcome(outcome.results, answers=answered_results.answers)
         print(
             f"sweep {outcome.name} (id {outcome.sweep_id}): {outcome.state}, "
             f"{len(outcome.results['trials'])} trial attempts, {len(failed)} failed",
