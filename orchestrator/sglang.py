@@ -112,13 +112,26 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    ("port-in-use", re.compile(r"\[Errno 98\][^\n]*|address already in use", re.I)),
+    # wait_port_available raises ValueError("{name} at {port} is not available in {N}
+    # seconds. ..."): a taken port, though its type alone would say invalid-config.
+    (
+        "port-in-use",
+        re.compile(
+            r"\[Errno 98\][^\n]*|address already in use|\bis not available in \d+ seconds\b.*",
+            re.I,
+        ),
+    ),
     (
         "bad-flag",
-        re.compile(r"error: unrecognized arguments:.*|error: argument [^\s:]+:.*", re.I),
+        re.compile(
+            r"error: unrecognized arguments:.*|error: ambiguous option:.*"
+            r"|error: argument [^\s:]+:.*",
+            re.I,
+        ),
     ),
     ("warmup-failed", re.compile(r"Initialization failed\. warmup error.*", re.I)),
-    ("invalid-config", re.compile(r"\bValueError\b.*", re.I)),
+    # ServerArgs' resolution raises ValueError or fails an assert (AssertionError).
+    ("invalid-config", re.compile(r"\b(?:ValueError|AssertionError)\b.*", re.I)),
 )
 
 
