@@ -366,14 +366,20 @@ async def restart_clean(
             session.baseline = await gpu.record_idle_baseline(session.host.gpu, session.gpus)
             if session.baseline is not None:
                 await session.events(
-                    "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="before-stop"
+                    "gpu.baseline",
+                    used_mib=dict(session.baseline.used_mib),
+                    read="before-stop",
+                    method=session.baseline.method,
                 )
         await _stop(session, old, timeline)
         if session.baseline is None:
             # A process's memory was unreadable: the best left is a reading once it is stopped.
             session.baseline = await gpu.record_baseline(session.host.gpu, session.gpus)
             await session.events(
-                "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="after-stop"
+                "gpu.baseline",
+                used_mib=dict(session.baseline.used_mib),
+                read="after-stop",
+                method=session.baseline.method,
             )
         await _wait_memory_released(session, timeline)
         state = await session.control.show(session.unit, timeout=t.command)
@@ -426,10 +432,13 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
     assert session.baseline is not None
 
     async def unit_processes_gone() -> bool:
+        # systemd keeps a unit's ControlGroup while any process is left in it (KillMode=process,
+        # D-state): on a GPU that reports no memory, that and the compute list are all we have.
         state = await session.control.show(
-            session.unit, ("ActiveState", "MainPID"), timeout=t.command
+            session.unit, ("ActiveState", "MainPID", "ControlGroup"), timeout=t.command
         )
-        return state.main_pid is None and state.active_state in ("inactive", "failed")
+        stopped = state.main_pid is None and state.active_state in ("inactive", "failed")
+        return stopped and not state.raw.get("ControlGroup")
 
     try:
         status = await gpu.wait_released(
@@ -441,7 +450,12 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
             poll_interval=t.memory_poll,
         )
     except gpu.MemoryNotReleased as exc:
-        await session.events("memory.not_released", leftovers=exc.evidence["leftovers"])
+        await session.events(
+            "memory.not_released",
+            leftovers=exc.evidence["leftovers"],
+            method=exc.status.method,
+            unit_processes_alive=exc.status.unit_processes_alive,
+        )
         raise TrialFailed(
             exc.cause,
             f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
@@ -452,6 +466,7 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
         "memory.released",
         waited_s=round(timeline["memory_released"] - timeline["stopped"], 3),
         excess_mib=dict(status.excess_mib),
+        method=status.method,
     )
 
 

@@ -26,7 +26,7 @@ import aiohttp
 
 from orchestrator.engine import Engine
 from orchestrator.host import systemd
-from orchestrator.host.gpu import GpuQueryError
+from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
 from orchestrator.sglang import SGLANG
@@ -166,6 +166,19 @@ async def check_model(
     return Check("model", True, f"{model!r}: " + "; ".join(facts))
 
 
+def release_method_text(snapshot: GpuSnapshot, gpus: Sequence[int] | None) -> str:
+    """How memory release will be judged on these GPUs, as the ``gpus`` check says it."""
+    chosen = [g for g in snapshot.gpus if gpus is None or g.index in gpus]
+    silent = [g.index for g in chosen if not g.reports_memory]
+    if not silent:
+        return "release judged by memory.used against the idle baseline (method: memory)"
+    which = "these GPUs report" if len(silent) == len(chosen) else f"GPUs {silent} report"
+    return (
+        f"{which} no memory (unified memory): release judged by the compute-process list and "
+        "the unit's empty control group (method: compute-processes)"
+    )
+
+
 def _free_bytes(df_output: str) -> int | None:
     """Available bytes from ``df -P -B1 PATH``."""
     lines = df_output.strip().splitlines()
@@ -234,7 +247,7 @@ async def check_host(
             return HostCheck(name, tuple(checks.items), reason=f"GPU query failed: {exc}")
         present = tuple(g.index for g in snapshot.gpus)
         missing = sorted(set(gpus or ()) - set(present))
-        detail = f"{len(present)} GPUs: {list(present)}"
+        detail = f"{len(present)} GPUs: {list(present)}; {release_method_text(snapshot, gpus)}"
         if not checks.add("gpus", bool(present) and not missing, detail):
             return HostCheck(
                 name, tuple(checks.items), reason=f"GPUs {missing or 'none'} not present"
