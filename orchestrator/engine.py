@@ -339,6 +339,8 @@ class Provenance:
     gpus: tuple[GpuIdentity, ...]
     exec_start: tuple[str, ...]
     environment: Mapping[str, str] = field(default_factory=dict)
+    added_flags: tuple[str, ...] = ()
+    """Flags the orchestrator added to the unit's command line (``server.metrics: auto``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -349,6 +351,7 @@ class Provenance:
             "gpus": [{"name": g.name, "driver_version": g.driver_version} for g in self.gpus],
             "exec_start": list(self.exec_start),
             "environment": dict(self.environment),
+            "added_flags": list(self.added_flags),
         }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -40,8 +41,8 @@ from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.sglang import SGLANG, parse_proc_environ
-from orchestrator.types import ApiKind, FailureCause
+from orchestrator.sglang import SGLANG, metrics_flags, parse_proc_environ
+from orchestrator.types import ApiKind, FailureCause, MetricsMode
 
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 
@@ -217,15 +218,23 @@ def trial_config(
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
     engine: Engine = SGLANG,
+    metrics: MetricsMode = "auto",
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config."""
+    flag knob shows in the running server's config; ``metrics`` ``auto`` adds
+    ``--enable-metrics`` where the unit lacks it (:func:`metrics_flags`)."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
     invocation = apply_knobs(
-        service.exec_start, service.environment, knobs, config, extra_flags, environment
+        service.exec_start,
+        service.environment,
+        knobs,
+        config,
+        extra_flags,
+        environment,
+        ensure_flags=metrics_flags(metrics),
     )
     flag_knobs = tuple(
         engine.resolve_flag_knob(
@@ -750,6 +759,8 @@ async def _server(
         asked.argv if asked is not None else (),
         asked.environment if asked is not None else {},
     )
+    if asked is not None and asked.added_flags:
+        provenance = dataclasses.replace(provenance, added_flags=asked.added_flags)
     await session.events(
         "server.ready",
         invocation=started.invocation_id,

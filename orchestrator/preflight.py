@@ -26,11 +26,12 @@ import aiohttp
 
 from orchestrator.engine import Engine
 from orchestrator.host import systemd
+from orchestrator.host.dropin import FlagArg, flag_args
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
-from orchestrator.sglang import SGLANG
-from orchestrator.types import ApiKind
+from orchestrator.sglang import METRICS_FLAG, SGLANG
+from orchestrator.types import ApiKind, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
 MIN_FREE_BYTES = 1 << 30
@@ -58,6 +59,9 @@ class HostCheck:
     """For an unknown flag, the build's closest flag (did you mean ...)."""
     model_mismatch: str | None = None
     """Why the name the benchmark sends is not what the server serves, when that is known."""
+    warnings: tuple[str, ...] = ()
+    """What weakens the measurement without failing anything (``server.metrics: off`` on a
+    chat sweep whose unit has no ``--enable-metrics``)."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +81,7 @@ class HostCheck:
             "unknown_flags": sorted(self.unknown_flags),
             "suggestions": dict(sorted(self.suggestions.items())),
             "model_mismatch": self.model_mismatch,
+            "warnings": list(self.warnings),
             "exec_start": list(self.exec_start),
             "gpus": list(self.gpus),
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
@@ -179,6 +184,28 @@ def release_method_text(snapshot: GpuSnapshot, gpus: Sequence[int] | None) -> st
     )
 
 
+def check_metrics(
+    argv: Sequence[str], metrics: MetricsMode, api: ApiKind
+) -> tuple[Check, str | None]:
+    """Whether trials get ``/metrics`` (a second accept-length source), and the warning when a
+    chat sweep gets neither it nor per-request spec stats: the chat API carries none, so its
+    accept_len would rest on the journal alone."""
+    present = any(isinstance(a, FlagArg) and a.flag == METRICS_FLAG for a in flag_args(argv[1:]))
+    if present:
+        return Check("metrics", True, f"the unit runs {METRICS_FLAG}: /metrics is read"), None
+    if metrics == "auto":
+        detail = f"{METRICS_FLAG} added to each trial's drop-in (server.metrics: auto)"
+        return Check("metrics", True, detail), None
+    if api == "generate":
+        detail = "server.metrics: off; accept_len from /generate's meta_info and the journal"
+        return Check("metrics", True, detail), None
+    warning = (
+        f"server.metrics is off and the unit has no {METRICS_FLAG}: the chat API carries no "
+        "spec stats, so accept_len depends on the journal alone"
+    )
+    return Check("metrics", True, warning), warning
+
+
 def _free_bytes(df_output: str) -> int | None:
     """Available bytes from ``df -P -B1 PATH``."""
     lines = df_output.strip().splitlines()
@@ -210,6 +237,7 @@ async def check_host(
     base_url: str | None = None,
     extra_flags: Sequence[str] = (),
     engine: Engine = SGLANG,
+    metrics: MetricsMode = "auto",
 ) -> HostCheck:
     """Run every check on one host; never changes anything on it.
 
@@ -266,6 +294,12 @@ async def check_host(
             checks.items.append(model_check)
             model_mismatch = None if model_check.ok else model_check.detail
 
+        metrics_check, metrics_warning = check_metrics(
+            [*service.exec_start, *extra_flags], metrics, api
+        )
+        checks.items.append(metrics_check)
+        warnings = () if metrics_warning is None else (metrics_warning,)
+
         df = await transport.run(["df", "-P", "-B1", LOG_DIR], timeout=command_timeout)
         free = _free_bytes(df.stdout_text()) if df.ok else None
         checks.add(
@@ -305,6 +339,7 @@ async def check_host(
             gpus=present,
             suggestions=suggestions,
             model_mismatch=model_mismatch,
+            warnings=warnings,
         )
     except TransportError as exc:
         checks.add("ssh", False, exc.message)

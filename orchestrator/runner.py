@@ -367,6 +367,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             api=sweep.benchmark.api,
             base_url=session.base_url,
             extra_flags=sweep.server.extra_flags,
+            metrics=sweep.server.metrics,
         )
         await events("preflight", **check.to_json())
         if not check.ok:
@@ -589,6 +590,7 @@ async def _run_trial(
             config=planned.config,
             extra_flags=sweep.server.extra_flags,
             environment=sweep.server.environment,
+            metrics=sweep.server.metrics,
         )
     except ExtraFlagConflict as conflict:
         # Only the host's real command line shows it (validate saw the sweep's exec_start):

@@ -51,7 +51,7 @@ from orchestrator.engine import (
 )
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.types import ApiKind, FailureCause, KnobValue
+from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
 __all__ = [
     "SGLANG",
@@ -270,6 +270,15 @@ def parse_log_line(message: str) -> LogEvent | None:
 # --------------------------------------------------------------------------------------------
 # Knobs -> /server_info keys, and the check of the running server's config
 # --------------------------------------------------------------------------------------------
+
+METRICS_FLAG = "--enable-metrics"
+"""Gives Prometheus ``/metrics`` (the spec counters): what ``server.metrics: auto`` adds."""
+
+
+def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
+    """The flags ``server.metrics`` asks each trial's command line to have."""
+    return (METRICS_FLAG,) if metrics == "auto" else ()
+
 
 # Flags whose /server_info key is not the flag name with '-' -> '_'.
 _WINDOW_OLD_FLAG = "--speculative-dflash-draft-window-size"

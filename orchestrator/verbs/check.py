@@ -41,6 +41,7 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             api=sweep.benchmark.api,
             base_url=str(host.base_url),
             extra_flags=sweep.server.extra_flags,
+            metrics=sweep.server.metrics,
         )
     finally:
         await handle.close()
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         for host_check in checks:
             for item in host_check.checks:
                 table.add_row(host_check.host, item.name, "yes" if item.ok else "NO", item.detail)
+            for warning in host_check.warnings:
+                table.add_row(host_check.host, "warning", "yes", warning)
             if host_check.reason:
                 table.add_row(host_check.host, "verdict", "NO", f"set aside: {host_check.reason}")
         Console(stderr=True).print(table)
