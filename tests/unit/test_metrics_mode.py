@@ -11,19 +11,11 @@ from orchestrator.host.dropin import apply_knobs, render_dropin
 from orchestrator.lifecycle import trial_config
 from orchestrator.preflight import check_metrics
 from orchestrator.sweepfile import SweepFileError, parse_sweep
+from tests.unit.test_sweepfile import MINIMAL
 
 UNIT = "sglang.service"
 BASE = ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m"]
-SWEEP = """\
-name: t
-hosts:
-  - {name: h1, address: 127.0.0.1, base_url: "http://127.0.0.1:30000"}
-server:
-  model: m
-  knobs:
-    budget: {flag: --speculative-ddtree-budget}
-baseline: true
-"""
+SWEEP = MINIMAL + "baseline: true\n"
 
 
 def _found(argv: list[str]) -> systemd.UnitSnapshot:
