@@ -3,6 +3,7 @@ the sweep goes on to the next config, and the host ends as it was found."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,4 +142,27 @@ async def test_start_limit_hit(tmp_path: Path) -> None:
         assert "Start request repeated too quickly." in excerpt_text(refused["evidence"])
         retried = done.trial(FAULTY, attempt=2)
         assert retried["state"] == "done" and point_count(retried) == 1
+        await assert_restored(host)
+
+
+async def test_a_hidden_alias_runs_though_help_does_not_list_it(tmp_path: Path) -> None:
+    """A build newer than 0.5.23 takes the old draft-window spelling as a deprecated alias
+    that ``--help`` hides: the preflight asks the build's parser, so the trial runs (checked
+    against ``--help`` it failed ``bad-flag`` without ever being tried)."""
+    aliased = {**HEALTHY, "window": 2048}
+    async with fault_host(tmp_path, "127.0.0.129", settings={"sglang_version": "0.5.24"}) as host:
+        help_text = await host.run(
+            f"{sys.executable} -m orchestrator.sim.sglang_server --help"
+        )
+        assert REMOVED_FLAG not in str(help_text.stdout)
+        text = sweep_yaml(host, "alias", [aliased], knobs={"window": {"flag": REMOVED_FLAG}})
+        done = await run(tmp_path, text)
+
+        (preflight,) = done.of_kind("preflight")
+        assert preflight["parser"] == "sglang" and preflight["unknown_flags"] == []
+        trial = done.trial(aliased)
+        assert trial["state"] == "done" and point_count(trial) == 1, trial
+        assert "--speculative-dflash-draft-window-size is deprecated" in "\n".join(
+            await host.journal()
+        )
         await assert_restored(host)
