@@ -123,3 +123,35 @@ def test_simulated_unified_host_prints_na_and_still_lists_processes() -> None:
     apps = nvidia_smi.render(SMI_APPS, snapshot, spec.driver_version)
     assert apps.stdout == f"{spec.gpus[0].uuid}, 4242, 90000\n"
     assert GpuHostSpec.from_json(spec.to_json()) == spec
+
+
+class _Process:
+    pid = 4242
+    usedGpuMemory = 90000 * 1024 * 1024
+
+
+async def test_nvml_not_supported_memory_is_unreported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML on a GB10 answers NOT_SUPPORTED for memory and still lists compute processes."""
+    import pynvml
+
+    from orchestrator.host.gpu import NvmlProbe
+
+    def not_supported(handle: object) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 1)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda index: object())
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda handle: U0)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", not_supported)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", lambda h: [_Process()])
+    probe = NvmlProbe()
+    try:
+        snapshot = await probe.snapshot()
+    finally:
+        probe.close()
+    (gpu,) = snapshot.gpus
+    assert not gpu.reports_memory
+    assert [(p.gpu_uuid, p.pid, p.used_mib) for p in snapshot.processes] == [(U0, 4242, 90000)]
+    assert baseline_from(snapshot, None).method == "compute-processes"
