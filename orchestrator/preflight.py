@@ -264,7 +264,7 @@ async def _parse_all(
     async def parse(command: tuple[str, ...]) -> ParseVerdict | ParserUnavailable:
         async with gate:
             result = await host.transport.run(list(command), timeout=timeout, privileged=True)
-        return read_answer(result.stdout_text())
+        return read_answer(result.stdout_text(), result.stderr_text())
 
     distinct = list(keys)
     first = await parse(distinct[0])

@@ -112,11 +112,12 @@ def parse_command(
     return [*words, argv[0], "-c", PARSE_SCRIPT, *argv[3:]]
 
 
-def read_answer(stdout: str) -> ParseVerdict | ParserUnavailable:
-    """The script's JSON line, read from its output (the last line with :data:`MARKER`)."""
+def read_answer(stdout: str, stderr: str = "") -> ParseVerdict | ParserUnavailable:
+    """The script's JSON line, read from its output (the last line with :data:`MARKER`);
+    without one, what the command said instead is the reason."""
     lines = [line for line in stdout.splitlines() if line.startswith(MARKER)]
     if not lines:
-        tail = stdout.strip()[-200:]
+        tail = (stderr.strip() or stdout.strip())[-200:]
         return ParserUnavailable(f"the parse script gave no answer{': ' + tail if tail else ''}")
     try:
         answer = json.loads(lines[-1][len(MARKER) :])

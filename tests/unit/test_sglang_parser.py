@@ -108,7 +108,8 @@ def test_the_command_runs_the_units_interpreter_with_its_environment() -> None:
 
 
 def test_an_answer_without_the_marker_line_is_unavailable() -> None:
-    assert isinstance(read_answer("bash: python: command not found\n"), ParserUnavailable)
+    missing = read_answer("", "env: '/opt/venv/bin/python': No such file or directory\n")
+    assert isinstance(missing, ParserUnavailable) and "No such file" in missing.reason
     assert isinstance(read_answer(MARKER + "{not json\n"), ParserUnavailable)
     noisy = "warning: x\n" + MARKER + json.dumps({"ok": None, "kind": "unchecked"}) + "\n"
     assert read_answer(noisy) == ParseVerdict(ok=None, kind="unchecked")
