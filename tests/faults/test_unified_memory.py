@@ -20,7 +20,7 @@ from tests.faults.harness import (
 
 
 async def test_sweep_on_gpus_that_report_no_memory(tmp_path: Path) -> None:
-    address = "127.0.0.139"
+    address = "127.0.0.128"
     async with fault_host(
         tmp_path,
         address,
