@@ -361,6 +361,8 @@ class Provenance:
     worker_init: Mapping[str, Mapping[str, FieldValue]] = field(default_factory=dict)
     """The speculative workers' init lines by kind (``dflash_init``, ``ddtree_init``): the
     block size, tree budget, ... the server logged it resolved."""
+    added_flags: tuple[str, ...] = ()
+    """Flags the orchestrator added to the unit's command line (``server.metrics: auto``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -372,6 +374,7 @@ class Provenance:
             "exec_start": list(self.exec_start),
             "environment": dict(self.environment),
             "worker_init": {kind: dict(fields) for kind, fields in self.worker_init.items()},
+            "added_flags": list(self.added_flags),
         }
 
 

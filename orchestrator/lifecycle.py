@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -48,8 +49,8 @@ from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.sglang import SGLANG, parse_proc_environ
-from orchestrator.types import ApiKind, FailureCause
+from orchestrator.sglang import SGLANG, metrics_flags, parse_proc_environ
+from orchestrator.types import ApiKind, FailureCause, MetricsMode
 
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 
@@ -228,16 +229,24 @@ def trial_config(
     environment: Mapping[str, str] | None = None,
     engine: Engine = SGLANG,
     adopted: bool = False,
+    metrics: MetricsMode = "auto",
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config. ``adopted``: the same config as the
-    unit's lasting one, in adopt's own drop-in (proven like a trial's)."""
+    flag knob shows in the running server's config; ``metrics`` ``auto`` adds
+    ``--enable-metrics`` where the unit lacks it (:func:`metrics_flags`). ``adopted``: the same
+    config as the unit's lasting one, in adopt's own drop-in (proven like a trial's)."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
     invocation = apply_knobs(
-        service.exec_start, service.environment, knobs, config, extra_flags, environment
+        service.exec_start,
+        service.environment,
+        knobs,
+        config,
+        extra_flags,
+        environment,
+        ensure_flags=metrics_flags(metrics),
     )
     flag_knobs = tuple(
         engine.resolve_flag_knob(
@@ -380,14 +389,20 @@ async def restart_clean(
             session.baseline = await gpu.record_idle_baseline(session.host.gpu, session.gpus)
             if session.baseline is not None:
                 await session.events(
-                    "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="before-stop"
+                    "gpu.baseline",
+                    used_mib=dict(session.baseline.used_mib),
+                    read="before-stop",
+                    method=session.baseline.method,
                 )
         await _stop(session, old, timeline)
         if session.baseline is None:
             # A process's memory was unreadable: the best left is a reading once it is stopped.
             session.baseline = await gpu.record_baseline(session.host.gpu, session.gpus)
             await session.events(
-                "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="after-stop"
+                "gpu.baseline",
+                used_mib=dict(session.baseline.used_mib),
+                read="after-stop",
+                method=session.baseline.method,
             )
         await _wait_memory_released(session, timeline)
         state = await session.control.show(session.unit, timeout=t.command)
@@ -440,10 +455,13 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
     assert session.baseline is not None
 
     async def unit_processes_gone() -> bool:
+        # systemd keeps a unit's ControlGroup while any process is left in it (KillMode=process,
+        # D-state): on a GPU that reports no memory, that and the compute list are all we have.
         state = await session.control.show(
-            session.unit, ("ActiveState", "MainPID"), timeout=t.command
+            session.unit, ("ActiveState", "MainPID", "ControlGroup"), timeout=t.command
         )
-        return state.main_pid is None and state.active_state in ("inactive", "failed")
+        stopped = state.main_pid is None and state.active_state in ("inactive", "failed")
+        return stopped and not state.raw.get("ControlGroup")
 
     try:
         status = await gpu.wait_released(
@@ -455,7 +473,12 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
             poll_interval=t.memory_poll,
         )
     except gpu.MemoryNotReleased as exc:
-        await session.events("memory.not_released", leftovers=exc.evidence["leftovers"])
+        await session.events(
+            "memory.not_released",
+            leftovers=exc.evidence["leftovers"],
+            method=exc.status.method,
+            unit_processes_alive=exc.status.unit_processes_alive,
+        )
         raise TrialFailed(
             exc.cause,
             f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
@@ -466,6 +489,7 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
         "memory.released",
         waited_s=round(timeline["memory_released"] - timeline["stopped"], 3),
         excess_mib=dict(status.excess_mib),
+        method=status.method,
     )
 
 
@@ -764,6 +788,8 @@ async def _server(
         asked.environment if asked is not None else {},
         init_events=init_events,
     )
+    if asked is not None and asked.added_flags:
+        provenance = dataclasses.replace(provenance, added_flags=asked.added_flags)
     await session.events(
         "server.ready",
         invocation=started.invocation_id,

@@ -29,6 +29,7 @@ from orchestrator.host.dropin import (
     render_dropin,
     render_dropin_delta,
 )
+from orchestrator.sglang import metrics_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
 
@@ -391,13 +392,20 @@ def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     host = sweep.host(trial.host)
     knob_map = host.effective_knobs(sweep.server.knobs)
     base = sweep.server.exec_start or [_PLACEHOLDER]
+    ensure = metrics_flags(sweep.server.metrics)
     invocation = apply_knobs(
-        base, {}, knob_map, trial.config, sweep.server.extra_flags, sweep.server.environment
+        base,
+        {},
+        knob_map,
+        trial.config,
+        sweep.server.extra_flags,
+        sweep.server.environment,
+        ensure_flags=ensure if sweep.server.exec_start else (),
     )
     if sweep.server.exec_start:
         return render_dropin(sweep.name, trial.key, invocation)
     removed = [target.flag for target in knob_map.values() if target.flag]
-    return render_dropin_delta(sweep.name, trial.key, invocation, removed)
+    return render_dropin_delta(sweep.name, trial.key, invocation, removed, if_missing=ensure)
 
 
 @dataclass(frozen=True, slots=True)

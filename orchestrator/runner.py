@@ -46,7 +46,7 @@ from orchestrator.lifecycle import (
     trial_config,
 )
 from orchestrator.log import get_logger
-from orchestrator.plan import Trial
+from orchestrator.plan import Trial, plan_sweep
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.deadline import local_deadline
@@ -367,6 +367,10 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             api=sweep.benchmark.api,
             base_url=session.base_url,
             extra_flags=sweep.server.extra_flags,
+            metrics=sweep.server.metrics,
+            trials=[(t.key, t.config) for t in plan_sweep(sweep).for_host(host.name)],
+            knobs=knobs,
+            environment=sweep.server.environment,
         )
         await events("preflight", **check.to_json())
         if not check.ok:
@@ -576,6 +580,19 @@ async def _run_trial(
         _warn_failed(planned, "bad-flag", f"unknown to this build: {' '.join(unknown)}")
         await _after_failure(run)
         return None
+    refused = check.rejected.get(planned.key)
+    if refused is not None and refused.cause is not None:
+        # The host's own SGLang parser refused this argv (a bad value or choice, a resolution
+        # error): it would die at startup the same way, so nothing is restarted for it.
+        attempt = latest if latest is not None and latest.state == "running" else None
+        attempt = attempt or await store.start_attempt(trial.id)
+        await store.finish_attempt(
+            attempt.id, "failed", cause=refused.cause, evidence=refused.evidence()
+        )
+        run.failures += 1
+        _warn_failed(planned, refused.cause, refused.error or "")
+        await _after_failure(run)
+        return None
 
     assert session.found is not None
     if latest is not None and latest.state == "running":
@@ -591,6 +608,7 @@ async def _run_trial(
             config=planned.config,
             extra_flags=sweep.server.extra_flags,
             environment=sweep.server.environment,
+            metrics=sweep.server.metrics,
         )
     except ExtraFlagConflict as conflict:
         # Only the host's real command line shows it (validate saw the sweep's exec_start):

@@ -53,7 +53,7 @@ from orchestrator.engine import (
 )
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.types import ApiKind, FailureCause, KnobValue
+from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
 __all__ = [
     "SGLANG",
@@ -118,13 +118,26 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    ("port-in-use", re.compile(r"\[Errno 98\][^\n]*|address already in use", re.I)),
+    # wait_port_available raises ValueError("{name} at {port} is not available in {N}
+    # seconds. ..."): a taken port, though its type alone would say invalid-config.
+    (
+        "port-in-use",
+        re.compile(
+            r"\[Errno 98\][^\n]*|address already in use|\bis not available in \d+ seconds\b.*",
+            re.I,
+        ),
+    ),
     (
         "bad-flag",
-        re.compile(r"error: unrecognized arguments:.*|error: argument [^\s:]+:.*", re.I),
+        re.compile(
+            r"error: unrecognized arguments:.*|error: ambiguous option:.*"
+            r"|error: argument [^\s:]+:.*",
+            re.I,
+        ),
     ),
     ("warmup-failed", re.compile(r"Initialization failed\. warmup error.*", re.I)),
-    ("invalid-config", re.compile(r"\bValueError\b.*", re.I)),
+    # ServerArgs' resolution raises ValueError or fails an assert (AssertionError).
+    ("invalid-config", re.compile(r"\b(?:ValueError|AssertionError)\b.*", re.I)),
 )
 
 
@@ -281,6 +294,15 @@ def parse_log_line(message: str) -> LogEvent | None:
 # --------------------------------------------------------------------------------------------
 # Knobs -> /server_info keys, and the check of the running server's config
 # --------------------------------------------------------------------------------------------
+
+METRICS_FLAG = "--enable-metrics"
+"""Gives Prometheus ``/metrics`` (the spec counters): what ``server.metrics: auto`` adds."""
+
+
+def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
+    """The flags ``server.metrics`` asks each trial's command line to have."""
+    return (METRICS_FLAG,) if metrics == "auto" else ()
+
 
 # Flags whose /server_info key is not the flag name with '-' -> '_'.
 _WINDOW_OLD_FLAG = "--speculative-dflash-draft-window-size"

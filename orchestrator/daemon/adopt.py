@@ -101,6 +101,7 @@ async def adopt_host(
                     config=config,
                     extra_flags=sweep.server.extra_flags,
                     environment=sweep.server.environment,
+                    metrics=sweep.server.metrics,
                     adopted=True,
                 )
             except ExtraFlagConflict as conflict:

@@ -20,6 +20,8 @@ from orchestrator.sim.perfmodel import BASELINE, SpecKind, SpecShape
 
 OLD_WINDOW_FLAG = "--speculative-dflash-draft-window-size"
 NEW_WINDOW_FLAG = "--speculative-draft-window-size"
+HIDDEN_ALIAS_AFTER = (0, 5, 23)
+"""Builds newer than this accept OLD_WINDOW_FLAG again, hidden from --help."""
 
 BUILTIN_ALGORITHMS: tuple[str, ...] = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
@@ -125,6 +127,10 @@ def build_parser(version: str, ddtree: bool) -> argparse.ArgumentParser:
     spellings = window_flag_spellings(version)
     if spellings:
         p.add_argument(*spellings, dest=window_dest(version), type=int, default=None)
+    if parse_version(version) > HIDDEN_ALIAS_AFTER:
+        # Newer builds re-register the old spelling as a deprecated alias that --help hides.
+        p.add_argument(OLD_WINDOW_FLAG, dest=window_dest(version), type=int, default=None,
+                       help=argparse.SUPPRESS)
     if ddtree:
         p.add_argument("--speculative-ddtree-budget", type=int, default=None)
     return p

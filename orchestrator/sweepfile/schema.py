@@ -48,7 +48,7 @@ from orchestrator.sweepfile.fields import (
     unique,
     unique_or_none,
 )
-from orchestrator.types import ApiKind, metric_is_minimized
+from orchestrator.types import ApiKind, MetricsMode, metric_is_minimized
 
 DEFAULT_RESTART_S = 300.0
 DEFAULT_DECODE_TOKENS_PER_S = 50.0
@@ -126,6 +126,9 @@ class ServerSpec(_Model):
     extra_flags: list[ArgText] = Field(default_factory=list)
     environment: dict[EnvName, EnvValue] = Field(default_factory=dict)
     exec_start: ExecStart | None = None
+    metrics: MetricsMode = "auto"
+    """``auto``: each trial's drop-in adds ``--enable-metrics`` when the unit lacks it (a second
+    accept-length source: the chat API carries no spec stats); ``off``: the unit as it is."""
 
 
 class BenchmarkSpec(_Model):
