@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 from orchestrator.answers.model import Estimate, IntervalBasis
 
@@ -42,6 +41,8 @@ NOISY_CV = 0.05
 def t_quantile(df: float) -> float:
     """The two-sided 95 % quantile of Student's t with ``df`` degrees of freedom (cached: an
     answer asks for the same few many times)."""
+    from scipy import special  # imported on first use: scipy is slow to import
+
     return float(special.stdtrit(df, 0.5 + CONFIDENCE / 2))
 
 

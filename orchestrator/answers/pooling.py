@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from orchestrator.answers.estimate import pooled_restart_variance
 from orchestrator.answers.model import HostFlag
@@ -85,11 +84,15 @@ def _combined(
         values = np.array([d for d, _ in deviations])
         shift = float(np.sum(weights * values) / np.sum(weights))
         t = shift / math.sqrt(log_var / float(np.sum(weights)))
+        from scipy import stats  # scipy.stats costs a second to import: only when it tests
+
         return shift, float(2 * stats.t.sf(abs(t), df))
     if len(deviations) >= 3:
         values = np.array([d for d, _ in deviations])
         if float(np.std(values)) == 0.0:
             return None
+        from scipy import stats
+
         result = stats.ttest_1samp(values, 0.0)
         return float(values.mean()), float(result.pvalue)
     return None
