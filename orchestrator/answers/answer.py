@@ -38,7 +38,15 @@ from orchestrator.answers.runs import (
     runs_of_type,
     type_order,
 )
-from orchestrator.answers.verdict import Constraints, Decision, Standing, decide, rank, violations
+from orchestrator.answers.verdict import (
+    ASSUMED_RESTART_CV,
+    Constraints,
+    Decision,
+    Standing,
+    decide,
+    rank,
+    violations,
+)
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, config_label
 from orchestrator.sweepfile import Sweep
@@ -213,7 +221,8 @@ def _basis_note(standing: Standing, host_type: str) -> str | None:
         return (
             f"{standing.label}'s interval is within-run only: no config was repeated on "
             f"{host_type}, so restart-to-restart variance is not in it and it is too narrow "
-            "for a deploy decision"
+            f"for a deploy decision; the verdict assumes restarts vary by "
+            f"{ASSUMED_RESTART_CV:.0%} (measure it with benchmark.repeats: 2)"
         )
     if spread_.basis == "none":
         return f"{standing.label} has no interval: one restart, nothing to measure its noise by"

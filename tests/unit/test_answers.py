@@ -477,3 +477,34 @@ async def test_results_json_carries_the_answers_of_a_stored_sweep(
     assert answer["best"]["config"] == B8 and answer["best"]["restarts"] == 2
     assert answer["best"]["speedup_vs_baseline"] == pytest.approx(120.5 / 80.5)
     assert answer["explored"] == 2 and answer["space"] == 4 and answer["restarts_used"] == 4
+
+
+def _one_restart_each(values: Mapping[str, float], se_rel: float = 0.002) -> SweepResults:
+    """One restart per config, each with a tight within-run error: a grid without repeats."""
+    bench = Bench()
+    for config, value in ((B8, values["8"]), (B16, values["16"])):
+        bench.run("a", config, value)
+        point = bench.trials[-1].points[0]
+        assert isinstance(point, ThroughputPoint)
+        within = ThroughputMetrics(
+            output_tok_s=value, output_tok_s_se=value * se_rel, output_tok_s_batches=8
+        )
+        bench.trials[-1] = dataclasses.replace(
+            bench.trials[-1], points=(dataclasses.replace(point, metrics=within),)
+        )
+    return bench.results()
+
+
+def test_a_one_restart_gap_within_the_assumed_restart_spread_is_a_tie() -> None:
+    # 2 % apart with 0.2 % within-run errors: "better" on request noise alone, but one restart
+    # each cannot tell a 2 % config effect from restart-to-restart variance.
+    answer = only(answer_sweep(_one_restart_each({"8": 102.0, "16": 100.0}), make_sweep()))
+    assert answer.best is not None and answer.best.estimate.basis == "within-run-only"
+    assert answer.verdict == "tie"
+    assert any("assumes restarts vary by 5%" in note for note in answer.notes)
+
+
+def test_a_one_restart_gap_far_beyond_any_restart_spread_is_better() -> None:
+    answer = only(answer_sweep(_one_restart_each({"8": 150.0, "16": 100.0}), make_sweep()))
+    assert answer.verdict == "better"
+    assert answer.best is not None and answer.best.config == B8
