@@ -4,11 +4,16 @@ AIPerf's clients (``--peers``).
 
 Timing error. A simulated SGLang server at real speed (time scale 1: 15 ms decode steps,
 one token per step) stamps every chunk with ``time.monotonic()`` right after writing it to the
-socket (``/sim/requests``). The orchestrator's client (``BenchClient``, ``/generate``
-streaming) stamps every block it receives with the same system-wide clock. Per request:
+socket (``/sim/requests``), and keeps the kernel's receive stamp of each request's arrival on
+its socket. The orchestrator's client (``BenchClient``, ``/generate`` streaming) stamps every
+block it receives with the kernel's receive stamp on its own socket, moved onto the same
+system-wide monotonic clock. Per request:
 
     TTFT error = client TTFT (first token arrival - send) - server TTFT (first emit - arrival)
     ITL error  = client gap between two chunks - server gap between the same two chunks
+
+where the server's arrival is the kernel's stamp (``ttft_err_ms``; the handler's own stamp,
+late by the server's intake queueing, is kept as ``ttft_err_vs_handler_ms``).
 
 at concurrency 1, 16 and 64 (p50 and p99 of the absolute error).
 
@@ -134,9 +139,11 @@ async def closed_loop(
 
 
 def timing_errors(
-    record: RequestRecord, truth: dict[str, Any]
+    record: RequestRecord, truth: dict[str, Any], *, kernel: bool = False
 ) -> tuple[float | None, list[float], list[float]]:
-    """(TTFT error, per-chunk arrival-minus-emission, ITL errors), in seconds."""
+    """(TTFT error, per-chunk arrival-minus-emission, ITL errors), in seconds. ``kernel``: the
+    server's TTFT from the kernel's stamp of the request's arrival on its socket, not from
+    when its handler ran (its intake queueing behind other streams is not the client's)."""
     emitted = [(float(t), int(n)) for t, n in truth["chunks"]]
     received = record.chunks
     if len(emitted) != len(received) or any(
@@ -147,7 +154,10 @@ def timing_errors(
     first = next((i for i, c in enumerate(received) if c.tokens > 0), None)
     ttft_err = None
     if first is not None and record.ttft is not None:
-        server_ttft = emitted[first][0] - float(truth["arrival_monotonic"])
+        arrival = truth.get("arrival_kernel_monotonic") if kernel else None
+        if kernel and arrival is None:
+            raise ValueError("the server keeps no kernel arrival stamps on this platform")
+        server_ttft = emitted[first][0] - float(arrival or truth["arrival_monotonic"])
         ttft_err = record.ttft - server_ttft
     itl = [b - a for a, b in itertools.pairwise(offsets)]
     return ttft_err, offsets, itl
@@ -158,6 +168,9 @@ async def accuracy(
 ) -> dict[str, Any]:
     async with BenchClient(base_url, api="generate", model=MODEL, concurrency=concurrency,
                            request_timeout=300) as client:
+        # One unmeasured round first, as a matrix point's warm-up does: the measured requests
+        # then go out on open keep-alive connections, so a TTFT holds no TCP handshake.
+        await closed_loop(client, concurrency=concurrency, requests=concurrency, max_tokens=4)
         raws = await closed_loop(client, concurrency=concurrency, requests=requests,
                                  max_tokens=max_tokens)
     records = [parse_exchange(raw) for raw in raws]
@@ -167,13 +180,18 @@ async def accuracy(
     ids = [r.response_id or "" for r in records]
     truths = {t["id"]: t for t in await server_truth(base_url, ids)}
     ttft: list[float] = []
+    ttft_kernel: list[float] = []
     first_chunk: list[float] = []
     itl: list[float] = []
     offsets: list[float] = []
     for record in records:
-        t_err, offs, i_err = timing_errors(record, truths[record.response_id or ""])
+        truth = truths[record.response_id or ""]
+        t_err, offs, i_err = timing_errors(record, truth)
         if t_err is not None:
             ttft.append(t_err)
+        k_err, _offs, _itl = timing_errors(record, truth, kernel=True)
+        if k_err is not None:
+            ttft_kernel.append(k_err)
         first = next((i for i, c in enumerate(record.chunks) if c.tokens > 0), None)
         if first is not None:
             first_chunk.append(offs[first])
@@ -183,8 +201,11 @@ async def accuracy(
         "concurrency": concurrency,
         "requests": len(records),
         "chunks": len(offsets),
-        "ttft_err_ms": summary([abs(x) for x in ttft], 1000, 3),
-        "ttft_err_signed_p50_ms": round((percentile(ttft, 50) or 0) * 1000, 3),
+        # Against the kernel's arrival stamp on the server's socket (the goal's reference),
+        # and against the server handler's stamp (the reference before kernel stamps).
+        "ttft_err_ms": summary([abs(x) for x in ttft_kernel], 1000, 3),
+        "ttft_err_signed_p50_ms": round((percentile(ttft_kernel, 50) or 0) * 1000, 3),
+        "ttft_err_vs_handler_ms": summary([abs(x) for x in ttft], 1000, 3),
         # The receive side of the TTFT error alone: first token's arrival - its emission. The
         # rest (server arrival - client send) is the request's way in, the server's own HTTP
         # intake included, which the server stamps only once its handler runs.
@@ -415,7 +436,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 server.kill()
         if not args.keep:
             shutil.rmtree(state, ignore_errors=True)
-    result["goals"] = {"ttft_err_p99_ms": 1.0, "itl_err_p99_ms": 1.0,
+    result["goals"] = {"ttft_err_p99_ms": 0.5, "itl_err_p99_ms": 0.5,
                        "tokens_per_cpu_s_ratio_vs_sglang": 1.5}
     result["settings"] = {"quick": args.quick, "accuracy_requests": plan, "max_tokens": 64,
                           "capacity_requests": capacity_requests,

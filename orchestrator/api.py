@@ -15,6 +15,7 @@ Endpoints (all answer JSON)::
     POST /sweeps/{ref}/cancel         stop at the next safe step and restore its hosts
     GET  /sweeps/{ref}/results        the store's results document
     POST /restore                     {"host": NAME} | {"all": true}
+    POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false}
 
 ``ref`` is a sweep name (its latest run) or an id.
 """
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from orchestrator import __version__
+from orchestrator.answers import AnsweredResults, Contender
 from orchestrator.log import get_logger
 from orchestrator.store import (
     JsonObject,
@@ -38,7 +40,6 @@ from orchestrator.store import (
     SweepNameConflict,
     SweepNotFound,
     SweepRecord,
-    SweepResults,
     count_states,
 )
 from orchestrator.store.results import config_label
@@ -145,6 +146,53 @@ class RestoreOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class AdoptOutcome:
+    """One host's adopt (``POST /sweeps/{ref}/adopt``): the config now lasting there, or why
+    not (the host then as found)."""
+
+    host: str
+    ok: bool
+    dropin: str | None = None
+    invocation_id: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> JsonObject:
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "dropin": self.dropin,
+            "invocation_id": self.invocation_id,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """What ``adopt`` did for one host type."""
+
+    sweep: str
+    sweep_id: int
+    host_type: str
+    contender: Contender
+    hosts: tuple[AdoptOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and all(h.ok for h in self.hosts)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "sweep": self.sweep,
+            "sweep_id": self.sweep_id,
+            "host_type": self.host_type,
+            "config": self.contender.config,
+            "label": self.contender.label,
+            "hosts": [h.to_json() for h in self.hosts],
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class HostStatus:
     """A sweep's host: set aside (why), or what it is doing now (the runner's progress)."""
 
@@ -207,9 +255,11 @@ class DaemonOps(Protocol):
 
     async def cancel(self, ref: str) -> CancelOutcome: ...
 
-    async def results(self, ref: str) -> SweepResults: ...
+    async def results(self, ref: str) -> AnsweredResults: ...
 
     async def restore_hosts(self, host: str | None) -> Sequence[RestoreOutcome]: ...
+
+    async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption: ...
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
@@ -339,6 +389,18 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         outcomes = await ops.restore_hosts(host)
         return web.json_response({"restored": [outcome.to_json() for outcome in outcomes]})
 
+    async def adopt(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            body = None
+        host_type = body.get("type") if isinstance(body, dict) else None
+        if not isinstance(host_type, str) or not valid_ref(host_type):
+            return _error(400, 'the body is JSON: {"type": HOST_TYPE, "allow_tie": false}')
+        allow_tie = body.get("allow_tie") is True if isinstance(body, dict) else False
+        adoption = await ops.adopt(_ref(request), host_type, allow_tie=allow_tie)
+        return web.json_response(adoption.to_json(), status=200 if adoption.ok else 502)
+
     app.router.add_get("/health", health)
     app.router.add_post("/sweeps", submit)
     app.router.add_get("/sweeps", list_sweeps)
@@ -346,4 +408,5 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     app.router.add_post("/sweeps/{ref}/cancel", cancel)
     app.router.add_get("/sweeps/{ref}/results", results)
     app.router.add_post("/restore", restore)
+    app.router.add_post("/sweeps/{ref}/adopt", adopt)
     return app

@@ -27,8 +27,10 @@ from orchestrator.plan import (
     estimate_plan,
     format_duration,
     plan_json,
+    plan_notes,
     plan_sweep,
     render_trial_dropin,
+    repeat_warnings,
 )
 from orchestrator.sweepfile import Sweep, SweepFileError, check_sweep, sweep_json_schema
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_OK, content_hash
@@ -87,7 +89,10 @@ def _plan_lines(sweep: Sweep, plan: Plan) -> tuple[list[list[str]], list[str]]:
         after.append(
             f"  {host.name} (type {host.host_type}): {len(mine)} trial(s), about {seconds}"
         )
-        after.extend(f"    {_config_text(trial.config)}" for trial in mine)
+        after.extend(
+            f"    {_config_text(trial.config)}" + (f" (repeat {trial.repeat})" * (trial.repeat > 1))
+            for trial in mine
+        )
     after.append(
         f"estimate: about {format_duration(estimate.total_s)} for the sweep "
         f"(hosts in parallel; {format_duration(estimate.trial_s)} per trial: "
@@ -95,6 +100,7 @@ def _plan_lines(sweep: Sweep, plan: Plan) -> tuple[list[list[str]], list[str]]:
         f"{format_duration(estimate.bench_s)}, coding {format_duration(estimate.coding_s)})"
     )
     after.extend(f"  assumes {line}" for line in estimate.assumptions)
+    after.extend(plan_notes(sweep, plan))
     return rows, after
 
 
@@ -204,7 +210,7 @@ class PlanVerb:
         sweep = checked.sweep
         plan = plan_sweep(sweep)
         file_warnings = [str(warning) for warning in checked.warnings]
-        _print_warnings([*file_warnings, *map(str, plan.warnings)])
+        _print_warnings([*file_warnings, *map(str, plan.warnings), *repeat_warnings(sweep)])
         if args.json:
             _emit_json(plan_json(plan, sweep, file_warnings=file_warnings))
         else:
@@ -226,6 +232,7 @@ VERBS: dict[str, Verb | str] = {
     "cancel": "orchestrator.verbs.cancel",
     "results": "orchestrator.verbs.results",
     "restore": "orchestrator.verbs.restore",
+    "adopt": "orchestrator.verbs.adopt",
     "report": "orchestrator.verbs.report",
     "bench": "orchestrator.bench.cli",
 }

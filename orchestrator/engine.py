@@ -112,6 +112,8 @@ class StreamParse:
     response_id: str | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    spec_correct_drafts: int | None = None
+    spec_proposed_drafts: int | None = None
     error: ErrorKind | None = None
     error_detail: str | None = None
     content_parts: list[str] = field(default_factory=list)
@@ -243,6 +245,19 @@ class DflashInitEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DdtreeInitEvent:
+    """The DDTree worker's init line: its block size and tree budget (the verify width is
+    ``max_tree_nodes`` = budget + 1), as the running server resolved them."""
+
+    prefix: LinePrefix
+    fields: Mapping[str, FieldValue]
+    block_size: int | None
+    tree_budget: int | None
+    max_tree_nodes: int | None
+    kind: Literal["ddtree_init"] = "ddtree_init"
+
+
+@dataclass(frozen=True, slots=True)
 class FailureEvent:
     """A startup failure marker; ``matched`` is the text that gave the cause away."""
 
@@ -253,7 +268,11 @@ class FailureEvent:
     kind: Literal["failure"] = "failure"
 
 
-LogEvent = DecodeEvent | PrefillEvent | ReadyEvent | DflashInitEvent | FailureEvent
+LogEvent = (
+    DecodeEvent | PrefillEvent | ReadyEvent | DflashInitEvent | DdtreeInitEvent | FailureEvent
+)
+InitEvent = DflashInitEvent | DdtreeInitEvent
+"""A speculative worker's init line: what the server resolved, kept in the provenance."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,6 +358,11 @@ class Provenance:
     gpus: tuple[GpuIdentity, ...]
     exec_start: tuple[str, ...]
     environment: Mapping[str, str] = field(default_factory=dict)
+    worker_init: Mapping[str, Mapping[str, FieldValue]] = field(default_factory=dict)
+    """The speculative workers' init lines by kind (``dflash_init``, ``ddtree_init``): the
+    block size, tree budget, ... the server logged it resolved."""
+    added_flags: tuple[str, ...] = ()
+    """Flags the orchestrator added to the unit's command line (``server.metrics: auto``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -349,6 +373,8 @@ class Provenance:
             "gpus": [{"name": g.name, "driver_version": g.driver_version} for g in self.gpus],
             "exec_start": list(self.exec_start),
             "environment": dict(self.environment),
+            "worker_init": {kind: dict(fields) for kind, fields in self.worker_init.items()},
+            "added_flags": list(self.added_flags),
         }
 
 
@@ -416,6 +442,7 @@ class Engine(Protocol):
         gpus: Sequence[GpuIdentity],
         exec_start: Sequence[str],
         environment: Mapping[str, str],
+        init_events: Sequence[InitEvent] = (),
     ) -> Provenance: ...
 
     def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -27,21 +28,29 @@ import aiohttp
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
+    DdtreeInitEvent,
+    DflashInitEvent,
     Engine,
     EnvKnob,
     FailureEvent,
+    InitEvent,
     KnobResolution,
     Provenance,
 )
 from orchestrator.host import gpu, journal, systemd
-from orchestrator.host.dropin import TrialInvocation, apply_knobs, render_dropin
+from orchestrator.host.dropin import (
+    TrialInvocation,
+    adopted_dropin_path,
+    apply_knobs,
+    render_dropin,
+)
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.sglang import SGLANG, parse_proc_environ
-from orchestrator.types import ApiKind, FailureCause
+from orchestrator.sglang import SGLANG, metrics_flags, parse_proc_environ
+from orchestrator.types import ApiKind, FailureCause, MetricsMode
 
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 
@@ -205,6 +214,8 @@ class TrialConfig:
     invocation: TrialInvocation
     dropin_text: str
     readiness: Readiness
+    dropin_path: str | None = None
+    """Where the drop-in goes (None: the trial drop-in's place)."""
 
 
 def trial_config(
@@ -217,15 +228,25 @@ def trial_config(
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
     engine: Engine = SGLANG,
+    adopted: bool = False,
+    metrics: MetricsMode = "auto",
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config."""
+    flag knob shows in the running server's config; ``metrics`` ``auto`` adds
+    ``--enable-metrics`` where the unit lacks it (:func:`metrics_flags`). ``adopted``: the same
+    config as the unit's lasting one, in adopt's own drop-in (proven like a trial's)."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
     invocation = apply_knobs(
-        service.exec_start, service.environment, knobs, config, extra_flags, environment
+        service.exec_start,
+        service.environment,
+        knobs,
+        config,
+        extra_flags,
+        environment,
+        ensure_flags=metrics_flags(metrics),
     )
     flag_knobs = tuple(
         engine.resolve_flag_knob(
@@ -243,7 +264,8 @@ def trial_config(
         sweep=sweep,
         key=key,
         invocation=invocation,
-        dropin_text=render_dropin(sweep, key, invocation),
+        dropin_text=render_dropin(sweep, key, invocation, adopted=adopted),
+        dropin_path=str(adopted_dropin_path(found.unit)) if adopted else None,
         readiness=Readiness(
             flag_knobs=flag_knobs,
             env_knobs=env_knobs,
@@ -335,6 +357,7 @@ async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
             trial.dropin_text,
             trial.invocation,
             control=session.control,
+            path=trial.dropin_path,
             timeout=t.command,
         )
         timeline["dropin_installed"] = time.time()
@@ -366,14 +389,20 @@ async def restart_clean(
             session.baseline = await gpu.record_idle_baseline(session.host.gpu, session.gpus)
             if session.baseline is not None:
                 await session.events(
-                    "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="before-stop"
+                    "gpu.baseline",
+                    used_mib=dict(session.baseline.used_mib),
+                    read="before-stop",
+                    method=session.baseline.method,
                 )
         await _stop(session, old, timeline)
         if session.baseline is None:
             # A process's memory was unreadable: the best left is a reading once it is stopped.
             session.baseline = await gpu.record_baseline(session.host.gpu, session.gpus)
             await session.events(
-                "gpu.baseline", used_mib=dict(session.baseline.used_mib), read="after-stop"
+                "gpu.baseline",
+                used_mib=dict(session.baseline.used_mib),
+                read="after-stop",
+                method=session.baseline.method,
             )
         await _wait_memory_released(session, timeline)
         state = await session.control.show(session.unit, timeout=t.command)
@@ -426,10 +455,13 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
     assert session.baseline is not None
 
     async def unit_processes_gone() -> bool:
+        # systemd keeps a unit's ControlGroup while any process is left in it (KillMode=process,
+        # D-state): on a GPU that reports no memory, that and the compute list are all we have.
         state = await session.control.show(
-            session.unit, ("ActiveState", "MainPID"), timeout=t.command
+            session.unit, ("ActiveState", "MainPID", "ControlGroup"), timeout=t.command
         )
-        return state.main_pid is None and state.active_state in ("inactive", "failed")
+        stopped = state.main_pid is None and state.active_state in ("inactive", "failed")
+        return stopped and not state.raw.get("ControlGroup")
 
     try:
         status = await gpu.wait_released(
@@ -441,7 +473,12 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
             poll_interval=t.memory_poll,
         )
     except gpu.MemoryNotReleased as exc:
-        await session.events("memory.not_released", leftovers=exc.evidence["leftovers"])
+        await session.events(
+            "memory.not_released",
+            leftovers=exc.evidence["leftovers"],
+            method=exc.status.method,
+            unit_processes_alive=exc.status.unit_processes_alive,
+        )
         raise TrialFailed(
             exc.cause,
             f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
@@ -452,6 +489,7 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
         "memory.released",
         waited_s=round(timeline["memory_released"] - timeline["stopped"], 3),
         excess_mib=dict(status.excess_mib),
+        method=status.method,
     )
 
 
@@ -511,6 +549,8 @@ class _Watch:
     engine: Engine = SGLANG
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
+    init_events: list[InitEvent] = field(default_factory=list)
+    """The speculative workers' init lines, for the provenance."""
     ready_line: asyncio.Event = field(default_factory=asyncio.Event)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by every new line: a server that logs may have just become able to serve."""
@@ -533,6 +573,8 @@ class _Watch:
             self.ready_line.set()
         elif isinstance(event, FailureEvent) and self.failure is None:
             self.failure = event
+        elif isinstance(event, DflashInitEvent | DdtreeInitEvent):
+            self.init_events.append(event)
 
 
 async def _await_ready(
@@ -569,7 +611,8 @@ async def _await_ready(
             if probe_task in done:
                 server_info, check = probe_task.result()
                 return await _server(
-                    session, readiness, started, cursor, server_info, check, timeline
+                    session, readiness, started, cursor, server_info, check, timeline,
+                    tuple(watch.init_events),
                 )
             ended = state_task.result()
     except TimeoutError:
@@ -631,7 +674,12 @@ async def _probe_until_ready(
     delay = t.probe_initial
     while True:
         probed_at = time.monotonic()
-        info = await _server_info(http, session.base_url, t.probe_request)
+        try:
+            info = await _server_info(http, session.base_url, t.probe_request)
+        except aiohttp.ClientConnectorError:
+            # Nothing listens yet (SGLang binds its port only after the load): a probe costs
+            # the server nothing, so the next line of the log probes with no minimum gap.
+            info, probed_at = None, -t.probe_min_gap
         if info is not None:
             probe = await session.engine.probe_generation(
                 http, session.base_url, session.api, session.model, t.probe_request
@@ -652,7 +700,8 @@ async def _probe_until_ready(
 async def _server_info(
     http: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> dict[str, Any] | None:
-    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering."""
+    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering.
+    Raises ``aiohttp.ClientConnectorError`` when nothing listens on the port."""
     for path in ("/server_info", "/get_server_info"):
         try:
             async with http.get(
@@ -664,6 +713,8 @@ async def _server_info(
                     return None
                 body = await response.json(content_type=None)
                 return body if isinstance(body, dict) else None
+        except aiohttp.ClientConnectorError:
+            raise
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
             return None
     return None
@@ -705,6 +756,7 @@ async def _server(
     info: Mapping[str, Any],
     check: ConfigCheck,
     timeline: dict[str, float],
+    init_events: tuple[InitEvent, ...] = (),
 ) -> Server:
     """The last proofs: same invocation still running, config as asked. Then the Server."""
     t = session.timeouts
@@ -734,7 +786,10 @@ async def _server(
         identities,
         asked.argv if asked is not None else (),
         asked.environment if asked is not None else {},
+        init_events=init_events,
     )
+    if asked is not None and asked.added_flags:
+        provenance = dataclasses.replace(provenance, added_flags=asked.added_flags)
     await session.events(
         "server.ready",
         invocation=started.invocation_id,

@@ -3,11 +3,16 @@
 The key identifies a trial across runs (resume, dedup, the drop-in header, the store): it is
 derived from host, unit and the knob values alone, never from file order, dict key order or
 knobs left absent, so reordering a sweep file or declaring one more knob keeps old results
-matched to their trials.
+matched to their trials. A config's later measurements (``benchmark.repeats``) get derived keys
+(:func:`repeat_key`), so adding repeats keeps the first measurements matched too.
+
+The grid runs in rounds: every config once, then every config again (A B C A B C), so that a
+host's drift over the night spreads over all configs instead of reading as a config effect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -24,6 +29,7 @@ from orchestrator.host.dropin import (
     render_dropin,
     render_dropin_delta,
 )
+from orchestrator.sglang import metrics_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
 
@@ -42,6 +48,8 @@ class Trial:
     config: dict[str, KnobValue]
     is_baseline: bool
     ordinal: int
+    repeat: int = 1
+    """Which round of the grid this measurement is (1..``benchmark.repeats``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +64,35 @@ class PlanWarning:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanCut:
+    """What ``search.max_restarts`` left out of one host type's grid (its trials in plan
+    order are kept up to the cap, so whole rounds go first)."""
+
+    host_type: str
+    max_restarts: int
+    planned: int
+    """Trials the uncut grid has on the type."""
+    configs_cut: int
+    """Configs left with no measurement at all on the type."""
+    repeats_cut: int
+    """Measurements cut of configs that keep at least one."""
+
+    def __str__(self) -> str:
+        return (
+            f"host type {self.host_type}: search.max_restarts {self.max_restarts} keeps "
+            f"{self.max_restarts} of {self.planned} trials: {self.configs_cut} config(s) not "
+            f"measured, {self.repeats_cut} further measurement(s) of the others cut"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The ordered trials of one sweep (ordinal = position; each host runs its own in order)."""
 
     sweep: str
     trials: tuple[Trial, ...]
     warnings: tuple[PlanWarning, ...] = ()
+    cuts: tuple[PlanCut, ...] = ()
 
     def for_host(self, host: str) -> list[Trial]:
         return [trial for trial in self.trials if trial.host == host]
@@ -101,6 +132,19 @@ def trial_key(host: str, unit: str, config: Mapping[str, KnobValue]) -> str:
     return f"{host}.{_slug(normal)}.{digest}"
 
 
+REPEAT_SEPARATOR = "~r"
+
+
+def repeat_key(key: str, repeat: int) -> str:
+    """The key of the ``repeat``-th measurement of the trial keyed ``key``: the first keeps
+    ``key`` itself (a sweep that adds repeats keeps its stored trials), a later one is
+    ``<key>~r<repeat>``. Every restart that measures a config again (grid repeats, a search's
+    confirmations) is keyed here, so one config's measurements never share a key."""
+    if repeat < 1:
+        raise ValueError(f"repeat {repeat}: measurements count from 1")
+    return key if repeat == 1 else f"{key}{REPEAT_SEPARATOR}{repeat}"
+
+
 def expand_configs(sweep: Sweep) -> list[dict[str, KnobValue]]:
     """Baseline (when asked) first, then the explicit list, then the grid's product, in
     normalized form with duplicates (same values) removed, first occurrence kept."""
@@ -131,35 +175,127 @@ def _hosts_by_type(hosts: list[HostSpec]) -> dict[str, list[HostSpec]]:
 
 
 def plan_sweep(sweep: Sweep) -> Plan:
-    """Every trial of ``sweep``: each config on every host (``each-host``), or, per host type,
-    the baseline on every host and each other config on one host chosen by
-    :func:`balanced_assignment` (``across-type``)."""
+    """Every trial of ``sweep`` in ``benchmark.repeats`` rounds, each round every config once
+    in expansion order (A B C A B C).
+
+    ``each-host``: each round runs every config on every host (a config is measured
+    ``repeats`` times on each host). ``across-type``: each round runs the baseline on every
+    host and each other config on one host of its type; the first round's host is the one
+    :func:`balanced_assignment` picks, and each later round moves it to the type's next host,
+    so a config's ``repeats`` measurements alternate over the type's hosts.
+
+    With ``search.max_restarts``, each host type keeps its first ``max_restarts`` trials in
+    this order (whole rounds first) and :attr:`Plan.cuts` says what was left out."""
     configs = expand_configs(sweep)
-    chosen: dict[int, list[HostSpec]] = {index: [] for index in range(len(configs))}
+    first_hosts: dict[int, list[HostSpec]] = {index: [] for index in range(len(configs))}
+    type_members = _hosts_by_type(sweep.hosts)
     warnings: list[PlanWarning] = []
     if sweep.distribute == "across-type":
-        for host_type, members in _hosts_by_type(sweep.hosts).items():
+        for host_type, members in type_members.items():
             assignment = balanced_assignment(configs, [h.name for h in members])
             by_name = {host.name: host for host in members}
+            over_rounds = []
             for index, names in enumerate(assignment):
-                chosen[index].extend(by_name[name] for name in names)
-            warnings.extend(_confounding(host_type, configs, assignment, len(members)))
-    else:
-        for index in chosen:
-            chosen[index] = list(sweep.hosts)
-    trials: list[Trial] = []
-    for index, config in enumerate(configs):
-        for host in chosen[index]:
-            trials.append(
-                Trial(
-                    key=trial_key(host.name, sweep.server.unit, config),
-                    host=host.name,
-                    config=dict(config),
-                    is_baseline=not config,
-                    ordinal=len(trials),
+                first_hosts[index].extend(by_name[name] for name in names)
+                over_rounds.append(
+                    _hosts_over_rounds(
+                        [by_name[name] for name in names],
+                        type_members,
+                        sweep.benchmark.repeats,
+                        moves=bool(configs[index]),
+                    )
                 )
+            warnings.extend(_confounding(host_type, configs, over_rounds, len(members)))
+    else:
+        for index in first_hosts:
+            first_hosts[index] = list(sweep.hosts)
+    trials: list[Trial] = []
+    for repeat in range(1, sweep.benchmark.repeats + 1):
+        for index, config in enumerate(configs):
+            for host in _round_hosts(first_hosts[index], type_members, repeat, bool(config)):
+                trials.append(
+                    Trial(
+                        key=repeat_key(trial_key(host.name, sweep.server.unit, config), repeat),
+                        host=host.name,
+                        config=dict(config),
+                        is_baseline=not config,
+                        ordinal=len(trials),
+                        repeat=repeat,
+                    )
+                )
+    cuts: list[PlanCut] = []
+    if sweep.search.max_restarts is not None:
+        trials, cuts = _cut_to_cap(sweep, trials, sweep.search.max_restarts)
+    return Plan(sweep=sweep.name, trials=tuple(trials), warnings=tuple(warnings), cuts=tuple(cuts))
+
+
+def _round_hosts(
+    first: list[HostSpec],
+    type_members: Mapping[str, list[HostSpec]],
+    repeat: int,
+    moves: bool,
+) -> list[HostSpec]:
+    """The hosts that measure a config in round ``repeat``: where a config runs on one host
+    of a type, it moves to the type's next host each round; where it runs on every host of
+    the type (the baseline, or any config under ``each-host``) it stays."""
+    if not moves:
+        return first
+    out = []
+    for host in first:
+        members = type_members[host.host_type]
+        alone = sum(1 for other in first if other.host_type == host.host_type) == 1
+        if alone and len(members) > 1:
+            host = members[(members.index(host) + repeat - 1) % len(members)]
+        out.append(host)
+    return out
+
+
+def _hosts_over_rounds(
+    first: list[HostSpec],
+    type_members: Mapping[str, list[HostSpec]],
+    repeats: int,
+    *,
+    moves: bool,
+) -> list[str]:
+    """The hosts that measure a config in any of the ``repeats`` rounds."""
+    return sorted(
+        {
+            host.name
+            for repeat in range(1, repeats + 1)
+            for host in _round_hosts(first, type_members, repeat, moves)
+        }
+    )
+
+
+def _cut_to_cap(sweep: Sweep, trials: list[Trial], cap: int) -> tuple[list[Trial], list[PlanCut]]:
+    """Each host type's first ``cap`` trials in plan order, renumbered; and per cut type, how
+    many configs and repeat measurements were left out."""
+    type_of = {host.name: host.host_type for host in sweep.hosts}
+    used: dict[str, int] = {}
+    kept: list[Trial] = []
+    dropped: dict[str, list[Trial]] = {}
+    for trial in trials:
+        host_type = type_of[trial.host]
+        if used.get(host_type, 0) < cap:
+            used[host_type] = used.get(host_type, 0) + 1
+            kept.append(dataclasses.replace(trial, ordinal=len(kept)))
+        else:
+            dropped.setdefault(host_type, []).append(trial)
+    cuts = []
+    for host_type, left_out in dropped.items():
+        measured = {_canonical_json(t.config) for t in kept if type_of[t.host] == host_type}
+        unmeasured = {_canonical_json(t.config) for t in left_out} - measured
+        repeats_cut = sum(1 for t in left_out if _canonical_json(t.config) in measured)
+        cuts.append(
+            PlanCut(
+                host_type=host_type,
+                max_restarts=cap,
+                planned=cap + len(left_out),
+                configs_cut=len(unmeasured),
+                repeats_cut=repeats_cut,
             )
-    return Plan(sweep=sweep.name, trials=tuple(trials), warnings=tuple(warnings))
+        )
+    return kept, cuts
 
 
 def _levels(configs: list[dict[str, KnobValue]]) -> list[dict[str, str]]:
@@ -207,6 +343,8 @@ def _confounding(
     assignment: list[list[str]],
     host_count: int,
 ) -> list[PlanWarning]:
+    """Where a knob value runs on one host only: ``assignment`` holds each config's hosts
+    over all rounds (repeats move a config over the type's hosts, which can spread it)."""
     if host_count < 2:
         return []
     warnings = []
@@ -218,14 +356,12 @@ def _confounding(
                 "difference reads as a config difference (baseline: true runs it on every host)",
             )
         )
-    tested = [
-        (config, hosts[0]) for config, hosts in zip(configs, assignment, strict=True) if config
-    ]
+    tested = [(config, hosts) for config, hosts in zip(configs, assignment, strict=True) if config]
     levels = _levels([config for config, _ in tested])
     for knob in sorted(levels[0]) if levels else []:
         hosts_of: dict[str, set[str]] = {}
-        for level, (_, host) in zip(levels, tested, strict=True):
-            hosts_of.setdefault(level[knob], set()).add(host)
+        for level, (_, hosts_run) in zip(levels, tested, strict=True):
+            hosts_of.setdefault(level[knob], set()).update(hosts_run)
         if len(hosts_of) < 2:
             continue
         alone = sorted(
@@ -256,13 +392,20 @@ def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     host = sweep.host(trial.host)
     knob_map = host.effective_knobs(sweep.server.knobs)
     base = sweep.server.exec_start or [_PLACEHOLDER]
+    ensure = metrics_flags(sweep.server.metrics)
     invocation = apply_knobs(
-        base, {}, knob_map, trial.config, sweep.server.extra_flags, sweep.server.environment
+        base,
+        {},
+        knob_map,
+        trial.config,
+        sweep.server.extra_flags,
+        sweep.server.environment,
+        ensure_flags=ensure if sweep.server.exec_start else (),
     )
     if sweep.server.exec_start:
         return render_dropin(sweep.name, trial.key, invocation)
     removed = [target.flag for target in knob_map.values() if target.flag]
-    return render_dropin_delta(sweep.name, trial.key, invocation, removed)
+    return render_dropin_delta(sweep.name, trial.key, invocation, removed, if_missing=ensure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +472,17 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
         "each host ends with one more restart (its restore); hosts run in parallel",
         "no retries, no failures; the timeouts are only upper bounds",
     ]
+    if sweep.benchmark.repeats > 1:
+        assumptions.append(
+            f"each config is measured {sweep.benchmark.repeats} times (benchmark.repeats), "
+            "each after its own restart: each repeat is one of the trials above"
+        )
+    if sweep.search.strategy != "grid":
+        assumptions.append(
+            f"strategy {sweep.search.strategy}: every one of the type's "
+            f"{sweep.search.max_restarts} starts (search.max_restarts) measures the whole "
+            "matrix (screening is shorter)"
+        )
     if sweep.coding is not None and problems is None:
         assumptions.append(f"the coding problems of {sweep.coding.problems!r} are not counted")
     return PlanEstimate(
@@ -339,6 +493,33 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
         per_host_s=per_host,
         assumptions=tuple(assumptions),
     )
+
+
+def plan_notes(sweep: Sweep, plan: Plan) -> list[str]:
+    """What ``orchestrator plan`` says beyond the table: under a search strategy, that the
+    table is only the grid's view; under the grid, what the restart cap cut."""
+    if sweep.search.strategy != "grid":
+        return [
+            f"strategy {sweep.search.strategy} (seed {sweep.search.seed}): the search proposes "
+            f"its own trials from these {len(expand_configs(sweep))} configs, at most "
+            f"{sweep.search.max_restarts} unit starts per host type; the table is the grid's "
+            "order, cut to that cap"
+        ]
+    notes = [str(cut) for cut in plan.cuts]
+    if plan.cuts:
+        notes.append("retries count against search.max_restarts when the sweep runs")
+    return notes
+
+
+def repeat_warnings(sweep: Sweep) -> list[str]:
+    """A warning when an objective asks for a verdict that one restart per config can only
+    support with borrowed (or no) restart-to-restart variance."""
+    if sweep.objective is None or sweep.benchmark.repeats > 1:
+        return []
+    return [
+        "benchmark.repeats is 1: a config's interval borrows restart-to-restart variance from "
+        "repeated configs, or is within-run only"
+    ]
 
 
 def format_duration(seconds: float) -> str:
@@ -354,9 +535,10 @@ def format_duration(seconds: float) -> str:
 
 
 def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) -> dict[str, Any]:
-    """``{"sweep": name, "trials": [{"key", "host", "config", "dropin", ...}]}``, with who
-    runs what (``hosts``), the duration ``estimate`` and the ``warnings`` (the sweep file's,
-    as ``FILE:LINE: FIELD: message``, then the plan's)."""
+    """``{"sweep": name, "trials": [{"key", "host", "config", "repeat", "dropin", ...}]}``,
+    with who runs what (``hosts``), the duration ``estimate``, the ``repeats`` and ``search``
+    (strategy, cap, the space's size, what the cap ``cuts``) and the ``warnings`` (the sweep
+    file's, as ``FILE:LINE: FIELD: message``, then the plan's)."""
     estimate = estimate_plan(plan, sweep)
     return {
         "sweep": plan.sweep,
@@ -369,6 +551,7 @@ def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) ->
                 "ordinal": trial.ordinal,
                 "is_baseline": trial.is_baseline,
                 "config": trial.config,
+                "repeat": trial.repeat,
                 "dropin": render_trial_dropin(sweep, trial),
                 "estimate_s": round(estimate.trial_s, 1),
             }
@@ -394,6 +577,23 @@ def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) ->
             },
             "per_host_s": {name: round(v, 1) for name, v in estimate.per_host_s.items()},
             "assumptions": list(estimate.assumptions),
+        },
+        "repeats": sweep.benchmark.repeats,
+        "search": {
+            "strategy": sweep.search.strategy,
+            "max_restarts": sweep.search.max_restarts,
+            "seed": sweep.search.seed,
+            "space": len(expand_configs(sweep)),
+            "cuts": [
+                {
+                    "host_type": cut.host_type,
+                    "planned": cut.planned,
+                    "kept": cut.max_restarts,
+                    "configs_cut": cut.configs_cut,
+                    "repeats_cut": cut.repeats_cut,
+                }
+                for cut in plan.cuts
+            ],
         },
         "warnings": [*file_warnings, *(str(warning) for warning in plan.warnings)],
     }

@@ -1,11 +1,14 @@
 """Preflight: everything about a host that can be known before anything on it changes.
 
 The seeds lost a whole night to a flag the host's SGLang build did not know. So before a sweep
-touches a host, the preflight asks the host's own SGLang for its flag list (the unit's program
-with ``--help``) and checks every mapped flag; it also proves SSH with the verified host key,
-root or working sudo, a loadable unit with a readable ExecStart, answering GPUs and free disk.
-An unreachable or broken host is set aside with the reason; an unknown flag fails, before any
-restart, just the trials that use it, and the problem names the build's closest flag.
+touches a host, the preflight asks the host's own SGLang to parse each planned trial's argv
+(:mod:`orchestrator.sglang_parser`; its ``--help`` hides deprecated aliases, so the flag list
+is only the fallback where that parser cannot be imported); it also proves SSH with the
+verified host key, root or working sudo, a loadable unit with a readable ExecStart, answering
+GPUs (and how release will be judged on them), ``/metrics`` and free disk. An unreachable or
+broken host is set aside with the reason; an unknown flag fails, before any restart, just the
+trials that use it, and the problem names the build's closest flag; a value or config the
+parser refuses fails its trial the same way.
 
 The model name the benchmark sends is checked against what the unit's command line serves
 (``--served-model-name``, else ``--model-path``) and, when the unit is already running, against
@@ -16,25 +19,41 @@ with ``config-mismatch``, where the new process's answer is the evidence.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
 from orchestrator.engine import Engine
 from orchestrator.host import systemd
-from orchestrator.host.gpu import GpuQueryError
+from orchestrator.host.dropin import (
+    ExtraFlagConflict,
+    FlagArg,
+    KnobTarget,
+    TrialInvocation,
+    UnknownKnobError,
+    apply_knobs,
+    flag_args,
+)
+from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
-from orchestrator.sglang import SGLANG
-from orchestrator.types import ApiKind
+from orchestrator.sglang import METRICS_FLAG, SGLANG, metrics_flags
+from orchestrator.sglang_parser import ParserUnavailable, ParseVerdict, parse_command, read_answer
+from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
 MIN_FREE_BYTES = 1 << 30
 LOG_DIR = "/var/log"
+
+
+ParserKind = Literal["sglang", "help"]
+PARSE_CONCURRENCY = 4  # each parse imports SGLang on the host: seconds of CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,14 @@ class HostCheck:
     gpu_reader: str | None = None
     """How the host's units and GPUs were reached (``dbus``/``systemctl``, ``nvml``/
     ``nvidia-smi``), once the checks got that far."""
+    warnings: tuple[str, ...] = ()
+    """What weakens the measurement without failing anything (``server.metrics: off`` on a
+    chat sweep whose unit has no ``--enable-metrics``)."""
+    parser: ParserKind | None = None
+    """How flags were checked: ``sglang`` (the host's own parser, per trial) or ``help``."""
+    rejected: Mapping[str, ParseVerdict] = field(default_factory=dict)
+    """Trials (by key) whose argv the host's SGLang refused for other than an unknown flag
+    (a bad value or choice, a resolution error): each fails with its verdict's cause."""
 
     @property
     def ok(self) -> bool:
@@ -71,7 +98,12 @@ class HostCheck:
     @property
     def clean(self) -> bool:
         """Nothing found at all: the host takes part and no trial is known to fail."""
-        return self.ok and not self.unknown_flags and self.model_mismatch is None
+        return (
+            self.ok
+            and not self.unknown_flags
+            and not self.rejected
+            and self.model_mismatch is None
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +113,12 @@ class HostCheck:
             "unknown_flags": sorted(self.unknown_flags),
             "suggestions": dict(sorted(self.suggestions.items())),
             "model_mismatch": self.model_mismatch,
+            "warnings": list(self.warnings),
+            "parser": self.parser,
+            "rejected": {
+                key: {"cause": verdict.cause, "error": verdict.error}
+                for key, verdict in sorted(self.rejected.items())
+            },
             "exec_start": list(self.exec_start),
             "gpus": list(self.gpus),
             "unit_control": self.unit_control,
@@ -172,6 +210,104 @@ async def check_model(
     return Check("model", True, f"{model!r}: " + "; ".join(facts))
 
 
+def release_method_text(snapshot: GpuSnapshot, gpus: Sequence[int] | None) -> str:
+    """How memory release will be judged on these GPUs, as the ``gpus`` check says it."""
+    chosen = [g for g in snapshot.gpus if gpus is None or g.index in gpus]
+    silent = [g.index for g in chosen if not g.reports_memory]
+    if not silent:
+        return "release judged by memory.used against the idle baseline (method: memory)"
+    which = "these GPUs report" if len(silent) == len(chosen) else f"GPUs {silent} report"
+    return (
+        f"{which} no memory (unified memory): release judged by the compute-process list and "
+        "the unit's empty control group (method: compute-processes)"
+    )
+
+
+def _trial_invocations(
+    service: systemd.ServiceConfig,
+    trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
+    knobs: Mapping[str, KnobTarget] | None,
+    extra_flags: Sequence[str],
+    environment: Mapping[str, str] | None,
+    metrics: MetricsMode,
+) -> dict[str, TrialInvocation]:
+    """Each trial's invocation as its drop-in will have it (a conflicting extra flag is the
+    drop-in's own failure, reported when the trial runs)."""
+    out: dict[str, TrialInvocation] = {}
+    for key, config in trials:
+        with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
+            out[key] = apply_knobs(
+                service.exec_start,
+                service.environment,
+                knobs or {},
+                config,
+                extra_flags,
+                environment,
+                ensure_flags=metrics_flags(metrics),
+            )
+    return out
+
+
+async def _parse_all(
+    host: HostHandle,
+    service: systemd.ServiceConfig,
+    invocations: Mapping[str, TrialInvocation],
+    *,
+    timeout: float,
+) -> dict[str, ParseVerdict] | ParserUnavailable:
+    """Every distinct invocation parsed once by the host's SGLang; the first alone, so that a
+    host without it (the import fails) costs one run before the ``--help`` fallback."""
+    directories = service.settings.get("WorkingDirectory", ())
+    directory = next((d for d in reversed(directories) if d), None)
+    keys: dict[tuple[str, ...], list[str]] = {}
+    for key, invocation in invocations.items():
+        command = parse_command(service.exec_start, invocation, directory)
+        if command is None:
+            return ParserUnavailable("the unit's program is not run as PYTHON -m MODULE")
+        keys.setdefault(tuple(command), []).append(key)
+    gate = asyncio.Semaphore(PARSE_CONCURRENCY)
+
+    async def parse(command: tuple[str, ...]) -> ParseVerdict | ParserUnavailable:
+        async with gate:
+            result = await host.transport.run(list(command), timeout=timeout, privileged=True)
+        return read_answer(result.stdout_text(), result.stderr_text())
+
+    distinct = list(keys)
+    first = await parse(distinct[0])
+    if isinstance(first, ParserUnavailable):
+        return first
+    rest = await asyncio.gather(*(parse(argv) for argv in distinct[1:]))
+    verdicts: dict[str, ParseVerdict] = {}
+    for argv, answer in zip(distinct, [first, *rest], strict=True):
+        if isinstance(answer, ParserUnavailable):
+            answer = ParseVerdict(ok=None, kind="unchecked", error=answer.reason)
+        for key in keys[argv]:
+            verdicts[key] = answer
+    return verdicts
+
+
+def check_metrics(
+    argv: Sequence[str], metrics: MetricsMode, api: ApiKind
+) -> tuple[Check, str | None]:
+    """Whether trials get ``/metrics`` (a second accept-length source), and the warning when a
+    chat sweep gets neither it nor per-request spec stats: the chat API carries none, so its
+    accept_len would rest on the journal alone."""
+    present = any(isinstance(a, FlagArg) and a.flag == METRICS_FLAG for a in flag_args(argv[1:]))
+    if present:
+        return Check("metrics", True, f"the unit runs {METRICS_FLAG}: /metrics is read"), None
+    if metrics == "auto":
+        detail = f"{METRICS_FLAG} added to each trial's drop-in (server.metrics: auto)"
+        return Check("metrics", True, detail), None
+    if api == "generate":
+        detail = "server.metrics: off; accept_len from /generate's meta_info and the journal"
+        return Check("metrics", True, detail), None
+    warning = (
+        f"server.metrics is off and the unit has no {METRICS_FLAG}: the chat API carries no "
+        "spec stats, so accept_len depends on the journal alone"
+    )
+    return Check("metrics", True, warning), warning
+
+
 def _free_bytes(df_output: str) -> int | None:
     """Available bytes from ``df -P -B1 PATH``."""
     lines = df_output.strip().splitlines()
@@ -203,12 +339,22 @@ async def check_host(
     base_url: str | None = None,
     extra_flags: Sequence[str] = (),
     engine: Engine = SGLANG,
+    metrics: MetricsMode = "auto",
+    trials: Sequence[tuple[str, Mapping[str, KnobValue]]] = (),
+    knobs: Mapping[str, KnobTarget] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> HostCheck:
     """Run every check on one host; never changes anything on it.
 
     ``model`` is the name the benchmark sends (checked on the chat API only: ``/generate``
     sends none); ``extra_flags`` are appended to every trial's command line, so they take
-    part in what the server will serve; ``base_url`` is where a running server answers."""
+    part in what the server will serve; ``base_url`` is where a running server answers.
+
+    ``trials`` (key, config) are parsed by the host's own SGLang, each as the trial would run
+    (``knobs``, ``extra_flags``, ``environment``, ``metrics`` as the trial's drop-in has them):
+    a rejected argv fails its trial before anything restarts. Where that parser cannot be
+    asked (its import fails), ``flags`` are checked against ``--help`` instead; the
+    ``sglang_parser`` check says which."""
     name, transport, probe = host.name, host.transport, host.gpu
     checks = _Checks()
     try:
@@ -240,7 +386,7 @@ async def check_host(
         checks.add("access", True, access.detail or f"{access.unit_control}, {access.gpu_reader}")
         present = tuple(g.index for g in snapshot.gpus)
         missing = sorted(set(gpus or ()) - set(present))
-        detail = f"{len(present)} GPUs: {list(present)}"
+        detail = f"{len(present)} GPUs: {list(present)}; {release_method_text(snapshot, gpus)}"
         if not checks.add("gpus", bool(present) and not missing, detail):
             return HostCheck(
                 name, tuple(checks.items), reason=f"GPUs {missing or 'none'} not present"
@@ -259,6 +405,12 @@ async def check_host(
             checks.items.append(model_check)
             model_mismatch = None if model_check.ok else model_check.detail
 
+        metrics_check, metrics_warning = check_metrics(
+            [*service.exec_start, *extra_flags], metrics, api
+        )
+        checks.items.append(metrics_check)
+        warnings = () if metrics_warning is None else (metrics_warning,)
+
         df = await transport.run(["df", "-P", "-B1", LOG_DIR], timeout=command_timeout)
         free = _free_bytes(df.stdout_text()) if df.ok else None
         checks.add(
@@ -267,9 +419,48 @@ async def check_host(
             "unknown" if free is None else f"{free / (1 << 30):.1f} GiB free in {LOG_DIR}",
         )
 
-        wanted = sorted(set(flags))
-        unknown: frozenset[str] = frozenset()
+        invocations = _trial_invocations(
+            service, trials, knobs, extra_flags, environment, metrics
+        )
+        parsed = (
+            await _parse_all(host, service, invocations, timeout=help_timeout)
+            if invocations
+            else ParserUnavailable("no trial argv to parse")
+        )
+        rejected: dict[str, ParseVerdict] = {}
+        parser: ParserKind = "help"
+        if isinstance(parsed, ParserUnavailable):
+            checks.add(
+                "sglang_parser", True, f"not used ({parsed.reason}): flags checked by --help"
+            )
+        else:
+            parser = "sglang"
+            rejected = {key: verdict for key, verdict in parsed.items() if verdict.ok is False}
+            checks.add(
+                "sglang_parser",
+                True,
+                f"the host's SGLang parsed {len(parsed)} trials' argv "
+                "(prepare_server_args, the unit's interpreter, environment and working "
+                f"directory): {len(rejected)} rejected",
+            )
+        wanted = sorted(set(flags)) if parser == "help" else []
+        unknown: frozenset[str] = frozenset(
+            flag for verdict in rejected.values() for flag in verdict.unknown_flags
+        )
         suggestions: dict[str, str] = {}
+        if unknown:
+            shown = await transport.run(
+                help_argv(service.exec_start), timeout=help_timeout, privileged=True
+            )
+            suggestions = suggest_flags(shown.stdout_text(), unknown) if shown.ok else {}
+            checks.add("flags", False, flag_problem(unknown, suggestions))
+        refused = {k: v for k, v in rejected.items() if not v.unknown_flags}
+        if refused:
+            checks.add(
+                "argv",
+                False,
+                "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items())),
+            )
         if wanted:
             shown = await transport.run(
                 help_argv(service.exec_start), timeout=help_timeout, privileged=True
@@ -300,6 +491,9 @@ async def check_host(
             model_mismatch=model_mismatch,
             unit_control=access.unit_control,
             gpu_reader=access.gpu_reader,
+            warnings=warnings,
+            parser=parser,
+            rejected=refused,
         )
     except TransportError as exc:
         checks.add("ssh", False, exc.message)

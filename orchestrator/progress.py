@@ -31,9 +31,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.answers import Answer
 from orchestrator.bench.coding import Outcome
 from orchestrator.plan import Trial
 from orchestrator.report.model import short_labels
+from orchestrator.report.words import answer_words, readable
 
 STEP_WORDS = {
     "preflight": "preflight",
@@ -365,17 +367,29 @@ def outcome_lines(results: Mapping[str, Any], *, note: OutcomeNote | None = None
     return lines
 
 
+def answer_lines(answers: Sequence[Answer]) -> list[str]:
+    """Each answer's headline ("Deploy X on T: ..."), as the report opens with it."""
+    return [answer_words(readable(answer)).headline for answer in answers]
+
+
 def print_outcome(
-    results: Mapping[str, Any], *, note: OutcomeNote | None = None, stream: TextIO | None = None
+    results: Mapping[str, Any],
+    *,
+    answers: Sequence[Answer] = (),
+    note: OutcomeNote | None = None,
+    stream: TextIO | None = None,
 ) -> None:
-    """:func:`outcome_lines` and the best config, for the person who ran the sweep: on a
-    terminal each line wrapped at its width under the config column (words and flags kept
-    whole), elsewhere one line per attempt."""
+    """:func:`outcome_lines`, then the answer (or, for a sweep without one, the fastest point),
+    for the person who ran the sweep: on a terminal each line wrapped at its width under the
+    config column (words and flags kept whole), elsewhere one line per attempt."""
     out = stream or sys.stderr
     width = _terminal_width(out)
     hosts = max((len(str(t.get("host"))) for t in results.get("trials", [])), default=0)
     lines = outcome_lines(results, note=note)
-    lines.append(f"best so far: {best_config(results) or 'no config measured'}")
+    if answers:
+        lines.extend(f"answer: {line}" for line in answer_lines(answers))
+    else:
+        lines.append(f"best so far: {best_config(results) or 'no config measured'}")
     for line in lines:
         if width > 20 and len(line) > width:
             line = textwrap.fill(

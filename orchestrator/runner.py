@@ -46,8 +46,10 @@ from orchestrator.lifecycle import (
     trial_config,
 )
 from orchestrator.log import get_logger
-from orchestrator.plan import Trial
+from orchestrator.plan import Trial, plan_sweep
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
+from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.search.deadline import local_deadline
 from orchestrator.store import (
     AcceptEstimate,
     AcceptLength,
@@ -66,6 +68,7 @@ from orchestrator.store import (
     ThroughputPoint,
     TrialPlan,
     TrialRecord,
+    point_from_record,
     point_key,
 )
 from orchestrator.store.results import config_label
@@ -136,13 +139,6 @@ class StopSignal:
         return self.event.is_set()
 
 
-def local_deadline(clock: str, now: dt.datetime) -> dt.datetime:
-    """The next time ``HH:MM`` (control machine local time) at or after ``now``."""
-    hours, minutes = (int(part) for part in clock.split(":"))
-    moment = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
-    return moment if moment >= now else moment + dt.timedelta(days=1)
-
-
 def host_session(
     sweep: Sweep, host: HostSpec, handle: HostHandle, *, unit: str, events: EventSink
 ) -> HostSession:
@@ -182,7 +178,9 @@ class _SweepRun:
     progress: Progress
     stop: StopSignal
     source: TrialSource
-    """Where each host's next trial comes from (today the plan, in order)."""
+    """Where each host's next trial comes from (the plan in order, or a search)."""
+    budget: RestartBudget
+    """``search.max_restarts``: every unit start of a host type counts against it."""
     failures: int = 0
     unrestored: list[str] = field(default_factory=list)
     """Hosts whose restore did not complete: the sweep ends failed and names them."""
@@ -257,7 +255,9 @@ async def _run_sweep(
         )
 
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
-    run = _SweepRun(sweep, record, store, progress, stop, await trials(store, record, sweep))
+    source = await trials(store, record, sweep)
+    budget = await RestartBudget.load(store, record.id, sweep)
+    run = _SweepRun(sweep, record, store, progress, stop, source, budget)
     resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
     await run.event("sweep.started", {"trials": run.source.known, "resumed": resumed})
@@ -367,6 +367,10 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             api=sweep.benchmark.api,
             base_url=session.base_url,
             extra_flags=sweep.server.extra_flags,
+            metrics=sweep.server.metrics,
+            trials=[(t.key, t.config) for t in plan_sweep(sweep).for_host(host.name)],
+            knobs=knobs,
+            environment=sweep.server.environment,
         )
         await events("preflight", **check.to_json())
         if not check.ok:
@@ -374,7 +378,9 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             return
         await _load_or_take_backup(run, session)
         restore_attempts = RESTORE_ATTEMPTS
-        while not run.stop.stopping:
+        while not run.stop.stopping and not _cap_reached(run, host.name):
+            # At the type's max_restarts nothing more can start here: what was not offered
+            # stays queued (attempt null), never a "skipped" entry that is no start.
             sourced = await run.source.next_trial(host.name)
             if sourced is None:
                 break
@@ -574,6 +580,19 @@ async def _run_trial(
         _warn_failed(planned, "bad-flag", f"unknown to this build: {' '.join(unknown)}")
         await _after_failure(run)
         return None
+    refused = check.rejected.get(planned.key)
+    if refused is not None and refused.cause is not None:
+        # The host's own SGLang parser refused this argv (a bad value or choice, a resolution
+        # error): it would die at startup the same way, so nothing is restarted for it.
+        attempt = latest if latest is not None and latest.state == "running" else None
+        attempt = attempt or await store.start_attempt(trial.id)
+        await store.finish_attempt(
+            attempt.id, "failed", cause=refused.cause, evidence=refused.evidence()
+        )
+        run.failures += 1
+        _warn_failed(planned, refused.cause, refused.error or "")
+        await _after_failure(run)
+        return None
 
     assert session.found is not None
     if latest is not None and latest.state == "running":
@@ -589,6 +608,7 @@ async def _run_trial(
             config=planned.config,
             extra_flags=sweep.server.extra_flags,
             environment=sweep.server.environment,
+            metrics=sweep.server.metrics,
         )
     except ExtraFlagConflict as conflict:
         # Only the host's real command line shows it (validate saw the sweep's exec_start):
@@ -611,10 +631,12 @@ async def _run_trial(
             step="reconfigure",
             attempt=attempt.number,
         )
+        if not await _take_restart(run, session, attempt):
+            return None
         try:
             server = await reconfigure(session, config)
             await store.set_attempt_invocation(attempt.id, server.invocation_id)
-            await _measure(run, session, attempt, server, trial.plan or trial_plan(sweep))
+            await _measure_trial(run, session, attempt, server, trial)
             await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
             return config
         except _Stopped:
@@ -644,12 +666,70 @@ async def _run_trial(
                 "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
             )
             finished = await store.get_attempt(attempt.id)
-            if run.stop.stopping or not _may_retry(finished, retries):
+            if (
+                run.stop.stopping
+                or not _may_retry(finished, retries)
+                or _cap_reached(run, session.name)  # a retry is a start like any other
+            ):
                 await _after_failure(run)
                 if failed.cause == "host-unreachable":
                     raise _HostLost(failed.message) from failed
                 return config
             attempt = await store.start_attempt(trial.id)
+
+
+def _cap_reached(run: _SweepRun, host: str) -> bool:
+    """``host``'s type has spent its ``search.max_restarts``."""
+    left = run.budget.left(host)
+    return left is not None and left <= 0
+
+
+async def _take_restart(run: _SweepRun, session: HostSession, attempt: Attempt) -> bool:
+    """Count the unit start about to be made against ``search.max_restarts`` (recorded before
+    the start, so a resumed run counts it too); a start past the cap is not made and its
+    attempt ends skipped."""
+    host = session.name
+    if run.budget.take(host):
+        await run.event(
+            RESTART_EVENT,
+            {"host_type": run.budget.type_of[host], "left": run.budget.left(host)},
+            host=host,
+            attempt_id=attempt.id,
+        )
+        return True
+    await run.store.finish_attempt(
+        attempt.id,
+        "skipped",
+        evidence={
+            "reason": f"max_restarts ({run.budget.cap}) reached for host type "
+            f"{run.budget.type_of[host]}"
+        },
+    )
+    return False
+
+
+async def _measure_trial(
+    run: _SweepRun, session: HostSession, attempt: Attempt, server: Server, trial: TrialRecord
+) -> None:
+    """The trial's stored plan, then whatever its source extends it with on the same server
+    (a promising screen goes on with the full matrix: no second restart); each extension is
+    stored with the trial before it is measured, so a resumed attempt measures the same."""
+    plan = trial.plan or trial_plan(run.sweep)
+    while True:
+        await _measure(run, session, attempt, server, plan)
+        stored = await run.store.points(attempt_id=attempt.id)
+        extended = await run.source.extend(trial, [point_from_record(p) for p in stored])
+        if extended is None or extended == plan:
+            return
+        trial = await run.store.set_trial_plan(trial.id, extended)
+        await session.events(
+            "trial.extended",
+            trial=trial.key,
+            purpose=extended.purpose,
+            cells=len(extended.cells),
+            problems=len(extended.problems),
+        )
+        plan = extended
 
 
 def _warn_failed(planned: Trial, cause: str, message: str, *, attempt: int = 1) -> None:
@@ -872,6 +952,8 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
                 "chunks",
                 "spec_verify_ct",
                 "spec_accept_length",
+                "spec_num_correct_drafts",
+                "spec_num_proposed_drafts",
                 "http_status",
                 "error_detail",
                 "token_source",
@@ -903,6 +985,8 @@ def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredR
         prompt_tokens_min=m.prompt_tokens_min,
         prompt_tokens_max=m.prompt_tokens_max,
         prompt_tokens_tolerance=m.prompt_tokens_tolerance,
+        output_tok_s_se=m.output_tok_s_se,
+        output_tok_s_batches=m.output_tok_s_batches,
         ttft=_latency(m.ttft),
         itl=_latency(m.itl),
         tpot=_latency(m.tpot),

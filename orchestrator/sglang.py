@@ -7,8 +7,8 @@ operations for callers that name SGLang directly (DESIGN's ``orchestrator.sglang
 
 The formats here are SGLang's real ones (``shared/FACTS.md``): the orchestrator meets them on
 hosts no test can run, so lines are parsed by field name, never by position, and every prefix
-variant SGLang emits (timestamps with or without milliseconds, DP/PP/TP/EP rank tags) or journald
-keeps (none) is accepted.
+variant SGLang emits (timestamps with or without milliseconds; the rank tags ``DP``, ``PP``,
+``ATTN_CP``, ``MOE_DP``, ``TP``, ``EP`` in any combination) or journald keeps (none) is accepted.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from orchestrator.engine import (
     Chunk,
     ConfigCheck,
     ConfigDifference,
+    DdtreeInitEvent,
     DecodeEvent,
     DflashInitEvent,
     Dialect,
@@ -35,6 +36,7 @@ from orchestrator.engine import (
     FailureEvent,
     FieldValue,
     Generation,
+    InitEvent,
     KnobResolution,
     LinePrefix,
     LogEvent,
@@ -51,13 +53,14 @@ from orchestrator.engine import (
 )
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.types import ApiKind, FailureCause, KnobValue
+from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
 __all__ = [
     "SGLANG",
     "ChatDialect",
     "ConfigCheck",
     "ConfigDifference",
+    "DdtreeInitEvent",
     "DecodeEvent",
     "DflashInitEvent",
     "EnvKnob",
@@ -89,17 +92,20 @@ __all__ = [
 # Log lines
 # --------------------------------------------------------------------------------------------
 
-# `[2026-10-30 12:00:00.123 DP0 TP3] message`; every part after the seconds is optional.
+# `[2026-10-30 12:00:00.123 DP1 ATTN_CP0 TP2] message`; every part after the seconds is
+# optional. SGLang's scheduler builds the tags in the order DP, PP, ATTN_CP, MOE_DP, TP, EP; a
+# tag is upper-case letters and underscores, then the rank.
 _PREFIX = re.compile(
     r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)"
-    r"(?P<tags>(?: [A-Z]+\d+)*)\]\s?"
+    r"(?P<tags>(?: [A-Z][A-Z_]*\d+)*)\]\s?"
 )
-_TAG = re.compile(r"([A-Z]+)(\d+)")
+_TAG = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 _BATCH = re.compile(r"^(?P<kind>Decode|Prefill) batch(?: \[(?P<iter>\d+)\])?[.,]\s*")
 # `name: value` pairs; names may hold spaces, '#', '-', '/' and parentheses.
 _FIELD = re.compile(r"\s*(?P<name>[^:,][^:,]*?):\s*(?P<value>[^,]*?)\s*(?:,|$)")
 _READY = re.compile(r"The server is fired up and ready to roll!", re.I)
 _DFLASH_INIT = re.compile(r"Initialized DFLASH draft runner\.?\s*(?P<rest>.*)$", re.I)
+_DDTREE_INIT = re.compile(r"Initialized DDTree worker\.?\s*(?P<rest>.*)$", re.I)
 _KEY_VALUE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^,]*)")
 
 # Checked in order: the most specific cause first (a warmup error may be an OOM).
@@ -112,13 +118,26 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    ("port-in-use", re.compile(r"\[Errno 98\][^\n]*|address already in use", re.I)),
+    # wait_port_available raises ValueError("{name} at {port} is not available in {N}
+    # seconds. ..."): a taken port, though its type alone would say invalid-config.
+    (
+        "port-in-use",
+        re.compile(
+            r"\[Errno 98\][^\n]*|address already in use|\bis not available in \d+ seconds\b.*",
+            re.I,
+        ),
+    ),
     (
         "bad-flag",
-        re.compile(r"error: unrecognized arguments:.*|error: argument [^\s:]+:.*", re.I),
+        re.compile(
+            r"error: unrecognized arguments:.*|error: ambiguous option:.*"
+            r"|error: argument [^\s:]+:.*",
+            re.I,
+        ),
     ),
     ("warmup-failed", re.compile(r"Initialization failed\. warmup error.*", re.I)),
-    ("invalid-config", re.compile(r"\bValueError\b.*", re.I)),
+    # ServerArgs' resolution raises ValueError or fails an assert (AssertionError).
+    ("invalid-config", re.compile(r"\b(?:ValueError|AssertionError)\b.*", re.I)),
 )
 
 
@@ -208,11 +227,26 @@ def _prefill(prefix: LinePrefix, body: str, forward_iter: int | None) -> Prefill
     )
 
 
-def _dflash_init(prefix: LinePrefix, rest: str) -> DflashInitEvent:
-    fields: dict[str, FieldValue] = {
+def _key_values(rest: str) -> dict[str, FieldValue]:
+    return {
         found.group("key"): _scalar(found.group("value").strip())
         for found in _KEY_VALUE.finditer(rest)
     }
+
+
+def _ddtree_init(prefix: LinePrefix, rest: str) -> DdtreeInitEvent:
+    fields = _key_values(rest)
+    return DdtreeInitEvent(
+        prefix=prefix,
+        fields=fields,
+        block_size=_integer(fields, "block_size"),
+        tree_budget=_integer(fields, "tree_budget"),
+        max_tree_nodes=_integer(fields, "max_tree_nodes"),
+    )
+
+
+def _dflash_init(prefix: LinePrefix, rest: str) -> DflashInitEvent:
+    fields = _key_values(rest)
     compact = fields.get("compact_cache")
     return DflashInitEvent(
         prefix=prefix,
@@ -247,6 +281,9 @@ def parse_log_line(message: str) -> LogEvent | None:
     dflash = _DFLASH_INIT.search(body)
     if dflash is not None:
         return _dflash_init(prefix, dflash.group("rest"))
+    ddtree = _DDTREE_INIT.search(body)
+    if ddtree is not None:
+        return _ddtree_init(prefix, ddtree.group("rest"))
     failure = classify_failure(body)
     if failure is not None:
         cause, matched = failure
@@ -257,6 +294,15 @@ def parse_log_line(message: str) -> LogEvent | None:
 # --------------------------------------------------------------------------------------------
 # Knobs -> /server_info keys, and the check of the running server's config
 # --------------------------------------------------------------------------------------------
+
+METRICS_FLAG = "--enable-metrics"
+"""Gives Prometheus ``/metrics`` (the spec counters): what ``server.metrics: auto`` adds."""
+
+
+def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
+    """The flags ``server.metrics`` asks each trial's command line to have."""
+    return (METRICS_FLAG,) if metrics == "auto" else ()
+
 
 # Flags whose /server_info key is not the flag name with '-' -> '_'.
 _WINDOW_OLD_FLAG = "--speculative-dflash-draft-window-size"
@@ -611,10 +657,7 @@ class GenerateDialect:
         parsed.prompt_tokens = meta.get("prompt_tokens")
         parsed.cached_tokens = meta.get("cached_tokens")
         parsed.response_id = meta.get("id")
-        if meta.get("spec_verify_ct") is not None:
-            parsed.spec_verify_ct = int(meta["spec_verify_ct"])
-        if meta.get("spec_accept_length") is not None:
-            parsed.spec_accept_length = float(meta["spec_accept_length"])
+        _read_spec_counts(parsed, meta)
         finish = meta.get("finish_reason")
         parsed.finish_reason = finish.get("type") if isinstance(finish, dict) else finish
         if parsed.finish_reason == "abort":
@@ -622,6 +665,30 @@ class GenerateDialect:
         if parsed.finish_reason is None:
             return parsed.fail(ErrorKind.CONNECTION, f"stream ended without finish (done={done})")
         return parsed
+
+
+# A finished request's speculative counters, by SGLang's names; the older spelling of each
+# (``fill_spec_decoding_meta`` keeps it as an alias, builds before the rename wrote only it).
+_CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts")
+_PROPOSED_DRAFTS = ("spec_num_proposed_drafts", "spec_proposed_drafts")
+
+
+def _meta_count(meta: Mapping[str, Any], names: Sequence[str]) -> int | None:
+    for name in names:
+        value = meta.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return int(value)
+    return None
+
+
+def _read_spec_counts(parsed: StreamParse, meta: Mapping[str, Any]) -> None:
+    """``spec_verify_ct``, ``spec_accept_length`` and the draft counts of the final chunk."""
+    parsed.spec_verify_ct = _meta_count(meta, ("spec_verify_ct",))
+    length = meta.get("spec_accept_length")
+    if isinstance(length, int | float) and not isinstance(length, bool):
+        parsed.spec_accept_length = float(length)
+    parsed.spec_correct_drafts = _meta_count(meta, _CORRECT_DRAFTS)
+    parsed.spec_proposed_drafts = _meta_count(meta, _PROPOSED_DRAFTS)
 
 
 _DIALECTS: dict[ApiKind, Dialect] = {"chat": ChatDialect(), "generate": GenerateDialect()}
@@ -811,8 +878,14 @@ def build_provenance(
     gpus: Sequence[GpuIdentity],
     exec_start: Sequence[str],
     environment: Mapping[str, str],
+    init_events: Sequence[InitEvent] = (),
 ) -> Provenance:
-    """Provenance from ``/server_info``, the GPU identities and the ExecStart/env we installed."""
+    """Provenance from ``/server_info``, the GPU identities, the ExecStart/env we installed,
+    and the speculative workers' init lines of the invocation (the first of each kind: with
+    several DP groups each logs the same)."""
+    worker_init: dict[str, dict[str, FieldValue]] = {}
+    for event in init_events:
+        worker_init.setdefault(event.kind, dict(event.fields))
     version = server_info.get("version")
     model_path = server_info.get("model_path")
     launch = server_info.get("launch_command")
@@ -824,6 +897,7 @@ def build_provenance(
         gpus=tuple(gpus),
         exec_start=tuple(exec_start),
         environment=dict(environment),
+        worker_init=worker_init,
     )
 
 

@@ -5,7 +5,9 @@ The runner drives each host through a :class:`TrialSource`: when the host is fre
 source is the plan (:class:`PlanTrialSource`: each host's trials in plan order, all stored up
 front); a search strategy that proposes one trial at a time from the results so far plugs in
 behind the same protocol, storing each trial when it proposes it. Resume needs nothing from a
-source's memory: the runner skips what the store already holds as finished.
+source's memory: the runner skips what the store already holds as finished. After a trial
+measured its plan the runner asks ``extend`` whether it goes on, on the same server, with more
+(a search's promising screen continues with the full matrix).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from orchestrator.store import (
     Attempt,
     MatrixCell,
     NewTrial,
+    Point,
     Store,
     SweepRecord,
     TrialPlan,
@@ -45,8 +48,9 @@ def sweep_problems(sweep: Sweep) -> list[Problem]:
     return select(problems, spec.select) if spec.select else problems
 
 
-def trial_plan(sweep: Sweep) -> TrialPlan:
-    """What each of the sweep's trials measures, as stored with the trial when it is planned.
+def trial_plan(sweep: Sweep, *, repeat: int = 1) -> TrialPlan:
+    """What each of the sweep's trials measures, as stored with the trial when it is planned;
+    ``repeat`` says which measurement of its config the trial is (a grid round).
 
     A problem file that cannot be read leaves the plan's problem list empty: each trial then
     fails on it when it measures, with the error as evidence, as it did before plans existed.
@@ -62,6 +66,7 @@ def trial_plan(sweep: Sweep) -> TrialPlan:
         problems=problems,
         coding_temperature=sweep.coding.temperature if sweep.coding else None,
         model=sweep.server.model,
+        repeat=repeat,
     )
 
 
@@ -96,6 +101,13 @@ class TrialSource(Protocol):
         stored none ahead and returns nothing."""
         ...
 
+    async def extend(self, trial: TrialRecord, points: Sequence[Point]) -> TrialPlan | None:
+        """``trial`` measured its plan (``points``, all of its attempt's so far) and its server
+        still runs: the plan to go on with on that server, in the same attempt (e.g. a
+        promising screen's full matrix and coding anchor), or None to end the trial. The runner
+        stores the new plan with the trial and measures what it adds."""
+        ...
+
 
 TrialSourceFactory = Callable[[Store, SweepRecord, Sweep], Awaitable[TrialSource]]
 """Makes a sweep's source once the sweep's hosts are in the store (``run_sweep`` calls it)."""
@@ -114,11 +126,11 @@ class PlanTrialSource:
     async def open(cls, store: Store, record: SweepRecord, sweep: Sweep) -> PlanTrialSource:
         """Plan ``sweep`` and store its trials (idempotent: a resumed sweep gets its rows)."""
         plan = plan_sweep(sweep)
-        measures = trial_plan(sweep)
+        measures = {r: trial_plan(sweep, repeat=r) for r in {t.repeat for t in plan.trials}}
         stored = await store.add_trials(
             record.id,
             [
-                NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures)
+                NewTrial(t.key, t.host, t.config, t.ordinal, t.is_baseline, plan=measures[t.repeat])
                 for t in plan.trials
             ],
         )
@@ -138,6 +150,10 @@ class PlanTrialSource:
 
     def withdraw(self, host: str) -> list[SourcedTrial]:
         return self._pending.pop(host, [])
+
+    async def extend(self, trial: TrialRecord, points: Sequence[Point]) -> TrialPlan | None:
+        del trial, points  # a planned trial measures its plan, nothing more
+        return None
 
 
 async def plan_trial_source(store: Store, record: SweepRecord, sweep: Sweep) -> TrialSource:

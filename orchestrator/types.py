@@ -9,6 +9,8 @@ import hashlib
 from typing import Final, Literal
 
 ApiKind = Literal["chat", "generate"]
+MetricsMode = Literal["auto", "off"]
+"""``server.metrics``: whether each trial's command line gets ``--enable-metrics``."""
 """Which SGLang HTTP API a sweep (or a probe, or the coding anchor) talks to."""
 
 KnobValue = str | int | float | bool | None

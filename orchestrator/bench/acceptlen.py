@@ -2,8 +2,10 @@
 
 - journal: the server's decode log lines of THIS invocation between the point's cursors. Each
   line averages all traffic of its interval, so it is only as scoped as the window.
-- meta_info: per-request ``completion_tokens`` / ``spec_verify_ct`` (``/generate`` only),
-  exactly the point's own requests.
+- meta_info: per finished ``/generate`` request, exactly the point's own requests:
+  (``spec_num_correct_drafts`` + ``spec_verify_ct``) / ``spec_verify_ct`` where the server
+  gives the correct drafts (the decode log's own definition: accepted drafts plus the bonus
+  per verify step), else the estimate ``(completion_tokens - 1) / spec_verify_ct``.
 - metrics: ``/metrics`` counter deltas around the measured phase
   (``sglang:generation_tokens_total`` / ``sglang:spec_verify_calls_total``), scoped by time
   but mixing any other traffic the server had.
@@ -54,9 +56,12 @@ class Estimate:
     value: float | None
     count: int
     reason: str | None = None
+    exact: int = 0
+    """Of ``count``, how many were exact counts rather than estimates (meta_info only)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count, "reason": self.reason}
+        return {"value": self.value, "count": self.count, "reason": self.reason,
+                "exact": self.exact}
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class AcceptLen:
             "accept_len_journal_reason": self.journal.reason,
             "accept_len_meta_info": self.meta_info.value,
             "accept_len_meta_info_requests": self.meta_info.count,
+            "accept_len_meta_info_exact_requests": self.meta_info.exact,
             "accept_len_meta_info_reason": self.meta_info.reason,
             "accept_len_metrics": self.metrics.value,
             "accept_len_metrics_verify_calls": self.metrics.count,
@@ -110,39 +116,58 @@ def from_journal(samples: Sequence[DecodeSample] | None) -> Estimate:
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """The per-request numbers meta_info gives: completion tokens and verify steps."""
+    """The per-request numbers meta_info gives: completion tokens, verify steps and, where the
+    server reports them, the draft tokens its verify steps accepted."""
 
     completion_tokens: int
     spec_verify_ct: int | None
+    spec_correct_drafts: int | None = None
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens the verify steps produced: correct drafts plus one bonus per step where
+        the server counts them; else the completion tokens bar the prefill's first one."""
+        if self.spec_correct_drafts is not None and self.spec_verify_ct:
+            return self.spec_correct_drafts + self.spec_verify_ct
+        return max(self.completion_tokens - 1, 0)
+
+    @property
+    def exact(self) -> bool:
+        return self.spec_correct_drafts is not None
 
 
 def from_meta_info(requests: Iterable[RequestSpec]) -> Estimate:
-    """Decode tokens over verify steps of the requests that report both.
+    """Decode tokens over verify steps of the requests that report verify steps.
 
-    A request's first token comes from its prefill, not from a verify step, so it gains
-    ``completion_tokens - 1`` tokens in ``spec_verify_ct`` steps. (SGLang's own
-    ``spec_accept_length`` divides all ``completion_tokens``, which overstates acceptance by
-    1/steps: 12 % for a 32-token answer at accept len 4, and out of line with the decode
-    log's accept len.)
+    A request's first token comes from its prefill, not from a verify step. With the server's
+    ``spec_num_correct_drafts`` a request's steps produced correct drafts + steps tokens,
+    exactly what the decode log's accept len counts. Without it, ``completion_tokens - 1``
+    stands in, which runs low where the server counted drafts that the output then lost to
+    a stop token or ``max_new_tokens`` (SGLang's overlap verify path counts the whole
+    accepted run). (SGLang's own ``spec_accept_length`` divides all ``completion_tokens``,
+    which overstates acceptance by 1/steps: 12 % for a 32-token answer at accept len 4.)
+    ``exact`` counts the requests read from their correct drafts.
     """
     tokens = 0
     steps = 0
     count = 0
+    exact = 0
     seen_any = False
     for request in requests:
         seen_any = True
         if request.spec_verify_ct is None or request.spec_verify_ct <= 0:
             continue
-        tokens += max(request.completion_tokens - 1, 0)
+        tokens += request.decode_tokens
         steps += request.spec_verify_ct
         count += 1
+        exact += request.exact
     if not seen_any:
         return Estimate(None, 0, "no successful request")
     if count == 0:
         return Estimate(
             None, 0, "server returned no spec_verify_ct (speculative decoding off, or chat API)"
         )
-    return Estimate(tokens / steps, count)
+    return Estimate(tokens / steps, count, exact=exact)
 
 
 _SAMPLE = re.compile(
@@ -252,9 +277,12 @@ def decode_samples_from_messages(
 
 
 def request_specs(rows: Iterable[Mapping[str, Any]]) -> list[RequestSpec]:
-    """RequestSpecs from stored request rows (``completion_tokens``, ``spec_verify_ct``)."""
+    """RequestSpecs from stored request rows (``completion_tokens``, ``spec_verify_ct``,
+    ``spec_num_correct_drafts``)."""
     return [
-        RequestSpec(int(r["completion_tokens"]), r.get("spec_verify_ct"))
+        RequestSpec(
+            int(r["completion_tokens"]), r.get("spec_verify_ct"), r.get("spec_num_correct_drafts")
+        )
         for r in rows
         if r.get("completion_tokens") is not None
     ]

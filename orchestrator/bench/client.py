@@ -101,6 +101,8 @@ class RequestRecord:
     response_id: str | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    spec_correct_drafts: int | None = None
+    spec_proposed_drafts: int | None = None
     http_status: int | None = None
     error: ErrorKind | None = None
     error_detail: str | None = None
@@ -170,6 +172,8 @@ class RequestRecord:
             "response_id": self.response_id,
             "spec_verify_ct": self.spec_verify_ct,
             "spec_accept_length": self.spec_accept_length,
+            "spec_num_correct_drafts": self.spec_correct_drafts,
+            "spec_num_proposed_drafts": self.spec_proposed_drafts,
             "http_status": self.http_status,
             "error": None if self.error is None else self.error.value,
             "error_detail": self.error_detail,
@@ -213,6 +217,8 @@ def _record(raw: RawExchange, parsed: StreamParse) -> RequestRecord:
         response_id=parsed.response_id,
         spec_verify_ct=parsed.spec_verify_ct,
         spec_accept_length=parsed.spec_accept_length,
+        spec_correct_drafts=parsed.spec_correct_drafts,
+        spec_proposed_drafts=parsed.spec_proposed_drafts,
         http_status=raw.http_status,
         error=raw.error if raw.error is not None else parsed.error,
         error_detail=raw.error_detail if raw.error is not None else parsed.error_detail,

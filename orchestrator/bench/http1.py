@@ -15,6 +15,15 @@ framed by ``Transfer-Encoding: chunked`` (what SGLang's uvicorn sends for stream
 ``Content-Length`` (error answers) or the connection's close. No redirects, no proxies, no
 compression.
 
+Arrival stamps from the kernel. With 64 streams, one event loop reads a burst of ready sockets
+in turn, so a read's ``time.monotonic()`` says when the loop got to it, not when the bytes
+arrived (p99 3.6 ms of error at concurrency 64). On Linux each plain-TCP connection asks for
+``SO_TIMESTAMPNS`` and reads with ``recvmsg_into`` (:class:`StampedSocket`, whose
+``recv_into`` the transport calls), so each read carries the kernel's receive time of its
+newest segment. That stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the
+offset between the two clocks read at the same moment. Where the platform lacks it (or for
+TLS, where the socket is read by the SSL layer), reads are stamped by the loop as before.
+
 Reuse and retries. A pooled connection whose transport is closing (the server closed it while
 idle) is discarded before anything is sent on it. If a request sent on a *reused* connection
 fails before a single byte of the answer arrived (the server closed or reset it at the moment
@@ -26,10 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import ssl
+import struct
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from orchestrator.log import get_logger
@@ -42,6 +55,57 @@ _CRLF2 = b"\r\n\r\n"
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 _monotonic = time.monotonic
+_realtime_ns = time.time_ns
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+"""Linux's value where Python lacks the constant (it does on 3.11)."""
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
+
+
+class StampedSocket(socket.socket):
+    """A TCP socket whose reads keep the kernel's receive stamp (``SO_TIMESTAMPNS``).
+
+    asyncio's selector transport reads a ``BufferedProtocol`` with ``sock.recv_into``: this
+    class answers it with ``recvmsg_into`` and keeps the stamp of the read in ``last_stamp``
+    (monotonic seconds; None when the kernel gave none), for the protocol's ``buffer_updated``.
+    """
+
+    last_stamp: float | None = None
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer)
+        if nbytes:
+            view = view[:nbytes]
+        received, ancillary, _flags, _address = self.recvmsg_into([view], _ANCILLARY, flags)
+        self.last_stamp = _kernel_stamp(ancillary)
+        return received
+
+
+def _kernel_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The SCM_TIMESTAMPNS in ``ancillary`` as monotonic seconds."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = cast(tuple[int, int], _TIMESPEC.unpack_from(data))
+            # The two clocks read back to back: the offset's own error is well under 1 us.
+            offset_ns = _realtime_ns() - time.monotonic_ns()
+            return (seconds * 1_000_000_000 + nanoseconds - offset_ns) / 1e9
+    return None
+
+
+def stamped_socket(family: int) -> StampedSocket | None:
+    """A non-blocking TCP socket asking the kernel for receive stamps, or None where the
+    platform cannot (the caller then connects as usual and the loop stamps reads)."""
+    if SO_TIMESTAMPNS is None:
+        return None
+    sock = StampedSocket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        sock.close()
+        return None
+    sock.setblocking(False)
+    return sock
 
 
 class HttpConnectionError(Exception):
@@ -339,8 +403,10 @@ class Http1Connection(asyncio.BufferedProtocol):
     in a loopback micro-benchmark; the copy out of the buffer is a few hundred bytes).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sock: StampedSocket | None = None) -> None:
         self._buffer = memoryview(bytearray(_READ_BUFFER))
+        self._sock = sock
+        """The connection's socket when it keeps kernel stamps (None: stamp on the loop)."""
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = True
@@ -372,7 +438,8 @@ class Http1Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        stamp = _monotonic()
+        kernel = self._sock.last_stamp if self._sock is not None else None
+        stamp = _monotonic() if kernel is None else kernel
         data = bytes(self._buffer[:nbytes])
         if self._in_body:
             self._body_received(stamp, data)
@@ -599,19 +666,51 @@ class Http1Pool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _transport, connection = await loop.create_connection(
-                    Http1Connection,
-                    self.endpoint.host,
-                    self.endpoint.port,
-                    ssl=self._tls,
-                    server_hostname=self.endpoint.host if self._tls else None,
-                )
+                sock = None if self._tls else await self._stamped_connection(loop)
+                if sock is not None:
+                    _transport, connection = await loop.create_connection(
+                        lambda: Http1Connection(sock), sock=sock
+                    )
+                else:
+                    _transport, connection = await loop.create_connection(
+                        Http1Connection,
+                        self.endpoint.host,
+                        self.endpoint.port,
+                        ssl=self._tls,
+                        server_hostname=self.endpoint.host if self._tls else None,
+                    )
         except TimeoutError:
             raise ConnectTimeoutError(
                 f"no connection to {self.endpoint.host_header} within {self.connect_timeout} s"
             ) from None
         self.connections_opened += 1
         return connection
+
+    async def _stamped_connection(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> StampedSocket | None:
+        """A connected socket keeping kernel receive stamps (the first address that answers,
+        as ``create_connection`` would try them), or None where the platform cannot."""
+        addresses = await loop.getaddrinfo(
+            self.endpoint.host, self.endpoint.port, type=socket.SOCK_STREAM
+        )
+        error: OSError | None = None
+        for family, _type, _proto, _name, address in addresses:
+            sock = stamped_socket(family)
+            if sock is None:
+                return None
+            try:
+                await loop.sock_connect(sock, address)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        raise error or OSError(f"no address for {self.endpoint.host_header}")
 
     async def _exchange(
         self, connection: Http1Connection, request: bytes, started: float, *, retried: bool

@@ -25,7 +25,13 @@ from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
 from orchestrator.bench.prompts import Calibration, PromptFactory
-from orchestrator.bench.stats import Summary, median, summarize, time_weighted_in_flight
+from orchestrator.bench.stats import (
+    Summary,
+    batch_rate_se,
+    median,
+    summarize,
+    time_weighted_in_flight,
+)
 from orchestrator.log import get_logger
 
 
@@ -96,6 +102,10 @@ class PointMetrics:
     prompt_tokens_min: int | None
     prompt_tokens_max: int | None
     prompt_tokens_tolerance: int | None
+    output_tok_s_se: float | None = None
+    """Request-to-request standard error of ``output_tok_s`` within this run (batch means over
+    its waves, :func:`~orchestrator.bench.stats.batch_rate_se`); None with fewer than 2."""
+    output_tok_s_batches: int = 0
 
     def as_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -118,6 +128,8 @@ class PointMetrics:
             "prompt_tokens_min": self.prompt_tokens_min,
             "prompt_tokens_max": self.prompt_tokens_max,
             "prompt_tokens_tolerance": self.prompt_tokens_tolerance,
+            "output_tok_s_se": self.output_tok_s_se,
+            "output_tok_s_batches": self.output_tok_s_batches,
         }
         for name, summary in (
             ("ttft", self.ttft),
@@ -312,6 +324,12 @@ def compute_metrics(
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     lag = summarize(loop_lag_samples)
     cpu_fraction = cpu_seconds / wall if cpu_seconds is not None and wall else None
+    rate_se, batches = batch_rate_se(
+        [(r.end_time, float(r.completion_tokens or 0)) for r in ok if r.end_time is not None],
+        min(sends) if sends else 0.0,
+        spec.concurrency,
+    )
+    output_tok_s = output_tokens / wall if wall else None
     metrics = PointMetrics(
         requests=len(records),
         requests_ok=len(ok),
@@ -322,7 +340,7 @@ def compute_metrics(
         wall_s=wall,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        output_tok_s=output_tokens / wall if wall else None,
+        output_tok_s=output_tok_s,
         request_decode_tok_s_p50=median(decode_rates),
         ttft=summarize(t for r in ok if (t := r.ttft) is not None),
         itl=summarize(x for r in ok for x in r.itl_samples()),
@@ -337,6 +355,8 @@ def compute_metrics(
         prompt_tokens_tolerance=(
             max(abs(c - spec.context) for c in prompt_counts) if prompt_counts else None
         ),
+        output_tok_s_se=rate_se,
+        output_tok_s_batches=batches,
     )
     flags: list[str] = []
     wanted = min(spec.concurrency, max(len(records), 1))
@@ -427,7 +447,9 @@ async def run_point(
     accept = acceptlen.combine(
         acceptlen.from_journal(None),
         acceptlen.from_meta_info(
-            acceptlen.RequestSpec(r.completion_tokens or 0, r.spec_verify_ct)
+            acceptlen.RequestSpec(
+                r.completion_tokens or 0, r.spec_verify_ct, r.spec_correct_drafts
+            )
             for r in records
             if r.ok
         ),

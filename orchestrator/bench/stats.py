@@ -121,3 +121,39 @@ def spread_gaps(chunks: Sequence[tuple[float, int]]) -> list[float]:
             samples.extend([gap] * tokens)
         previous = arrival
     return samples
+
+
+def batch_rate_se(
+    completions: Sequence[tuple[float, float]], start: float, batch: int
+) -> tuple[float | None, int]:
+    """Standard error of a closed loop's aggregate rate (tokens per second), by batch means.
+
+    ``completions`` are (end time, tokens) of the measured requests, ``start`` the first send,
+    ``batch`` the completions per batch (one wave: the concurrency). Consecutive batches in
+    completion order each span from the previous batch's last end to their own, so their spans
+    add up to the point's wall time and the ratio estimator over them is the point's rate; its
+    standard error (sum of tokens over sum of spans, the usual ratio-estimator variance) is the
+    request-to-request uncertainty of that one run. It says nothing about restart-to-restart
+    variance. Returns (None, batches) with fewer than two batches.
+    """
+    ordered = sorted(completions)
+    batches = len(ordered) // batch if batch > 0 else 0
+    if batches < 2:
+        return None, batches
+    tokens: list[float] = []
+    spans: list[float] = []
+    previous = start
+    for index in range(batches):
+        chunk = ordered[index * batch : (index + 1) * batch]
+        if index == batches - 1:
+            chunk = ordered[index * batch :]  # the ragged tail joins the last batch
+        end = chunk[-1][0]
+        tokens.append(math.fsum(t for _, t in chunk))
+        spans.append(end - previous)
+        previous = end
+    total_span = math.fsum(spans)
+    if total_span <= 0:
+        return None, batches
+    rate = math.fsum(tokens) / total_span
+    residuals = math.fsum((t - rate * s) ** 2 for t, s in zip(tokens, spans, strict=True))
+    return math.sqrt(batches / (batches - 1) * residuals) / total_span, batches

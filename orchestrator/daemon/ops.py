@@ -4,7 +4,9 @@ that reads the store, asks the scheduler and the restorer, and answers in typed 
 
 from __future__ import annotations
 
+from orchestrator.answers import AnsweredResults, answered
 from orchestrator.api import (
+    Adoption,
     CancelOutcome,
     Conflict,
     RestoreOutcome,
@@ -13,12 +15,13 @@ from orchestrator.api import (
     SweepView,
     sweep_status,
 )
+from orchestrator.daemon.adopt import HostsBusy, adopt_sweep
 from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
 from orchestrator.runner import cancel_trials
-from orchestrator.store import Store, SweepRecord, SweepResults
-from orchestrator.sweepfile import parse_sweep
+from orchestrator.store import Store, SweepRecord
+from orchestrator.sweepfile import SweepFileError, parse_sweep
 
 
 def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
@@ -70,9 +73,30 @@ class DaemonApi:
             await self._restorer.recover()
         return CancelOutcome(updated, cancelling=False)
 
-    async def results(self, ref: str) -> SweepResults:
-        return await self.store.results(ref)
+    async def results(self, ref: str) -> AnsweredResults:
+        """The results with their answers, from the sweep file stored with them (parsed once);
+        a file that no longer parses gets its results without answers."""
+        results = await self.store.results(ref)
+        record = await self.store.get_sweep(results.id)
+        try:
+            sweep = self._scheduler.sweeps.get(record)
+        except SweepFileError:
+            return AnsweredResults(results)
+        return answered(results, sweep)
 
     async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
         return await self._restorer.restore_hosts(host)
+
+    async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption:
+        """Install the sweep's answer for ``host_type`` on that type's hosts, one at a time."""
+        record = await self.store.get_sweep(ref)
+        if record.id in self._active:
+            raise Conflict(f"sweep {record.name} is running: adopt its answer once it has ended")
+        sweep = self._restorer.sweeps.get(record)
+        try:
+            return await adopt_sweep(
+                self.store, record, sweep, host_type, self._restorer.claims, allow_tie=allow_tie
+            )
+        except HostsBusy as busy:
+            raise Conflict(str(busy)) from busy

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import structlog
 
 from orchestrator.api import RestoreOutcome
+from orchestrator.daemon.adopt import ADOPTED_MARK
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
@@ -58,7 +59,9 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
     try:
         session = host_session(sweep, host, handle, unit=backup.unit, events=events)
         session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
-        foreign = await restore(session, sweep.policy.restore)
+        # Undoing an adopt puts the unit back running as adopt found it.
+        policy = "as-found" if ADOPTED_MARK in backup.state else sweep.policy.restore
+        foreign = await restore(session, policy)
     finally:
         await handle.close()
     await store.mark_restored(record.id, backup.host)

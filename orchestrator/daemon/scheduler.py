@@ -26,9 +26,10 @@ from orchestrator.daemon.restore import Restorer
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
 from orchestrator.runner import StopSignal, run_sweep
+from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
-from orchestrator.trialsource import TrialSourceFactory, plan_trial_source
+from orchestrator.trialsource import TrialSourceFactory
 
 ABANDON_WAIT_S = 5.0
 
@@ -64,9 +65,9 @@ class ActiveSweep:
 
 
 def trial_source_for(sweep: Sweep) -> TrialSourceFactory:
-    """Where ``sweep``'s trials come from: today always its plan, in order."""
-    del sweep
-    return plan_trial_source
+    """Where ``sweep``'s trials come from: its plan in order (``search.strategy: grid``), or
+    the random or adaptive search (:mod:`orchestrator.search.source`)."""
+    return search_source_for(sweep)
 
 
 class Scheduler:

@@ -22,10 +22,17 @@ from typing import Protocol
 from orchestrator.types import KnobValue
 
 DROPIN_NAME = "90-orchestrator.conf"
+ADOPTED_DROPIN_NAME = "80-orchestrator-adopted.conf"
+"""``orchestrator adopt``'s lasting drop-in: sorted before a trial's, so a later sweep's trials
+still override it, and a sweep's restore (which owns only :data:`DROPIN_NAME`) leaves it."""
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 HEADER_PREFIX = "# managed-by: orchestrator"
 _WRITTEN_BY = (
     "# Written by the orchestrator for one trial; removed when the sweep restores the unit."
+)
+_ADOPTED_BY = (
+    "# The configuration `orchestrator adopt` chose from a sweep's answer; it lasts until "
+    "`orchestrator restore` puts the unit back as adopt found it."
 )
 
 
@@ -121,6 +128,10 @@ class TrialInvocation:
     repeated_extra_flags: tuple[str, ...] = ()
     """``extra_flags`` left out because the base command line already has them with the same
     value (said in the drop-in, so the operator sees why they are not repeated)."""
+    added_flags: tuple[str, ...] = ()
+    """Bare flags the orchestrator added because the unit's command line lacked them
+    (``server.metrics: auto`` adds ``--enable-metrics``): said in the drop-in and recorded in
+    the trial's provenance, since the operator did not write them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +163,11 @@ def dropin_path(unit: str) -> PurePosixPath:
     if not is_valid_service_name(unit):
         raise UnsafeValueError(unit, "not a valid systemd service name")
     return UNIT_DIR / f"{unit}.d" / DROPIN_NAME
+
+
+def adopted_dropin_path(unit: str) -> PurePosixPath:
+    """Where ``orchestrator adopt`` puts ``unit``'s lasting configuration."""
+    return dropin_path(unit).with_name(ADOPTED_DROPIN_NAME)
 
 
 def _is_noncharacter(char: str) -> bool:
@@ -292,6 +308,8 @@ def apply_knobs(
     config: Mapping[str, KnobValue],
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
+    *,
+    ensure_flags: Sequence[str] = (),
 ) -> TrialInvocation:
     """The trial's invocation: every knob removed from the base, then the trial's knobs added.
 
@@ -301,6 +319,8 @@ def apply_knobs(
     flags and variables removed, so a sweep always starts from the same clean command line.
     ``extra_flags`` the base already has with the same value are not repeated
     (:func:`merge_extra_flags`; another value raises :class:`ExtraFlagConflict`).
+    ``ensure_flags`` (bare flags) are added where the command line lacks them in any form and
+    no knob owns them; what was added is ``added_flags``.
     """
     unknown = [name for name in config if name not in knob_map]
     if unknown:
@@ -313,6 +333,11 @@ def apply_knobs(
     if merged.conflicts:
         raise merged.conflicts[0]
     argv.extend(merged.added)
+    present = {arg.flag for arg in flag_args(argv[1:]) if isinstance(arg, FlagArg)}
+    added_flags = tuple(
+        dict.fromkeys(f for f in ensure_flags if f not in present and f not in knob_flags)
+    )
+    argv.extend(added_flags)
     env = {key: value for key, value in base_environment.items() if key not in knob_envs}
     env.update(environment or {})
 
@@ -334,6 +359,7 @@ def apply_knobs(
         environment=env,
         unset_environment=tuple(unset),
         repeated_extra_flags=tuple(" ".join(arg.tokens) for arg in merged.repeated),
+        added_flags=added_flags,
     )
 
 
@@ -351,8 +377,9 @@ def render_dropin(
     invocation: TrialInvocation,
     *,
     extra_service_lines: Iterable[str] = (),
+    adopted: bool = False,
 ) -> str:
-    """The exact drop-in text a trial installs.
+    """The exact drop-in text a trial installs (``adopted``: the lasting one adopt installs).
 
     The empty ``ExecStart=`` resets the unit's list (without it the unit gets
     ``LoadState=bad-setting`` and the old process keeps running); ``LogRateLimitIntervalSec=0``
@@ -364,23 +391,31 @@ def render_dropin(
         "ExecStart=",
         "ExecStart=" + " ".join(quote_exec_arg(arg) for arg in invocation.argv),
     ]
-    comments = [_WRITTEN_BY]
+    comments = [_ADOPTED_BY if adopted else _WRITTEN_BY]
     return _render(sweep_name, trial_key, invocation, comments, exec_lines, extra_service_lines)
 
 
 def render_dropin_delta(
-    sweep_name: str, trial_key: str, invocation: TrialInvocation, removed_flags: Sequence[str]
+    sweep_name: str,
+    trial_key: str,
+    invocation: TrialInvocation,
+    removed_flags: Sequence[str],
+    *,
+    if_missing: Sequence[str] = (),
 ) -> str:
     """What a trial changes when the unit's own ExecStart is not known (``plan`` without
     ``server.exec_start``): ``invocation`` was built on a one-word placeholder argv, so its
     words after the first are what the trial adds. The same text as :func:`render_dropin`
-    below the ``[Service]`` line except the ExecStart lines, which are described instead."""
+    below the ``[Service]`` line except the ExecStart lines, which are described instead.
+    ``if_missing``: flags added only where the unit lacks them (``server.metrics: auto``)."""
     added = " ".join(quote_exec_arg(arg) for arg in invocation.argv[1:])
     comments = [
         "# server.exec_start is not given, so this is the change to the unit's own ExecStart:",
         f"#   removed: {' '.join(removed_flags) or '(no knob flags)'}",
         f"#   added:   {added or '(nothing)'}",
     ]
+    if if_missing:
+        comments.append(f"#   added where the unit lacks it: {' '.join(if_missing)}")
     return _render(sweep_name, trial_key, invocation, comments, [], ())
 
 
@@ -397,6 +432,11 @@ def _render(
         lines.append(
             "# extra_flags already on the unit's command line, not repeated: "
             + " ".join(invocation.repeated_extra_flags)
+        )
+    if invocation.added_flags:
+        lines.append(
+            "# added because the unit's command line lacks them (server.metrics: auto): "
+            + " ".join(invocation.added_flags)
         )
     for comment in lines:
         _check_line_safe(comment)

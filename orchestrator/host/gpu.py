@@ -4,15 +4,21 @@ The seeds' sweep started each new SGLang while the old one's scheduler children 
 VRAM. Released means (FACTS: GPU memory): the unit's processes are gone, no compute process is
 left on the unit's GPUs, and ``used`` is back within a margin of the idle baseline. Over a
 transport this reads ``nvidia-smi``'s CSV; on this machine NVML directly (``nvidia-ml-py``).
+
+Unified-memory GPUs (GB10 / DGX Spark) report no memory at all: ``nvidia-smi`` prints ``[N/A]``
+for ``memory.used`` and ``memory.total`` and NVML answers NOT_SUPPORTED, while the compute-process
+list still works. There release is judged by that list and the unit's empty control group alone
+(:data:`ReleaseMethod` ``compute-processes``), and the method is said wherever a release is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from orchestrator.host.errors import HostError
 from orchestrator.host.transport import CompletedCommand, Transport
@@ -33,6 +39,14 @@ IDENTITY_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv
 
 DEFAULT_MARGIN_MIB = 512
 _MIB = 1024 * 1024
+
+ReleaseMethod = Literal["memory", "compute-processes", "mixed"]
+"""How release is judged: ``memory`` (used back at the idle baseline, no compute process, the
+unit's control group empty), ``compute-processes`` (GPUs that report no memory: no compute
+process and an empty control group), ``mixed`` (some GPUs of each kind)."""
+
+# Text some drivers print in CSV mode instead of rows (no comma in the line): not a row.
+_TEXT_LINE = re.compile(r"^(?:No running (?:compute )?processes found\.?|\[[^\],]*\])$", re.I)
 
 
 class GpuQueryError(HostError):
@@ -59,6 +73,11 @@ class GpuMemory:
     uuid: str
     used_mib: int | None
     total_mib: int | None
+
+    @property
+    def reports_memory(self) -> bool:
+        """False on a unified-memory GPU: neither ``used`` nor ``total`` is readable."""
+        return self.used_mib is not None or self.total_mib is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +107,14 @@ class Baseline:
 
     used_mib: Mapping[int, int]
     processes: tuple[GpuProcess, ...] = ()
+    unreported: frozenset[int] = frozenset()
+    """GPUs that report no memory (unified memory): judged by compute processes alone."""
+
+    @property
+    def method(self) -> ReleaseMethod:
+        if not self.unreported:
+            return "memory"
+        return "mixed" if self.used_mib else "compute-processes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +132,7 @@ class ReleaseStatus:
     leftovers: tuple[Leftover, ...]
     excess_mib: Mapping[int, int]
     unit_processes_alive: bool = False
+    method: ReleaseMethod = "memory"
 
 
 class MemoryNotReleased(HostError):
@@ -139,6 +167,8 @@ class MemoryNotReleased(HostError):
                 for item in self.leftovers
             ],
             "excess_mib": dict(self.status.excess_mib),
+            "unit_processes_alive": self.status.unit_processes_alive,
+            "method": self.status.method,
         }
 
 
@@ -162,7 +192,7 @@ def _cell_text(cell: str) -> str | None:
 def _rows(text: str, width: int) -> list[list[str]]:
     rows = []
     for line in text.splitlines():
-        if not line.strip():
+        if not line.strip() or _TEXT_LINE.match(line.strip()):
             continue
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) != width:
@@ -183,7 +213,9 @@ def parse_gpu_memory(text: str) -> tuple[GpuMemory, ...]:
 
 
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
-    """``--query-compute-apps=gpu_uuid,pid,used_memory``: empty output means no processes."""
+    """``--query-compute-apps=gpu_uuid,pid,used_memory``: empty output means no processes, and
+    so do the text lines some drivers print instead (``No running processes found``, a lone
+    ``[Not Supported]``)."""
     processes = []
     for uuid, pid, used in _rows(text, 3):
         number = _cell_int(pid)
@@ -216,12 +248,13 @@ def baseline_from(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseli
     missing = set(gpus or ()) - {g.index for g in chosen}
     if missing:
         raise GpuQueryError(f"GPUs {sorted(missing)} not found on the host")
-    unreadable = [g.index for g in chosen if g.used_mib is None]
+    unreadable = [g.index for g in chosen if g.used_mib is None and g.reports_memory]
     if unreadable:
         raise GpuQueryError(f"memory.used unreadable on GPUs {unreadable}")
     return Baseline(
         used_mib={g.index: g.used_mib for g in chosen if g.used_mib is not None},
         processes=snapshot.processes,
+        unreported=frozenset(g.index for g in chosen if not g.reports_memory),
     )
 
 
@@ -234,16 +267,19 @@ def idle_baseline(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseli
     would pass at once. Read before the stop, the processes' own figures say what is theirs.
     """
     base = baseline_from(snapshot, gpus)
+    if not base.used_mib:
+        return Baseline({}, unreported=base.unreported)  # no memory to read: nothing to correct
     by_uuid = {g.uuid: g.index for g in snapshot.gpus}
     held: dict[int, int] = {}
     for process in snapshot.processes:
         index = by_uuid.get(process.gpu_uuid) if process.gpu_uuid else None
+        if index in base.unreported:
+            continue
         if index is None or process.used_mib is None:
             return None
         held[index] = held.get(index, 0) + process.used_mib
-    return Baseline(
-        used_mib={index: max(used - held.get(index, 0), 0) for index, used in base.used_mib.items()}
-    )
+    idle = {index: max(used - held.get(index, 0), 0) for index, used in base.used_mib.items()}
+    return Baseline(used_mib=idle, unreported=base.unreported)
 
 
 def release_status(
@@ -253,7 +289,8 @@ def release_status(
     margin_mib: int,
 ) -> ReleaseStatus:
     """Released when no compute process is on the unit's GPUs and each GPU's ``used`` is within
-    ``margin_mib`` of its baseline. A process whose GPU is unreadable counts against us."""
+    ``margin_mib`` of its baseline (a GPU that reports no memory: the processes alone). A
+    process whose GPU is unreadable counts against us."""
     chosen = _selected(snapshot, unit_gpu_indices)
     by_uuid = {g.uuid: g.index for g in snapshot.gpus}
     leftovers = []
@@ -264,6 +301,8 @@ def release_status(
     excess: dict[int, int] = {}
     over = False
     for gpu_memory in chosen:
+        if gpu_memory.index in baseline.unreported:
+            continue
         base = baseline.used_mib.get(gpu_memory.index)
         if gpu_memory.used_mib is None or base is None:
             over = True  # unreadable is not released
@@ -271,7 +310,10 @@ def release_status(
         excess[gpu_memory.index] = gpu_memory.used_mib - base
         over = over or excess[gpu_memory.index] > margin_mib
     return ReleaseStatus(
-        released=not leftovers and not over, leftovers=tuple(leftovers), excess_mib=excess
+        released=not leftovers and not over,
+        leftovers=tuple(leftovers),
+        excess_mib=excess,
+        method=baseline.method,
     )
 
 
@@ -362,8 +404,15 @@ class NvmlProbe:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = nvml.nvmlDeviceGetUUID(handle)
                 uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                gpus.append(GpuMemory(index, uuid, memory.used // _MIB, memory.total // _MIB))
+                try:
+                    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                except nvml.NVMLError_NotSupported:
+                    # Unified memory (GB10): no framebuffer figures; processes still listed.
+                    gpus.append(GpuMemory(index, uuid, None, None))
+                else:
+                    gpus.append(
+                        GpuMemory(index, uuid, memory.used // _MIB, memory.total // _MIB)
+                    )
                 for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     used = process.usedGpuMemory
                     processes.append(
@@ -407,7 +456,10 @@ async def record_baseline(probe: GpuProbe, gpus: Collection[int] | None) -> Base
     """Measure the idle baseline now; call it only while the unit's processes are gone."""
     baseline = baseline_from(await probe.snapshot(), gpus)
     get_logger().info(
-        "gpu.baseline", used_mib=dict(baseline.used_mib), processes=len(baseline.processes)
+        "gpu.baseline",
+        used_mib=dict(baseline.used_mib),
+        processes=len(baseline.processes),
+        method=baseline.method,
     )
     return baseline
 
@@ -416,7 +468,12 @@ async def record_idle_baseline(probe: GpuProbe, gpus: Collection[int] | None) ->
     """:func:`idle_baseline` of a snapshot taken now (before the unit is stopped)."""
     baseline = idle_baseline(await probe.snapshot(), gpus)
     if baseline is not None:
-        get_logger().info("gpu.baseline", used_mib=dict(baseline.used_mib), read="before-stop")
+        get_logger().info(
+            "gpu.baseline",
+            used_mib=dict(baseline.used_mib),
+            read="before-stop",
+            method=baseline.method,
+        )
     return baseline
 
 
@@ -438,7 +495,7 @@ async def wait_released(
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = started + timeout
-    status = ReleaseStatus(False, (), {}, True)
+    status = ReleaseStatus(False, (), {}, True, baseline.method)
     while True:
         alive = unit_pids_gone is not None and not await unit_pids_gone()
         try:
@@ -448,10 +505,14 @@ async def wait_released(
             get_logger().warning("gpu.query_failed", error=str(exc))
         else:
             if alive:
-                status = ReleaseStatus(False, status.leftovers, status.excess_mib, True)
+                status = ReleaseStatus(
+                    False, status.leftovers, status.excess_mib, True, status.method
+                )
         now = loop.time()
         if status.released:
-            get_logger().info("memory.released", waited_s=round(now - started, 3))
+            get_logger().info(
+                "memory.released", waited_s=round(now - started, 3), method=status.method
+            )
             return status
         if now >= deadline:
             raise MemoryNotReleased(status, now - started)

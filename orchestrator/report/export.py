@@ -237,7 +237,7 @@ def _group_json(group: HostTypeGroup, include_requests: bool) -> dict[str, Any]:
 
 
 def report_json(report: SweepReport, *, include_requests: bool = False) -> dict[str, Any]:
-    return {
+    document = {
         "sweep": report.name,
         "id": report.id,
         "state": report.state,
@@ -252,6 +252,10 @@ def report_json(report: SweepReport, *, include_requests: bool = False) -> dict[
         "warnings": [dataclasses.asdict(w) for w in report.warnings],
         "events": list(report.sweep_events),
     }
+    if report.answers:
+        # Only when there are any: a sweep without answers keeps its JSON as it was.
+        document["answers"] = [a.to_json() for a in report.answers]
+    return document
 
 
 def render_json(reports: Sequence[SweepReport], *, include_requests: bool = False) -> str:

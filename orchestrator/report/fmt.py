@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 MISSING = "—"
 
@@ -53,3 +54,52 @@ def duration(start: float | None, end: float | None) -> str:
 
 def cell_name(context: int, concurrency: int) -> str:
     return f"{context}/c{concurrency}"
+
+
+def percent(value: float | None) -> str:
+    """A relative difference: ``4.0%``, ``-0.6%``; no decimals from 10 % up."""
+    if value is None:
+        return MISSING
+    points = value * 100.0
+    return f"{points:.0f}%" if abs(points) >= 10 else f"{points:.1f}%"
+
+
+def interval(ci: tuple[float, float] | None, number: Callable[[float], str]) -> str:
+    """`` [lo, hi]`` (leading space) with each bound written by ``number``; ``""`` without
+    one, so a value without an interval reads as a bare value, never as a fake one."""
+    if ci is None:
+        return ""
+    return f" [{number(ci[0])}, {number(ci[1])}]"
+
+
+def factor(value: float) -> str:
+    """A ratio's bare number (an interval's bound): ``2.31``."""
+    return f"{value:.2f}"
+
+
+def metric_number(metric: str, value: float | None) -> str:
+    """A stored point metric's number in the unit :func:`metric_unit` names."""
+    if value is None:
+        return MISSING
+    if metric.endswith("tok_s"):
+        return rate(value)
+    if metric.endswith("_s"):
+        return ms(value)
+    if metric.endswith("_rate"):
+        return f"{value * 100:.0f}%"
+    return f"{value:.3g}"
+
+
+def metric_unit(metric: str) -> str:
+    if metric.endswith("tok_s"):
+        return " tok/s"
+    if metric.endswith("_s"):
+        return " ms"
+    return ""
+
+
+def metric(metric_name: str, value: float | None) -> str:
+    """``1,234 tok/s``, ``412 ms``: a metric's value with its unit."""
+    if value is None:
+        return MISSING
+    return metric_number(metric_name, value) + metric_unit(metric_name)

@@ -8,8 +8,9 @@ never as zeros.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from orchestrator.answers import Answer
 from orchestrator.report import fmt, svg, tables
 from orchestrator.report.compare import compare
 from orchestrator.report.model import (
@@ -21,7 +22,9 @@ from orchestrator.report.model import (
     flag_codes,
     flag_info,
 )
+from orchestrator.report.space import SpaceCell, estimates, explored_space
 from orchestrator.report.svg import esc
+from orchestrator.report.words import answer_words, readable, where
 
 CSS = """
 :root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
@@ -63,6 +66,12 @@ p.note { font-size: 12px; color: var(--muted); margin: 0 0 8px; }
 pre { background: #f9fafb; border: 1px solid #e5e7eb; padding: 6px 8px; font-size: 12px;
       white-space: pre-wrap; margin: 4px 0 10px; }
 ul.warnings li { margin: 2px 0; }
+.answer { border-left: 4px solid var(--good); padding: 2px 0 2px 12px; margin: 8px 0 16px; }
+.answer.tie { border-left-color: var(--flag); }
+.answer.no-valid-config { border-left-color: var(--fail); }
+.answer p.headline { font-size: 16px; font-weight: 600; margin: 4px 0; max-width: 120ch; }
+.answer ul { margin: 4px 0 6px; max-width: 120ch; }
+.answer figcaption { max-width: 62ch; }
 .scroll { overflow-x: auto; }
 @page { size: A4 landscape; margin: 10mm; }
 @media print {
@@ -389,6 +398,125 @@ def _figure(panels: Sequence[str], caption: str, *, prefix: str = "") -> str:
     )
 
 
+# --- the answer ----------------------------------------------------------------------------
+
+
+def convergence_figure(answer: Answer) -> str | None:
+    """Best-so-far against restarts spent on the host type (a cross while nothing valid)."""
+    if not answer.convergence:
+        return None
+    metric = answer.objective.metric
+    marks = tuple(
+        svg.Mark(
+            float(step.restarts),
+            step.best,
+            "ok" if step.best is not None else "failed",
+            f"after {step.restarts} restarts: "
+            + (
+                f"{step.label}, {fmt.metric(metric, step.best)}"
+                if step.best is not None
+                else "no valid config yet"
+            ),
+        )
+        for step in answer.convergence
+    )
+    unit = fmt.metric_unit(metric).strip()
+    panel = svg.xy_panel(
+        [svg.Series("best so far", svg.color_for(0), marks)],
+        title=f"Best so far vs restarts, {answer.host_type}",
+        x_label=f"restarts on {answer.host_type}",
+        y_label=f"best {metric}" + (f" ({unit})" if unit else ""),
+        y_zero=False,
+        x_zero=True,
+    )
+    return _figure(
+        [panel],
+        f"The best valid {metric} estimate at {where(answer.objective)} after each restart "
+        "on the host type, in the order restarts happened; a cross: no valid config yet.",
+    )
+
+
+def _space_cell(answer: Answer, cell: SpaceCell, color: Callable[[float], str]) -> svg.HeatCell:
+    metric = answer.objective.metric
+    contender = cell.contender
+    if cell.state == "explored" and contender is not None:
+        estimate = contender.estimate
+        title = (
+            f"{contender.label}: {fmt.metric(metric, estimate.value)}"
+            f"{fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v))}, "
+            f"{estimate.restarts} restarts"
+        )
+        if contender.violations:
+            title += "; breaks " + ", ".join(contender.violations)
+        if estimate.noisy:
+            title += "; noisy"
+        if cell.configs > 1:
+            title += f" (best of {cell.configs} configs with these values)"
+        if cell.failed:
+            title += f"; {len(cell.failed)} failed here"
+        return svg.HeatCell(
+            estimate.value,
+            fmt.metric_number(metric, estimate.value),
+            "flagged" if contender.violations or estimate.noisy else "ok",
+            title,
+            explored=True,
+            best=cell.is_best,
+        )
+    if cell.state == "failed":
+        causes = "; ".join(f"{f.label}: {f.cause or 'unknown'}" for f in cell.failed)
+        return svg.HeatCell(None, "FAILED", "failed", f"failed, never measured ({causes})")
+    return svg.HeatCell(None, "", "unexplored", "not explored")
+
+
+def space_figure(answer: Answer) -> str | None:
+    """The explored space over two knobs: estimates colored (darker is better), the
+    answer's config framed, failed configs hatched, unexplored points blank."""
+    grid = explored_space(answer)
+    if grid is None:
+        return None
+    values = estimates(grid)
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    span = (high - low) or 1.0
+
+    def color(value: float) -> str:
+        t = (value - low) / span
+        # The worst measured point still gets a tint: white is reserved for "not explored".
+        return svg.scale_color(0.12 + 0.88 * (1.0 - t if answer.objective.minimized else t))
+
+    chart = svg.heatmap(
+        list(grid.rows),
+        list(grid.columns),
+        [[_space_cell(answer, cell, color) for cell in line] for line in grid.cells],
+        title=f"Explored space, {answer.host_type}",
+        color=color,
+        row_label=grid.row_knob,
+        column_label=grid.column_knob,
+    )
+    return _figure([chart], tables.space_note(grid, answer))
+
+
+def answers_html(report: SweepReport, heading: str) -> str:
+    """The answer in words per host type (per cell without an objective), with its
+    convergence and explored-space pictures; empty without answers."""
+    if not report.answers:
+        return ""
+    parts = [f'<section class="answers"><{heading}>Answer</{heading}>']
+    shown = [readable(a) for a in report.answers]
+    if len(shown) > 1:
+        parts.append(table_html(tables.answers_table(shown)))
+    for answer in shown:
+        said = answer_words(answer)
+        details = "".join(f"<li>{esc(d)}</li>" for d in said.details)
+        figures = [convergence_figure(answer), space_figure(answer)]
+        parts.append(
+            f'<div class="answer {esc(answer.verdict)}"><p class="headline">'
+            f"{esc(said.headline)}</p><ul>{details}</ul>"
+            f'<div class="figures">{"".join(f for f in figures if f)}</div></div>'
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
 # --- the page ------------------------------------------------------------------------------
 
 
@@ -452,7 +580,10 @@ def group_html(report: SweepReport, group: HostTypeGroup, heading: str, sub: str
     parts = [
         f'<section class="group"><{heading}>Host type <code>{esc(group.host_type)}</code> '
         f"(hosts: {esc(hosts)})</{heading}>",
-        table_html(tables.best_table(group), heading=sub),
+        *(
+            table_html(t, heading=sub)
+            for t in tables.best_tables(group, report.answers_for(group.host_type))
+        ),
         f"<{sub}>Plots</{sub}>",
         _legend(group, colors),
         _keys(),
@@ -484,6 +615,8 @@ def render_html(reports: Sequence[SweepReport]) -> str:
     title = f"Sweep report: {names}" if len(reports) == 1 else f"Sweep comparison: {names}"
     body = [f"<h1>{esc(title)}</h1>"]
     body += [_header(r) for r in reports]
+    if len(reports) == 1:
+        body.append(answers_html(reports[0], "h2"))
     body.append(_flag_legend(reports))
     if len(reports) == 1:
         report = reports[0]
@@ -495,6 +628,7 @@ def render_html(reports: Sequence[SweepReport]) -> str:
             body += [table_html(t) for t in tables.comparison_tables(comparison)]
         for report in reports:
             body.append(f"<h2>Sweep {esc(report.name)}</h2>")
+            body.append(answers_html(report, "h3"))
             body += [group_html(report, g, "h2", "h3") for g in report.groups]
             body.append(_warnings_html(report, "h3"))
     return (

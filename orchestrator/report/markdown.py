@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from orchestrator.report import fmt, tables
 from orchestrator.report.compare import Comparison, compare
 from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
+from orchestrator.report.space import explored_space
+from orchestrator.report.words import answer_words, readable
 
 
 def _escape(text: str) -> str:
@@ -69,8 +71,35 @@ def _sweep_header(report: SweepReport) -> list[str]:
     ]
 
 
+def answer_sections(report: SweepReport, level: int = 2) -> list[str]:
+    """The answer first: per host type (per cell without an objective) the decision in
+    words, how best-so-far moved with restarts, and the explored space as a table (Markdown
+    has no pictures; the HTML report draws the same as SVG). Nothing without answers."""
+    if not report.answers:
+        return []
+    h = "#" * level
+    lines = [f"{h} Answer", ""]
+    shown = [readable(a) for a in report.answers]
+    if len(shown) > 1:
+        glance = tables.answers_table(shown)
+        lines += [f"{h}# {glance.title}", "", *table(glance), ""]
+    for answer in shown:
+        said = answer_words(answer)
+        lines += [f"**{_escape(said.headline)}**", ""]
+        lines += [f"- {_escape(detail)}" for detail in said.details]
+        lines.append("")
+        if answer.convergence:
+            steps = tables.convergence_table(answer)
+            lines += [f"{h}# {steps.title}", "", *table(steps), ""]
+        grid = explored_space(answer)
+        if grid is not None:
+            explored = tables.space_table(grid, answer)
+            lines += [f"{h}# {explored.title}", "", *table(explored), ""]
+    return lines
+
+
 def sweep_sections(report: SweepReport, level: int = 2) -> list[str]:
-    """Every section of one sweep's report, headings starting at ``level``."""
+    """Every section of one sweep's report after its answer, headings starting at ``level``."""
     h = "#" * level
     lines: list[str] = []
     for group in report.groups:
@@ -81,7 +110,7 @@ def sweep_sections(report: SweepReport, level: int = 2) -> list[str]:
         for t in tables.throughput_tables(group):
             lines += [f"{h}# Throughput, {t.title.lower()}", "", *table(t), ""]
         for t in (
-            tables.best_table(group),
+            *tables.best_tables(group, report.answers_for(group.host_type)),
             tables.speedup_table(group),
             tables.coding_table(group),
         ):
@@ -127,8 +156,8 @@ def render_markdown(reports: Sequence[SweepReport]) -> str:
     """One sweep's report, or several side by side (comparison first, then each sweep)."""
     if len(reports) == 1:
         report = reports[0]
-        lines = [f"# Sweep report: {report.name}", "", *_sweep_header(report), *_legend(reports)]
-        lines += sweep_sections(report)
+        lines = [f"# Sweep report: {report.name}", "", *_sweep_header(report)]
+        lines += [*answer_sections(report), *_legend(reports), *sweep_sections(report)]
     else:
         names = " vs ".join(r.name for r in reports)
         lines = [f"# Sweep comparison: {names}", ""]
@@ -137,5 +166,6 @@ def render_markdown(reports: Sequence[SweepReport]) -> str:
         lines += _legend(reports)
         lines += comparison_sections(compare(reports))
         for report in reports:
-            lines += [f"## Sweep `{report.name}`", "", *sweep_sections(report, level=3)]
+            lines += [f"## Sweep `{report.name}`", "", *answer_sections(report, level=3)]
+            lines += sweep_sections(report, level=3)
     return "\n".join(lines).rstrip() + "\n"

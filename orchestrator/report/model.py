@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.answers import Answer, answered_from_text
 from orchestrator.bench.coding import CodingResult, CodingSummary, Outcome
 from orchestrator.bench.lossless import check_lossless
 from orchestrator.store import (
@@ -385,10 +386,16 @@ class SweepReport:
     groups: tuple[HostTypeGroup, ...]
     warnings: tuple[ReportWarning, ...]
     sweep_events: tuple[JsonObject, ...] = ()
+    answers: tuple[Answer, ...] = ()
+    """Which config to deploy per host type (per cell without an objective), computed by the
+    answers layer; empty for a sweep without them, and the report then reads as it always did."""
 
     @property
     def trials(self) -> list[TrialView]:
         return [t for g in self.groups for t in g.trials]
+
+    def answers_for(self, host_type: str) -> tuple[Answer, ...]:
+        return tuple(a for a in self.answers if a.host_type == host_type)
 
 
 # --- building ------------------------------------------------------------------------------
@@ -720,8 +727,10 @@ def build_report(
     requests: Mapping[int, Sequence[StoredRequest]],
     *,
     include_requests: bool = False,
+    answers: Sequence[Answer] = (),
 ) -> SweepReport:
-    """The report of one sweep from its records (pure: no store, no clock)."""
+    """The report of one sweep from its records (pure: no store, no clock); ``answers`` are
+    the caller's, built by the answers layer from the same sweep."""
     plans = _planned(trials)
     models = [p.model for p in plans if p.model]
     temperatures = {p.coding_temperature for p in plans if p.coding_temperature is not None}
@@ -842,6 +851,7 @@ def build_report(
         groups=tuple(groups),
         warnings=tuple(_warnings(groups, events)),
         sweep_events=tuple(_event_json(e) for e in events if e.host is None),
+        answers=tuple(answers),
     )
 
 
@@ -876,6 +886,10 @@ async def load_report(
     for point in points:
         if point.kind == "throughput":
             requests[point.id] = await store.requests(point.id)
+    # The answers from the sweep file stored with the results (none if it no longer parses).
+    answers = answered_from_text(
+        await store.results(sweep.id), sweep.yaml_text, f"sweep {sweep.name} (id {sweep.id})"
+    ).answers
     return build_report(
         sweep,
         hosts,
@@ -885,6 +899,7 @@ async def load_report(
         events,
         requests,
         include_requests=include_requests,
+        answers=answers,
     )
 
 

@@ -268,9 +268,11 @@ def xy_panel(
     x_categories: Sequence[float] | None = None,
     y_zero: bool = True,
     frame: Frame | None = None,
+    x_zero: bool = False,
 ) -> str:
     """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
-    (evenly spaced), e.g. the concurrencies measured."""
+    (evenly spaced), e.g. the concurrencies measured; ``x_zero`` starts a linear x axis at 0
+    (counts, such as restarts spent)."""
     frame = frame or Frame()
     values = [m.y for s in series for m in s.marks if m.y is not None]
     xs_all = [m.x for s in series for m in s.marks]
@@ -314,7 +316,7 @@ def xy_panel(
             )
         else:
             pad_x = (hi - lo) * 0.08 or 0.5
-            x_ticks = nice_ticks(lo - pad_x, hi + pad_x)
+            x_ticks = nice_ticks(0.0, hi + 0.5) if x_zero else nice_ticks(lo - pad_x, hi + pad_x)
             xscale = Scale(x_ticks[0], x_ticks[-1], frame.plot_left, frame.plot_right)
 
         def xmap(v: float) -> float:
@@ -387,12 +389,27 @@ def heat_color(value: float, center: float = 1.0, span: float = 1.5) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
+def scale_color(t: float) -> str:
+    """Sequential: white at 0, deep green at 1 (for estimates with no natural center)."""
+    t = max(0.0, min(1.0, t))
+    r, g, b = (255 - int(t * (255 - 21)), 255 - int(t * (255 - 128)), 255 - int(t * (255 - 61)))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+HeatStatus = Literal["ok", "flagged", "failed", "unexplored"]
+"""``unexplored``: a point of the space nobody tried, drawn blank (neither value nor hatch)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HeatCell:
     value: float | None
     text: str
-    status: MarkStatus = "ok"
+    status: HeatStatus = "ok"
     title: str = ""
+    explored: bool = False
+    """Draw a dot in the corner: this point was measured (the explored-space picture)."""
+    best: bool = False
+    """Draw a heavy border: the answer's config."""
 
 
 def heatmap(
@@ -404,11 +421,16 @@ def heatmap(
     center: float = 1.0,
     cell_width: int = 64,
     cell_height: int = 26,
+    color: Callable[[float], str] | None = None,
+    row_label: str | None = None,
+    column_label: str | None = None,
 ) -> str:
     """Rows x columns of colored cells; a cell without a value is hatched, never colored as
-    a number."""
-    label_width = max((len(r) for r in rows), default=6) * 7 + 16
-    top = 58
+    a number. ``color`` maps a value to a fill (default: diverging around ``center``);
+    ``row_label`` / ``column_label`` name the axes (the knobs of an explored space)."""
+    paint = color or (lambda value: heat_color(value, center))
+    label_width = max([len(r) for r in rows] + [len(row_label or "")], default=6) * 7 + 16
+    top = 58 + (14 if column_label else 0)
     width = label_width + cell_width * len(columns) + 10
     height = top + cell_height * len(rows) + 10
     parts = [
@@ -420,6 +442,17 @@ def heatmap(
         f'<text x="{width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
         f'font-weight="600" fill="#111827">{esc(title)}</text>',
     ]
+    if column_label:
+        middle = label_width + cell_width * len(columns) / 2
+        parts.append(
+            f'<text class="axis-label" x="{middle:.1f}" y="{top - 26}" text-anchor="middle" '
+            f'font-size="11" font-weight="600" fill="#374151">{esc(column_label)}</text>'
+        )
+    if row_label:
+        parts.append(
+            f'<text class="axis-label" x="{label_width - 8}" y="{top - 8}" text-anchor="end" '
+            f'font-size="11" font-weight="600" fill="#374151">{esc(row_label)}</text>'
+        )
     for j, column in enumerate(columns):
         x = label_width + j * cell_width + cell_width / 2
         parts.append(
@@ -434,15 +467,34 @@ def heatmap(
         )
         for j, cell in enumerate(cells[i]):
             x = label_width + j * cell_width
-            fill = "url(#hatch)" if cell.value is None else heat_color(cell.value, center)
+            tip = f"<title>{esc(cell.title)}</title>" if cell.title else ""
+            if cell.status == "unexplored":
+                parts.append(
+                    f'<g class="cell unexplored"><rect x="{x + 1}" y="{y + 1}" '
+                    f'width="{cell_width - 2}" height="{cell_height - 2}" fill="white" '
+                    f'stroke="{GRID}" stroke-dasharray="3 3"/>{tip}</g>'
+                )
+                continue
+            fill = "url(#hatch)" if cell.value is None else paint(cell.value)
             stroke = FLAG_COLOR if cell.status == "flagged" else "white"
             stroke_width = 2.5 if cell.status == "flagged" else 1
+            if cell.best:
+                stroke, stroke_width = "#111827", 3
             text_color = FAIL_COLOR if cell.status == "failed" else "#111827"
-            tip = f"<title>{esc(cell.title)}</title>" if cell.title else ""
+            classes = " ".join(
+                ["cell", cell.status] + (["explored"] if cell.explored else [])
+                + (["best"] if cell.best else [])
+            )
+            dot = (
+                f'<circle class="explored-mark" cx="{x + 6}" cy="{y + 6}" r="2.5" '
+                f'fill="#111827"/>'
+                if cell.explored
+                else ""
+            )
             parts.append(
-                f'<g class="cell {cell.status}"><rect x="{x + 1}" y="{y + 1}" '
+                f'<g class="{classes}"><rect x="{x + 1}" y="{y + 1}" '
                 f'width="{cell_width - 2}" height="{cell_height - 2}" fill="{fill}" '
-                f'stroke="{stroke}" stroke-width="{stroke_width}"/>'
+                f'stroke="{stroke}" stroke-width="{stroke_width}"/>{dot}'
                 f'<text x="{x + cell_width / 2:.1f}" y="{y + cell_height / 2 + 4:.1f}" '
                 f'text-anchor="middle" font-size="11" fill="{text_color}">{esc(cell.text)}</text>'
                 f"{tip}</g>"

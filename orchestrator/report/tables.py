@@ -6,16 +6,19 @@ each renderer only decides how a cell's kind (failed, best, flagged, ...) looks.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.report import fmt
+from orchestrator.answers import Answer
+from orchestrator.report import fmt, words
 from orchestrator.report.compare import Comparison
 from orchestrator.report.model import HostTypeGroup, ThroughputPoint, TrialView
-from orchestrator.store.results import format_knob
+from orchestrator.report.space import SpaceGrid
+from orchestrator.store.results import config_label, format_knob
 
 CellKind = Literal["", "failed", "best", "missing", "good", "bad", "baseline", "flagged"]
 
@@ -107,7 +110,7 @@ def throughput_tables(group: HostTypeGroup) -> list[Table]:
     return tables
 
 
-def best_table(group: HostTypeGroup) -> Table:
+def best_table(group: HostTypeGroup, title: str = "Best config per cell") -> Table:
     rows = []
     for context in group.contexts:
         row = [Cell(str(context))]
@@ -127,7 +130,7 @@ def best_table(group: HostTypeGroup) -> Table:
             )
         rows.append(tuple(row))
     headers = ("context", *(f"c={c}" for c in group.concurrencies))
-    return Table("Best config per cell", headers, tuple(rows))
+    return Table(title, headers, tuple(rows))
 
 
 def speedup_table(group: HostTypeGroup) -> Table:
@@ -367,3 +370,335 @@ def warning_groups(
         where = " / ".join(part for part in (host, trial) if part)
         grouped.setdefault(kind, []).append(f"{where}: {message}" if where else message)
     return grouped
+
+
+# --- answers: pooled per host type -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PooledConfig:
+    """One config's value in one cell, pooled over the type's hosts that measured it."""
+
+    label: str
+    output_tok_s: float
+    hosts: tuple[str, ...]
+    flags: tuple[str, ...]
+    """Flags of the pooled points when none of them was trusted (else empty)."""
+    is_baseline: bool
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def pooled_cell(
+    group: HostTypeGroup, context: int, concurrency: int, left_out: frozenset[str] = frozenset()
+) -> list[PooledConfig]:
+    """Every config's mean aggregate tok/s in the cell over the type's hosts (``left_out``
+    hosts, flagged as sick by the answers, excluded); trusted points only, unless a config has
+    none (then its flagged points, flags kept)."""
+    by_config: dict[str, list[tuple[TrialView, ThroughputPoint]]] = {}
+    for trial in group.trials:
+        point = trial.point(context, concurrency)
+        if trial.host in left_out or point is None or point.output_tok_s is None:
+            continue
+        by_config.setdefault(_config_key(trial.config), []).append((trial, point))
+    pooled: list[PooledConfig] = []
+    for measured in by_config.values():
+        trusted = [(t, p) for t, p in measured if p.trusted]
+        used = trusted or measured
+        values = [p.output_tok_s for _, p in used if p.output_tok_s is not None]
+        first = used[0][0]
+        flags = () if trusted else tuple(sorted({f for _, p in used for f in p.flags}))
+        pooled.append(
+            PooledConfig(
+                label=first.short_label or first.label,
+                output_tok_s=sum(values) / len(values),
+                hosts=tuple(sorted({t.host for t, _ in used})),
+                flags=flags,
+                is_baseline=first.is_baseline,
+            )
+        )
+    return pooled
+
+
+def _cell_answer(answers: Sequence[Answer], context: int, concurrency: int) -> Answer | None:
+    """The answer about exactly this cell's aggregate tok/s (a sweep without an objective
+    has one per cell)."""
+    return next(
+        (
+            a
+            for a in answers
+            if a.objective.metric == "output_tok_s"
+            and a.objective.cells == ((context, concurrency),)
+        ),
+        None,
+    )
+
+
+def _answer_cell(answer: Answer) -> Cell:
+    best = answer.best
+    basis = (
+        words.basis_words(best.estimate.basis, best.estimate.restarts) if best is not None else None
+    )
+    if best is None:
+        return Cell("no valid config", kind="missing", title=words.answer_words(answer).headline)
+    value = fmt.rate(best.estimate.value) + fmt.interval(best.estimate.ci95, fmt.rate)
+    speedup = (
+        f", {fmt.ratio(best.speedup_vs_baseline)}"
+        f"{fmt.interval(best.speedup_ci95, fmt.factor)} baseline"
+        if best.speedup_vs_baseline is not None
+        else ""
+    )
+    if answer.verdict == "tie":
+        names = ", ".join(c.label for c in (best, *answer.tied))
+        return Cell(f"tie: {names} ({value} tok/s{speedup})", title=basis)
+    return Cell(f"{best.label} ({value} tok/s{speedup})", title=basis)
+
+
+def pooled_best_table(group: HostTypeGroup, answers: Sequence[Answer]) -> Table:
+    """The best config per cell for the host type, each config named once however many of
+    the type's hosts ran it: the answer's estimate and interval where an answer is about the
+    cell, else the mean over the hosts."""
+    left_out = frozenset(f.host for a in answers for f in a.flags)
+    rows = []
+    for context in group.contexts:
+        row = [Cell(str(context))]
+        for conc in group.concurrencies:
+            answer = _cell_answer(answers, context, conc)
+            if answer is not None:
+                row.append(_answer_cell(answer))
+                continue
+            pooled = pooled_cell(group, context, conc, left_out)
+            candidates = [p for p in pooled if not p.flags] or pooled
+            if not candidates:
+                row.append(Cell("no trusted point", kind="missing"))
+                continue
+            best = max(candidates, key=lambda p: p.output_tok_s)
+            baseline = next((p for p in pooled if p.is_baseline), None)
+            extra = (
+                f", {fmt.ratio(best.output_tok_s / baseline.output_tok_s)} baseline"
+                if baseline is not None and baseline.output_tok_s and not best.is_baseline
+                else ""
+            )
+            hosts = f"{len(best.hosts)} host{'' if len(best.hosts) == 1 else 's'}"
+            row.append(
+                Cell(
+                    f"{best.label} ({fmt.rate(best.output_tok_s)} tok/s{extra}, {hosts})",
+                    best.flags,
+                    title=", ".join(best.hosts),
+                )
+            )
+        rows.append(tuple(row))
+    headers = ("context", *(f"c={c}" for c in group.concurrencies))
+    left = (
+        f" ({', '.join(sorted(left_out))} left out: disagrees with its siblings)"
+        if left_out
+        else ""
+    )
+    return Table(
+        "Best config per cell, pooled over the host type",
+        headers,
+        tuple(rows),
+        note="Each config once per host type: where an answer is about the cell, its estimate "
+        "with the 95% interval; elsewhere the mean aggregate tok/s over the type's hosts"
+        f"{left}. Per-host detail below.",
+    )
+
+
+def best_tables(group: HostTypeGroup, answers: Sequence[Answer]) -> list[Table]:
+    """The best config per cell: per host type first where answers pool the type's hosts,
+    with each answer's contenders, then the per-host table; without answers, the per-host
+    table alone (as reports always had it)."""
+    if not answers:
+        return [best_table(group)]
+    answers = [words.readable(a) for a in answers]
+    return [
+        *(contenders_table(a) for a in answers if a.contenders),
+        pooled_best_table(group, answers),
+        best_table(group, "Best config per cell, per host"),
+    ]
+
+
+def contenders_table(answer: Answer) -> Table:
+    """Every measured config of one answer, best first, with its interval and standing."""
+    objective = answer.objective
+    metric = objective.metric
+    best_label = answer.best.label if answer.best is not None else None
+    tied = {c.label for c in answer.tied}
+    rows = []
+    for contender in answer.contenders:
+        estimate = contender.estimate
+        notes: list[str] = []
+        kind: CellKind = ""
+        if contender.label == best_label:
+            notes.append("tied, highest" if answer.verdict == "tie" else "best")
+        elif contender.label in tied:
+            notes.append("tied")
+        if contender.violations:
+            notes.append("breaks " + ", ".join(contender.violations))
+            kind = "bad"
+        if estimate.noisy:
+            notes.append("noisy")
+            kind = kind or "flagged"
+        if contender.screened_only:
+            notes.append("screened only")
+        rows.append(
+            (
+                Cell(contender.label, title=config_label(contender.config)),
+                Cell(
+                    fmt.metric_number(metric, estimate.value),
+                    kind="best" if contender.label == best_label else "",
+                ),
+                Cell(
+                    fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
+                    or fmt.MISSING,
+                    kind="" if estimate.ci95 else "missing",
+                    title=words.basis_words(estimate.basis, estimate.restarts),
+                ),
+                Cell(estimate.basis),
+                Cell(str(estimate.restarts)),
+                Cell(", ".join(estimate.hosts) or fmt.MISSING),
+                Cell(fmt.percent(estimate.cv)),
+                Cell(
+                    fmt.ratio(contender.speedup_vs_baseline)
+                    + fmt.interval(contender.speedup_ci95, fmt.factor)
+                ),
+                Cell("; ".join(notes), kind=kind),
+            )
+        )
+    unit = fmt.metric_unit(metric).strip()
+    return Table(
+        f"Contenders: {metric} at {words.where(objective)}",
+        (
+            "config",
+            f"estimate{f' ({unit})' if unit else ''}",
+            "95% interval",
+            "interval basis",
+            "restarts",
+            "hosts",
+            "cv",
+            "vs baseline",
+            "notes",
+        ),
+        tuple(rows),
+        note="One row per config on the host type, its restarts on every host of the type "
+        "pooled; cv: spread across its restarts (noisy above 5%).",
+    )
+
+
+def convergence_table(answer: Answer) -> Table:
+    """Best-so-far against restarts: the steps where the best config changed, and the last
+    one (its estimate moves a little with every restart of it; the config is the news)."""
+    rows = []
+    steps = answer.convergence
+    previous: tuple[str | None] | None = None
+    for index, step in enumerate(steps):
+        current = (step.label,)
+        if current == previous and index != len(steps) - 1:
+            continue
+        previous = current
+        rows.append(
+            (
+                Cell(str(step.restarts)),
+                Cell(fmt.metric_number(answer.objective.metric, step.best)),
+                Cell(step.label or "no valid config yet", kind="" if step.label else "missing"),
+            )
+        )
+    return Table(
+        f"Convergence on {answer.host_type}, {words.where(answer.objective)}",
+        ("restarts", f"best so far ({answer.objective.metric})", "config"),
+        tuple(rows),
+        note="Restarts: unit starts on the host type, in the order they happened.",
+    )
+
+
+def space_table(grid: SpaceGrid, answer: Answer) -> Table:
+    """The explored space as a table: estimates where measured, FAILED, blank unexplored."""
+    metric = answer.objective.metric
+    rows = []
+    for name, line in zip(grid.rows, grid.cells, strict=True):
+        row = [Cell(name)]
+        for cell in line:
+            if cell.state == "explored" and cell.contender is not None:
+                text = fmt.metric_number(metric, cell.contender.estimate.value)
+                flags: CellKind = "bad" if cell.contender.violations else ""
+                row.append(
+                    Cell(text, kind="best" if cell.is_best else flags, title=cell.contender.label)
+                )
+            elif cell.state == "failed":
+                causes = ", ".join(sorted({f.cause or "unknown" for f in cell.failed}))
+                row.append(Cell("FAILED", kind="failed", title=causes))
+            else:
+                row.append(Cell("", kind="missing"))
+        rows.append(tuple(row))
+    corner = f"{grid.row_knob} \\ {grid.column_knob}" if grid.row_knob else grid.column_knob
+    return Table(
+        f"Explored space on {answer.host_type}, {words.where(answer.objective)}",
+        (corner, *grid.columns),
+        tuple(rows),
+        note=space_note(grid, answer),
+    )
+
+
+def space_note(grid: SpaceGrid, answer: Answer) -> str:
+    folded = (
+        f" Other knobs ({', '.join(grid.other_knobs)}): each cell shows the best config over "
+        "them."
+        if grid.other_knobs
+        else ""
+    )
+    axes = f"{grid.row_knob} x {grid.column_knob}" if grid.row_knob else grid.column_knob
+    return (
+        f"{answer.objective.metric} estimates by {axes}; the answer's config is marked, "
+        f"FAILED: tried and never measured, blank: not explored.{folded}"
+    )
+
+
+def answers_table(answers: Sequence[Answer]) -> Table:
+    """Every answer on one line, before the answers one by one (a sweep without an objective
+    has one per host type and cell)."""
+    rows = []
+    for answer in answers:
+        best = answer.best
+        tied = ", ".join(c.label for c in answer.tied)
+        if best is None:
+            rows.append(
+                (
+                    Cell(answer.host_type),
+                    Cell(words.where(answer.objective)),
+                    Cell(answer.verdict, kind="failed"),
+                    *(Cell(fmt.MISSING, kind="missing"),) * 5,
+                )
+            )
+            continue
+        estimate = best.estimate
+        margin = (
+            fmt.percent(answer.margin.relative) + fmt.interval(answer.margin.ci95, fmt.percent)
+            if answer.margin is not None
+            else fmt.MISSING
+        )
+        rows.append(
+            (
+                Cell(answer.host_type),
+                Cell(words.where(answer.objective)),
+                Cell(answer.verdict, kind="good" if answer.verdict == "better" else "flagged"),
+                Cell(
+                    best.label + (f" (tied: {tied})" if tied else ""),
+                    title=config_label(best.config),
+                ),
+                Cell(words.value_text(answer.objective, best)),
+                Cell(
+                    fmt.ratio(best.speedup_vs_baseline)
+                    + fmt.interval(best.speedup_ci95, fmt.factor)
+                ),
+                Cell(margin),
+                Cell(estimate.basis, kind="bad" if estimate.basis == "within-run-only" else ""),
+            )
+        )
+    return Table(
+        "Answers at a glance",
+        ("host type", "at", "verdict", "config", "estimate", "vs baseline", "margin", "basis"),
+        tuple(rows),
+        note="margin: the best's relative lead over the runner-up, with its 95% interval.",
+    )

@@ -1,9 +1,11 @@
-"""``orchestrator sim up``: simulated GPU hosts on loopback, for manual play and demos.
+"""``orchestrator sim up``: simulated GPU hosts on loopback, for manual play and demos; and
+``orchestrator sim truth``: what the simulator expects a sweep to measure, for scoring a search.
 
-Starts N hosts on consecutive 127.0.0.x addresses, writes a client key, a known_hosts file and a
-ready-to-run sweep file into the state directory, prints the hosts as soon as they answer (with
-``--json``: one JSON line, flushed at once, every path absolute), then runs until SIGINT/SIGTERM
-and stops every process it started. Also runnable as ``python -m orchestrator.sim.cli up ...``.
+``up`` starts N hosts on consecutive 127.0.0.x addresses, writes a client key, a known_hosts
+file and a ready-to-run sweep file into the state directory, prints the hosts as soon as they
+answer (with ``--json``: one JSON line, flushed at once, every path absolute), then runs until
+SIGINT/SIGTERM and stops every process it started. Also runnable as
+``python -m orchestrator.sim.cli up ...``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import yaml
 from orchestrator.log import configure_logging, get_logger
 from orchestrator.sim.faults import FaultsFileError, load_faults_file, settings_for
 from orchestrator.sim.host import UNIT_NAME, SimHost, SimHostConfig, sglang_argv
+from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
 
 CLIENT_KEY_NAME = "id_ed25519"
 READY_TIMEOUT_S = 30.0
@@ -44,10 +47,33 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--state-dir", type=Path, help="where keys, hosts and the sweep go")
     up.add_argument("--base-address", default="127.0.0.11", help="first host's loopback address")
     up.add_argument("--port", type=int, default=2222, help="SSH port of every host")
+    truth = verbs.add_parser(
+        "truth",
+        help="print each config's expected output_tok_s and accept_len in every cell of a sweep",
+    )
+    truth.add_argument("sweep", type=Path, help="the sweep file (its space and matrix)")
+    truth.add_argument(
+        "--settings",
+        default=None,
+        help="the simulated server's settings as a JSON object (what `server:` holds in a "
+        "--faults file), or the path of a JSON file holding it; default: the server's defaults",
+    )
+    truth.add_argument(
+        "--replications", type=int, default=None,
+        help="replays averaged per cell (more: a smaller Monte-Carlo error, and slower)",
+    )
+    truth.add_argument(
+        "--turnaround-s", type=float, default=0.0,
+        help="the client's wall seconds from a request's end to its next request reaching "
+        "the server (default 0: an ideal client)",
+    )
+    truth.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``sim up``; exit status 0 after a clean shutdown, 2 on bad input."""
+    """Run ``sim up`` or ``sim truth``; exit status 0 on success, 2 on bad input."""
+    if args.sim_verb == "truth":
+        return _truth(args)
     configure_logging()
     try:
         return asyncio.run(_up(args))
@@ -309,6 +335,77 @@ def _announce(as_json: bool, hosts: list[dict[str, Any]], sweep: Path, state_dir
     lines.append("Press Ctrl-C to stop.")
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
+
+
+def _truth(args: argparse.Namespace) -> int:
+    """``sim truth``: the sweep's space x matrix with each cell's expected measurement.
+
+    The truth (and the sweep and plan code it reads) is imported here, not at the top: every
+    ``orchestrator`` command builds this verb's parser, and none but this one may load it."""
+    from orchestrator.sim.truth import DEFAULT_REPLICATIONS, sweep_truth
+    from orchestrator.sweepfile import SweepFileError, load_sweep
+
+    try:
+        sweep = load_sweep(args.sweep)
+    except SweepFileError as exc:
+        sys.stderr.write("\n".join(str(problem) for problem in exc.problems) + "\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"sim truth: {args.sweep}: {exc.strerror or exc}\n")
+        return 2
+    try:
+        settings = ServerSimSettings.from_mapping(*_settings_object(args.settings))
+    except SimSettingsError as exc:
+        sys.stderr.write(f"sim truth: --settings {exc}\n")
+        return 2
+    replications = DEFAULT_REPLICATIONS if args.replications is None else args.replications
+    if replications < 2:
+        sys.stderr.write("sim truth: --replications must be at least 2\n")
+        return 2
+    if args.turnaround_s < 0:
+        sys.stderr.write("sim truth: --turnaround-s must be >= 0\n")
+        return 2
+    truth = sweep_truth(
+        sweep, settings, replications=replications, turnaround_s=args.turnaround_s
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(truth.to_json()) + "\n")
+        return 0
+    for entry in truth.configs:
+        label = json.dumps(entry.config, sort_keys=True) if entry.config else "baseline"
+        if entry.error is not None:
+            sys.stdout.write(f"{label}: does not start ({entry.error})\n")
+            continue
+        sys.stdout.write(f"{label}:\n")
+        for cell in entry.cells:
+            accept = "-" if cell.accept_len is None else f"{cell.accept_len:.3f}"
+            sys.stdout.write(
+                f"  context {cell.context:>7} x concurrency {cell.concurrency:>4}: "
+                f"{cell.output_tok_s:10.1f} tok/s (sd {cell.output_tok_s_sd:.1f}), "
+                f"accept len {accept}\n"
+            )
+    return 0
+
+
+def _settings_object(raw: str | None) -> tuple[dict[str, Any], str]:
+    """``--settings``: inline JSON, or a file of it; (object, where) for the error messages."""
+    if raw is None:
+        return {}, "<defaults>"
+    where = "<inline>"
+    text = raw
+    if not raw.lstrip().startswith("{"):
+        where = raw
+        try:
+            text = Path(raw).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SimSettingsError(where, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SimSettingsError(where, f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise SimSettingsError(where, "expected a JSON object")
+    return value, where
 
 
 def main(argv: list[str] | None = None) -> int:

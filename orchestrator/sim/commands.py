@@ -8,10 +8,15 @@ root, ``sudo -n CMD``) and runs the unit's own program for real (so a preflight'
 ``PROGRAM --help`` sees the simulated server's real flag list). Anything else is
 ``bash: X: command not found`` with status 127, as on a real host.
 
+A unit program (its interpreter) asked ``-c SCRIPT ARGV...`` with a script that imports
+``sglang.srt.server_args.prepare_server_args`` (the preflight's parse) is answered by the
+simulated server's own parser (:mod:`orchestrator.sim.parse_check`): this host's "SGLang".
+
 A small POSIX shell subset covers what a transport wraps commands in on any host:
-``exec CMD``, ``sh -c SCRIPT NAME ARGS...`` (the script split like a command line, with ``$$``,
-``$0``, ``$N`` and ``"$@"`` substituted), ``printf FORMAT ARGS`` and ``kill -SIG -- -PGID``,
-where ``$$`` of such a shell is a process-group id that ``kill`` stops.
+``env [-C DIR] [-u NAME] [NAME=VALUE]... CMD``, ``exec CMD``, ``sh -c SCRIPT NAME ARGS...``
+(the script split like a command line, with ``$$``, ``$0``, ``$N`` and ``"$@"`` substituted),
+``printf FORMAT ARGS`` and ``kill -SIG -- -PGID``, where ``$$`` of such a shell is a
+process-group id that ``kill`` stops.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.sim import nvidia_smi
+from orchestrator.sim import nvidia_smi, parse_check
 from orchestrator.sim.gpu import GpuState
 from orchestrator.sim.journal import Journal, run_journalctl
 from orchestrator.sim.manager import ServiceManager
@@ -166,14 +171,30 @@ def _lookup(services: HostServices, path: str) -> Path:
     return private
 
 
-async def run_command(services: HostServices, argv: Sequence[str], io: CommandIO) -> int:
-    """Run one command; returns its exit status."""
+async def run_command(
+    services: HostServices,
+    argv: Sequence[str],
+    io: CommandIO,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run one command; returns its exit status. ``environ``: variables ``env`` set for it."""
     words = strip_sudo(argv)
     if not words:
         return 0
     program, args = words[0], words[1:]
     if program == "exec":
-        return await run_command(services, args, io)
+        return await run_command(services, args, io, environ)
+    if program == "env":
+        parsed = _env_words(args)
+        if isinstance(parsed, str):
+            await io.write_err(parsed.encode())
+            return 125
+        assignments, rest = parsed
+        if not rest:
+            shown = {**(environ or {}), **assignments}
+            await io.write_out("".join(f"{k}={v}\n" for k, v in shown.items()).encode())
+            return 0
+        return await run_command(services, rest, io, {**(environ or {}), **assignments})
     if program == "sh" and args[:1] == ["-c"] and len(args) >= 2:
         return await _run_sh(services, args[1], args[2:], io)
     refused = services.refusal(words) if services.refusal is not None else None
@@ -195,7 +216,12 @@ async def run_command(services: HostServices, argv: Sequence[str], io: CommandIO
         await _emit(io, smi.stdout.encode(), smi.stderr.encode())
         return smi.exit_status
     if program in services.manager.unit_programs():
-        return await _run_real(services, words, io)
+        if parse_check.is_parse_script(args):
+            env = {**services.program_env, **(environ or {})}
+            line = await asyncio.to_thread(parse_check.answer, args[2:], env)
+            await io.write_out(line.encode())
+            return 0
+        return await _run_real(services, words, io, environ)
     handler = _SIMPLE.get(program)
     if handler is None:
         await io.write_err(f"bash: line 1: {program}: command not found\n".encode())
@@ -283,9 +309,41 @@ async def _emit(io: CommandIO, out: bytes, err: bytes) -> None:
         await io.write_err(err)
 
 
-async def _run_real(services: HostServices, argv: Sequence[str], io: CommandIO) -> int:
+def _env_words(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
+    """``env``'s options and assignments, and the command after them (or its error text).
+    ``-C DIR`` is accepted and has no effect: the host's programs run in its private root."""
+    words = list(args)
+    assignments: dict[str, str] = {}
+    while words:
+        word = words[0]
+        if word in ("-C", "--chdir", "-u", "--unset") and len(words) > 1:
+            words = words[2:]
+        elif word.startswith(("--chdir=", "--unset=")) or word == "-i":
+            words = words[1:]
+        elif word.startswith("-"):
+            return f"env: invalid option -- '{word.lstrip('-')}'\n"
+        elif "=" in word:
+            name, _, value = word.partition("=")
+            assignments[name] = value
+            words = words[1:]
+        else:
+            break
+    return assignments, words
+
+
+async def _run_real(
+    services: HostServices,
+    argv: Sequence[str],
+    io: CommandIO,
+    environ: Mapping[str, str] | None = None,
+) -> int:
     """Run a unit's program as a real subprocess, streaming its output; a signal stops it."""
-    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", **services.program_env}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "LANG": "C.UTF-8",
+        **services.program_env,
+        **(environ or {}),
+    }
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,

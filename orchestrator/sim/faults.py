@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -109,6 +109,9 @@ class HostSettings(_Strict):
     gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     gpu_total_mib: int = Field(default=97887, gt=0)
     gpu_baseline_mib: int = Field(default=3, ge=0)
+    gpu_memory_reporting: Literal["discrete", "unified"] = "discrete"
+    """``unified``: GPUs that report no memory (GB10 / DGX Spark): nvidia-smi prints ``[N/A]``
+    for ``memory.used``/``memory.total``; compute processes are still listed."""
     driver_version: str = "580.95.05"
     unit_running: bool = True
     """Whether the SGLang unit is started when the host comes up."""

@@ -45,6 +45,13 @@ class GpuHostSpec:
     driver_version: str = "580.95.05"
     release_lag_s: float = 1.0
     never_released: bool = False
+    memory_reporting: str = "discrete"
+    """``unified``: the driver reports no memory figures (GB10 / DGX Spark): nvidia-smi prints
+    ``[N/A]`` for ``memory.*``; compute processes are still listed with their memory."""
+
+    @property
+    def reports_memory(self) -> bool:
+        return self.memory_reporting != "unified"
 
     @staticmethod
     def build(
@@ -57,13 +64,14 @@ class GpuHostSpec:
         driver_version: str = "580.95.05",
         release_lag_s: float = 1.0,
         never_released: bool = False,
+        memory_reporting: str = "discrete",
     ) -> GpuHostSpec:
         """A spec whose GPU UUIDs are stable for ``seed`` (the host's name)."""
         gpus = tuple(
             GpuDevice(index, gpu_uuid(seed, index), name, total_mib, baseline_mib)
             for index in range(count)
         )
-        return GpuHostSpec(gpus, driver_version, release_lag_s, never_released)
+        return GpuHostSpec(gpus, driver_version, release_lag_s, never_released, memory_reporting)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -115,6 +123,7 @@ class GpuReading:
 class GpuSnapshot:
     gpus: tuple[GpuReading, ...]
     apps: tuple[ComputeApp, ...]
+    reports_memory: bool = True
 
 
 def _boot_time() -> float:
@@ -187,7 +196,7 @@ def account(
         GpuReading(gpu, min(used[gpu.index], gpu.total_mib)) for gpu in spec.gpus
     )
     apps.sort(key=lambda app: (app.gpu_index, app.pid))
-    return GpuSnapshot(readings, tuple(apps))
+    return GpuSnapshot(readings, tuple(apps), spec.reports_memory)
 
 
 class GpuState:

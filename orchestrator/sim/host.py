@@ -229,6 +229,7 @@ class SimHost:
                 driver_version=settings.driver_version,
                 release_lag_s=settings.release_lag_s,
                 never_released=settings.memory_never_released,
+                memory_reporting=settings.gpu_memory_reporting,
             )
         )
         server = {

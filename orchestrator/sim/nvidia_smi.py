@@ -1,5 +1,8 @@
 """A stand-in ``nvidia-smi`` over a simulated host's GPU state directory.
 
+A host whose GPUs report no memory (unified memory, GB10) prints ``[N/A]`` in every ``memory.*``
+cell, as the real tool does there, and still lists compute processes.
+
 Answers the queries the orchestrator makes (FACTS: GPU memory) in nvidia-smi's CSV format:
 ``--query-gpu=FIELDS`` and ``--query-compute-apps=FIELDS`` with ``--format=csv[,noheader]
 [,nounits]``, ``-i/--id``, and ``-L``. Anything else fails like nvidia-smi does on bad input.
@@ -18,6 +21,7 @@ from pathlib import Path
 from orchestrator.sim.gpu import ComputeApp, GpuReading, GpuSnapshot, GpuState
 
 INVALID_ARGS = 2
+_NOT_AVAILABLE = "[N/A]"
 NO_DEVICES = 6
 _USAGE_ERROR = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 
@@ -168,6 +172,9 @@ def render(argv: Sequence[str], snapshot: GpuSnapshot, driver_version: str) -> S
             cells = []
             for name in args.query_gpu:
                 unit, value = _GPU_FIELDS[name]
+                if name.startswith("memory.") and not snapshot.reports_memory:
+                    cells.append(_NOT_AVAILABLE)  # no unit suffix on an unavailable value
+                    continue
                 cells.append(_cell(value(reading, snapshot, driver_version), unit, args.units))
             lines.append(_row(cells))
     else:

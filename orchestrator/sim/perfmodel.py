@@ -11,15 +11,22 @@ hardware (see docs/simulator.md for the equations):
 - a drafter without a sliding window loses acceptance on long contexts; the window keeps it.
 
 Everything here is deterministic except :func:`sample_accepted`, which takes a seeded RNG.
+Real hardware also varies from restart to restart (clocks, memory placement, which kernels the
+autotuner picked): :func:`restart_speed_factor` is one server process's multiplier on all its
+step times, drawn from the seed and the invocation.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from statistics import NormalDist
+
+_STANDARD_NORMAL = NormalDist()
 
 
 class SpecKind(Enum):
@@ -172,6 +179,42 @@ def sample_accepted(
     return n
 
 
+def accepted_distribution(
+    shape: SpecShape, context_tokens: int, params: PerfParams
+) -> tuple[float, ...]:
+    """P(one request gains 1, 2, ... tokens in one step): the law :func:`sample_accepted` draws.
+
+    Depth d (of the whole depths) is reached with p^d and stops there with (1 - p); past the
+    whole depths the fractional one adds a token with (D - floor(D)) * p.
+    """
+    if not shape.speculative:
+        return (1.0,)
+    p = per_depth_acceptance(shape, context_tokens, params)
+    depth = effective_depth(shape, params)
+    whole = int(depth)
+    frac = depth - whole
+    probs = [p**k * (1.0 - p) for k in range(whole)]
+    probs.append(p**whole * (1.0 - frac * p))
+    probs.append(p**whole * frac * p)
+    return tuple(probs)
+
+
+def restart_speed_factor(seed: int, invocation: str, relative_sd: float) -> float:
+    """One server process's multiplier on every prefill and decode step time.
+
+    Lognormal with mean exactly 1 and the given relative standard deviation (so it stays
+    positive however large the spread), drawn from a hash of (seed, invocation): each start of
+    the unit is a new invocation, so a new draw, and the same seed and invocation give the same
+    factor on any machine. ``relative_sd`` 0 is exactly 1.
+    """
+    if relative_sd <= 0.0:
+        return 1.0
+    digest = hashlib.sha256(f"restart-jitter:{seed}:{invocation}".encode()).digest()
+    unit = (int.from_bytes(digest[:8], "big") + 0.5) / 2.0**64
+    sigma = math.sqrt(math.log1p(relative_sd * relative_sd))
+    return math.exp(sigma * _STANDARD_NORMAL.inv_cdf(unit) - 0.5 * sigma * sigma)
+
+
 def step_time_ms(shape: SpecShape, contexts: Sequence[int], params: PerfParams) -> float:
     """Duration of one decode (draft + verify) step for a running batch with these contexts.
 
@@ -180,13 +223,24 @@ def step_time_ms(shape: SpecShape, contexts: Sequence[int], params: PerfParams) 
         + [spec] draft_steps * (draft_base or eagle_step) + draft_token * B * W
                  + draft_ctx * sum(min(ctx_i, window))/1000
     """
-    batch = len(contexts)
+    if not contexts:
+        return 0.0
+    window = shape.window
+    seen = sum(contexts) if window is None else sum(min(c, window) for c in contexts)
+    return batch_step_time_ms(shape, len(contexts), float(sum(contexts)), float(seen), params)
+
+
+def batch_step_time_ms(
+    shape: SpecShape, batch: int, total_context: float, seen_context: float, params: PerfParams
+) -> float:
+    """:func:`step_time_ms` from the batch's size and sums: the context sum of the batch and
+    the drafter's (each context capped by the window). Linear in both sums, so the total time
+    of steps whose sums grow linearly is the step at their mean times their count."""
     if batch == 0:
         return 0.0
     width = shape.verify_width
-    total_ctx = float(sum(contexts))
     t = params.step_base_ms + params.verify_token_ms * batch * width
-    t += params.context_ms_per_ktok * total_ctx / 1000.0
+    t += params.context_ms_per_ktok * total_context / 1000.0
     if not shape.speculative:
         return t
     if shape.kind is SpecKind.TREE:
@@ -195,9 +249,8 @@ def step_time_ms(shape: SpecShape, contexts: Sequence[int], params: PerfParams) 
         t += params.eagle_step_ms * shape.draft_steps
     elif shape.algorithm != "NGRAM":
         t += params.draft_base_ms
-    seen = float(sum(c if shape.window is None else min(c, shape.window) for c in contexts))
     t += params.draft_token_ms * batch * width
-    t += params.draft_context_ms_per_ktok * seen / 1000.0
+    t += params.draft_context_ms_per_ktok * seen_context / 1000.0
     return t
 
 

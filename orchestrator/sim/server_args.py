@@ -20,6 +20,8 @@ from orchestrator.sim.perfmodel import BASELINE, SpecKind, SpecShape
 
 OLD_WINDOW_FLAG = "--speculative-dflash-draft-window-size"
 NEW_WINDOW_FLAG = "--speculative-draft-window-size"
+HIDDEN_ALIAS_AFTER = (0, 5, 23)
+"""Builds newer than this accept OLD_WINDOW_FLAG again, hidden from --help."""
 
 BUILTIN_ALGORITHMS: tuple[str, ...] = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
@@ -28,7 +30,6 @@ DFLASH_FAMILY: tuple[str, ...] = ("DFLASH", "DSPARK", "DDTREE")
 EAGLE_FAMILY: tuple[str, ...] = ("EAGLE", "EAGLE3", "STANDALONE", "UNO")
 DEFAULT_DFLASH_BLOCK = 16
 DEFAULT_DDTREE_TOPK = 4
-DEFAULT_DDTREE_BUDGET = 16
 
 REASONING_PARSER_CHOICES: tuple[str, ...] = (
     "deepseek-r1", "deepseek-v3", "glm45", "gpt-oss", "kimi", "kimi_k2", "minimax",
@@ -74,8 +75,18 @@ def build_parser(version: str, ddtree: bool) -> argparse.ArgumentParser:
     p.add_argument("--tokenizer-path", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    p.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    p.add_argument("--tensor-parallel-size", "--tp-size", "--tp", dest="tp_size", type=int,
+                   default=1)
+    p.add_argument("--data-parallel-size", "--dp-size", "--dp", dest="dp_size", type=int,
+                   default=1)
+    p.add_argument("--pipeline-parallel-size", "--pp-size", dest="pp_size", type=int, default=1)
+    p.add_argument("--expert-parallel-size", "--ep-size", "--ep", dest="ep_size", type=int,
+                   default=1)
+    p.add_argument("--attention-context-parallel-size", "--attn-cp-size", dest="attn_cp_size",
+                   type=int, default=1)
+    p.add_argument("--moe-data-parallel-size", "--moe-dp-size", dest="moe_dp_size", type=int,
+                   default=1)
+    p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--dtype", default="auto")
@@ -116,6 +127,10 @@ def build_parser(version: str, ddtree: bool) -> argparse.ArgumentParser:
     spellings = window_flag_spellings(version)
     if spellings:
         p.add_argument(*spellings, dest=window_dest(version), type=int, default=None)
+    if parse_version(version) > HIDDEN_ALIAS_AFTER:
+        # Newer builds re-register the old spelling as a deprecated alias that --help hides.
+        p.add_argument(OLD_WINDOW_FLAG, dest=window_dest(version), type=int, default=None,
+                       help=argparse.SUPPRESS)
     if ddtree:
         p.add_argument("--speculative-ddtree-budget", type=int, default=None)
     return p
@@ -169,6 +184,7 @@ def resolve(
     """Apply SGLang's post-parse rules. Raises ValueError / AssertionError as SGLang does."""
     values: dict[str, Any] = dict(vars(ns))
     warnings: list[str] = []
+    _check_parallelism(values)
     wkey = window_dest(version)
     values.setdefault(wkey, None)
     if values["served_model_name"] is None:
@@ -199,6 +215,27 @@ def resolve(
     return ServerArgs(values, shape, tuple(warnings), deprecated)
 
 
+def _check_parallelism(values: Mapping[str, Any]) -> None:
+    """SGLang's ``_handle_context_parallelism`` checks, asserted as SGLang asserts them: the
+    rank tags a layout gives its log lines only exist for layouts SGLang accepts."""
+    tp, dp, pp = values["tp_size"], values["dp_size"], values["pp_size"]
+    cp, moe_dp, ep = values["attn_cp_size"], values["moe_dp_size"], values["ep_size"]
+    for name in ("tp_size", "dp_size", "pp_size", "attn_cp_size", "moe_dp_size", "ep_size"):
+        if values[name] < 1:
+            raise ValueError(f"{name} must be >= 1, got {values[name]}")
+    if cp > 1:
+        assert tp % cp == 0, "tp_size must be divisible by attn_cp_size"
+        assert tp % (dp * cp) == 0, "tp_size must be divisible by dp_size * attn_cp_size"
+    if moe_dp > 1:
+        assert tp % moe_dp == 0, "tp_size must be divisible by moe_dp_size"
+        assert ep * moe_dp <= tp, "ep_size * moe_dp_size must be less than or equal to tp_size"
+        assert pp == 1, "PP is not supported with context parallelism"
+        if ep > 1:
+            assert ep * moe_dp == tp, "ep_size * moe_dp_size must be equal to tp_size"
+    if cp != moe_dp:
+        assert moe_dp == 1, "attn_cp_size != moe_dp_size is only supported when moe_dp_size == 1"
+
+
 def _resolve_dflash(
     values: dict[str, Any],
     algo: str,
@@ -206,8 +243,15 @@ def _resolve_dflash(
     warnings: list[str],
     environ: Mapping[str, str],
 ) -> SpecShape:
+    # SGLang's _handle_dflash, in its order (DDTREE is DFLASH's worker with a tree verify).
+    if values["enable_dp_attention"]:
+        raise ValueError("Currently DFLASH speculative decoding does not support dp attention.")
+    if values["pp_size"] != 1:
+        raise ValueError("Currently DFLASH speculative decoding only supports pp_size == 1.")
     if not values["speculative_draft_model_path"]:
-        raise ValueError(f"{algo} speculative decoding requires --speculative-draft-model-path")
+        raise ValueError(
+            "DFLASH speculative decoding requires setting --speculative-draft-model-path."
+        )
     if values["speculative_num_steps"] not in (None, 1) or values["speculative_eagle_topk"] not in (
         None, 1,
     ):
@@ -217,11 +261,22 @@ def _resolve_dflash(
         )
     values["speculative_num_steps"] = 1
     values["speculative_eagle_topk"] = 1
-    block = (
-        values["speculative_num_draft_tokens"]
-        or values["speculative_dflash_block_size"]
-        or DEFAULT_DFLASH_BLOCK
-    )
+    draft_tokens = values["speculative_num_draft_tokens"]
+    block_flag = values["speculative_dflash_block_size"]
+    if block_flag is not None:
+        if block_flag <= 0:
+            raise ValueError(
+                "DFLASH requires --speculative-dflash-block-size to be positive, "
+                f"got {block_flag}."
+            )
+        if draft_tokens is not None and draft_tokens != block_flag:
+            raise ValueError(
+                "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are "
+                "set but they differ. For DFLASH they must match. "
+                f"speculative_num_draft_tokens={draft_tokens}, "
+                f"speculative_dflash_block_size={block_flag}."
+            )
+    block = draft_tokens or block_flag or DEFAULT_DFLASH_BLOCK
     if block < 2:
         raise ValueError(f"{algo} block size must be >= 2, got {block}")
     values["speculative_num_draft_tokens"] = block
@@ -229,12 +284,17 @@ def _resolve_dflash(
     window = values.get(wkey)
     if window is not None and window < block:
         raise ValueError(
-            f"{wkey}={window} must be >= the DFLASH block size ({block}); "
-            "the draft window must hold at least one block"
+            "--speculative-draft-window-size must be >= "
+            "--speculative-num-draft-tokens (block_size). "
+            f"window_size={window}, block_size={block}."
         )
     if algo != "DDTREE":
         return SpecShape(SpecKind.CHAIN, algo, block, block - 1, 1, window, 1)
-    budget = values.get("speculative_ddtree_budget") or DEFAULT_DDTREE_BUDGET
+    # The DDTree worker (PR #29907): the budget defaults to block - 1 and the tree it verifies
+    # has budget + 1 nodes (the root is the bonus position).
+    budget = values.get("speculative_ddtree_budget")
+    if budget is None:
+        budget = block - 1
     if budget < 1:
         raise ValueError(f"speculative_ddtree_budget must be >= 1, got {budget}")
     values["speculative_ddtree_budget"] = budget
@@ -244,7 +304,7 @@ def _resolve_dflash(
     bonus = _env_float(environ, "SGLANG_DDTREE_DEPTH_BONUS", 0.0)
     values["ddtree_max_topk"] = topk
     values["ddtree_depth_bonus"] = bonus
-    return SpecShape(SpecKind.TREE, algo, budget, block - 1, topk, window, 1, bonus)
+    return SpecShape(SpecKind.TREE, algo, budget + 1, block - 1, topk, window, 1, bonus)
 
 
 def _resolve_eagle(values: dict[str, Any], algo: str, warnings: list[str]) -> SpecShape:

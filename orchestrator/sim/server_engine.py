@@ -33,6 +33,8 @@ TRUTH_RING = 10_000
 CACHE_PAGE = 16
 """Prefix-cache granularity in tokens (hash per page boundary)."""
 CACHE_MAX_PAGES = 200_000
+MAX_LAG_S = 0.1
+"""How far behind the model's clock a busy scheduler may fall and still catch up."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class TruthRecord:
     id: str
     arrival_monotonic: float
     prompt_tokens: int
+    arrival_kernel_monotonic: float | None = None
+    """When the request's bytes reached the server's socket (the kernel's stamp), before the
+    event loop got to parse it; None where the socket keeps no stamps."""
     first_emit_monotonic: float | None = None
     chunks: list[list[float]] = field(default_factory=list)
     completion_tokens: int = 0
@@ -68,6 +73,7 @@ class TruthRecord:
         return {
             "id": self.id,
             "arrival_monotonic": self.arrival_monotonic,
+            "arrival_kernel_monotonic": self.arrival_kernel_monotonic,
             "first_emit_monotonic": self.first_emit_monotonic,
             "chunks": self.chunks,
             "prompt_tokens": self.prompt_tokens,
@@ -90,6 +96,10 @@ class Request:
     emitted: int = 0
     cached_tokens: int = 0
     verify_steps: int = 0
+    correct_drafts: int = 0
+    """Draft tokens its verify steps accepted (the bonus not counted), SGLang's
+    ``spec_num_correct_drafts``: as DFLASH's and EAGLE's non-overlap verify count them, up to
+    the token that finished the request."""
     spec_tokens: int = 0
     aborted: bool = False
     finish: str | None = None
@@ -169,10 +179,13 @@ class Scheduler:
         radix_cache: bool,
         log: SglangLog,
         on_completed: Callable[[int], None] | None = None,
+        speed_factor: float = 1.0,
     ) -> None:
         self.shape = shape
         self.perf = perf
         self.time_scale = time_scale
+        self.speed_factor = speed_factor
+        """This process's multiplier on every prefill and decode step (restart jitter)."""
         self.rng = random.Random(seed)
         self.max_running = max_running
         self.max_total_tokens = max_total_tokens
@@ -193,14 +206,22 @@ class Scheduler:
         self._interval_spec_tokens = 0
         self._interval_steps = 0
         self._interval_start = time.monotonic()
+        self._step_end = self._interval_start
+        """When the current (or last) step is due to end on the model's clock."""
 
     # --- intake -----------------------------------------------------------------------------
 
     def submit(
-        self, prompt: Sequence[str], plan: Completion, *, internal: bool = False, hang: bool = False
+        self,
+        prompt: Sequence[str],
+        plan: Completion,
+        *,
+        internal: bool = False,
+        hang: bool = False,
+        arrival: float | None = None,
     ) -> Request:
         rid = uuid.uuid4().hex
-        truth = TruthRecord(rid, time.monotonic(), len(prompt))
+        truth = TruthRecord(rid, time.monotonic(), len(prompt), arrival_kernel_monotonic=arrival)
         req = Request(rid, tuple(prompt), plan, truth, internal=internal, hang=hang)
         if not internal:
             if len(self.truth) == self.truth.maxlen:
@@ -250,6 +271,7 @@ class Scheduler:
                 self._wake.clear()
                 await self._wake.wait()
                 self._interval_start = time.monotonic()  # idle time is not decode time
+                self._step_end = self._interval_start  # and owes the next step nothing
                 continue
             if self.waiting and len(self.running) < self.max_running:
                 await self._prefill()
@@ -257,7 +279,20 @@ class Scheduler:
                 await self._decode_step()
 
     async def _sleep_ms(self, ms: float) -> None:
-        await asyncio.sleep(ms * self.time_scale / 1000.0)
+        """One prefill or decode step of ``ms`` model milliseconds, in this process's time.
+
+        A busy scheduler's steps follow each other back to back on the model's clock: each
+        ends ``ms`` after the previous one was due to end, not after the event loop woke the
+        scheduler from the previous one. The loop's lateness (about a millisecond a wake-up,
+        several on a loaded machine, plus the work between steps) is taken from the next step
+        instead of piling up, as a GPU's steps do not slow down because the host's Python is
+        late; so a point measures what the performance model says. A debt past
+        ``MAX_LAG_S`` (the process was stopped, the machine stalled) is forgiven, not repaid
+        by a burst of instant steps."""
+        now = time.monotonic()
+        start = self._step_end if now - self._step_end < MAX_LAG_S else now
+        self._step_end = start + ms * self.speed_factor * self.time_scale / 1000.0
+        await asyncio.sleep(max(0.0, self._step_end - now))
 
     async def _prefill(self) -> None:
         batch: list[Request] = []
@@ -309,6 +344,7 @@ class Scheduler:
             n = min(gained, req.remaining)
             req.verify_steps += 1
             req.truth.verify_steps = req.verify_steps
+            req.correct_drafts += n - 1
             self._interval_steps += 1
             self._interval_spec_tokens += n
             self.counters.avg_since_flush_steps += 1

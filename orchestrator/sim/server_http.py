@@ -1,8 +1,9 @@
 """The simulated server's HTTP API (aiohttp), shaped like SGLang's responses.
 
-Readiness phases: LOADING (``/v1/models``, ``/model_info``, ``/server_info`` answer; health and
-generation endpoints 503), WARMING (the scheduler runs; the server's own warm-up request goes
-through), READY (everything). Two debug endpoints expose ground truth for tests and benchmarks:
+Readiness phases: LOADING (weights loading; the HTTP port is not bound yet, as in SGLang, so
+nothing answers), WARMING (the scheduler runs and HTTP is up: ``/v1/models``, ``/model_info``,
+``/server_info`` and generation answer, ``/health`` is 503; the server's own warm-up request
+goes through), READY (everything). Two debug endpoints expose ground truth for tests and benchmarks:
 ``GET /sim/requests`` and ``GET /sim/truth``.
 """
 
@@ -24,6 +25,7 @@ from orchestrator.sim.server_args import ServerArgs, shape_dict
 from orchestrator.sim.server_engine import Chunk, Request, Scheduler
 from orchestrator.sim.server_log import SglangLog
 from orchestrator.sim.settings import ServerSimSettings
+from orchestrator.sim.stamped import arrival_of
 from orchestrator.sim.thinking import (
     ParserKind,
     ReasoningSplitter,
@@ -36,6 +38,9 @@ EOS_TOKEN_ID = 163586
 """``matched_stop`` when a request ends on its own (the EOS token id of the simulated model)."""
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 
+
+ARRIVAL_KEY = "sim.arrival_kernel"
+"""The kernel's receive stamp of the request (monotonic seconds), when the socket keeps one."""
 
 WARMUP_HEADER = "X-Sim-Server-Warmup"
 """Marks the simulated server's own warm-up request to itself."""
@@ -103,6 +108,9 @@ class SimServerApp:
     async def _access_log(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        # Claimed by every request, so a keep-alive connection's next one gets its own stamp.
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        request[ARRIVAL_KEY] = arrival_of(sock)
         response = await handler(request)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         where = f"{peer[0]}:{peer[1]}" if peer else "-"
@@ -224,6 +232,7 @@ class SimServerApp:
             "generation_tokens": c.generation_tokens if c else 0,
             "completed_requests": c.completed_requests if c else 0,
             "time_scale": st.settings.time_scale,
+            "speed_factor": sched.speed_factor if sched is not None else None,
             "spec": shape_dict(st.args.shape),
             "expected_accept_len_at_1k": expected_accept_len(
                 st.args.shape, 1024, st.settings.perf
@@ -234,7 +243,7 @@ class SimServerApp:
     # --- generation -------------------------------------------------------------------------
 
     def _admit(self, prompt: list[str], text: str, params: dict[str, Any],
-               internal: bool = False) -> Request | web.Response:
+               internal: bool = False, arrival: float | None = None) -> Request | web.Response:
         st = self.state
         sched = st.scheduler
         if sched is None or (st.phase is Phase.LOADING):
@@ -261,7 +270,7 @@ class SimServerApp:
             st.requests_seen += 1
             every = st.settings.faults.hang_request_every.active(st.argv)
             hang = bool(every) and st.requests_seen % int(every or 1) == 0
-        return sched.submit(prompt, plan, internal=internal, hang=hang)
+        return sched.submit(prompt, plan, internal=internal, hang=hang, arrival=arrival)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -274,7 +283,9 @@ class SimServerApp:
         params = body.get("sampling_params") or {}
         # The server's own warm-up request (sent to itself) is not a client's request.
         own = request.headers.get(WARMUP_HEADER) == "1" and self.state.phase is Phase.WARMING
-        admitted = self._admit(tokenize(text), text, params, internal=own)
+        admitted = self._admit(
+            tokenize(text), text, params, internal=own, arrival=request.get(ARRIVAL_KEY)
+        )
         if isinstance(admitted, web.Response):
             return admitted
         req = admitted
@@ -295,11 +306,12 @@ class SimServerApp:
             "e2e_latency": time.monotonic() - req.truth.arrival_monotonic,
         }
         if final and self.state.args.speculative:
-            steps = max(1, req.verify_steps)
-            meta["spec_verify_ct"] = req.verify_steps
-            meta["spec_accept_length"] = req.emitted / steps
-            proposed = max(1, self.state.args.shape.verify_width - 1)
-            meta["spec_accept_rate"] = max(0.0, (req.emitted / steps - 1.0) / proposed)
+            meta.update(spec_decoding_meta(
+                verify_ct=req.verify_steps,
+                correct_drafts=req.correct_drafts,
+                completion_tokens=req.emitted,
+                num_draft_tokens=int(self.state.args.get("speculative_num_draft_tokens") or 1),
+            ))
         return meta
 
     async def _drain(self, req: Request) -> list[Chunk]:
@@ -362,7 +374,9 @@ class SimServerApp:
         params = {"max_new_tokens": max_tokens, "temperature": body.get("temperature", 1.0),
                   "ignore_eos": body.get("ignore_eos", False)}
         last_user = next((c for r, c in reversed(pairs) if r == "user"), pairs[-1][1])
-        admitted = self._admit(chat_prompt_tokens(pairs), last_user, params)
+        admitted = self._admit(
+            chat_prompt_tokens(pairs), last_user, params, arrival=request.get(ARRIVAL_KEY)
+        )
         if isinstance(admitted, web.Response):
             return admitted
         req = admitted
@@ -443,6 +457,28 @@ class SimServerApp:
         except ConnectionResetError:
             self._abort(req)
         return resp
+
+
+def spec_decoding_meta(
+    *, verify_ct: int, correct_drafts: int, completion_tokens: int, num_draft_tokens: int
+) -> dict[str, Any]:
+    """A finished request's speculative fields as SGLang's ``fill_spec_decoding_meta`` writes
+    them: nothing unless it had a verify step; ``spec_accept_length`` divides all completion
+    tokens (the prefill's first one too); proposed drafts are ``verify_ct x (draft tokens -
+    1)``; the old names ``spec_accepted_drafts`` / ``spec_proposed_drafts`` are kept as
+    aliases."""
+    proposed = verify_ct * (num_draft_tokens - 1)
+    if verify_ct <= 0 or proposed <= 0:
+        return {}
+    return {
+        "spec_accept_rate": correct_drafts / proposed,
+        "spec_accept_length": completion_tokens / verify_ct,
+        "spec_num_correct_drafts": correct_drafts,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": verify_ct,
+        "spec_accepted_drafts": correct_drafts,
+        "spec_proposed_drafts": proposed,
+    }
 
 
 def _finish_reason(req: Request) -> dict[str, Any]:

@@ -91,6 +91,11 @@ class ServerSimSettings:
     """Probability that the final answer to a coding problem is wrong (seeded per prompt)."""
     max_total_tokens: int = 1_000_000
     """KV cache capacity in tokens, for ``token usage`` in the log lines."""
+    restart_jitter: float = 0.02
+    """Relative standard deviation of the per-process speed factor (mean 1) that multiplies
+    every prefill and decode step: real hardware varies from restart to restart, so repeats of
+    one config differ by more than request sampling. 0: every process runs at the model's
+    speed."""
     perf: PerfParams = field(default_factory=PerfParams)
     """Performance-model constants; the JSON object ``perf`` overrides any of them by name."""
     faults: ServerFaults = field(default_factory=ServerFaults)
@@ -118,6 +123,11 @@ class ServerSimSettings:
         return _from_mapping(raw, where)
 
     @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], where: str = "<settings>") -> ServerSimSettings:
+        """Settings from a parsed JSON object (what ``server:`` holds in a faults file)."""
+        return _from_mapping(dict(raw), where)
+
+    @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerSimSettings:
         """Settings named by ``ORCH_SIM_CONFIG`` (unset or empty: defaults)."""
         env = os.environ if environ is None else environ
@@ -138,6 +148,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "seed": (int,),
     "coding_wrong_rate": (int, float),
     "max_total_tokens": (int,),
+    "restart_jitter": (int, float),
 }
 
 _FAULT_TYPES: dict[str, tuple[type, ...]] = {
@@ -209,6 +220,8 @@ def _from_mapping(raw: dict[str, Any], where: str) -> ServerSimSettings:
     settings = ServerSimSettings(**kwargs)
     if settings.time_scale <= 0:
         raise SimSettingsError(where, "time_scale must be > 0")
+    if settings.restart_jitter < 0:
+        raise SimSettingsError(where, "restart_jitter must be >= 0")
     return settings
 
 

@@ -1,10 +1,12 @@
 """Entry point: ``python -m orchestrator.sim.sglang_server [SGLang flags]``.
 
 Lifecycle, as a real SGLang server goes through it: parse flags (strict; exit 2) -> resolve
-(ValueError traceback; exit 1) -> bind HTTP -> register GPU memory -> load (``/v1/models``
-answers, ``/health`` 503) -> own warm-up ``/generate`` -> ready line -> serve. SIGTERM: keep
-serving ``stop_delay_s``, then exit 0. Faults from the settings file (ORCH_SIM_CONFIG) bend
-this path; see docs/simulator.md.
+(ValueError traceback; exit 1) -> register GPU memory -> load weights, allocate the KV cache,
+capture graphs (nothing listens on the HTTP port yet) -> the scheduler runs -> bind HTTP, as
+uvicorn does only after the scheduler processes are ready (a taken port fails here, after the
+load: ``[Errno 98]``, exit 1) -> ``/v1/models`` answers, ``/health`` 503 -> own warm-up
+``/generate`` -> ready line -> serve. SIGTERM: keep serving ``stop_delay_s``, then exit 0.
+Faults from the settings file (ORCH_SIM_CONFIG) bend this path; see docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Mapping, Sequence
 import aiohttp
 from aiohttp import web
 
-from orchestrator.sim import server_faults
+from orchestrator.sim import server_faults, stamped
+from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.server_args import (
     DFLASH_FAMILY,
     ServerArgs,
@@ -33,7 +36,13 @@ from orchestrator.sim.server_args import (
 from orchestrator.sim.server_engine import Scheduler
 from orchestrator.sim.server_gpu import gpu_indices, register_gpu_memory
 from orchestrator.sim.server_http import WARMUP_HEADER, Phase, ServerState, SimServerApp
-from orchestrator.sim.server_log import READY_LINE, SglangLog, dflash_init_line
+from orchestrator.sim.server_log import (
+    READY_LINE,
+    RankLayout,
+    SglangLog,
+    ddtree_init_line,
+    dflash_init_line,
+)
 from orchestrator.sim.settings import ServerSimSettings
 
 WARMUP_PROMPT = "The capital city of France is"
@@ -48,14 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = ServerSimSettings.from_env()
     parser = build_parser(settings.sglang_version, settings.ddtree)
     ns = parser.parse_args(argv)  # exits 2 on an unknown flag, like SGLang
-    early_log = SglangLog(tp_size=1, ms=_log_ms(os.environ))
+    early_log = SglangLog(ms=_log_ms(os.environ))
     try:
         args = resolve(ns, argv, version=settings.sglang_version, ddtree=settings.ddtree,
                        environ=os.environ)
     except (ValueError, AssertionError) as exc:
         server_faults.log_startup_exception(early_log, exc)
         return 1
-    log = SglangLog(tp_size=args.tp_size, ms=_log_ms(os.environ))
+    layout = RankLayout.from_args(args.values, os.environ)
+    log = SglangLog(ms=_log_ms(os.environ), layout=layout)
     if args.deprecated_window_flag:
         log.main("--speculative-dflash-draft-window-size is deprecated; use "
                  "--speculative-draft-window-size instead.")
@@ -63,20 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in args.warnings:
         log.main(warning)
 
-    host, port = str(args.get("host")), int(args.get("port"))
     crash = settings.faults.crash_at_start.active(argv)
-    if crash == "port-in-use":
-        server_faults.log_port_in_use(log, host, port)
-        return 1
-    try:
-        sock = _bind(host, port)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            server_faults.log_port_in_use(log, host, port)
-            return 1
-        raise
-
-    gpus = gpu_indices(args.tp_size, settings.gpu_count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    gpus = gpu_indices(layout.world_size, settings.gpu_count,
+                       os.environ.get("CUDA_VISIBLE_DEVICES"))
     linger = settings.faults.leftover_child_s.active(argv)
     if linger is not None:
         server_faults.fork_leftover_child(settings, gpus, float(linger))
@@ -88,13 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = ServerState(args=args, settings=settings, argv=tuple(argv), launch_command=launch,
                         log=log)
     try:
-        return asyncio.run(_serve(state, sock, crash))
+        return asyncio.run(_serve(state, crash))
     except KeyboardInterrupt:
         return 0
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = stamped.listener(socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
@@ -102,10 +101,48 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(state: ServerState, sock: socket.socket, crash: str | None) -> int:
-    log = state.log
+class _Http:
+    """The HTTP server, started only once the scheduler is up (as uvicorn is)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.runner: web.AppRunner | None = None
+
+    async def start(self, crash: str | None) -> int | None:
+        """Bind and serve; an exit code when the port is taken (or the fault says so)."""
+        state = self.state
+        log = state.log
+        args = state.args
+        host, port = str(args.get("host")), int(args.get("port"))
+        log.write_raw(f"INFO:     Started server process [{os.getpid()}]")
+        log.write_raw("INFO:     Waiting for application startup.")
+        log.write_raw("INFO:     Application startup complete.")
+        try:
+            if crash == "port-in-use":
+                raise OSError(errno.EADDRINUSE, "address already in use")
+            sock = _bind(host, port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            server_faults.log_port_in_use(log, host, port)
+            log.write_raw("INFO:     Waiting for application shutdown.")
+            log.write_raw("INFO:     Application shutdown complete.")
+            return 1
+        self.runner = web.AppRunner(
+            SimServerApp(state).build(), access_log=None, handle_signals=False
+        )
+        await self.runner.setup()
+        await web.SockSite(self.runner, sock).start()
+        log.write_raw(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+        return None
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def _serve(state: ServerState, crash: str | None) -> int:
     settings = state.settings
-    args = state.args
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     ignore_term = bool(settings.faults.ignore_sigterm.active(state.argv))
@@ -119,24 +156,14 @@ async def _serve(state: ServerState, sock: socket.socket, crash: str | None) -> 
     loop.add_signal_handler(signal.SIGTERM, on_term)
     loop.add_signal_handler(signal.SIGINT, on_term)
 
-    runner = web.AppRunner(SimServerApp(state).build(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.SockSite(runner, sock)
-    await site.start()
-    pid = os.getpid()
-    log.write_raw(f"INFO:     Started server process [{pid}]")
-    log.write_raw("INFO:     Waiting for application startup.")
-    log.write_raw("INFO:     Application startup complete.")
-    log.write_raw(f"INFO:     Uvicorn running on http://{args.get('host')}:{args.get('port')} "
-                  "(Press CTRL+C to quit)")
-
-    lifecycle = asyncio.create_task(_start_up(state, crash))
+    http = _Http(state)
+    lifecycle = asyncio.create_task(_start_up(state, crash, http))
     stop_wait = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({lifecycle, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
     if lifecycle in done:
         error = lifecycle.exception()
         if error is not None:
-            server_faults.log_startup_exception(log, error)
+            server_faults.log_startup_exception(state.log, error)
             return 1
         code = lifecycle.result()
         if code is not None:
@@ -145,13 +172,13 @@ async def _serve(state: ServerState, sock: socket.socket, crash: str | None) -> 
     # The stop phase: SIGTERM received, keep answering for a while like a real server does.
     await asyncio.sleep(settings.scaled(settings.stop_delay_s))
     lifecycle.cancel()
-    await runner.cleanup()
+    await http.close()
     return 0
 
 
-async def _start_up(state: ServerState, crash: str | None) -> int | None:
-    """Load, warm up, announce readiness, then run the scheduler. Returns an exit code on a
-    startup crash, or None once ready (the scheduler keeps running in the background)."""
+async def _start_up(state: ServerState, crash: str | None, http: _Http) -> int | None:
+    """Load, start the scheduler, bind HTTP, warm up, announce readiness. Returns an exit code
+    on a startup crash, or None once ready (the scheduler keeps running in the background)."""
     log = state.log
     settings = state.settings
     args = state.args
@@ -174,9 +201,12 @@ async def _start_up(state: ServerState, crash: str | None) -> int | None:
     )
     log.all_ranks(f"KV Cache is allocated. #tokens: {settings.max_total_tokens}")
     if args.shape.algorithm in DFLASH_FAMILY:
-        log.rank(dflash_init_line(model=str(args.get("speculative_draft_model_path")),
-                                  block_size=int(args.get("speculative_num_draft_tokens")),
-                                  window=args.shape.window))
+        block = int(args.get("speculative_num_draft_tokens"))
+        log.tp0(dflash_init_line(model=str(args.get("speculative_draft_model_path")),
+                                 block_size=block, window=args.shape.window))
+        if args.shape.algorithm == "DDTREE":
+            log.tp0(ddtree_init_line(block_size=block,
+                                     tree_budget=int(args.get("speculative_ddtree_budget"))))
     log.rank(
         f"max_total_num_tokens={settings.max_total_tokens}, "
         f"chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
@@ -188,6 +218,9 @@ async def _start_up(state: ServerState, crash: str | None) -> int | None:
     state.phase = Phase.WARMING
     loop_task = asyncio.create_task(scheduler.run())
     state.background.add(loop_task)
+    code = await http.start(crash)
+    if code is not None:
+        return code
     await asyncio.sleep(settings.scaled(settings.warmup_s))
     if not args.get("skip_server_warmup"):
         error = await _warm_up(args)
@@ -221,6 +254,9 @@ def _make_scheduler(state: ServerState) -> Scheduler:
         radix_cache=not args.get("disable_radix_cache"),
         log=state.log,
         on_completed=on_completed,
+        speed_factor=restart_speed_factor(
+            settings.seed, os.environ.get("INVOCATION_ID", ""), settings.restart_jitter
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from orchestrator.store.db import DEFAULT_BUSY_TIMEOUT_S, Store, default_db_path
 from orchestrator.store.errors import (
     AttemptNotFound,
     AttemptNotRunning,
+    BackupPending,
     PointAlreadyRecorded,
     SchemaTooNew,
     StoreBusy,
@@ -77,6 +78,7 @@ __all__ = [
     "AttemptNotFound",
     "AttemptNotRunning",
     "AttemptState",
+    "BackupPending",
     "CodingPoint",
     "EventRecord",
     "HostEntry",

@@ -39,6 +39,7 @@ from orchestrator.store.records import (
     SubmitResult,
     SweepRecord,
     SweepState,
+    TrialPlan,
     TrialRecord,
     UnfinishedAttempt,
     UnitBackup,
@@ -274,6 +275,11 @@ class Store:
         """Idempotent on (key, host); returns all the sweep's trials in plan order."""
         return await self._run(ops.add_trials, sweep_id, list(trials))
 
+    async def set_trial_plan(self, trial_id: int, plan: TrialPlan) -> TrialRecord:
+        """Replace the plan stored with a trial (what it measures), e.g. when a screening
+        trial is promoted to the full matrix on its running server."""
+        return await self._run(ops.set_trial_plan, trial_id, plan)
+
     async def trials(self, sweep_id: int) -> list[TrialRecord]:
         return await self._run(ops.trials_of, sweep_id)
 
@@ -402,6 +408,19 @@ class Store:
         """Keep the unit as found, once per sweep: a second call returns the first backup."""
         return await self._run(
             ops.save_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
+        )
+
+    async def rearm_unit_backup(
+        self,
+        sweep_id: int,
+        host: str,
+        unit: str,
+        files: Mapping[str, bytes | None],
+        state: Mapping[str, str],
+    ) -> UnitBackup:
+        """The unit as found now becomes the host's pending backup (see ``ops``)."""
+        return await self._run(
+            ops.rearm_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
         )
 
     async def get_unit_backup(self, sweep_id: int, host: str, unit: str) -> UnitBackup | None:

@@ -106,3 +106,15 @@ class PointAlreadyRecorded(StoreError):
         self.attempt_id = attempt_id
         self.point_key = point_key
         self.point_id = point_id
+
+
+class BackupPending(StoreError):
+    """A host still has a backup that was never restored: nothing may replace it."""
+
+    def __init__(self, host: str, sweep_id: int) -> None:
+        super().__init__(
+            f"host {host} still has a pending restore (sweep id {sweep_id}): "
+            f"run `orchestrator restore {host}` first"
+        )
+        self.host = host
+        self.sweep_id = sweep_id

@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 from orchestrator.store.errors import (
     AttemptNotFound,
     AttemptNotRunning,
+    BackupPending,
     PointAlreadyRecorded,
     SweepNameConflict,
     SweepNotFound,
@@ -415,6 +416,20 @@ def add_trials(
         return trials_of(conn, sweep_id)
 
 
+def set_trial_plan(conn: sqlite3.Connection, trial_id: int, plan: TrialPlan) -> TrialRecord:
+    """Replace what a trial measures (a screen promoted to the full matrix on its server)."""
+    with write_transaction(conn):
+        cursor = conn.execute(
+            "UPDATE trials SET plan = ? WHERE id = ?", (to_json(plan.to_json()), trial_id)
+        )
+        if cursor.rowcount == 0:
+            raise TrialNotFound(trial_id)
+        row = conn.execute(
+            f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (trial_id,)
+        ).fetchone()
+        return _trial(row)
+
+
 def trials_of(conn: sqlite3.Connection, sweep_id: int) -> list[TrialRecord]:
     rows = conn.execute(
         f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE sweep_id = ? ORDER BY ordinal, host, id",
@@ -768,6 +783,40 @@ def save_unit_backup(
         conn.execute(
             "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO NOTHING",
+            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now),
+        )
+        row = _backup_row(conn, sweep_id, host, unit)
+    assert row is not None
+    return _backup(row)
+
+
+def rearm_unit_backup(
+    conn: sqlite3.Connection,
+    sweep_id: int,
+    host: str,
+    unit: str,
+    files: Mapping[str, bytes | None],
+    state: Mapping[str, str],
+    now: float,
+) -> UnitBackup:
+    """Keep the unit as found NOW as the sweep's pending backup of ``host`` (what ``adopt``
+    changes is undone by ``restore`` to this). Refused while an earlier backup of the host is
+    still pending: that one holds the unit as the operator left it, and must not be lost."""
+    encoded = {
+        path: None if content is None else base64.b64encode(content).decode("ascii")
+        for path, content in files.items()
+    }
+    with write_transaction(conn):
+        pending = conn.execute(
+            "SELECT sweep_id FROM unit_backups WHERE host = ? AND restored_at IS NULL", (host,)
+        ).fetchone()
+        if pending is not None:
+            raise BackupPending(host, int(pending[0]))
+        conn.execute(
+            "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO UPDATE SET "
+            "files = excluded.files, state = excluded.state, taken_at = excluded.taken_at, "
+            "restored_at = NULL",
             (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now),
         )
         row = _backup_row(conn, sweep_id, host, unit)

@@ -135,7 +135,8 @@ _INT_SCALARS = frozenset(
         "prompt_tokens_tolerance",
     }
 )
-_KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration"}
+_WITHIN_RUN = ("output_tok_s_se", "output_tok_s_batches")
+_KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration", *_WITHIN_RUN}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,10 @@ class ThroughputMetrics:
     tpot: LatencySummary = LatencySummary()
     e2e: LatencySummary = LatencySummary()
     calibration: JsonObject | None = None
+    output_tok_s_se: float | None = None
+    """Request-to-request standard error of ``output_tok_s`` within the run (batch means over
+    its waves); None when the point had fewer than two waves or predates it."""
+    output_tok_s_batches: int = 0
     extra: JsonObject = field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
@@ -183,6 +188,8 @@ class ThroughputMetrics:
         for name in _LATENCIES:
             out.update(cast(LatencySummary, getattr(self, name)).to_json(name))
         out["calibration"] = self.calibration
+        out["output_tok_s_se"] = self.output_tok_s_se
+        out["output_tok_s_batches"] = self.output_tok_s_batches
         out.update(self.extra)
         return out
 
@@ -203,6 +210,8 @@ class ThroughputMetrics:
             tpot=LatencySummary.from_json(data, "tpot"),
             e2e=LatencySummary.from_json(data, "e2e"),
             calibration=dict(calibration) if isinstance(calibration, Mapping) else None,
+            output_tok_s_se=_number(data.get("output_tok_s_se")),
+            output_tok_s_batches=_int(data.get("output_tok_s_batches")) or 0,
             extra={k: v for k, v in data.items() if k not in _KNOWN_METRICS},
         )
 

@@ -48,7 +48,7 @@ from orchestrator.sweepfile.fields import (
     unique,
     unique_or_none,
 )
-from orchestrator.types import ApiKind, metric_is_minimized
+from orchestrator.types import ApiKind, MetricsMode, metric_is_minimized
 
 DEFAULT_RESTART_S = 300.0
 DEFAULT_DECODE_TOKENS_PER_S = 50.0
@@ -126,6 +126,9 @@ class ServerSpec(_Model):
     extra_flags: list[ArgText] = Field(default_factory=list)
     environment: dict[EnvName, EnvValue] = Field(default_factory=dict)
     exec_start: ExecStart | None = None
+    metrics: MetricsMode = "auto"
+    """``auto``: each trial's drop-in adds ``--enable-metrics`` when the unit lacks it (a second
+    accept-length source: the chat API carries no spec stats); ``off``: the unit as it is."""
 
 
 class BenchmarkSpec(_Model):
@@ -298,6 +301,21 @@ class SearchSpec(_Model):
         "promotions, repeats, retries and the confirmation reserve all count)",
     )
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    confirmations: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=2,
+        description="restarts kept back (random, adaptive) to measure the leading configs "
+        "again once exploring stops, so the winner's estimate is not the one it was picked on",
+    )
+    screen_rounds: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None,
+        description="rounds of an adaptive search's screening look at a new config, on the "
+        "objective's cells only (default: half of benchmark.rounds, at least 1)",
+    )
+    promote_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        default=1 / 3,
+        description="a screened config continues to the full matrix when its screening score "
+        "is in this top fraction of the type's screened configs (successive halving's rung)",
+    )
 
     @model_validator(mode="after")
     def _needs_a_budget(self) -> SearchSpec:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.host.connect import open_host
+from orchestrator.plan import plan_sweep
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.verbs.common import (
@@ -41,6 +42,10 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             api=sweep.benchmark.api,
             base_url=str(host.base_url),
             extra_flags=sweep.server.extra_flags,
+            metrics=sweep.server.metrics,
+            trials=[(t.key, t.config) for t in plan_sweep(sweep).for_host(host.name)],
+            knobs=knobs,
+            environment=sweep.server.environment,
         )
     finally:
         await handle.close()
@@ -67,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         for host_check in checks:
             for item in host_check.checks:
                 table.add_row(host_check.host, item.name, "yes" if item.ok else "NO", item.detail)
+            for warning in host_check.warnings:
+                table.add_row(host_check.host, "warning", "yes", warning)
             if host_check.reason:
                 table.add_row(host_check.host, "verdict", "NO", f"set aside: {host_check.reason}")
         Console(stderr=True).print(table)

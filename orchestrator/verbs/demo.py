@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.answers import Answer, answer_sweep
 from orchestrator.log import configure_logging, get_logger
 from orchestrator.progress import print_outcome
 from orchestrator.report import render_report
@@ -74,7 +75,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="the results as JSON on stdout")
 
 
-async def _demo(sweep: Sweep, text: str, state_dir: Path) -> tuple[dict[str, Any], Path]:
+async def _demo(
+    sweep: Sweep, text: str, state_dir: Path
+) -> tuple[dict[str, Any], tuple[Answer, ...], Path]:
     hosts = [(h.name, h.address, h.port) for h in sweep.hosts]
     db = state_dir / "demo.db"
     for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
@@ -91,7 +94,7 @@ async def _demo(sweep: Sweep, text: str, state_dir: Path) -> tuple[dict[str, Any
     temp = report.with_suffix(".html.tmp")
     temp.write_text(html, encoding="utf-8")
     os.replace(temp, report)
-    return outcome.results, report.resolve()
+    return outcome.results, answer_sweep(outcome.sweep_results, sweep), report.resolve()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.state_dir is not None:
         sweep = _with_state_dir(sweep, state_dir)
     try:
-        results, report = asyncio.run(_demo(sweep, text, state_dir))
+        results, answers, report = asyncio.run(_demo(sweep, text, state_dir))
     except BindError as exc:  # the hosts' addresses are taken: a plain line, no traceback
         print(f"demo: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -112,10 +115,17 @@ def run(args: argparse.Namespace) -> int:
     for problem in problems:
         log.error("demo.unexpected", problem=problem)
     if args.json:
-        emit_json({"report": str(report), "as_intended": not problems, "results": results})
+        emit_json(
+            {
+                "report": str(report),
+                "as_intended": not problems,
+                "results": results,
+                "answers": [answer.to_json() for answer in answers],
+            }
+        )
     else:
         print(str(report))
-    print_outcome(results, note=_as_intended)
+    print_outcome(results, answers=answers, note=_as_intended)
     print(
         "demo: every trial ended as intended (the failures above are the demo's own)"
         if not problems
@@ -183,4 +193,3 @@ def _with_state_dir(sweep: Sweep, state_dir: Path) -> Sweep:
         for host in sweep.hosts
     ]
     return sweep.model_copy(update={"hosts": hosts})
-

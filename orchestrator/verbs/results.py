@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.answers import AnsweredResults, answered_from_text
 from orchestrator.store import Store, StoreError, SweepNotFound, SweepResults, TrialOutcome
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
@@ -29,9 +30,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--db", metavar="PATH", help="read this store file instead of a daemon")
 
 
-async def _from_store(path: str, ref: str) -> SweepResults:
+async def _from_store(path: str, ref: str) -> AnsweredResults:
+    """The results with their answers, drawn from the sweep file stored with them."""
     async with await Store.open(path) as store:
-        return await store.results(ref)
+        results = await store.results(ref)
+        record = await store.get_sweep(results.id)
+    return answered_from_text(results, record.yaml_text, f"sweep {record.name} (id {record.id})")
 
 
 def headline(trial: TrialOutcome) -> str:
@@ -75,7 +79,11 @@ def _decode(document: dict[str, Any]) -> SweepResults | None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.db:
-            results = asyncio.run(_from_store(args.db, args.sweep))
+            document = asyncio.run(_from_store(args.db, args.sweep))
+            if args.json:
+                emit_json(document.to_json())
+                return EXIT_OK
+            results = document.results
         else:
             response = call(socket_path(args.socket), "GET", sweep_url(args.sweep, "/results"))
             if not response.ok:

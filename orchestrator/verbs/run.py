@@ -7,9 +7,11 @@ import asyncio
 import signal
 import sys
 
+from orchestrator.answers import answered
 from orchestrator.plan import plan_sweep
 from orchestrator.progress import LiveProgress, planned_trials, print_outcome
 from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
+from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
 from orchestrator.verbs.common import (
@@ -52,7 +54,9 @@ async def run_in_foreground(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    trials = planned_trials(plan_sweep(sweep).trials)
+    # A search proposes its trials as it goes: no list to show ahead of them.
+    grid = sweep.search.strategy == "grid"
+    trials = planned_trials(plan_sweep(sweep).trials) if grid else []
     async with await Store.open(db_path(db)) as store:
         with LiveProgress(trials, sweep=sweep.name) as progress:
             return await run_sweep(
@@ -63,6 +67,7 @@ async def run_in_foreground(
                 replace=replace,
                 progress=progress,
                 stop=stop,
+                trials=trial_source_for(sweep),
             )
 
 
@@ -78,11 +83,12 @@ def run(args: argparse.Namespace) -> int:
     except SweepNameConflict as error:
         print(f"{args.file}: {error} (submit with --replace to run it anyway)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    answered_results = answered(outcome.sweep_results, sweep)
     if args.json:
-        emit_json(outcome.results)
+        emit_json(answered_results.to_json())
     else:
         failed = [t for t in outcome.results["trials"] if t["state"] == "failed"]
-        print_outcome(outcome.results)
+        print_outcome(outcome.results, answers=answered_results.answers)
         print(
             f"sweep {outcome.name} (id {outcome.sweep_id}): {outcome.state}, "
             f"{len(outcome.results['trials'])} trial attempts, {len(failed)} failed",
@@ -98,4 +104,3 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK if outcome.all_succeeded else EXIT_FAILED
-

@@ -3,6 +3,7 @@ the sweep goes on to the next config, and the host ends as it was found."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,38 +29,50 @@ def _took(trial: dict[str, object]) -> float:
     return float(trial["finished_at"]) - float(trial["started_at"])  # type: ignore[arg-type]
 
 
-async def test_bad_flag_is_failed_by_preflight_or_at_start(tmp_path: Path) -> None:
-    """An unknown flag is caught by the preflight (`--help`) without touching the unit; a flag
-    value the server's parser rejects dies at start with exit 2 and the parser's message."""
+async def test_bad_flag_is_failed_by_preflight(tmp_path: Path) -> None:
+    """The host's own SGLang parser (the preflight's ``PYTHON -c SCRIPT ARGV``) refuses an
+    unknown flag, a flag value argparse rejects and a config its resolution refuses, before
+    anything restarts: the unit is never
+    touched for either (issue 14: bad values are the parser's to catch, not the start's)."""
     unknown = {**HEALTHY, "window": 2048}
     bad_value = {"algorithm": "NGRAM", "draft_tokens": "seven"}
+    unknown_algorithm = {"algorithm": "FOO", "draft_tokens": 5}
     async with fault_host(tmp_path, "127.0.0.120") as host:
         text = sweep_yaml(
             host,
             "bad-flag",
-            [unknown, bad_value, HEALTHY],
+            [unknown, bad_value, unknown_algorithm, HEALTHY],
             knobs={"window": {"flag": REMOVED_FLAG}},
         )
         done = await run(tmp_path, text)
 
+        (preflight,) = done.of_kind("preflight")
+        assert preflight["parser"] == "sglang"
         by_preflight = done.trial(unknown)
         assert (by_preflight["state"], by_preflight["cause"]) == ("failed", "bad-flag")
         assert by_preflight["evidence"] == {
             "found_by": "preflight",
             "unknown_flags": [REMOVED_FLAG],
         }
-        at_start = done.trial(bad_value)
-        assert (at_start["state"], at_start["cause"]) == ("failed", "bad-flag")
-        evidence = at_start["evidence"]
-        assert evidence["exit_status"] == 2
-        assert "argument --speculative-num-draft-tokens: invalid int value: 'seven'" in (
-            excerpt_text(evidence)
+        by_parser = done.trial(bad_value)
+        assert (by_parser["state"], by_parser["cause"]) == ("failed", "bad-flag")
+        assert by_parser["evidence"] == {
+            "found_by": "preflight",
+            "parser": "sglang",
+            "error": "launch_server.py: error: argument --speculative-num-draft-tokens: "
+            "invalid int value: 'seven'",
+        }
+        refused = done.trial(unknown_algorithm)  # ServerArgs' resolution: a ValueError
+        assert (refused["state"], refused["cause"]) == ("failed", "invalid-config")
+        assert refused["evidence"]["error"] == (
+            "ValueError: Unknown speculative algorithm name: FOO"
         )
-        assert _took(at_start) < TIMEOUTS["ready"] / 2  # failed fast, not at the ready timeout
+        # one restart only: the healthy trial's (and the restore's)
+        assert len(done.of_kind("dropin.installed")) == 1
         healthy = done.trial(HEALTHY)
         assert healthy["state"] == "done" and point_count(healthy) == 1
         # a bad flag is deterministic: no second attempt even though retries are allowed
-        assert [t["attempt"] for t in done.results["trials"]] == [1, 1, 1]
+        assert [t["attempt"] for t in done.results["trials"]] == [1, 1, 1, 1]
         await assert_restored(host)
 
 
@@ -129,4 +142,27 @@ async def test_start_limit_hit(tmp_path: Path) -> None:
         assert "Start request repeated too quickly." in excerpt_text(refused["evidence"])
         retried = done.trial(FAULTY, attempt=2)
         assert retried["state"] == "done" and point_count(retried) == 1
+        await assert_restored(host)
+
+
+async def test_a_hidden_alias_runs_though_help_does_not_list_it(tmp_path: Path) -> None:
+    """A build newer than 0.5.23 takes the old draft-window spelling as a deprecated alias
+    that ``--help`` hides: the preflight asks the build's parser, so the trial runs (checked
+    against ``--help`` it failed ``bad-flag`` without ever being tried)."""
+    aliased = {**HEALTHY, "window": 2048}
+    async with fault_host(tmp_path, "127.0.0.129", settings={"sglang_version": "0.5.24"}) as host:
+        help_text = await host.run(
+            f"{sys.executable} -m orchestrator.sim.sglang_server --help"
+        )
+        assert REMOVED_FLAG not in str(help_text.stdout)
+        text = sweep_yaml(host, "alias", [aliased], knobs={"window": {"flag": REMOVED_FLAG}})
+        done = await run(tmp_path, text)
+
+        (preflight,) = done.of_kind("preflight")
+        assert preflight["parser"] == "sglang" and preflight["unknown_flags"] == []
+        trial = done.trial(aliased)
+        assert trial["state"] == "done" and point_count(trial) == 1, trial
+        assert "--speculative-dflash-draft-window-size is deprecated" in "\n".join(
+            await host.journal()
+        )
         await assert_restored(host)

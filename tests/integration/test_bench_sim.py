@@ -117,6 +117,10 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
     warmup = [r for r in point.requests if r.phase == "warmup"]
     assert len(measured) == 12 and len(warmup) == 2
     assert point.metrics.requests == 12 and point.metrics.errors == 0
+    # three waves of four: the rate's within-run standard error by batch means over them
+    rate, rate_se = point.metrics.output_tok_s, point.metrics.output_tok_s_se
+    assert point.metrics.output_tok_s_batches == 3 and rate is not None and rate_se is not None
+    assert 0.0 <= rate_se < 0.5 * rate
     truth = await _truth(spec_server.url, [r.response_id or "" for r in point.requests])
     assert len(truth) == 14
 
@@ -132,6 +136,11 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
         assert record.prompt_tokens == row["prompt_tokens"] == 200
         assert [c.tokens for c in record.chunks] == [n for _, n in row["chunks"]]
         assert record.spec_verify_ct == row["verify_steps"]
+        if sys.platform == "linux":
+            # The kernel saw the request's bytes before the server's handler ran.
+            kernel = row["arrival_kernel_monotonic"]
+            assert kernel is not None and kernel <= row["arrival_monotonic"], row
+            assert row["arrival_monotonic"] - kernel < ARRIVAL_MAX_S, row
         for chunk, (emitted, _n) in zip(record.chunks, row["chunks"], strict=True):
             arrival_errors.append(chunk.arrival - emitted)
         first = record.first_token_time

@@ -201,6 +201,10 @@ def test_cancel_results_and_status_from_the_cli(
     document = results.json()
     assert document["sweep"] == "behind" and document["state"] == "cancelled"
     assert document["trials"] == []  # never started: nothing was planned into the store
+    # ... and it answers all the same: nothing valid was measured on its host type
+    assert document["answers"] and {a["verdict"] for a in document["answers"]} == {
+        "no-valid-config"
+    }
     by_id = daemon.cli("results", str(final["id"]), "--json").json()
     assert by_id["sweep"] == "waiting" and by_id["state"] == "cancelled"
 
@@ -216,6 +220,7 @@ def test_cancel_results_and_status_from_the_cli(
         "results", "waiting", "--json", "--db", str(daemon.state_dir / "orchestrator.db")
     )
     assert direct_json.json()["state"] == "cancelled"
+    assert direct_json.json()["answers"] == by_id["answers"]  # the store file and the daemon agree
 
 
 def test_a_sweep_whose_every_host_was_set_aside_fails_with_the_reason(
@@ -234,6 +239,10 @@ def test_a_sweep_whose_every_host_was_set_aside_fails_with_the_reason(
     assert document["state"] == "failed"
     assert document["summary"]["error"].startswith("every host was set aside: a1: host key")
     assert [t["state"] for t in document["trials"]] == ["skipped"]
+    # the answers say so: no restart was spent, nothing valid measured
+    assert {(a["verdict"], a["restarts_used"]) for a in document["answers"]} == {
+        ("no-valid-config", 0)
+    }
 
 
 def test_restore_of_an_unknown_host_is_refused_with_and_without_a_daemon(

@@ -154,6 +154,11 @@ def test_sigterm_mid_sweep_then_restart_completes_it(sim_sweep: Path, tmp_path: 
         latest[(trial["key"], trial["host"])] = trial
     assert [t["state"] for t in latest.values()] == ["done", "done"]
     assert all(len(t["points"]) == 2 for t in latest.values())
+    # the answers count every unit start, the attempt the kill cut short included
+    assert results["answers"] and all(
+        a["restarts_used"] == len(results["trials"]) and a["best"] is not None
+        for a in results["answers"]
+    )
     with sqlite3.connect(state / "orchestrator.db") as db:
         (unrestored,) = db.execute(
             "SELECT COUNT(*) FROM unit_backups WHERE restored_at IS NULL"

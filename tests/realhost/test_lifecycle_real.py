@@ -27,6 +27,7 @@ from orchestrator.lifecycle import (
     restore,
     trial_config,
 )
+from orchestrator.preflight import check_host, mapped_flags
 from tests.realhost.realhost import RealHost
 
 UNIT = "sglang.service"
@@ -227,3 +228,27 @@ async def test_a_later_dropin_overriding_ours_is_detected_and_left_alone(
     assert after == before  # the operator's drop-in untouched, ours gone
     kinds = [kind for kind, _ in session.recorded]  # type: ignore[attr-defined]
     assert "restore.not_serving" in kinds and "restore.done" in kinds
+
+
+async def test_preflight_asks_the_hosts_python_and_falls_back_to_help(
+    real_host: RealHost, session: HostSession
+) -> None:
+    """The preflight's ``env ... PYTHON -c SCRIPT ARGV`` runs for real over real sshd with the
+    unit's interpreter: this host has no ``sglang`` package, so the import fails, the check
+    says so, and flags are checked against ``--help`` (the old spelling is unknown to 0.5.23)."""
+    checked = await check_host(
+        session.host,
+        unit=UNIT,
+        flags=mapped_flags(KNOBS, []),
+        gpus=None,
+        command_timeout=15,
+        trials=[("new", {"algorithm": "DFLASH", "window": 2048}),
+                ("old", {"algorithm": "DFLASH", "legacy_window": 2048})],
+        knobs=KNOBS,
+    )  # fmt: skip
+    assert checked.ok and checked.parser == "help", checked.to_json()
+    parser = next(c for c in checked.checks if c.name == "sglang_parser")
+    assert "sglang.srt.server_args import prepare_server_args failed" in parser.detail
+    assert "No module named 'sglang'" in parser.detail and "--help" in parser.detail
+    assert checked.unknown_flags == {"--speculative-dflash-draft-window-size"}
+    assert checked.rejected == {}

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from orchestrator.host.dropin import ADOPTED_DROPIN_NAME
 from tests.realhost.realhost import RealHost
 from tests.realhost.test_lifecycle_real import UNIT, _install_host
 
@@ -47,6 +48,7 @@ def _sweep_file(host: RealHost, path: Path) -> Path:
             coding:
               select: [fib]
               max_tokens: 2048
+            objective: {{metric: output_tok_s, context: 60, concurrency: 2}}
             timeouts: {{connect: 15, stop: 30, memory_release: 20, ready: 40, request: 60}}
             policy: {{trial_retries: 0, restore: as-found}}
             """
@@ -101,3 +103,29 @@ def test_sweep_runs_and_restores(real_host: RealHost, tmp_path: Path) -> None:
     assert after == before
     show = real_host.ssh(["systemctl", "show", "-p", "ActiveState", UNIT]).stdout.decode()
     assert "ActiveState=active" in show
+
+    # The answer, adopted as the unit's lasting config on real systemd, then undone.
+    db = str(tmp_path / "o.db")
+    adopt = _cli("adopt", "realhost-e2e", "--type", real_host.name, "--db", db, "--allow-tie")
+    assert adopt.returncode == 0, adopt.stderr[-3000:]
+    adoption = json.loads(adopt.stdout)
+    assert adoption["ok"], adoption
+    adopted = {p.name for p in real_host.unit_dir.rglob("*") if p.is_file()} - set(before)
+    assert adopted == {ADOPTED_DROPIN_NAME}
+    show = real_host.ssh(["systemctl", "show", "-p", "ActiveState,DropInPaths", UNIT])
+    assert "ActiveState=active" in show.stdout.decode()
+    assert ADOPTED_DROPIN_NAME in show.stdout.decode()
+    undo = _cli("restore", "--all", "--db", db)
+    assert undo.returncode == 0, undo.stderr[-3000:]
+    assert json.loads(undo.stdout)["restored"][0]["ok"]
+    again = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
+    assert again == before
+    show = real_host.ssh(["systemctl", "show", "-p", "ActiveState", UNIT]).stdout.decode()
+    assert "ActiveState=active" in show
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args, "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip

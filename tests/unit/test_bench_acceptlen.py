@@ -110,3 +110,28 @@ def test_decode_samples_from_real_log_lines() -> None:
     ]
     samples = decode_samples_from_messages(lines, decode_log_interval=40)
     assert samples == [DecodeSample(accept_len=4.12, iterations=40, running_req=4)]
+
+
+def test_meta_info_is_exact_where_the_server_counts_correct_drafts() -> None:
+    # A 37-token answer from 8-token blocks cut by max_tokens: the verify steps accepted 40
+    # tokens (34 drafts + 6 bonus) where the output kept 36 after the prefill's first token;
+    # the exact form is the decode log's definition, the estimate runs low.
+    exact = from_meta_info([RequestSpec(37, 6, spec_correct_drafts=34)])
+    assert exact.value == pytest.approx(40 / 6) and (exact.count, exact.exact) == (1, 1)
+    estimated = from_meta_info([RequestSpec(37, 6)])
+    assert estimated.value == pytest.approx(36 / 6) and estimated.exact == 0
+    mixed = from_meta_info([RequestSpec(37, 6, 34), RequestSpec(11, 4)])
+    assert mixed.value == pytest.approx((40 + 10) / 10) and (mixed.count, mixed.exact) == (2, 1)
+    # Correct drafts without a verify step mean nothing (the server writes neither).
+    assert from_meta_info([RequestSpec(1, 0, 0)]).value is None
+
+
+def test_request_specs_from_stored_rows_carry_the_correct_drafts() -> None:
+    from orchestrator.bench.acceptlen import request_specs
+
+    rows = [
+        {"completion_tokens": 37, "spec_verify_ct": 6, "spec_num_correct_drafts": 34},
+        {"completion_tokens": 11, "spec_verify_ct": 4},
+        {"completion_tokens": None},
+    ]
+    assert request_specs(rows) == [RequestSpec(37, 6, 34), RequestSpec(11, 4, None)]

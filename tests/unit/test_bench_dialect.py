@@ -196,3 +196,33 @@ def test_a_stream_error_keeps_what_was_read_before_it() -> None:
 def test_the_served_model_name_a_command_line_gives(argv: list[str], expected: str | None) -> None:
     found = served_model(argv)
     assert (found.name if found else None) == expected
+
+
+def _final_meta(**spec: Any) -> RawExchange:
+    first = {"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": None}}
+    meta = {"id": "g1", "completion_tokens": 37, "finish_reason": {"type": "length", "length": 37},
+            **spec}
+    return _raw("generate", [first, {"text": "ab", "meta_info": meta}, b"[DONE]"])
+
+
+def test_a_finished_generate_gives_its_correct_and_proposed_drafts() -> None:
+    # fill_spec_decoding_meta: the counters under their new names and the old aliases.
+    record = parse_exchange(_final_meta(
+        spec_accept_rate=0.5, spec_accept_length=37 / 6, spec_num_correct_drafts=33,
+        spec_num_proposed_drafts=42, spec_verify_ct=6, spec_accepted_drafts=33,
+        spec_proposed_drafts=42,
+    ))
+    assert (record.spec_verify_ct, record.spec_correct_drafts, record.spec_proposed_drafts) == (
+        6, 33, 42,
+    )
+    assert record.spec_accept_length == pytest.approx(37 / 6)
+    assert record.to_dict()["spec_num_correct_drafts"] == 33
+    # Builds before the rename wrote only the old names.
+    old = parse_exchange(_final_meta(spec_verify_ct=6, spec_accepted_drafts=30,
+                                     spec_proposed_drafts=42))
+    assert (old.spec_correct_drafts, old.spec_proposed_drafts) == (30, 42)
+    # Speculative decoding off: nothing.
+    off = parse_exchange(_final_meta())
+    assert (off.spec_verify_ct, off.spec_correct_drafts, off.spec_proposed_drafts) == (
+        None, None, None,
+    )

@@ -281,11 +281,14 @@ def test_host_level_spelling_reaches_that_hosts_dropin() -> None:
     assert '"--speculative-draft-window-size" "2048"' in by_host["a1"]
 
 
-def test_seed_sweeps_plan_baseline_plus_four() -> None:
+def test_seed_sweeps_plan_baseline_plus_four_first_then_their_grid_to_the_cap() -> None:
+    """Issue 13 gave the seeds' sweeps a grid behind their four configs, and a restart cap."""
     for name in ("kimi-k26-dflash-rtxpro6000", "kimi-k26-dflash-b300"):
         sweep = load_sweep(ROOT / "sweeps" / f"{name}.yaml")
         plan = plan_sweep(sweep)
-        assert [t.is_baseline for t in plan] == [True, False, False, False, False]
+        assert [t.is_baseline for t in plan] == [True] + [False] * (len(plan) - 1)
+        assert len(plan) == sweep.search.max_restarts
+        assert len(expand_configs(sweep)) == 1 + 7 * 4 * 3
         dropins = [entry["dropin"] for entry in plan_json(plan, sweep)["trials"]]
         assert "--speculative-dflash-draft-window-size" not in dropins[1]  # budget 8: no window
         assert 'Environment="SGLANG_DDTREE_MAX_TOPK=4"' in dropins[1]

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.sglang import (
+    DdtreeInitEvent,
     DecodeEvent,
     DflashInitEvent,
     EnvKnob,
@@ -55,6 +56,12 @@ def _decode(line: str) -> DecodeEvent:
         "[2026-10-30 12:00:00.123] ",
         "[2026-10-30 12:00:00 TP0] ",
         "[2026-10-30 12:00:00.456 DP1 PP0 TP0 EP0] ",
+        # Rank tags with underscores (configure_scheduler_process, issue 14).
+        "[2026-11-30 22:14:03 DP1 ATTN_CP0 TP2] ",
+        "[2026-11-30 22:14:03 MOE_DP0 TP0 EP0] ",
+        "[2026-11-30 22:14:03.120 DP0 PP1 ATTN_CP1 MOE_DP1 TP3 EP1] ",
+        "[2026-11-30 22:14:03 ATTN_CP1 TP4] ",
+        "[2026-11-30 22:14:03 PP1] ",
     ],
 )
 def test_decode_line_with_every_prefix_variant(prefix: str) -> None:
@@ -72,6 +79,30 @@ def test_prefix_fields_are_kept() -> None:
     event = _decode("[2026-10-30 12:00:00.456 DP1 TP3] " + DECODE)
     assert event.prefix.timestamp == "2026-10-30 12:00:00.456"
     assert dict(event.prefix.ranks) == {"DP": 1, "TP": 3}
+    tagged = _decode("[2026-11-30 22:14:03 DP1 PP0 ATTN_CP0 MOE_DP1 TP2 EP3] " + DECODE)
+    assert dict(tagged.prefix.ranks) == {
+        "DP": 1, "PP": 0, "ATTN_CP": 0, "MOE_DP": 1, "TP": 2, "EP": 3,
+    }
+
+
+def test_ddtree_init_line_goes_into_the_provenance() -> None:
+    line = (
+        "[2026-11-30 22:14:03 TP0] Initialized DDTree worker. block_size=16, tree_budget=15, "
+        "max_tree_nodes=16"
+    )
+    event = parse_log_line(line)
+    assert isinstance(event, DdtreeInitEvent) and event.kind == "ddtree_init"
+    assert (event.block_size, event.tree_budget, event.max_tree_nodes) == (16, 15, 16)
+    dflash = parse_log_line(
+        "[2026-11-30 22:14:02 TP0] Initialized DFLASH draft runner. attention_backend=fa3, "
+        "model=/d, block_size=16, draft_window_size=None, compact_cache=False"
+    )
+    assert isinstance(dflash, DflashInitEvent)
+    provenance = build_provenance({"version": "0.5.23"}, [], [], {}, [dflash, event, event])
+    worker = json.loads(json.dumps(provenance.to_json()))["worker_init"]
+    assert worker["ddtree_init"] == {"block_size": 16, "tree_budget": 15, "max_tree_nodes": 16}
+    assert worker["dflash_init"]["block_size"] == 16
+    assert build_provenance({}, [], [], {}).worker_init == {}
 
 
 def test_decode_without_speculative_decoding_has_no_accept_len() -> None:

@@ -1,0 +1,330 @@
+"""A sweep's stored results turned into one answer per host type (pure, no I/O).
+
+For each host type (and, without an objective, each matrix cell): the hosts are pooled
+(:mod:`.pooling`), each config's restarts give its estimate with a 95 % interval
+(:mod:`.estimate`), constraints decide who may win and the margins whether a winner can be
+named (:mod:`.verdict`). A config is picked on its measuring (or screening) restarts; when
+confirmation restarts exist, the estimates it is reported with come from those alone, so the
+luck that put it first is not in its number (no winner's curse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.answers.estimate import (
+    RestartVariance,
+    Sample,
+    Spread,
+    improvement,
+    pooled_restart_variance,
+    spread,
+)
+from orchestrator.answers.model import (
+    Answer,
+    Contender,
+    ConvergenceStep,
+    FailedConfig,
+    ObjectiveView,
+)
+from orchestrator.answers.pooling import PoolCheck, check_pool
+from orchestrator.answers.runs import (
+    ConfigRuns,
+    Run,
+    config_id,
+    group_runs,
+    host_types,
+    runs_of_type,
+    type_order,
+)
+from orchestrator.answers.verdict import Constraints, Decision, Standing, decide, rank, violations
+from orchestrator.plan import expand_configs, normalize_config
+from orchestrator.store.results import SweepResults, config_label
+from orchestrator.sweepfile import Sweep
+from orchestrator.types import metric_is_minimized
+
+BASELINE_ID = config_id({})
+
+
+def objective_views(sweep: Sweep) -> list[ObjectiveView]:
+    """The sweep's objective, or without one, ``output_tok_s`` at each matrix cell."""
+    objective = sweep.objective
+    if objective is not None:
+        return [
+            ObjectiveView(
+                objective.metric, objective.target_cells, objective.minimized, objective.combine
+            )
+        ]
+    bench = sweep.benchmark
+    return [
+        ObjectiveView(
+            "output_tok_s", ((context, concurrency),), metric_is_minimized("output_tok_s")
+        )
+        for context in bench.contexts
+        for concurrency in bench.concurrency
+    ]
+
+
+def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
+    """One answer per host type for the sweep's objective; without an objective, one per
+    (host type, matrix cell) for ``output_tok_s`` there."""
+    space = len(expand_configs(sweep))
+    types = host_types(results, sweep)
+    answers: list[Answer] = []
+    for host_type in type_order(results, sweep):
+        hosts = [name for name, kind in types.items() if kind == host_type]
+        runs = runs_of_type(results, sweep, host_type)
+        for view in objective_views(sweep):
+            answers.append(_answer(host_type, hosts, runs, view, sweep, space, results.state))
+    return tuple(answers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    host_type: str
+    view: ObjectiveView
+    pool: PoolCheck
+    variance: RestartVariance | None
+
+
+def _samples(pairs: Sequence[tuple[Run, Sample]]) -> list[Sample]:
+    return [sample for _, sample in pairs]
+
+
+def _host_values(runs: Sequence[Run], view: ObjectiveView) -> dict[str, dict[str, list[float]]]:
+    data: dict[str, dict[str, list[float]]] = {}
+    for key, config in group_runs(runs, view, frozenset()).items():
+        for run, sample in config.measured + config.confirmed:
+            data.setdefault(key, {}).setdefault(run.host, []).append(sample.value)
+    return data
+
+
+def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
+    groups: list[list[float]] = []
+    for config in grouped.values():
+        groups.append([s.value for s in _samples(config.measured + config.confirmed)])
+        groups.append([s.value for s in _samples(config.screened)])
+    return pooled_restart_variance(groups)
+
+
+def _standings(grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep) -> list[Standing]:
+    rules = Constraints(dict(sweep.constraints), scope.view.cells, grouped.get(BASELINE_ID))
+    out = []
+    for key, config in grouped.items():
+        selection = spread(_samples(config.selection), scope.variance)
+        reported = spread(_samples(config.reported), scope.variance)
+        assert selection is not None and reported is not None  # a group has a sample
+        out.append(
+            Standing(
+                key,
+                config,
+                config_label(config.config),
+                selection,
+                reported,
+                violations(config, key == BASELINE_ID, rules),
+            )
+        )
+    return rank(out, minimized=scope.view.minimized)
+
+
+def _contender(standing: Standing, baseline: Spread | None, minimized: bool) -> Contender:
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    if baseline is not None:
+        if standing.key == BASELINE_ID:
+            speedup = 1.0
+        else:
+            factor, speedup_ci = improvement(standing.reported, baseline, minimized=minimized)
+            speedup = factor if factor == factor else None  # NaN: a value was not positive
+    return Contender(
+        config=dict(standing.runs.config),
+        label=standing.label,
+        estimate=standing.reported.estimate(),
+        speedup_vs_baseline=speedup,
+        speedup_ci95=speedup_ci,
+        violations=standing.violations,
+        screened_only=standing.runs.screened_only,
+    )
+
+
+def _failed(runs: Sequence[Run]) -> tuple[FailedConfig, ...]:
+    by_config: dict[str, list[Run]] = {}
+    for run in runs:
+        by_config.setdefault(run.config_id, []).append(run)
+    failed = []
+    for tried in by_config.values():
+        if any(run.done or run.outcome.state == "running" for run in tried):
+            continue
+        last = tried[-1].outcome
+        config = dict(normalize_config(last.config))
+        failed.append(FailedConfig(config, config_label(config), last.cause))
+    return tuple(failed)
+
+
+def _convergence(
+    runs: Sequence[Run], grouped: dict[str, ConfigRuns], valid: dict[str, str], minimized: bool
+) -> tuple[ConvergenceStep, ...]:
+    """After each restart (in the order they finished), the best valid config's estimate from
+    the restarts so far (what it would have been picked on then)."""
+    measured: dict[int, tuple[str, str, float]] = {}
+    for key, config in grouped.items():
+        if key not in valid:
+            continue
+        for kind, pairs in (
+            ("measured", config.measured),
+            ("screened", config.screened),
+            ("confirmed", config.confirmed),
+        ):
+            for run, sample in pairs:
+                measured[run.order] = (key, kind, sample.value)
+    so_far: dict[str, dict[str, list[float]]] = {}
+    current: dict[str, float] = {}
+    steps: list[ConvergenceStep] = []
+    best: tuple[float, str] | None = None
+    for run in runs:
+        found = measured.get(run.order)
+        if found is not None:
+            key, kind, value = found
+            kinds = so_far.setdefault(key, {})
+            kinds.setdefault(kind, []).append(value)
+            values = kinds.get("measured") or kinds.get("screened") or kinds["confirmed"]
+            current[key] = sum(values) / len(values)
+            pick = min if minimized else max
+            leader = pick(current, key=lambda k: current[k])
+            best = (current[leader], valid[leader])
+        steps.append(
+            ConvergenceStep(
+                len(steps) + 1, None if best is None else best[0], None if best is None else best[1]
+            )
+        )
+    return tuple(steps)
+
+
+def _basis_note(standing: Standing, host_type: str) -> str | None:
+    spread_ = standing.reported
+    if spread_.basis == "borrowed-restart-variance":
+        return (
+            f"{standing.label} has one restart: its interval borrows the restart variance "
+            f"measured on {spread_.borrowed_from} repeated config(s) of {host_type} "
+            f"({spread_.df:g} degrees of freedom)"
+        )
+    if spread_.basis == "within-run-only":
+        return (
+            f"{standing.label}'s interval is within-run only: no config was repeated on "
+            f"{host_type}, so restart-to-restart variance is not in it and it is too narrow "
+            "for a deploy decision"
+        )
+    if spread_.basis == "none":
+        return f"{standing.label} has no interval: one restart, nothing to measure its noise by"
+    return None
+
+
+def _notes(
+    decision: Decision,
+    ranked: Sequence[Standing],
+    scope: _Scope,
+    *,
+    explored: int,
+    space: int,
+    state: str,
+    flagged_only: Sequence[str],
+) -> list[str]:
+    notes: list[str] = []
+    host_type = scope.host_type
+    if state != "done":
+        notes.append(f"the sweep is {state}: this is the answer from what was measured so far")
+    if explored < space:
+        notes.append(
+            f"{space - explored} of the space's {space} configs were not measured on {host_type}"
+        )
+    best = decision.best
+    if best is not None:
+        confirmed = len(best.runs.confirmed)
+        if confirmed:
+            notes.append(
+                f"{best.label}'s estimate comes from its {confirmed} confirmation restart(s) "
+                "only, not from the restarts it was picked on"
+            )
+        else:
+            notes.append(
+                f"{best.label}'s estimate is the one it was picked on (no confirmation "
+                "restarts): it may flatter it"
+            )
+        if best.runs.screened_only:
+            notes.append(f"{best.label} was measured at screening fidelity only")
+        shown = [best, *decision.tied]
+        if decision.runner_up is not None and decision.runner_up not in shown:
+            shown.append(decision.runner_up)
+        for standing in shown:
+            note = _basis_note(standing, host_type)
+            if note is not None:
+                notes.append(note)
+        if decision.runner_up is None:
+            notes.append(f"{best.label} is the only valid config measured on {host_type}")
+    for standing in decision.reversed:
+        notes.append(
+            f"confirmation restarts put {standing.label} ahead of {best.label if best else '?'} "
+            "beyond the uncertainty: the pick is not confirmed"
+        )
+    for standing in ranked:
+        if standing.reported.noisy and standing.reported.cv is not None:
+            notes.append(
+                f"{standing.label} is noisy: its restarts vary by {standing.reported.cv:.1%} "
+                "(coefficient of variation above 5 %)"
+            )
+    notes.extend(scope.pool.notes)
+    for label in flagged_only:
+        notes.append(f"{label} was measured only on hosts kept out of the pool")
+    if decision.verdict == "no-valid-config" and ranked:
+        notes.append(f"every config measured on {host_type} breaks a constraint")
+    return notes
+
+
+def _answer(
+    host_type: str,
+    hosts: Sequence[str],
+    runs: Sequence[Run],
+    view: ObjectiveView,
+    sweep: Sweep,
+    space: int,
+    state: str,
+) -> Answer:
+    pool = check_pool(host_type, _host_values(runs, view), hosts)
+    everything = group_runs(runs, view, frozenset())
+    grouped = group_runs(runs, view, pool.excluded)
+    scope = _Scope(host_type, view, pool, _variance(grouped))
+    ranked = _standings(grouped, scope, sweep)
+    decision = decide(ranked, minimized=view.minimized)
+    baseline = next((s.reported for s in ranked if s.key == BASELINE_ID), None)
+    contenders = {s.key: _contender(s, baseline, view.minimized) for s in ranked}
+    valid = {s.key: s.label for s in ranked if s.valid}
+    flagged_only = [
+        config_label(config.config) for key, config in everything.items() if key not in grouped
+    ]
+    notes = _notes(
+        decision,
+        ranked,
+        scope,
+        explored=len(grouped),
+        space=space,
+        state=state,
+        flagged_only=flagged_only,
+    )
+    return Answer(
+        host_type=host_type,
+        objective=view,
+        verdict=decision.verdict,
+        best=None if decision.best is None else contenders[decision.best.key],
+        runner_up=None if decision.runner_up is None else contenders[decision.runner_up.key],
+        tied=tuple(contenders[s.key] for s in decision.tied),
+        margin=decision.margin,
+        explored=len(grouped),
+        space=space,
+        restarts_used=len(runs),
+        contenders=tuple(contenders[s.key] for s in ranked),
+        failed=_failed(runs),
+        convergence=_convergence(runs, grouped, valid, view.minimized),
+        flags=pool.flags,
+        notes=tuple(notes),
+    )

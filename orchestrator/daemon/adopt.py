@@ -1,0 +1,188 @@
+"""Making a sweep's answer the hosts' lasting configuration: ``orchestrator adopt``.
+
+Adopt installs the winning config of one host type on each of that type's hosts the way a
+trial installs its config (the same drop-in rendering, daemon-reload proven, clean restart,
+readiness with the config checked in ``/server_info``), but in its own drop-in
+(:data:`~orchestrator.host.dropin.ADOPTED_DROPIN_NAME`) that a sweep's restore leaves alone.
+Before changing a host it keeps the unit as found as the host's pending backup, so
+``orchestrator restore`` puts the unit back byte-identical; a host whose adopted server does
+not come up is put back at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from orchestrator.answers import Answer, answer_sweep
+from orchestrator.api import Adoption, AdoptOutcome
+from orchestrator.daemon.claims import HostClaims
+from orchestrator.daemon.order import host_keys
+from orchestrator.host import systemd
+from orchestrator.host.connect import open_host
+from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path
+from orchestrator.host.errors import HostError
+from orchestrator.lifecycle import TrialFailed, failure_from, reconfigure, restore, trial_config
+from orchestrator.log import get_logger
+from orchestrator.plan import trial_key
+from orchestrator.runner import host_session, snapshot_to_backup
+from orchestrator.store import BackupPending, Store, SweepRecord
+from orchestrator.sweepfile import HostSpec, Sweep
+
+ADOPTED_MARK = "__adopted"
+"""Set in an adopt's backup state (to the adopted config's label): its undo restores the unit
+as found and running as found, whatever the sweep's own restore policy says."""
+
+
+class AdoptRefused(ValueError):
+    """The sweep's answer does not name one config to adopt, or a host is not ready for it."""
+
+
+def choose(answers: Sequence[Answer], host_type: str, *, allow_tie: bool) -> Answer:
+    """The answer whose best config ``adopt`` may install on ``host_type``, or why not."""
+    matching = [a for a in answers if a.host_type == host_type]
+    if not matching:
+        known = sorted({a.host_type for a in answers})
+        raise AdoptRefused(
+            f"the sweep has no answer for host type {host_type!r}"
+            + (f" (its types: {', '.join(known)})" if known else "")
+        )
+    if len(matching) > 1:
+        raise AdoptRefused(
+            f"the sweep has no objective, so each matrix cell of {host_type} has its own "
+            "verdict and no one config wins: give the sweep an objective"
+        )
+    answer = matching[0]
+    if answer.verdict == "no-valid-config" or answer.best is None:
+        raise AdoptRefused(f"no config is valid on {host_type}: nothing to adopt")
+    if answer.verdict == "tie" and not allow_tie:
+        tied = ", ".join(c.label for c in (answer.best, *answer.tied))
+        raise AdoptRefused(
+            f"on {host_type} the data cannot tell {tied} apart: measure more repeats, or "
+            f"pass --allow-tie to adopt {answer.best.label} (the highest estimate)"
+        )
+    return answer
+
+
+async def adopt_host(
+    store: Store, record: SweepRecord, sweep: Sweep, host: HostSpec, config: Mapping[str, Any]
+) -> AdoptOutcome:
+    """Install ``config`` as ``host``'s lasting configuration; never leaves it worse: a failed
+    start puts the unit back as found, and a host error is reported, the backup kept."""
+    unit = sweep.server.unit
+    log = get_logger(host=host.name, sweep=record.name)
+    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
+
+    async def events(kind: str, /, **fields: Any) -> None:
+        await store.add_event(record.id, kind, host=host.name, fields=fields)
+
+    session = host_session(sweep, host, handle, unit=unit, events=events)
+    timeout = session.timeouts.command
+    target = str(adopted_dropin_path(unit))
+    try:
+        with structlog.contextvars.bound_contextvars(sweep=record.name, host=host.name):
+            trial_place = await systemd.read_unit(
+                session.transport, unit, control=session.control, timeout=timeout
+            )
+            if trial_place.dropin_before is not None:
+                raise AdoptRefused(
+                    f"{host.name}: a trial drop-in ({trial_place.dropin_path}) is still on "
+                    f"the host: `orchestrator restore {host.name}` first"
+                )
+            found = await systemd.read_unit(
+                session.transport, unit, control=session.control, path=target, timeout=timeout
+            )
+            session.found = found
+            key = trial_key(host.name, unit, config)
+            try:
+                trial = trial_config(
+                    found,
+                    sweep=sweep.name,
+                    key=key,
+                    knobs=host.effective_knobs(sweep.server.knobs),
+                    config=config,
+                    extra_flags=sweep.server.extra_flags,
+                    environment=sweep.server.environment,
+                    metrics=sweep.server.metrics,
+                    adopted=True,
+                )
+            except ExtraFlagConflict as conflict:
+                raise AdoptRefused(f"{host.name}: {conflict}") from conflict
+            files, state = snapshot_to_backup(found)
+            state[ADOPTED_MARK] = key
+            await store.rearm_unit_backup(record.id, host.name, unit, files, state)
+            await events("adopt.begin", trial=key, dropin=target)
+            try:
+                server = await reconfigure(session, trial)
+            except TrialFailed as failed:
+                log.warning("adopt.failed", cause=failed.cause, error=failed.message)
+                await events("adopt.failed", cause=failed.cause, error=failed.message)
+                await restore(session, "as-found")
+                await store.mark_restored(record.id, host.name)
+                return AdoptOutcome(
+                    host.name, ok=False, error=f"{failed.cause}: {failed.message} (put back)"
+                )
+            await events("adopt.done", trial=key, invocation=server.invocation_id)
+            log.info("adopt.done", invocation=server.invocation_id)
+            return AdoptOutcome(
+                host.name, ok=True, dropin=target, invocation_id=server.invocation_id
+            )
+    except (AdoptRefused, BackupPending) as refused:
+        return AdoptOutcome(host.name, ok=False, error=str(refused))
+    except TrialFailed as failed:
+        return AdoptOutcome(host.name, ok=False, error=f"{failed.cause}: {failed.message}")
+    except HostError as exc:
+        mapped = failure_from(exc)
+        return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
+    finally:
+        await handle.close()
+
+
+async def adopt_type(
+    store: Store,
+    record: SweepRecord,
+    sweep: Sweep,
+    answers: Sequence[Answer],
+    host_type: str,
+    *,
+    allow_tie: bool = False,
+) -> Adoption:
+    """Adopt the answer's best config on every host of ``host_type`` the sweep names, one host
+    at a time (a fleet keeps serving on the others while one restarts)."""
+    answer = choose(answers, host_type, allow_tie=allow_tie)
+    assert answer.best is not None
+    hosts = [h for h in sweep.hosts if h.host_type == host_type]
+    outcomes = []
+    for host in hosts:
+        outcomes.append(await adopt_host(store, record, sweep, host, answer.best.config))
+    return Adoption(record.name, record.id, host_type, answer.best, tuple(outcomes))
+
+
+class HostsBusy(RuntimeError):
+    """A host of the type is in use by a running sweep or a restore."""
+
+
+async def adopt_sweep(
+    store: Store,
+    record: SweepRecord,
+    sweep: Sweep,
+    host_type: str,
+    claims: HostClaims,
+    *,
+    allow_tie: bool = False,
+) -> Adoption:
+    """Answer ``record``'s sweep from the store and adopt its best config on ``host_type``,
+    holding the type's hosts meanwhile. Raises :class:`AdoptRefused` (nothing changed) or
+    :class:`HostsBusy`."""
+    answers = answer_sweep(await store.results(record.id), sweep)
+    choose(answers, host_type, allow_tie=allow_tie)  # refuse before holding anything
+    keys = frozenset().union(*(host_keys(h) for h in sweep.hosts if h.host_type == host_type))
+    if not claims.is_free(keys):
+        raise HostsBusy(f"a host of type {host_type} is busy: adopt once its sweep has ended")
+    claims.claim(keys)
+    try:
+        return await adopt_type(store, record, sweep, answers, host_type, allow_tie=allow_tie)
+    finally:
+        claims.release(keys)

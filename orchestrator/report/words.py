@@ -1,0 +1,263 @@
+"""An answer in words: what the report opens with, the same sentences in Markdown and HTML.
+
+A reader in the morning wants the decision first ("Deploy X on b300: 2.31× the baseline
+[2.22, 2.40] ..."), then what it rests on: what the interval covers, which configs or hosts
+misbehaved, which faster configs a constraint ruled out, and how much of the space the night
+explored. Pure functions of an :class:`~orchestrator.answers.Answer`; the numbers are written
+by :mod:`orchestrator.report.fmt` so they read as in the tables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
+from orchestrator.report import fmt
+from orchestrator.report.model import short_labels
+from orchestrator.store.results import config_label
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerWords:
+    """The headline sentence and the bullets under it (plain text, unescaped)."""
+
+    headline: str
+    details: tuple[str, ...]
+
+
+def readable(answer: Answer) -> Answer:
+    """The answer with its configs named as the report's tables name them: without the knob
+    values most of its configs share (``budget=16 topk=4``, not four knobs of which two never
+    change). The configs themselves are kept whole; the answers layer's notes get the same
+    names, so a config reads the same everywhere on the page. For rendering only: the JSON
+    keeps the answers layer's labels."""
+    pairs = [(c.label, c.config) for c in answer.contenders]
+    pairs += [(f.label, f.config) for f in answer.failed]
+    for contender in (answer.best, answer.runner_up, *answer.tied):
+        if contender is not None:
+            pairs.append((contender.label, contender.config))
+    names: dict[str, str] = {}
+    unique = list({label: config for label, config in pairs}.items())
+    for (label, _), short in zip(
+        unique, short_labels([config for _, config in unique]), strict=True
+    ):
+        names[label] = short
+    if all(label == short for label, short in names.items()):
+        return answer
+
+    def rename(contender: Contender | None) -> Contender | None:
+        if contender is None:
+            return None
+        return replace(contender, label=names.get(contender.label, contender.label))
+
+    def renamed(contenders: Sequence[Contender]) -> tuple[Contender, ...]:
+        return tuple(replace(c, label=names.get(c.label, c.label)) for c in contenders)
+
+    spelled = [label for label in sorted(names, key=len, reverse=True) if label != names[label]]
+    # Whole labels only, longest first, in one pass: a label is never rewritten inside
+    # another one (``budget=1`` in ``budget=16``) nor twice.
+    alternatives = "|".join(re.escape(label) for label in spelled)
+    pattern = re.compile(rf"(?<![\w.=])(?:{alternatives})(?![\w.])" if spelled else r"(?!)")
+    return replace(
+        answer,
+        best=rename(answer.best),
+        runner_up=rename(answer.runner_up),
+        tied=renamed(answer.tied),
+        contenders=renamed(answer.contenders),
+        failed=tuple(replace(f, label=names.get(f.label, f.label)) for f in answer.failed),
+        convergence=tuple(
+            replace(step, label=names.get(step.label, step.label))
+            if step.label is not None
+            else step
+            for step in answer.convergence
+        ),
+        notes=tuple(pattern.sub(lambda m: names[m.group(0)], note) for note in answer.notes),
+    )
+
+
+def where(objective: ObjectiveView) -> str:
+    """``context 4096 / concurrency 32``, or the combination of several cells."""
+    cells = objective.cells
+    if len(cells) == 1:
+        context, concurrency = cells[0]
+        return f"context {context} / concurrency {concurrency}"
+    names = ", ".join(fmt.cell_name(c, n) for c, n in cells)
+    return f"the {objective.combine} of {len(cells)} cells ({names})"
+
+
+def value_text(objective: ObjectiveView, contender: Contender) -> str:
+    """``2,310 tok/s [2,241, 2,379]``: a contender's estimate with its interval."""
+    estimate = contender.estimate
+    metric = objective.metric
+    return fmt.metric(metric, estimate.value) + fmt.interval(
+        estimate.ci95, lambda v: fmt.metric_number(metric, v)
+    )
+
+
+def _versus_baseline(objective: ObjectiveView, contender: Contender) -> str | None:
+    """``2.31× the baseline [2.22, 2.40]``; None when no baseline was measured."""
+    if contender.speedup_vs_baseline is None:
+        return None
+    whose = "the baseline" if objective.metric == "output_tok_s" else "the baseline's"
+    metric = "" if objective.metric == "output_tok_s" else f" {objective.metric}"
+    return (
+        f"{fmt.ratio(contender.speedup_vs_baseline)} {whose}{metric}"
+        f"{fmt.interval(contender.speedup_ci95, fmt.factor)}"
+    )
+
+
+def _standing(objective: ObjectiveView, contender: Contender) -> str:
+    """How good a config is, in the headline's terms: vs the baseline, else its value."""
+    return _versus_baseline(objective, contender) or value_text(objective, contender)
+
+
+def _margin(answer: Answer) -> str:
+    if answer.margin is None:
+        return ""
+    return fmt.percent(answer.margin.relative) + fmt.interval(answer.margin.ci95, fmt.percent)
+
+
+def _names(contenders: Sequence[Contender]) -> str:
+    labels = [c.label for c in contenders]
+    if len(labels) <= 2:
+        return " and ".join(labels)
+    return ", ".join(labels[:-1]) + f" and {labels[-1]}"
+
+
+def basis_words(basis: IntervalBasis, restarts: int) -> str:
+    """What an interval covers, and so how far it can be trusted."""
+    if basis == "restarts":
+        return (
+            f"the interval covers restart-to-restart and request-to-request variance over "
+            f"{restarts} restarts"
+        )
+    if basis == "borrowed-restart-variance":
+        return (
+            "one restart: the interval borrows the restart-to-restart variance measured on "
+            "this host type's repeated configs"
+        )
+    if basis == "within-run-only":
+        return (
+            "one restart and no repeated config to borrow restart variance from: the interval "
+            "is within-run only (request-to-request noise), too narrow for a deploy decision"
+        )
+    return "no interval: too little data to build one"
+
+
+def _headline(answer: Answer) -> str:
+    objective = answer.objective
+    at = where(objective)
+    best = answer.best
+    if answer.verdict == "better" and best is not None:
+        text = f"Deploy {best.label} on {answer.host_type}: {_standing(objective, best)} at {at}"
+        runner = answer.runner_up
+        if runner is None:
+            return text + "; the only valid config measured."
+        margin = _margin(answer)
+        return text + f"; beats {runner.label}" + (f" by {margin}." if margin else ".")
+    if answer.verdict == "tie" and best is not None:
+        tied = (best, *answer.tied)
+        return (
+            f"No single winner on {answer.host_type} at {at}: {_names(tied)} are tied on "
+            f"{objective.metric} (the differences are within the uncertainty)."
+        )
+    return f"No config to deploy on {answer.host_type} at {at}: {_no_valid_reason(answer)}."
+
+
+def _no_valid_reason(answer: Answer) -> str:
+    contenders = answer.contenders
+    if contenders and all(c.violations for c in contenders):
+        return f"every measured config ({len(contenders)}) breaks a constraint"
+    if not contenders and answer.failed:
+        return f"none of the {len(answer.failed)} configs tried produced a measurement"
+    if not contenders:
+        return "nothing was measured on this host type"
+    return "no measured config qualifies"
+
+
+def _is_faster(objective: ObjectiveView, a: Contender, than: Contender) -> bool:
+    if objective.minimized:
+        return a.estimate.value < than.estimate.value
+    return a.estimate.value > than.estimate.value
+
+
+def _details(answer: Answer) -> list[str]:
+    objective = answer.objective
+    best = answer.best
+    lines: list[str] = []
+    if best is not None:
+        hosts = ", ".join(best.estimate.hosts)
+        on = f" on {hosts}" if hosts else ""
+        restarts = best.estimate.restarts
+        plural = "" if restarts == 1 else "s"
+        leader = "Highest estimate" if answer.verdict == "tie" else "Estimate"
+        full = config_label(best.config)
+        spelled = f" ({full})" if full != best.label else ""
+        lines.append(
+            f"{leader}: {best.label}{spelled}, {objective.metric} {value_text(objective, best)}, "
+            f"from {restarts} restart{plural}{on}."
+        )
+        lines.append(f"Interval basis: {basis_words(best.estimate.basis, best.estimate.restarts)}.")
+        if best.screened_only:
+            lines.append(
+                f"{best.label} was measured at screening fidelity only (fewer rounds, the "
+                "objective's cells): confirm it before deploying."
+            )
+    if answer.verdict == "tie" and best is not None:
+        runner = answer.runner_up
+        margin = _margin(answer)
+        if runner is not None and margin:
+            lines.append(f"Its lead over {runner.label} is {margin}: not beyond the uncertainty.")
+        lines.append(
+            "What would break the tie: more repeats of the tied configs (raise "
+            "benchmark.repeats, each repeat is its own restart), so their intervals narrow."
+        )
+    noisy = [c for c in answer.contenders if c.estimate.noisy]
+    if noisy:
+        items = ", ".join(
+            f"{c.label} (cv {fmt.percent(c.estimate.cv)})" if c.estimate.cv is not None else c.label
+            for c in noisy
+        )
+        lines.append(f"Noisy (its restarts disagree by more than 5%): {items}.")
+    for flag in answer.flags:
+        # A flagged host is out of the pool by definition; say so once.
+        kept_out = "" if "out of the pool" in flag.message else "; left out of the pool"
+        lines.append(f"Host {flag.host} disagrees with its siblings: {flag.message}{kept_out}.")
+    ruled_out = [
+        c
+        for c in answer.contenders
+        if c.violations and (best is None or _is_faster(objective, c, best))
+    ]
+    if ruled_out:
+        items = "; ".join(f"{c.label} ({', '.join(c.violations)})" for c in ruled_out)
+        lead = "Ruled out by a constraint" + ("" if best is None else " although faster")
+        lines.append(f"{lead}: {items}.")
+    if answer.failed:
+        items = ", ".join(f"{f.label} ({f.cause or 'unknown'})" for f in answer.failed)
+        lines.append(f"Failed, never measured: {items}.")
+    lines.append(_coverage(answer))
+    lines.extend(answer.notes)
+    return lines
+
+
+def _coverage(answer: Answer) -> str:
+    """How much of the space the answer rests on: measured, failed, never tried."""
+    restarts = f"{answer.restarts_used} restart{'' if answer.restarts_used == 1 else 's'} used"
+    failed = len(answer.failed)
+    tail = f"; {failed} failed" if failed else ""
+    if answer.space:
+        untried = answer.space - answer.explored - failed
+        tail += f"; {untried} not explored" if untried > 0 else ""
+        return f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}."
+    return f"Explored {answer.explored} configs ({restarts}){tail}."
+
+
+def answer_words(answer: Answer) -> AnswerWords:
+    """The answer as a headline and its supporting bullets (configs named as given: pass
+    :func:`readable` of it for the report's short names)."""
+    return AnswerWords(_headline(answer), tuple(_details(answer)))
+
+
+__all__ = ["AnswerWords", "answer_words", "basis_words", "readable", "value_text", "where"]

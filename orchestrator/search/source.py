@@ -1,0 +1,494 @@
+"""The ``random`` and ``adaptive`` trial sources: one trial at a time, from the store.
+
+When a host of type T frees up it asks :meth:`SearchTrialSource.next_trial`, which reads the
+sweep's stored trials and results and answers, in this order:
+
+1. a trial already stored for the host and not finished (the one a crash interrupted: it is
+   re-run once, and its restart counts);
+2. the host's baseline, when the sweep asks for one and the host has not run it;
+3. the next exploration, while the type's restarts left (``search.max_restarts`` less every
+   start so far) cover it and the confirmation reserve, the deadline's time left covers it
+   and the reserve (:mod:`.deadline`), and configs not yet paid for remain (:mod:`.space`).
+   Proposal k is :func:`.propose.propose` of the seed and the finished explorations of the
+   type (the ``search.proposed`` event records which ones it saw). Under ``adaptive`` a new
+   config is *screened* first: the objective's cells, fewer rounds, no coding; the runner
+   asks :meth:`extend` once the screen is measured, and a promising config (in the top
+   ``promote_fraction`` of the type's screens: successive halving's rung) goes on with the
+   full matrix and the coding anchor on the same server;
+4. a confirmation of a leader (purpose ``confirm``, full matrix, its own restart): the reserve
+   spent on the two configs with the best full-fidelity results, alternately, so their
+   estimates come from restarts that did not pick them;
+5. nothing: the host is done.
+
+Nothing is kept only in memory: a fresh source over the same store answers the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
+from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
+from orchestrator.search.deadline import (
+    TimeBudget,
+    TimedTrial,
+    TrialTimes,
+    learn_times,
+    local_deadline,
+)
+from orchestrator.search.propose import Seen, Strategy, propose, startup_trials
+from orchestrator.search.score import (
+    Objective,
+    TrialScore,
+    score_trial,
+    sweep_objective,
+)
+from orchestrator.search.space import (
+    Config,
+    SearchSpace,
+    search_space,
+    server_identity,
+)
+from orchestrator.store import (
+    MatrixCell,
+    NewTrial,
+    Point,
+    Store,
+    SweepRecord,
+    TrialPlan,
+    TrialRecord,
+    TrialState,
+)
+from orchestrator.sweepfile import HostSpec, Sweep
+from orchestrator.trialsource import (
+    SourcedTrial,
+    TrialSource,
+    TrialSourceFactory,
+    plan_trial_source,
+    trial_plan,
+)
+from orchestrator.types import KnobValue
+
+PROPOSED_EVENT = "search.proposed"
+STOPPED_EVENT = "search.exploration_stopped"
+LEADERS = 2
+"""How many leading configs share the confirmation reserve."""
+INVALID_CONFIG_CAUSES = frozenset({"invalid-config"})
+"""Causes that condemn a config on every host type (a bad flag condemns it on its own type,
+where the config is paid for already and never proposed again)."""
+_UNFINISHED: frozenset[TrialState] = frozenset({"queued", "running"})
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One stored trial as the search reads it: its latest attempt's state and points."""
+
+    record: TrialRecord
+    host_type: str
+    identity: str
+    state: TrialState
+    cause: str | None
+    points: tuple[Point, ...]
+    started_at: float | None
+    finished_at: float | None
+
+    @property
+    def plan(self) -> TrialPlan:
+        assert self.record.plan is not None
+        return self.record.plan
+
+    @property
+    def explores(self) -> bool:
+        """A proposal of the search (not the baseline, not a confirmation)."""
+        return not self.record.is_baseline and self.plan.purpose != "confirm"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed")
+
+
+def is_full(plan: TrialPlan, full: TrialPlan) -> bool:
+    """The plan measures the whole matrix and the coding anchor (whatever its purpose)."""
+    return set(plan.cells) == set(full.cells) and set(plan.problems) == set(full.problems)
+
+
+def screen_plan(sweep: Sweep, objective: Objective) -> TrialPlan:
+    """A screening look: the objective's cells, ``search.screen_rounds`` rounds, no coding."""
+    full = trial_plan(sweep)
+    rounds = sweep.search.screen_rounds or max(1, sweep.benchmark.rounds // 2)
+    return dataclasses.replace(
+        full,
+        cells=tuple(MatrixCell(ctx, conc) for ctx, conc in objective.cells),
+        rounds=rounds,
+        problems=(),
+        purpose="screen",
+    )
+
+
+def assumed_times(sweep: Sweep, screen: TrialPlan | None) -> TrialTimes:
+    """The sweep's ``estimate:`` as times, until the type's own trials say better."""
+    estimate = estimate_plan(Plan(sweep.name, ()), sweep)
+    full_s = estimate.trial_s
+    if screen is None:
+        return TrialTimes(estimate.restart_s, full_s, full_s, learned=False)
+    cells = len(sweep.benchmark.contexts) * len(sweep.benchmark.concurrency)
+    share = len(screen.cells) / cells * screen.rounds / max(sweep.benchmark.rounds, 1)
+    return TrialTimes(
+        estimate.restart_s, estimate.restart_s + estimate.bench_s * share, full_s, learned=False
+    )
+
+
+class SearchTrialSource:
+    """A :class:`~orchestrator.trialsource.TrialSource` for ``random`` and ``adaptive``."""
+
+    def __init__(
+        self,
+        store: Store,
+        record: SweepRecord,
+        sweep: Sweep,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert sweep.search.strategy in ("random", "adaptive")
+        self.store, self.record, self.sweep = store, record, sweep
+        self.strategy: Strategy = "adaptive" if sweep.search.strategy == "adaptive" else "random"
+        self.clock = clock
+        self.space: SearchSpace = search_space(sweep)
+        self.objective = sweep_objective(sweep)
+        self.full = trial_plan(sweep)
+        self.screen = screen_plan(sweep, self.objective) if self.strategy == "adaptive" else None
+        self.type_of = host_types(sweep)
+        self._identities: dict[str, list[str]] = {}
+        for host in sweep.hosts:
+            if host.host_type not in self._identities:
+                self._identities[host.host_type] = [
+                    server_identity(sweep, host, config) for config in self.space.configs
+                ]
+        self._representative: dict[str, HostSpec] = {}
+        for host in sweep.hosts:
+            self._representative.setdefault(host.host_type, host)
+        self.finish_at: float | None = None
+        if sweep.schedule and sweep.schedule.finish_by:
+            now = dt.datetime.fromtimestamp(clock())
+            self.finish_at = local_deadline(sweep.schedule.finish_by, now).timestamp()
+        self._pending: dict[str, list[SourcedTrial]] = {}
+        self._stopped: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        store: Store,
+        record: SweepRecord,
+        sweep: Sweep,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> SearchTrialSource:
+        """A source over ``record``'s store; trials a crash left unfinished are offered first."""
+        source = cls(store, record, sweep, clock=clock)
+        for seen in await source.observe():
+            if seen.state in _UNFINISHED:
+                source._pending.setdefault(seen.record.host, []).append(
+                    source._sourced(seen.record)
+                )
+        return source
+
+    # --- the TrialSource protocol ------------------------------------------------------------
+
+    @property
+    def known(self) -> int | None:
+        return None
+
+    async def next_trial(self, host: str) -> SourcedTrial | None:
+        async with self._lock:
+            pending = self._pending.get(host)
+            if pending:
+                return pending.pop(0)
+            return await self._next(host)
+
+    async def tell(self, trial: SourcedTrial, outcome: object) -> None:
+        del trial, outcome  # the store holds the outcome; every decision reads it from there
+
+    def withdraw(self, host: str) -> list[SourcedTrial]:
+        return self._pending.pop(host, [])
+
+    async def extend(self, trial: TrialRecord, points: Sequence[Point]) -> TrialPlan | None:
+        """After a screen: the full plan when the config is promising, else None."""
+        plan = trial.plan
+        if plan is None or plan.purpose != "screen" or is_full(plan, self.full):
+            return None
+        host_type = self.type_of[trial.host]
+        observed = [o for o in await self.observe() if o.host_type == host_type]
+        baseline = self._baseline_points(observed)
+        score = score_trial(self.sweep, self.objective, points, baseline)
+        if not score.feasible:
+            return None
+        assert score.value is not None
+        rivals = []  # the type's other screens that measured their cells within the rules
+        for other in observed:
+            if other.record.id == trial.id or other.plan.purpose != "screen":
+                continue
+            rival = score_trial(self.sweep, self.objective, other.points, baseline)
+            if rival.feasible and rival.value is not None:
+                rivals.append(rival.value)
+        ahead = sum(value > score.value for value in rivals)
+        if ahead >= math.ceil(self.sweep.search.promote_fraction * (len(rivals) + 1)):
+            return None
+        return dataclasses.replace(self.full, purpose="screen", repeat=plan.repeat)
+
+    # --- reading the store -------------------------------------------------------------------
+
+    async def observe(self) -> list[Observation]:
+        """Every stored trial of the sweep with its latest attempt, in proposal order."""
+        results = await self.store.results(self.record.id)
+        latest = {(o.key, o.host): o for o in results.latest()}
+        out = []
+        for record in await self.store.trials(self.record.id):
+            if record.host not in self.type_of:
+                continue
+            host_type = self.type_of[record.host]
+            if record.plan is None:
+                record = dataclasses.replace(record, plan=self.full)
+            outcome = latest.get((record.key, record.host))
+            out.append(
+                Observation(
+                    record=record,
+                    host_type=host_type,
+                    identity=self._identity(host_type, record.config),
+                    state=outcome.state if outcome else "queued",
+                    cause=outcome.cause if outcome else None,
+                    points=outcome.points if outcome else (),
+                    started_at=outcome.started_at if outcome else None,
+                    finished_at=outcome.finished_at if outcome else None,
+                )
+            )
+        return out
+
+    def _identity(self, host_type: str, config: dict[str, KnobValue]) -> str:
+        return server_identity(self.sweep, self._representative[host_type], config)
+
+    def _baseline_points(self, observed: Sequence[Observation]) -> tuple[Point, ...] | None:
+        for seen in observed:
+            if seen.record.is_baseline and seen.state == "done":
+                return seen.points
+        return None
+
+    def _score(self, seen: Observation, baseline: Sequence[Point] | None) -> TrialScore:
+        if seen.state != "done":
+            return TrialScore(None)
+        return score_trial(self.sweep, self.objective, seen.points, baseline)
+
+    # --- deciding ----------------------------------------------------------------------------
+
+    async def _next(self, host: str) -> SourcedTrial | None:
+        host_type = self.type_of[host]
+        everything = await self.observe()
+        observed = [o for o in everything if o.host_type == host_type]
+        cap = self.sweep.search.max_restarts
+        events = await self.store.events(self.record.id, kinds=(RESTART_EVENT,))
+        used = restarts_used(events, self.type_of).get(host_type, 0)
+        left = math.inf if cap is None else cap - used
+        if left <= 0:
+            await self._stop_exploring(host_type, "max_restarts reached", observed)
+            return None
+        if self.space.baseline and not any(
+            o.record.is_baseline and o.record.host == host for o in observed
+        ):
+            return await self._store_trial(host, {}, self.full, baseline=True)
+        confirms = [o for o in observed if o.plan.purpose == "confirm"]
+        reserve = max(0, self.sweep.search.confirmations - len(confirms))
+        timing = await self._time_budget(host_type, observed, reserve)
+        candidates = self._candidates(host_type, everything, observed)
+        reason = None
+        if not candidates:
+            reason = "every config of the space was tried"
+        elif left - 1 < reserve:
+            reason = "only the confirmation reserve of max_restarts is left"
+        elif timing is not None and not timing.may_explore(self._exploration_cost(timing)):
+            reason = "only the confirmation reserve of the time to finish_by is left"
+        if reason is None:
+            return await self._explore(host, host_type, observed, candidates)
+        await self._stop_exploring(host_type, reason, observed)
+        if reserve > 0 and (timing is None or timing.may_confirm()):
+            leaders = self._leaders(observed)
+            if leaders:
+                config = leaders[len(confirms) % len(leaders)]
+                identity = self._identity(host_type, config)
+                repeat = 1 + sum(o.identity == identity for o in observed)
+                plan = dataclasses.replace(self.full, purpose="confirm", repeat=repeat)
+                return await self._store_trial(host, config, plan)
+        return None
+
+    def _candidates(
+        self, host_type: str, everything: Sequence[Observation], observed: Sequence[Observation]
+    ) -> list[int]:
+        """Configs whose server the type has not paid for, and none SGLang refused as an
+        impossible config on any type (a bad flag is a build's, so only its type's)."""
+        paid = {o.identity for o in observed}
+        refused = {
+            self._identity(host_type, o.record.config)
+            for o in everything
+            if o.state == "failed" and o.cause in INVALID_CONFIG_CAUSES
+        }
+        identities = self._identities[host_type]
+        out, chosen = [], paid | refused
+        for index in range(len(self.space.configs)):
+            identity = identities[index]
+            if identity in chosen:
+                continue
+            chosen.add(identity)  # of configs that are one server, the first stands for all
+            out.append(index)
+        return out
+
+    async def _explore(
+        self, host: str, host_type: str, observed: Sequence[Observation], candidates: list[int]
+    ) -> SourcedTrial:
+        baseline = self._baseline_points(observed)
+        explored = [o for o in observed if o.explores]
+        seen = [o for o in explored if o.finished]
+        results = []
+        for o in seen:
+            score = self._score(o, baseline)
+            results.append(Seen(o.record.config, score.value if score.feasible else None))
+        k = len(explored) + 1
+        index = propose(
+            self.strategy,
+            self.space,
+            candidates,
+            results,
+            seed=self.sweep.search.seed,
+            host_type=host_type,
+            k=k,
+            n_startup=startup_trials(self.sweep.search.max_restarts or 0),
+        )
+        config = dict(self.space.configs[index])
+        plan = self.screen or self.full
+        sourced = await self._store_trial(host, config, plan)
+        await self.store.add_event(
+            self.record.id,
+            PROPOSED_EVENT,
+            host=host,
+            fields={
+                "host_type": host_type,
+                "k": k,
+                "strategy": self.strategy,
+                "config": config,
+                "key": sourced.record.key,
+                "seen": [o.record.key for o in seen],
+                "candidates": len(candidates),
+            },
+        )
+        return sourced
+
+    def _leaders(self, observed: Sequence[Observation]) -> list[Config]:
+        """The best configs by their full-fidelity explorations (confirmations never count)."""
+        baseline = self._baseline_points(observed)
+        values: dict[str, list[float]] = {}
+        configs: dict[str, Config] = {}
+        for o in observed:
+            if not o.explores or o.state != "done" or not is_full(o.plan, self.full):
+                continue
+            score = self._score(o, baseline)
+            if score.feasible and score.value is not None:
+                values.setdefault(o.identity, []).append(score.value)
+                configs.setdefault(o.identity, dict(o.record.config))
+        ranked = sorted(values, key=lambda i: -sum(values[i]) / len(values[i]))
+        return [configs[identity] for identity in ranked[:LEADERS]]
+
+    def _exploration_cost(self, timing: TimeBudget) -> float:
+        times = timing.times
+        if self.screen is None:
+            return times.full_s
+        return times.screen_s + self.sweep.search.promote_fraction * (times.full_s - times.screen_s)
+
+    async def _time_budget(
+        self, host_type: str, observed: Sequence[Observation], reserve: int
+    ) -> TimeBudget | None:
+        if self.finish_at is None:
+            return None
+        timed = []
+        for o in observed:
+            if o.state != "done" or o.started_at is None or o.finished_at is None:
+                continue
+            starts = [p.provenance.started_at for p in o.points if p.provenance.started_at]
+            timed.append(
+                TimedTrial(
+                    started_at=o.started_at,
+                    finished_at=o.finished_at,
+                    first_point_at=min(starts) if starts else None,
+                    full=is_full(o.plan, self.full),
+                )
+            )
+        times = learn_times(timed, assumed_times(self.sweep, self.screen))
+        hosts = [
+            h
+            for h in await self.store.hosts(self.record.id)
+            if h.type == host_type and not h.set_aside_reason
+        ]
+        return TimeBudget(self.finish_at - self.clock(), times, reserve, len(hosts))
+
+    async def _stop_exploring(
+        self, host_type: str, reason: str, observed: Sequence[Observation]
+    ) -> None:
+        if host_type in self._stopped:
+            return
+        self._stopped.add(host_type)
+        explored = {o.identity for o in observed if o.explores}
+        await self.store.add_event(
+            self.record.id,
+            STOPPED_EVENT,
+            fields={
+                "host_type": host_type,
+                "reason": reason,
+                "explored": len(explored),
+                "space": len(set(self._identities[host_type])),
+            },
+        )
+
+    # --- storing -----------------------------------------------------------------------------
+
+    def _sourced(self, record: TrialRecord) -> SourcedTrial:
+        planned = Trial(
+            key=record.key,
+            host=record.host,
+            config=dict(record.config),
+            is_baseline=record.is_baseline,
+            ordinal=record.ordinal,
+        )
+        return SourcedTrial(planned, record)
+
+    async def _store_trial(
+        self, host: str, config: Config, plan: TrialPlan, *, baseline: bool = False
+    ) -> SourcedTrial:
+        """Store the proposal as a trial now (its key unique per host: repeats get ``~rN``)."""
+        key = repeat_key(trial_key(host, self.sweep.server.unit, config), plan.repeat)
+        stored = await self.store.trials(self.record.id)
+        ordinal = max((t.ordinal for t in stored), default=-1) + 1
+        rows = await self.store.add_trials(
+            self.record.id,
+            [NewTrial(key, host, config, ordinal, is_baseline=baseline, plan=plan)],
+        )
+        (row,) = [r for r in rows if r.key == key and r.host == host]
+        return self._sourced(row)
+
+
+def search_trial_source(clock: Callable[[], float] = time.time) -> TrialSourceFactory:
+    """The factory ``run_sweep`` calls for a random or adaptive sweep."""
+
+    async def factory(store: Store, record: SweepRecord, sweep: Sweep) -> TrialSource:
+        return await SearchTrialSource.open(store, record, sweep, clock=clock)
+
+    return factory
+
+
+def trial_source_for(sweep: Sweep, *, clock: Callable[[], float] = time.time) -> TrialSourceFactory:
+    """Where ``sweep``'s trials come from: the plan for ``grid``, else the search."""
+    if sweep.search.strategy == "grid":
+        return plan_trial_source
+    return search_trial_source(clock)

@@ -1,0 +1,66 @@
+"""The simulated host's SGLang asked to parse an argv, as the real one answers it.
+
+A preflight runs ``PYTHON -c SCRIPT ARGV...`` with the unit's interpreter, where SCRIPT imports
+``sglang.srt.server_args.prepare_server_args``, parses ARGV and prints one JSON line. The
+simulated host has no ``sglang`` package (nothing of that name is ever installed here: it would
+shadow a real install), so its shell answers a script that makes that import from the simulated
+server's own parser and resolution (``server_args.build_parser`` + ``resolve``), with the same
+answer the real script prints: ``ok``, argparse's error line (``PROG: error: ...``) or the
+resolution's exception, and the resolved speculative fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from orchestrator.sim.server_args import build_parser, resolve
+from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
+
+SGLANG_IMPORT = "from sglang.srt.server_args import prepare_server_args"
+"""What marks the script as one the simulated SGLang answers."""
+MARKER = "ORCHESTRATOR_SGLANG_PARSE "
+"""The prefix of the script's answer line (the script prints it, so the sim does too)."""
+
+
+class _ArgparseError(Exception):
+    pass
+
+
+def is_parse_script(args: Sequence[str]) -> bool:
+    """``-c SCRIPT ...`` where the script imports SGLang's ``prepare_server_args``."""
+    return len(args) >= 2 and args[0] == "-c" and SGLANG_IMPORT in args[1]
+
+
+def answer(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The script's output line for ``argv`` under ``environ`` (whose ``ORCH_SIM_CONFIG``
+    names the simulated build: version, DDTree)."""
+    try:
+        settings = ServerSimSettings.from_env(environ)
+    except SimSettingsError as exc:
+        return _line(ok=None, kind="unchecked", error=f"SimSettingsError: {exc}")
+    parser = build_parser(settings.sglang_version, settings.ddtree)
+
+    def error(message: str) -> NoReturn:
+        raise _ArgparseError(f"{parser.prog}: error: {message}")
+
+    parser.error = error  # type: ignore[method-assign]  # argparse's own hook for its errors
+    try:
+        namespace: argparse.Namespace = parser.parse_args(list(argv))
+    except _ArgparseError as exc:
+        return _line(ok=False, kind="argparse", error=str(exc))
+    try:
+        resolved = resolve(
+            namespace, argv, version=settings.sglang_version, ddtree=settings.ddtree,
+            environ=environ,
+        )  # fmt: skip
+    except (ValueError, AssertionError) as exc:
+        return _line(ok=False, kind="resolution", error=f"{type(exc).__name__}: {exc}")
+    speculative = {k: v for k, v in resolved.values.items() if k.startswith("speculative_")}
+    return _line(ok=True, speculative=speculative)
+
+
+def _line(**fields: Any) -> str:
+    return MARKER + json.dumps(fields, default=str) + "\n"

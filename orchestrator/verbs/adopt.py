@@ -1,0 +1,114 @@
+"""Install a sweep's winning config as a host type's lasting configuration.
+
+Through the daemon's API by default; with ``--db PATH`` straight from a store file with no
+daemon. Each host of the type gets the answer's best config in its own drop-in, proven like a
+trial's; ``orchestrator restore HOST`` puts the unit back as adopt found it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.api import valid_ref
+from orchestrator.daemon import HostClaims, ParsedSweeps, daemon_holds
+from orchestrator.daemon.adopt import AdoptRefused, adopt_sweep
+from orchestrator.store import Store, StoreError, SweepNotFound
+from orchestrator.verbs.apiclient import (
+    DaemonUnreachable,
+    add_socket_argument,
+    call,
+    socket_path,
+    sweep_url,
+)
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
+
+ADOPT_TIMEOUT_S = 7200.0
+"""One clean restart per host of the type, each minutes long on a real host."""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep", help="a sweep name (its latest run) or id")
+    parser.add_argument("--type", required=True, dest="host_type", help="the host type to adopt on")
+    parser.add_argument(
+        "--allow-tie",
+        action="store_true",
+        help="on a tie, adopt the tied config with the highest estimate",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    source = parser.add_mutually_exclusive_group()
+    add_socket_argument(source)
+    source.add_argument("--db", metavar="PATH", help="adopt from this store file, no daemon")
+
+
+async def _from_store(path: Path, ref: str, host_type: str, allow_tie: bool) -> dict[str, Any]:
+    async with await Store.open(path) as store:
+        record = await store.get_sweep(ref)
+        sweep = ParsedSweeps().get(record)
+        adoption = await adopt_sweep(
+            store, record, sweep, host_type, HostClaims(), allow_tie=allow_tie
+        )
+    return adoption.to_json()
+
+
+def _adopt_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    path = Path(args.db).expanduser().absolute()
+    if not path.is_file():
+        return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
+    if daemon_holds(path.parent):
+        return EXIT_BAD_INPUT, {
+            "error": f"a daemon runs on {path.parent}: adopt through it (without --db)"
+        }
+    try:
+        document = asyncio.run(_from_store(path, args.sweep, args.host_type, args.allow_tie))
+    except (AdoptRefused, SweepNotFound) as refused:
+        return EXIT_BAD_INPUT, {"error": str(refused)}
+    except StoreError as error:
+        return EXIT_FAILED, {"error": str(error)}
+    return (EXIT_OK if document["ok"] else EXIT_FAILED), document
+
+
+def _adopt_through_daemon(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    body = {"type": args.host_type, "allow_tie": args.allow_tie}
+    response = call(
+        socket_path(args.socket),
+        "POST",
+        sweep_url(args.sweep, "/adopt"),
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        timeout_s=ADOPT_TIMEOUT_S,
+    )
+    document = response.document if isinstance(response.document, dict) else {}
+    if "hosts" in document:
+        return (EXIT_OK if document.get("ok") else EXIT_FAILED), document
+    return response.exit_code(), {"error": response.error, **document}
+
+
+def run(args: argparse.Namespace) -> int:
+    if not valid_ref(args.sweep) or not valid_ref(args.host_type):
+        print("adopt: the sweep and --type are names (letters, digits, . _ -)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if args.db is not None:
+            code, document = _adopt_from_store(args)
+        else:
+            code, document = _adopt_through_daemon(args)
+    except DaemonUnreachable as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        emit_json(document)
+    if "hosts" not in document:
+        print(f"adopt: {document.get('error')}", file=sys.stderr)
+        return code
+    print(f"adopting {document['label']} on {document['host_type']}:", file=sys.stderr)
+    for host in document["hosts"]:
+        what = f"adopted ({host['dropin']})" if host["ok"] else f"NOT adopted: {host['error']}"
+        print(f"  {host['host']}: {what}", file=sys.stderr)
+    if document["ok"]:
+        print("undo with: orchestrator restore HOST", file=sys.stderr)
+    return code
