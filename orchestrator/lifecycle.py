@@ -312,7 +312,7 @@ class HostSession:
         """
         if self.found is None:
             snapshot = await systemd.read_unit(
-                self.transport, self.unit, timeout=self.timeouts.command
+                self.transport, self.unit, control=self.control, timeout=self.timeouts.command
             )
             stale = snapshot.stale_dropin
             if stale is not None:

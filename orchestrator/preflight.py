@@ -77,6 +77,10 @@ class HostCheck:
     """For an unknown flag, the build's closest flag (did you mean ...)."""
     model_mismatch: str | None = None
     """Why the name the benchmark sends is not what the server serves, when that is known."""
+    unit_control: str | None = None
+    gpu_reader: str | None = None
+    """How the host's units and GPUs were reached (``dbus``/``systemctl``, ``nvml``/
+    ``nvidia-smi``), once the checks got that far."""
     warnings: tuple[str, ...] = ()
     """What weakens the measurement without failing anything (``server.metrics: off`` on a
     chat sweep whose unit has no ``--enable-metrics``)."""
@@ -117,6 +121,8 @@ class HostCheck:
             },
             "exec_start": list(self.exec_start),
             "gpus": list(self.gpus),
+            "unit_control": self.unit_control,
+            "gpu_reader": self.gpu_reader,
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
         }
 
@@ -367,9 +373,7 @@ async def check_host(
             return HostCheck(
                 name, tuple(checks.items), reason=f"{unit}: LoadState={state.load_state}"
             )
-        service = systemd.merged_service(
-            await systemd.cat(transport, unit, timeout=command_timeout)
-        )
+        service = systemd.merged_service(await host.control.cat(unit, timeout=command_timeout))
         if not checks.add("exec_start", bool(service.exec_start), " ".join(service.exec_start)):
             return HostCheck(name, tuple(checks.items), reason=f"{unit} has no ExecStart")
 
@@ -378,6 +382,8 @@ async def check_host(
         except GpuQueryError as exc:
             checks.add("gpus", False, str(exc))
             return HostCheck(name, tuple(checks.items), reason=f"GPU query failed: {exc}")
+        access = host.access
+        checks.add("access", True, access.detail or f"{access.unit_control}, {access.gpu_reader}")
         present = tuple(g.index for g in snapshot.gpus)
         missing = sorted(set(gpus or ()) - set(present))
         detail = f"{len(present)} GPUs: {list(present)}; {release_method_text(snapshot, gpus)}"
@@ -483,6 +489,8 @@ async def check_host(
             gpus=present,
             suggestions=suggestions,
             model_mismatch=model_mismatch,
+            unit_control=access.unit_control,
+            gpu_reader=access.gpu_reader,
             warnings=warnings,
             parser=parser,
             rejected=refused,

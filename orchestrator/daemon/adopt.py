@@ -83,13 +83,17 @@ async def adopt_host(
     target = str(adopted_dropin_path(unit))
     try:
         with structlog.contextvars.bound_contextvars(sweep=record.name, host=host.name):
-            trial_place = await systemd.read_unit(session.transport, unit, timeout=timeout)
+            trial_place = await systemd.read_unit(
+                session.transport, unit, control=session.control, timeout=timeout
+            )
             if trial_place.dropin_before is not None:
                 raise AdoptRefused(
                     f"{host.name}: a trial drop-in ({trial_place.dropin_path}) is still on "
                     f"the host: `orchestrator restore {host.name}` first"
                 )
-            found = await systemd.read_unit(session.transport, unit, path=target, timeout=timeout)
+            found = await systemd.read_unit(
+                session.transport, unit, control=session.control, path=target, timeout=timeout
+            )
             session.found = found
             key = trial_key(host.name, unit, config)
             try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +27,21 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
-from orchestrator.host.systemd import STATE_PROPERTIES, SystemdError, UnitState, unit_state
+from orchestrator.host.systemd import (
+    STATE_PROPERTIES,
+    SystemdError,
+    UnitFile,
+    UnitState,
+    listed_files,
+    unit_state,
+)
+from orchestrator.host.transport import Transport
 from orchestrator.host.unitcontrol import JOB_RESULTS, JobFailed, JobOperation, JobTimeout
 from orchestrator.log import get_logger
 from orchestrator.types import FailureCause
 
 SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
+DEFAULT_SYSTEM_BUS_ADDRESS = "unix:path=/run/dbus/system_bus_socket"
 MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER_INTERFACE = "org.freedesktop.systemd1.Manager"
 UNIT_INTERFACE = "org.freedesktop.systemd1.Unit"
@@ -83,6 +93,12 @@ class BusUnavailable(SystemdError):
         super().__init__("(manager)", f"D-Bus {address}: {reason}")
         self.address = address
         self.reason = reason
+
+
+def system_bus_address(environ: Mapping[str, str] = os.environ) -> str:
+    """The system bus as libdbus finds it: ``DBUS_SYSTEM_BUS_ADDRESS`` when set and not empty,
+    else the standard socket."""
+    return environ.get("DBUS_SYSTEM_BUS_ADDRESS") or DEFAULT_SYSTEM_BUS_ADDRESS
 
 
 # --- pure: object paths --------------------------------------------------------------------
@@ -284,6 +300,11 @@ class SystemdBus:
         try:
             async with asyncio.timeout(timeout):
                 await bus.connect()
+                (owned,) = await self._raw_call(
+                    bus, DBUS_NAME, DBUS_PATH, DBUS_NAME, "NameHasOwner", "s", [SYSTEMD_BUS_NAME]
+                )
+                if not owned:  # asked anyway, the bus would try to activate it, and fail
+                    raise BusUnavailable(self._where, f"{SYSTEMD_BUS_NAME} is not on the bus")
                 await self._raw_call(
                     bus, DBUS_NAME, DBUS_PATH, DBUS_NAME, "AddMatch", "s", [JOB_REMOVED_MATCH]
                 )
@@ -294,6 +315,9 @@ class SystemdBus:
                 except DBusError as exc:
                     if exc.type != _ALREADY_SUBSCRIBED:
                         raise
+        except BusUnavailable:
+            bus.disconnect()
+            raise
         except (OSError, TimeoutError) as exc:
             bus.disconnect()
             raise BusUnavailable(self._where, f"cannot connect: {exc!r}") from exc
@@ -505,15 +529,24 @@ async def _unless_disconnected(
 
 
 class BusUnitControl:
-    """:class:`~orchestrator.host.unitcontrol.UnitControl` over :class:`SystemdBus`."""
+    """:class:`~orchestrator.host.unitcontrol.UnitControl` over :class:`SystemdBus`; the unit's
+    files are read through ``files`` (this machine's transport) at the paths the manager
+    gives, as ``systemctl cat`` reads them."""
 
-    def __init__(self, bus: SystemdBus) -> None:
+    mechanism = "dbus"
+
+    def __init__(self, bus: SystemdBus, files: Transport) -> None:
         self.bus = bus
+        self.files = files
 
     async def show(
         self, unit: str, props: Sequence[str] = STATE_PROPERTIES, *, timeout: float
     ) -> UnitState:
         return await self.bus.unit_state(unit, timeout=timeout)
+
+    async def cat(self, unit: str, *, timeout: float) -> list[UnitFile]:
+        state = await self.bus.unit_state(unit, timeout=timeout)
+        return await listed_files(self.files, unit, state, timeout=timeout)
 
     async def start(self, unit: str, *, timeout: float) -> None:
         await self.bus.start(unit, timeout=timeout)

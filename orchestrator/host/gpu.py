@@ -337,6 +337,8 @@ class GpuProbe(Protocol):
 class NvidiaSmiProbe:
     """GPU memory over a transport with ``nvidia-smi`` (both queries run concurrently)."""
 
+    mechanism = "nvidia-smi"
+
     def __init__(self, transport: Transport, *, timeout: float = 15.0) -> None:
         self._transport = transport
         self._timeout = timeout
@@ -373,6 +375,8 @@ class NvidiaSmiProbe:
 
 class NvmlProbe:
     """GPU memory on this machine through NVML; calls run in a thread (NVML blocks)."""
+
+    mechanism = "nvml"
 
     def __init__(self) -> None:
         self._initialised = False

@@ -63,6 +63,11 @@ class LocalTransport:
     def name(self) -> str:
         return self._name
 
+    @property
+    def sudo(self) -> bool:
+        """Privileged work goes through ``sudo -n`` (asked for, and not root)."""
+        return self._sudo
+
     async def run(
         self,
         argv: Sequence[str],

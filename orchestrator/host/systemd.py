@@ -524,8 +524,30 @@ async def show(
 
 
 async def cat(transport: Transport, unit: str, *, timeout: float = 10.0) -> list[UnitFile]:
+    """``systemctl cat UNIT``: its files as the host's manager lists them."""
     result = await _systemctl(transport, ["cat", "--"], unit, timeout=timeout)
     return parse_cat(result.stdout_text())
+
+
+async def listed_files(
+    transport: Transport, unit: str, state: UnitState, *, timeout: float = 10.0
+) -> list[UnitFile]:
+    """The unit's files as ``systemctl cat`` finds them, for a caller that reads the manager
+    itself (D-Bus): ``state``'s ``FragmentPath``, then its ``DropInPaths``, each read whole
+    through ``transport``. That is what ``systemctl cat`` does with the manager's answer, less
+    the headers it prints and ``parse_cat`` takes off again. Like it, a unit with no file is
+    an error, and so is a listed file that is gone (the unit changed since it was loaded)."""
+    paths = [p for p in (state.fragment_path, *state.drop_in_paths) if p]
+    if not paths:
+        raise SystemdError(unit, f"no files found (LoadState={state.load_state or '(none)'})")
+    files = []
+    for path in paths:
+        try:
+            data = await transport.read_file(path, timeout=timeout)
+        except FileNotFoundError:
+            raise SystemdError(unit, f"{path} is listed by the manager but absent") from None
+        files.append(UnitFile(path, data.decode("utf-8", errors="replace")))
+    return files
 
 
 async def daemon_reload(transport: Transport, *, timeout: float = 60.0) -> None:
@@ -589,10 +611,16 @@ class UnitSnapshot:
 
 
 async def read_unit(
-    transport: Transport, unit: str, *, path: str | None = None, timeout: float = 20.0
+    transport: Transport,
+    unit: str,
+    *,
+    control: UnitControl,
+    path: str | None = None,
+    timeout: float = 20.0,
 ) -> UnitSnapshot:
-    """Read the unit as found: state, and the exact bytes of its fragment and drop-ins."""
-    state = await show(transport, unit, timeout=timeout)
+    """Read the unit as found: state (from the host's unit control: D-Bus on a local host with
+    a bus), and the exact bytes of its fragment and drop-ins (through the transport)."""
+    state = await control.show(unit, timeout=timeout)
     if not state.exists:
         raise SystemdError(unit, f"unit not loadable: LoadState={state.load_state}")
     target = path or str(dropin_path(unit))
@@ -634,7 +662,7 @@ async def verify_unit(
 ) -> LoadedUnit:
     """Read back state and files and raise :class:`DropInNotApplied` unless they match."""
     state = await control.show(unit, timeout=timeout)
-    files = await cat(transport, unit, timeout=timeout)
+    files = await control.cat(unit, timeout=timeout)
     service = merged_service(files)
     problems = verify_loaded(state, service, path, expected)
     if problems:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.host import systemd
-from orchestrator.host.systemd import STATE_PROPERTIES, SystemdError, UnitState
+from orchestrator.host.systemd import STATE_PROPERTIES, SystemdError, UnitFile, UnitState
 from orchestrator.host.transport import CommandTimeout, CompletedCommand, Transport
 from orchestrator.types import FailureCause
 
@@ -88,6 +88,10 @@ class UnitControl(Protocol):
         ``props`` is a hint: an implementation may return more."""
         ...
 
+    async def cat(self, unit: str, *, timeout: float) -> list[UnitFile]:
+        """The unit's fragment and drop-ins as the manager lists them, with their text."""
+        ...
+
     async def start(self, unit: str, *, timeout: float) -> None: ...
 
     async def stop(self, unit: str, *, timeout: float) -> None: ...
@@ -100,6 +104,8 @@ class UnitControl(Protocol):
 class SystemctlControl:
     """:class:`UnitControl` as ``systemctl`` commands over a transport (SSH or local)."""
 
+    mechanism = "systemctl"
+
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
 
@@ -107,6 +113,9 @@ class SystemctlControl:
         self, unit: str, props: Sequence[str] = STATE_PROPERTIES, *, timeout: float
     ) -> UnitState:
         return await systemd.show(self.transport, unit, props, timeout=timeout)
+
+    async def cat(self, unit: str, *, timeout: float) -> list[UnitFile]:
+        return await systemd.cat(self.transport, unit, timeout=timeout)
 
     async def start(self, unit: str, *, timeout: float) -> None:
         await self._job("start", unit, timeout)

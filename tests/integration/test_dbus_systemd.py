@@ -25,7 +25,9 @@ from dbus_fast.aio import MessageBus
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.host.connect import LocalGpuProbe, LocalUnitControl, nvml_missing
 from orchestrator.host.dbus import (
+    DEFAULT_SYSTEM_BUS_ADDRESS,
     BusCallFailed,
     BusUnavailable,
     BusUnitControl,
@@ -33,10 +35,13 @@ from orchestrator.host.dbus import (
     bus_label_escape,
     bus_label_unescape,
     show_properties,
+    system_bus_address,
     unit_name_from_path,
     unit_object_path,
 )
-from orchestrator.host.systemd import shown_exec_argv, unit_state
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.local import LocalTransport
+from orchestrator.host.systemd import SystemdError, merged_service, shown_exec_argv, unit_state
 from orchestrator.host.unitcontrol import JobFailed, JobTimeout, UnitControl
 from tests.sysdeps import apt_install
 
@@ -476,7 +481,7 @@ async def test_bus_without_systemd_is_unavailable(private_bus: str) -> None:
     bus = SystemdBus(private_bus)
     with pytest.raises(BusUnavailable) as raised:
         await bus.connect(timeout=T)
-    assert "ServiceUnknown" in str(raised.value)
+    assert raised.value.reason == "org.freedesktop.systemd1 is not on the bus"
     with pytest.raises(BusUnavailable):
         await SystemdBus("unix:path=/nonexistent/orchestrator-test-bus").connect(timeout=T)
 
@@ -507,7 +512,7 @@ async def test_a_lost_bus_fails_the_job_wait_at_once(tmp_path: Path) -> None:
 
 
 async def test_bus_unit_control_is_a_unit_control(systemd_bus: SystemdBus) -> None:
-    control: UnitControl = BusUnitControl(systemd_bus)
+    control: UnitControl = BusUnitControl(systemd_bus, LocalTransport("test"))
     assert isinstance(control, UnitControl)
     await control.daemon_reload(timeout=T)
     await control.start("sglang.service", timeout=T)
@@ -515,6 +520,128 @@ async def test_bus_unit_control_is_a_unit_control(systemd_bus: SystemdBus) -> No
     await control.stop("sglang.service", timeout=T)
     assert not (await control.show("sglang.service", timeout=T)).running
     await control.reset_failed("sglang.service", timeout=T)
+
+
+# --- local mode: the host's unit control and GPU reader, chosen at first use ---------------
+
+
+def test_system_bus_address_as_libdbus_finds_it() -> None:
+    assert system_bus_address({}) == DEFAULT_SYSTEM_BUS_ADDRESS
+    assert system_bus_address({"DBUS_SYSTEM_BUS_ADDRESS": ""}) == DEFAULT_SYSTEM_BUS_ADDRESS
+    assert system_bus_address({"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/x"}) == "unix:path=/x"
+
+
+async def test_local_control_goes_over_the_bus_and_reads_the_files_it_lists(
+    private_bus: str, tmp_path: Path
+) -> None:
+    """Units, state and files of a local host come from the manager on the bus: the files are
+    read at the FragmentPath and DropInPaths it gives (what ``systemctl cat`` reads)."""
+    fragment = tmp_path / "sglang.service"
+    fragment.write_text("[Service]\nExecStart=/bin/sleep 60\n")
+    dropin = tmp_path / "sglang.service.d" / "90-orchestrator.conf"
+    dropin.parent.mkdir()
+    dropin.write_text("[Service]\nExecStart=\nExecStart=/bin/sleep 61\n")
+    units = {
+        "sglang.service": {
+            "argv": ["/bin/sleep", "61"],
+            "fragment_path": str(fragment),
+            "drop_in_paths": [str(dropin)],
+        },
+        "gone.service": {"argv": ["/bin/true"], "fragment_path": str(tmp_path / "gone")},
+    }
+    units_file = tmp_path / "units.json"
+    units_file.write_text(json.dumps(units))
+    fake = _start_fake(private_bus, units_file)
+    transport = LocalTransport("local")
+    control = LocalUnitControl(transport, bus_address=private_bus)
+    handle = HostHandle(transport, control, LocalGpuProbe(transport))
+    try:
+        assert control.mechanism is None  # nothing chosen before the first use
+        files = await control.cat("sglang.service", timeout=T)
+        assert [(f.path, f.text) for f in files] == [
+            (str(fragment), fragment.read_text()),
+            (str(dropin), dropin.read_text()),
+        ]
+        assert merged_service(files).exec_start == ("/bin/sleep", "61")
+        assert (control.mechanism, handle.access.unit_control) == ("dbus", "dbus")
+        assert private_bus in control.detail
+        await control.start("sglang.service", timeout=T)
+        assert (await control.show("sglang.service", timeout=T)).running
+        await control.stop("sglang.service", timeout=T)
+        with pytest.raises(SystemdError, match="listed by the manager but absent"):
+            await control.cat("gone.service", timeout=T)
+    finally:
+        await handle.close()
+        _stop(fake)
+
+
+STAND_IN_SYSTEMCTL = r"""#!/bin/sh
+printf '%s\n' "$*" >> "$CALLS"
+[ "$1" = show ] && printf 'LoadState=loaded\nActiveState=inactive\n'
+exit 0
+"""
+
+
+async def test_local_control_without_systemd_on_a_bus_uses_systemctl_and_keeps_it(
+    private_bus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No socket: systemctl, chosen at the first call and kept when a bus with systemd appears
+    later; a bus without systemd on it: systemctl too, with that reason."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(STAND_IN_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("CALLS", str(calls))
+    later = tmp_path / "later"
+    later.mkdir()
+    control = LocalUnitControl(LocalTransport("local"), bus_address=f"unix:path={later}/bus")
+    assert (await control.show("sglang.service", timeout=T)).load_state == "loaded"
+    assert control.mechanism == "systemctl" and "cannot connect" in control.detail
+    daemon, address = _start_bus(later)
+    units_file = tmp_path / "units.json"
+    units_file.write_text(json.dumps(_units()))
+    fake = _start_fake(address, units_file)
+    try:
+        await control.start("sglang.service", timeout=T)
+        assert calls.read_text().splitlines()[-1] == "start sglang.service"
+        assert control.mechanism == "systemctl"
+    finally:
+        await control.close()
+        _stop(fake)
+        _stop(daemon)
+
+    bare = LocalUnitControl(LocalTransport("local"), bus_address=private_bus)
+    await bare.daemon_reload(timeout=T)
+    assert bare.mechanism == "systemctl"
+    assert "org.freedesktop.systemd1 is not on the bus" in bare.detail
+    assert calls.read_text().splitlines()[-1] == "daemon-reload"
+
+
+async def test_local_gpus_without_nvml_are_read_with_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where NVML is missing (no driver here), the GPUs come from ``nvidia-smi`` on PATH."""
+    missing = await asyncio.to_thread(nvml_missing)
+    if missing is None:
+        pytest.skip("this machine has NVML: a local host reads its GPUs through it")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f"#!/bin/sh\nexec {sys.executable} -m orchestrator.sim.nvidia_smi"
+        f' --state-dir {tmp_path / "gpu"} "$@"\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    probe = LocalGpuProbe(LocalTransport("local"))
+    try:
+        snapshot = await probe.snapshot()
+        assert [g.index for g in snapshot.gpus] == list(range(len(snapshot.gpus)))
+        assert snapshot.gpus and probe.mechanism == "nvidia-smi"
+        assert missing in probe.detail
+    finally:
+        probe.close()
 
 
 # --- against the real manager, read-only ---------------------------------------------------

@@ -471,7 +471,7 @@ async def test_install_verify_and_restore_byte_identical(
     control = SystemctlControl(transport)
     await systemd.daemon_reload(transport)
     ours = str(root / "sglang.service.d" / "90-orchestrator.conf")
-    snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
+    snapshot = await systemd.read_unit(transport, "sglang.service", control=control, path=ours)
     assert snapshot.files == (systemd.FileBytes(str(root / "sglang.service"), FRAGMENT),)
     assert snapshot.dropin_before is None and not snapshot.dropin_dir_existed
     assert snapshot.state.timeout_stop_s == 90.0
@@ -503,7 +503,7 @@ async def test_install_detects_a_later_dropin_overriding_ours(
     (dropin_dir / "99-admin.conf").write_bytes(admin)
     await systemd.daemon_reload(transport)
     ours = str(dropin_dir / "90-orchestrator.conf")
-    snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
+    snapshot = await systemd.read_unit(transport, "sglang.service", control=control, path=ours)
     assert snapshot.dropin_dir_existed
 
     with pytest.raises(systemd.DropInNotApplied) as caught:
@@ -534,7 +534,7 @@ async def test_stale_dropin_of_ours_is_recognised_and_restore_puts_back_bytes(
     (dropin_dir / "90-orchestrator.conf").chmod(0o600)
     await systemd.daemon_reload(transport)
     ours = str(dropin_dir / "90-orchestrator.conf")
-    snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
+    snapshot = await systemd.read_unit(transport, "sglang.service", control=control, path=ours)
     assert snapshot.dropin_before == stale
     header = snapshot.stale_dropin
     assert header is not None and header.sweep == "crashed-sweep"
@@ -577,7 +577,7 @@ async def test_restore_removes_temp_files_a_killed_write_left_and_nothing_else(
     control = SystemctlControl(transport)
     await systemd.daemon_reload(transport)
     ours = str(root / "sglang.service.d" / "90-orchestrator.conf")
-    snapshot = await systemd.read_unit(transport, "sglang.service", path=ours)
+    snapshot = await systemd.read_unit(transport, "sglang.service", control=control, path=ours)
     await systemd.install_dropin(
         transport,
         "sglang.service",

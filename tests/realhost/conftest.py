@@ -36,6 +36,15 @@ def real_host(realhost_ready: None, tmp_path: Path) -> Iterator[RealHost]:
         host.stop()
 
 
+@pytest.fixture
+def real_bus_host(realhost_ready: None, tmp_path: Path) -> Iterator[RealHost]:
+    """A real host (at ``real_host``'s address) with a system bus and its manager on it."""
+    with running_real_host(
+        "orch-rh1", "127.0.0.41", 2241, tmp_path / "rh1", system_bus=True
+    ) as host:
+        yield host
+
+
 @pytest.fixture(scope="module")
 def fidelity_host(
     realhost_ready: None, tmp_path_factory: pytest.TempPathFactory

@@ -31,16 +31,23 @@ CGROUP_SYSTEMD = Path("/sys/fs/cgroup/systemd")
 SYSTEMD = Path("/lib/systemd/systemd")
 JOURNALD = Path("/lib/systemd/systemd-journald")
 SSHD = Path("/usr/sbin/sshd")
+DBUS_DAEMON = Path("/usr/bin/dbus-daemon")
+DBUS_UNITS = Path("/lib/systemd/system")
+SYSTEM_BUS_ADDRESS = "unix:path=/run/dbus/system_bus_socket"
 
 # Runs as the host's first process: joins the slice, builds the namespace, starts journald and
 # sshd from aux.scope, then becomes the host's systemd manager.
 _BOOT_SCRIPT = r"""
 set -eu
-NAME=$1 ADDR=$2 PORT=$3 DIR=$4
+NAME=$1 ADDR=$2 PORT=$3 DIR=$4 BUS=${5:-}
 U=/sys/fs/cgroup/unified/$NAME.slice; S=/sys/fs/cgroup/systemd/$NAME.slice
 mount --bind "$DIR/etc-systemd-system" /etc/systemd/system
 mkdir -p /run/user/0
-mount -t tmpfs -o mode=700 tmpfs /run/user/0
+RUNTIME_MODE=700
+# With a bus, dbus-daemon (as messagebus) must reach the manager's notify socket in here, as it
+# reaches /run/systemd/notify on a PID-1 host (where the manager runs with umask 0).
+[ -n "$BUS" ] && RUNTIME_MODE=755
+mount -t tmpfs -o mode=$RUNTIME_MODE tmpfs /run/user/0
 mount -t tmpfs -o mode=755 tmpfs /run/systemd
 mkdir -p /run/systemd/system /run/systemd/journal
 mount -t tmpfs -o mode=755 tmpfs /run/log
@@ -49,6 +56,12 @@ mount -t tmpfs -o mode=755 tmpfs /run/sshd
 ln -s /run/user/0/systemd/private /run/systemd/private
 # sshd gives sessions its standard PATH: put the stand-in tools where that PATH looks first.
 mount --bind "$DIR/bin" /usr/local/sbin
+if [ -n "$BUS" ]; then
+  # Debian's own system bus units, run by this host's manager as a PID-1 manager runs them.
+  mkdir -p /run/dbus /run/systemd/user
+  mount -t tmpfs -o mode=755 tmpfs /run/dbus
+  cp /lib/systemd/system/dbus.socket /lib/systemd/system/dbus.service /run/systemd/user/
+fi
 mkdir -p "$U/aux.scope" "$S/aux.scope"
 (
   echo "$BASHPID" > "$U/aux.scope/cgroup.procs"
@@ -59,6 +72,12 @@ mkdir -p "$U/aux.scope" "$S/aux.scope"
   wait
 ) &
 for _ in $(seq 100); do [ -S /run/systemd/journal/stdout ] && break; sleep 0.05; done
+if [ -n "$BUS" ]; then
+  # A user manager's API bus is the one named here; once its dbus.service runs, it registers
+  # org.freedesktop.systemd1 there, as a PID-1 manager does on the system bus.
+  export DBUS_SESSION_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket
+  umask 000
+fi
 export XDG_RUNTIME_DIR=/run/user/0 SYSTEMD_LOG_TARGET=journal
 export SYSTEMD_UNIT_PATH=/etc/systemd/system:
 exec /lib/systemd/systemd --user
@@ -87,6 +106,13 @@ def ensure_sshd() -> None:
         apt_install("openssh-server")
 
 
+def ensure_dbus_daemon() -> None:
+    """Install Debian's dbus (the reference dbus-daemon and its system bus configuration) when
+    it is missing."""
+    if not (DBUS_DAEMON.exists() and DBUS_UNITS.joinpath("dbus.service").exists()):
+        apt_install("dbus")
+
+
 @dataclass
 class RealHost:
     """One running real-systemd host: SSH on ``address:port`` as root with ``identity_file``."""
@@ -98,6 +124,11 @@ class RealHost:
     process: subprocess.Popen[bytes] | None = None
     slice_name: str = field(default_factory=lambda: f"orch-{uuid.uuid4().hex[:10]}")
     """The cgroup slice: unique per instance, so concurrent runs never share one."""
+    system_bus: bool = False
+    """Give the host a system bus at :data:`SYSTEM_BUS_ADDRESS` in its own /run: Debian's
+    ``dbus.socket`` and ``dbus.service`` (the reference dbus-daemon, ``--system``) run by the
+    host's manager, which registers ``org.freedesktop.systemd1`` on it. Without it the host has
+    no bus, as before."""
 
     @property
     def identity_file(self) -> Path:
@@ -159,6 +190,8 @@ class RealHost:
         self.known_hosts.write_text(f"{entry} {public[0]} {public[1]}\n")
 
     def start(self, timeout: float = 20.0) -> None:
+        if self.system_bus:
+            ensure_dbus_daemon()
         self.prepare()
         for path in self._slices():
             path.mkdir(exist_ok=True)
@@ -174,6 +207,7 @@ class RealHost:
                 self.address,
                 str(self.port),
                 str(self.root),
+                "1" if self.system_bus else "",
             ],
             stdin=subprocess.DEVNULL,
             stdout=(self.root / "host.log").open("wb"),
@@ -185,9 +219,25 @@ class RealHost:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {self.log_tail()}")
             if self.ssh(["systemctl", "is-system-running"], check=False).returncode in (0, 1):
+                if self.system_bus:
+                    self._await_manager_on_bus(deadline)
                 return
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} did not answer over SSH in {timeout}s: {self.log_tail()}")
+
+    def _await_manager_on_bus(self, deadline: float) -> None:
+        """Start the host's dbus.service (a PID-1 host starts it at boot) and wait until the
+        manager owns ``org.freedesktop.systemd1`` on that bus."""
+        self.ssh(["systemctl", "start", "dbus.service"])
+        has_owner = [
+            "busctl", "--system", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+            "org.freedesktop.DBus", "NameHasOwner", "s", "org.freedesktop.systemd1",
+        ]  # fmt: skip
+        while time.monotonic() < deadline:
+            if self.ssh(has_owner, check=False).stdout.strip() == b"b true":
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name}: systemd is not on its bus: {self.log_tail()}")
 
     def log_tail(self) -> str:
         parts = []
@@ -244,10 +294,12 @@ class RealHost:
 
 
 @contextlib.contextmanager
-def running_real_host(name: str, address: str, port: int, root: Path) -> Iterator[RealHost]:
+def running_real_host(
+    name: str, address: str, port: int, root: Path, *, system_bus: bool = False
+) -> Iterator[RealHost]:
     """A started host at ``address:port`` (stopped by its slices' pids on exit)."""
     root.mkdir(parents=True, exist_ok=True)
-    host = RealHost(name=name, address=address, port=port, root=root)
+    host = RealHost(name=name, address=address, port=port, root=root, system_bus=system_bus)
     try:
         host.start()
         yield host
