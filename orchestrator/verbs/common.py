@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,17 @@ def emit_json(document: Any) -> None:
     """Exactly one JSON document on stdout (scripts pipe it into a parser)."""
     sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def report_problems(error: SweepFileError) -> None:
+    """Every problem of a sweep file on stderr, one line each (``file:line: field: message``)."""
+    for problem in error.problems:
+        print(problem, file=sys.stderr)
+
+
+def print_warnings(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def load_sweep_or_raise(path: str) -> tuple[Sweep, str]:

@@ -209,3 +209,32 @@ def test_a_verb_from_another_module_is_one_table_entry(
     assert capsys.readouterr().out == "hello world\n"
     cli.main(["--help"])
     assert "Say hello to someone" in capsys.readouterr().out
+
+
+_IMPORTED = """
+import sys
+from orchestrator import cli
+cli.main(sys.argv[1:])
+print(" ".join(sorted(m for m in sys.modules if m.startswith("orchestrator."))))
+"""
+
+
+def _modules_loaded_by(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(done.stdout.splitlines()[-1].split())
+
+
+def test_only_the_chosen_verbs_module_is_imported() -> None:
+    """Each CLI start-up pays for the verb it runs, not for every verb (the runner, the
+    simulator, the daemon and the report take about a second to import)."""
+    everyone = set(cli.VERBS.values())
+    assert not _modules_loaded_by("--help") & everyone
+    loaded = _modules_loaded_by("schema")
+    assert loaded & everyone == {"orchestrator.verbs.schema"}
+    assert not loaded & {"orchestrator.runner", "orchestrator.sim.host", "orchestrator.daemon"}
