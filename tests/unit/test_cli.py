@@ -175,6 +175,11 @@ def test_version_and_usage_errors() -> None:
     version = orchestrator("--version")
     assert version.returncode == 0
     assert version.stdout.strip() == f"orchestrator {__version__}"
+    as_module = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--version"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert as_module.stdout == version.stdout
     assert orchestrator().returncode == 2
     assert orchestrator("frobnicate").returncode == 2
     assert orchestrator("validate").returncode == 2
