@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast, get_args
 
-from orchestrator.bench.coding import Outcome
 from orchestrator.store.records import (
     SWEEP_STATES,
     Attempt,
@@ -41,6 +40,7 @@ from orchestrator.store.records import (
     TrialPlan,
     TrialRecord,
 )
+from orchestrator.types import Outcome
 
 TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 """A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted

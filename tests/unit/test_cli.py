@@ -243,3 +243,5 @@ def test_only_the_chosen_verbs_module_is_imported() -> None:
     loaded = _modules_loaded_by("schema")
     assert loaded & everyone == {"orchestrator.verbs.schema"}
     assert not loaded & {"orchestrator.runner", "orchestrator.sim.host", "orchestrator.daemon"}
+    # the store (every verb's common module loads it) is not the HTTP client and the sandbox
+    assert "orchestrator.store" in loaded and "orchestrator.bench.coding" not in loaded
