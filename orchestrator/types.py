@@ -6,6 +6,7 @@ Nothing here imports from the rest of the package, so every layer may import it.
 from __future__ import annotations
 
 import hashlib
+import re
 from enum import StrEnum
 from typing import Final, Literal
 
@@ -60,3 +61,12 @@ class Outcome(StrEnum):
     NO_CODE = "no_code"  # the answer came but holds no code
     TRUNCATED = "truncated"  # cut off (finish_reason length) or reasoning never ended
     REQUEST_ERROR = "request_error"  # the server did not answer: not the model's fault
+
+
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def valid_ref(ref: str) -> bool:
+    """A sweep name or id (the API's paths and the CLI's arguments): no slashes, no dot-only
+    names, nothing a path could be made of."""
+    return bool(_REF.fullmatch(ref)) and ref not in (".", "..")

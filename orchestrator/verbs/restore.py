@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.api import valid_ref
 from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer, UnknownHost, daemon_holds
 from orchestrator.store import Store, StoreError
+from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -224,18 +225,19 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("orchestrator."))))
 """
 
 
-def _modules_loaded_by(*args: str) -> set[str]:
+def _modules_loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
     done = subprocess.run(
         [sys.executable, "-c", _IMPORTED, *args],
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     return set(done.stdout.splitlines()[-1].split())
 
 
-def test_only_the_chosen_verbs_module_is_imported() -> None:
+def test_only_the_chosen_verbs_module_is_imported(tmp_path: Path) -> None:
     """Each CLI start-up pays for the verb it runs, not for every verb (the runner, the
     simulator, the daemon and the report take about a second to import)."""
     everyone = set(cli.VERBS.values())
@@ -245,3 +247,9 @@ def test_only_the_chosen_verbs_module_is_imported() -> None:
     assert not loaded & {"orchestrator.runner", "orchestrator.sim.host", "orchestrator.daemon"}
     # the store (every verb's common module loads it) is not the HTTP client and the sandbox
     assert "orchestrator.store" in loaded and "orchestrator.bench.coding" not in loaded
+    # a client of the daemon builds no sweep-file schema and loads no server side
+    client = _modules_loaded_by(
+        "status", "--json", env={"ORCHESTRATOR_SOCKET": str(tmp_path / "no-daemon.sock")}
+    )
+    assert "orchestrator.verbs.apiclient" in client
+    assert not client & {"orchestrator.sweepfile", "orchestrator.api"}
