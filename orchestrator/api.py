@@ -44,11 +44,11 @@ from orchestrator.store import (
 )
 from orchestrator.store.results import config_label
 from orchestrator.sweepfile import SweepFileError
+from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body; a sweep file is limited to the same size."""
 
-_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FILENAME = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -271,11 +271,6 @@ def _problems(error: SweepFileError) -> list[dict[str, Any]]:
         {"file": p.file, "line": p.line, "field": p.field_path, "message": p.message}
         for p in error.problems
     ]
-
-
-def valid_ref(ref: str) -> bool:
-    """A sweep name or id: no slashes, no dot-only names, nothing a path could be made of."""
-    return bool(_REF.fullmatch(ref)) and ref not in (".", "..")
 
 
 def _ref(request: web.Request) -> str:

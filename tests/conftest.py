@@ -16,7 +16,9 @@ waiting for one long test that started last.
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +50,50 @@ def _rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: each folder keeps its own order
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of the children it has reaped (a test's subprocesses:
+    the CLI, daemons, simulated servers once they exit)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Each test's CPU time (setup, call and teardown) rides on its reports to the controller:
+    on 2 cores the suite's time is its CPU, and a test that waits costs less than one that
+    starts processes."""
+    before = _cpu_s()
+    item.user_properties.append(("cpu_start_s", before))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    if report.when == "teardown":
+        started = dict(item.user_properties).get("cpu_start_s")
+        if isinstance(started, float):
+            report.user_properties.append(("cpu_s", _cpu_s() - started))
+    return report
+
+
+_CPU: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "cpu_s" and isinstance(value, float):
+            _CPU[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The ten tests that took the most CPU, after pytest's own ten slowest (``--durations``)."""
+    if not _CPU:
+        return
+    terminalreporter.write_sep("=", f"most CPU: {sum(_CPU.values()):.0f} s in all")
+    for nodeid, seconds in sorted(_CPU.items(), key=lambda kv: -kv[1])[:10]:
+        terminalreporter.write_line(f"{seconds:8.2f}s cpu  {nodeid}")

@@ -31,21 +31,9 @@ from orchestrator.engine import Answer, Dialect, Generation
 from orchestrator.log import get_logger
 from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
+from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too
 
 _log = get_logger(component="coding")
-
-
-class Outcome(StrEnum):
-    """How one coding problem went. Only PASS/FAIL/ERROR/SYNTAX/TIMEOUT/NO_CODE are scored."""
-
-    PASS = "pass"
-    FAIL = "fail"  # a hidden assert failed
-    ERROR = "error"  # an exception (or a signal) while running the code or its tests
-    SYNTAX = "syntax"  # the final code does not compile
-    TIMEOUT = "timeout"  # wall or CPU-time limit in the sandbox
-    NO_CODE = "no_code"  # the answer came but holds no code
-    TRUNCATED = "truncated"  # cut off (finish_reason length) or reasoning never ended
-    REQUEST_ERROR = "request_error"  # the server did not answer: not the model's fault
 
 
 UNSCORED = frozenset({Outcome.TRUNCATED, Outcome.REQUEST_ERROR})

@@ -1,5 +1,7 @@
-"""``orchestrator sim up``: simulated GPU hosts on loopback, for manual play and demos; and
-``orchestrator sim truth``: what the simulator expects a sweep to measure, for scoring a search.
+"""Simulated GPU hosts on loopback (``sim up``) and what they would measure (``sim truth``).
+
+``orchestrator sim up`` starts hosts for manual play and demos; ``orchestrator sim truth``
+prints what the simulator expects a sweep to measure, for scoring a search.
 
 ``up`` starts N hosts on consecutive 127.0.0.x addresses, writes a client key, a known_hosts
 file and a ready-to-run sweep file into the state directory, prints the hosts as soon as they

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast, get_args
 
-from orchestrator.bench.coding import Outcome
 from orchestrator.store.records import (
     SWEEP_STATES,
     Attempt,
@@ -41,7 +40,7 @@ from orchestrator.store.records import (
     TrialPlan,
     TrialRecord,
 )
-from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, point_metric_names
+from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, Outcome, point_metric_names
 
 TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 """A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted

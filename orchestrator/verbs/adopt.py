@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.api import valid_ref
+from orchestrator.types import valid_ref
 from orchestrator.daemon import HostClaims, ParsedSweeps, daemon_holds
 from orchestrator.daemon.adopt import AdoptRefused, adopt_sweep
 from orchestrator.store import Store, StoreError, SweepNotFound

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from orchestrator.api import valid_ref
+from orchestrator.types import valid_ref
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput
 
 SYSTEM_SOCKET = Path("/var/lib/orchestrator/orchestrator.sock")

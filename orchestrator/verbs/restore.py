@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.api import valid_ref
-from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer, UnknownHost, daemon_holds
 from orchestrator.store import Store, StoreError
+from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
 
@@ -38,6 +37,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 async def _from_store(path: Path, host: str | None) -> dict[str, Any]:
     """The restore without a daemon: nothing else holds a host, no sweep runs here."""
+    from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer
+
     async with await Store.open(path) as store:
         restorer = Restorer(store, ParsedSweeps(), HostClaims())
         outcomes = await restorer.restore_hosts(host)
@@ -45,6 +46,10 @@ async def _from_store(path: Path, host: str | None) -> dict[str, Any]:
 
 
 def _restore_from_store(db: str, host: str | None) -> tuple[int, dict[str, Any]]:
+    # Imported here: the daemon's restore path (the lifecycle, SSH, the runner's parts) costs a
+    # second to load, and a restore through a running daemon is only an API call.
+    from orchestrator.daemon import UnknownHost, daemon_holds
+
     path = Path(db).expanduser().absolute()
     if not path.is_file():
         return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}

@@ -6,6 +6,7 @@ sweep goes on, and the host ends as it was found."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 import structlog
 
 from orchestrator.daemon import restore_from_backup
+from orchestrator.host import connect
+from orchestrator.host.ssh import SSHSettings
 from orchestrator.store import Store
 from orchestrator.store.records import EventRecord
 from tests.faults.harness import (
@@ -122,11 +125,33 @@ async def test_ssh_drop(tmp_path: Path, phase: str) -> None:
         await assert_restored(host)
 
 
-async def test_frozen_host_is_caught_by_keepalive(tmp_path: Path) -> None:
+def quick_keepalive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keepalives every second and two short-spaced connect attempts for the hosts the runner
+    opens: the same detection and failed reconnects as the defaults (5 s x 3 keepalives, five
+    attempts with backoff up to 8 s, for the trial and again for the restore), in seconds
+    instead of most of a minute."""
+    ssh_settings = connect.ssh_settings
+
+    def quick(host: Any, **kwargs: Any) -> SSHSettings:
+        return dataclasses.replace(
+            ssh_settings(host, **kwargs),
+            keepalive_interval=1.0,
+            keepalive_count_max=3,
+            reconnect_attempts=2,
+            reconnect_backoff_max=1.0,
+        )
+
+    monkeypatch.setattr(connect, "ssh_settings", quick)
+
+
+async def test_frozen_host_is_caught_by_keepalive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The host stops answering during a stop and never thaws: the SSH keepalive notices (no
     command timeout would: the stop may take minutes), reconnects fail, the trial is failed
     with ``host-unreachable`` and the host set aside, all in bounded time. The backup stays
     pending; once the host answers again, the restore puts it back byte-identical."""
+    quick_keepalive(monkeypatch)
     address = "127.0.0.133"
     frozen = {"command": "systemctl stop"}
     async with fault_host(

@@ -1,90 +1,24 @@
-"""`orchestrator demo` as a person at a terminal sees it: run in tmux, the pane read as it runs.
+"""`make demo` as a person at a terminal sees it: run in tmux, the pane read as it runs.
 
 The done-when of issue 12: on a TTY the live display updates during the run (several frames
 with changing progress, configs named by knob values, an ETA as a clock time), the log stays
 quiet, and the end names each trial's outcome, the demo's two intended failures in plain words,
-and the command that opens the report. Uses the demo's fixed loopback addresses, which each
-test worker has in a network of its own (tests/parallel.py).
+and the command that opens the report. The run is the session's one terminal demo
+(tests/integration/terminal_demo.py), which the docs test also reads.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-import shutil
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from tests.sysdeps import CannotInstall, apt_install
-
-REPO = Path(__file__).resolve().parents[2]
-WIDTH, HEIGHT = 100, 50
-RUN_TIMEOUT_S = 300
-
-
-def _tmux() -> str:
-    """tmux, installed with apt-get when missing (CI may start without it)."""
-    found = shutil.which("tmux")
-    if found is None:
-        try:
-            apt_install("tmux")
-        except CannotInstall as reason:
-            pytest.skip(f"tmux could not be installed: {reason}")
-        found = shutil.which("tmux")
-    assert found is not None, "apt-get installed tmux but it is not on PATH"
-    return found
-
-
-@pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[list[str]]:
-    """A private tmux server (its own socket), killed afterwards."""
-    command = [_tmux(), "-L", f"orch-test-{uuid.uuid4().hex[:8]}", "-f", "/dev/null"]
-    yield command
-    subprocess.run([*command, "kill-server"], capture_output=True, timeout=30)
-
-
-def _capture(tmux: list[str], *history: str) -> str:
-    """The pane as a person sees it (``-J``: a line the terminal wrapped comes back whole)."""
-    done = subprocess.run(
-        [*tmux, "capture-pane", "-p", "-J", "-t", "demo", *history],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return done.stdout
+from tests.integration.terminal_demo import TerminalDemo
 
 
 def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
-    tmux: list[str], tmp_path: Path
+    terminal_demo: TerminalDemo,
 ) -> None:
-    marker = tmp_path / "exit-status"
-    demo = shlex.join(
-        [sys.executable, "-m", "orchestrator.cli", "demo", "--state-dir", str(tmp_path)]
-    )
-    script = f"{demo}; echo $? > {shlex.quote(str(marker))}; sleep 600"
-    subprocess.run(
-        [*tmux, "new-session", "-d", "-s", "demo", "-x", str(WIDTH), "-y", str(HEIGHT),
-         "-c", str(tmp_path), script],
-        check=True,
-        timeout=30,
-    )
-    frames: list[str] = []
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not marker.exists() and time.monotonic() < deadline:
-        screen = _capture(tmux)
-        if "elapsed" in screen and (not frames or frames[-1] != screen):
-            frames.append(screen)
-        time.sleep(0.4)
-    assert marker.exists(), "the demo did not end in time:\n" + _capture(tmux, "-S", "-")
-    time.sleep(0.3)
-    everything = _capture(tmux, "-S", "-")
-    assert marker.read_text().strip() == "0", everything
+    frames, everything = terminal_demo.frames, terminal_demo.everything
+    assert terminal_demo.exit_status == "0", everything
 
     # The live display redrew during the run, with progress that moved.
     progress = [
@@ -127,8 +61,11 @@ def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
     assert len(re.findall(r" done: 4 points, up to [\d,]+ tok/s, coding \d/5 pass", flat)) == 8
     assert re.search(r"best so far: budget=\d+ @sim-0\d: [\d,]+ tok/s \(ctx \d+, c=\d\)", flat)
     assert "demo: every trial ended as intended" in flat
-    assert f"open the report: xdg-open {tmp_path / 'demo-report.html'}" in flat
-    assert f"orchestrator report demo --db {tmp_path / 'demo.db'} --format md" in flat
+    # the default state directory, shown as the README shows it
+    state = "~/.local/state/orchestrator/demo"
+    assert f"open the report: xdg-open {state}/demo-report.html" in flat
+    assert f"orchestrator report demo --db {state}/demo.db --format md" in flat
+    assert (terminal_demo.state_dir / "demo-report.html").exists()
     # ... and the log file kept every event as JSON.
-    log_lines = (tmp_path / "demo.log").read_text().splitlines()
+    log_lines = (terminal_demo.state_dir / "demo.log").read_text().splitlines()
     assert len(log_lines) > 100 and all(line.startswith("{") for line in log_lines)

@@ -4,7 +4,10 @@ The commands are read from the documents themselves: each line of a fenced code 
 starts with ``orchestrator``, ``make`` or an installed ``.../bin/orchestrator`` (a leading ``$ ``
 and a trailing ``# comment`` dropped), and the README's inline ``orchestrator ...`` spans. Each
 one is either run here, as a real subprocess through a shell in a fresh home directory after a
-demo, or named in :data:`NOT_RUN` with the reason. A command the documents gain that is neither
+demo, or named in :data:`NOT_RUN` with the reason. The demo is ``make demo`` as the README shows
+it, at a terminal: the session's one terminal demo (tests/integration/terminal_demo.py), whose
+screen tests/integration/test_demo_tty.py checks; here the commands that follow it run in its
+home. A command the documents gain that is neither
 makes this test fail, so a new example gets tried or explained.
 
 Placeholders stand for what an operator has: ``sweep.yaml`` and ``night.yaml`` are a small
@@ -17,10 +20,8 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.integration.terminal_demo import BIN, TerminalDemo, demo_command, fresh_home_env
+
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-BIN = Path(sys.executable).parent
 
 _DAEMON = "talks to a running daemon (tests/integration/test_daemon*.py run these verbs)"
 NOT_RUN: dict[str, str] = {
@@ -145,16 +147,7 @@ class _Shell:
 
     def __init__(self, home: Path, work: Path) -> None:
         self.home, self.work = home, work
-        self.env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in ("XDG_STATE_HOME", "ORCHESTRATOR_SOCKET", "COLUMNS")
-        }
-        scratch = home / "tmp"  # `sim up` without --state-dir makes its directory there
-        scratch.mkdir(exist_ok=True)
-        self.env.update(
-            HOME=str(home), TMPDIR=str(scratch), PATH=f"{BIN}:{os.environ.get('PATH', '')}"
-        )
+        self.env = fresh_home_env(home)
 
     def concrete(self, command: str, name: str) -> str:
         return (
@@ -172,17 +165,6 @@ class _Shell:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
-
-
-def _demo_command() -> tuple[str, Path]:
-    """``make demo`` in this checkout when its .venv is the one under test and up to date (the
-    target would otherwise install one); else the command the target runs."""
-    stamp = subprocess.run(
-        ["make", "-q", ".venv/.installed-run"], cwd=REPO, capture_output=True, timeout=30
-    )
-    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve() and stamp.returncode == 0:
-        return "make demo", REPO
-    return f"{shlex.quote(str(BIN / 'orchestrator'))} demo", REPO
 
 
 def _small_sweep(written_by_sim_up: Path, name: str) -> str:
@@ -206,19 +188,19 @@ def _check(what: str, command: str, done: Any, work: Path) -> None:
         assert "<svg" in (work / "report.html").read_text(), shown
 
 
-def test_the_documents_commands_run_as_shown(tmp_path: Path) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
+def test_the_documents_commands_run_as_shown(
+    tmp_path: Path, terminal_demo: TerminalDemo
+) -> None:
+    work = tmp_path / "work"
     work.mkdir()
-    shell = _Shell(home, work)
+    shell = _Shell(Path(terminal_demo.home), work)
     shown = {s.command for s in shown_commands()}
     missing = [command for command in RUNS if command not in shown]
     assert not missing, f"no longer shown in the docs (update RUNS): {missing}"
 
-    # The README's quick start, then its report of the demo.
-    demo, where = _demo_command()
-    done = shell.run(demo, cwd=where)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # The README's quick start (`make demo`, at a terminal), then its report of the demo.
+    assert terminal_demo.command == demo_command()
+    assert terminal_demo.exit_status == "0", terminal_demo.everything[-3000:]
     for command, what in RUNS.items():
         if what == "md":
             _check(what, command, shell.run(command), work)

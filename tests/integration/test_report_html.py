@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from orchestrator.report import FORMATS, render_report
 from orchestrator.store import Store
@@ -113,15 +114,22 @@ def sim_host(tmp_path: Path) -> Iterator[dict[str, object]]:
 def test_report_from_a_real_simulated_sweep(
     sim_host: dict[str, object], tmp_path: Path, chromium: str
 ) -> None:
-    """Every format from a store the real runner filled on the simulated host."""
+    """Every format from a store the real runner filled on the simulated host (the sweep
+    ``sim up`` writes, cut to a baseline and one config with one coding problem: every
+    section of the report, a quarter of the work)."""
     db = tmp_path / "real.db"
+    sweep = yaml.safe_load(Path(str(sim_host["sweep_file"])).read_text())
+    sweep["configs"] = sweep["configs"][:1]
+    sweep["coding"]["select"] = sweep["coding"]["select"][:1]
+    sweep_file = tmp_path / "real.yaml"
+    sweep_file.write_text(yaml.safe_dump(sweep, sort_keys=False))
     run = subprocess.run(
         [
             sys.executable,
             "-m",
             "orchestrator.cli",
             "run",
-            str(sim_host["sweep_file"]),
+            str(sweep_file),
             "--db",
             str(db),
             "--json",

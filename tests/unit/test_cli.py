@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -175,6 +176,11 @@ def test_version_and_usage_errors() -> None:
     version = orchestrator("--version")
     assert version.returncode == 0
     assert version.stdout.strip() == f"orchestrator {__version__}"
+    as_module = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--version"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert as_module.stdout == version.stdout
     assert orchestrator().returncode == 2
     assert orchestrator("frobnicate").returncode == 2
     assert orchestrator("validate").returncode == 2
@@ -209,3 +215,41 @@ def test_a_verb_from_another_module_is_one_table_entry(
     assert capsys.readouterr().out == "hello world\n"
     cli.main(["--help"])
     assert "Say hello to someone" in capsys.readouterr().out
+
+
+_IMPORTED = """
+import sys
+from orchestrator import cli
+cli.main(sys.argv[1:])
+print(" ".join(sorted(m for m in sys.modules if m.startswith("orchestrator."))))
+"""
+
+
+def _modules_loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    return set(done.stdout.splitlines()[-1].split())
+
+
+def test_only_the_chosen_verbs_module_is_imported(tmp_path: Path) -> None:
+    """Each CLI start-up pays for the verb it runs, not for every verb (the runner, the
+    simulator, the daemon and the report take about a second to import)."""
+    everyone = set(cli.VERBS.values())
+    assert not _modules_loaded_by("--help") & everyone
+    loaded = _modules_loaded_by("schema")
+    assert loaded & everyone == {"orchestrator.verbs.schema"}
+    assert not loaded & {"orchestrator.runner", "orchestrator.sim.host", "orchestrator.daemon"}
+    # the store (every verb's common module loads it) is not the HTTP client and the sandbox
+    assert "orchestrator.store" in loaded and "orchestrator.bench.coding" not in loaded
+    # a client of the daemon builds no sweep-file schema and loads no server side
+    client = _modules_loaded_by(
+        "status", "--json", env={"ORCHESTRATOR_SOCKET": str(tmp_path / "no-daemon.sock")}
+    )
+    assert "orchestrator.verbs.apiclient" in client
+    assert not client & {"orchestrator.sweepfile", "orchestrator.api"}
