@@ -197,7 +197,9 @@ def test_the_truth_covers_the_plans_space_and_says_why_a_config_cannot_start() -
     assert len(truth.configs) == 5  # baseline, 2 failing, DDTREE topk 2 (once) and 4
     window = truth.of({"algorithm": "DFLASH", "draft_model": "/d", "window": 4})
     assert window.cells == () and window.error is not None
-    assert window.error.startswith("invalid-config: ValueError: speculative_draft_window_size")
+    assert window.error.startswith(
+        "invalid-config: ValueError: --speculative-draft-window-size must be >="
+    )
     bogus = truth.of({"algorithm": "NGRAM", "bogus": 1})
     assert bogus.error == "bad-flag: unrecognized arguments: --no-such-flag 1"
     topk2 = truth.of({"algorithm": "DDTREE", "draft_model": "/d", "budget": 8, "topk": 2})
