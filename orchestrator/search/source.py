@@ -65,6 +65,7 @@ from orchestrator.store import (
     TrialRecord,
     TrialState,
 )
+from orchestrator.store.records import TrialPurpose
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
@@ -79,6 +80,8 @@ PROPOSED_EVENT = "search.proposed"
 STOPPED_EVENT = "search.exploration_stopped"
 LEADERS = 2
 """How many leading configs share the confirmation reserve."""
+RACE_LEADERS = 3
+"""How many leading configs the race measures again, the least measured first."""
 INVALID_CONFIG_CAUSES = frozenset({"invalid-config"})
 """Causes that condemn a config on every host type (a bad flag condemns it on its own type,
 where the config is paid for already and never proposed again)."""
@@ -302,7 +305,10 @@ class SearchTrialSource:
         ):
             return await self._store_trial(host, {}, self.full, baseline=True)
         confirms = [o for o in observed if o.plan.purpose == "confirm"]
-        reserve = max(0, self.sweep.search.confirmations - len(confirms))
+        raced = [o for o in observed if o.explores and o.plan.repeat > 1]
+        confirm_left = max(0, self.sweep.search.confirmations - len(confirms))
+        race_left = max(0, self.sweep.search.race_restarts - len(raced))
+        reserve = confirm_left + race_left
         timing = await self._time_budget(host_type, observed, reserve)
         candidates = self._candidates(host_type, everything, observed)
         reason = None
@@ -316,14 +322,39 @@ class SearchTrialSource:
             return await self._explore(host, host_type, observed, candidates)
         await self._stop_exploring(host_type, reason, observed)
         if reserve > 0 and (timing is None or timing.may_confirm()):
+            if race_left > 0:
+                # The race: the pick must rest on more than one restart of each leader, or a
+                # 2 % restart noise picks whichever got lucky among configs 1 % apart.
+                leaders = self._leaders(observed, RACE_LEADERS)
+                if leaders:
+                    config = min(leaders, key=lambda c: self._measured(observed, c, host_type))
+                    return await self._store_trial(
+                        host, config, self._again(observed, config, host_type, "measure")
+                    )
             leaders = self._leaders(observed)
-            if leaders:
+            if leaders and confirm_left > 0:
                 config = leaders[len(confirms) % len(leaders)]
-                identity = self._identity(host_type, config)
-                repeat = 1 + sum(o.identity == identity for o in observed)
-                plan = dataclasses.replace(self.full, purpose="confirm", repeat=repeat)
-                return await self._store_trial(host, config, plan)
+                return await self._store_trial(
+                    host, config, self._again(observed, config, host_type, "confirm")
+                )
         return None
+
+    def _measured(self, observed: Sequence[Observation], config: Config, host_type: str) -> int:
+        """How many of ``observed`` measured ``config``'s server."""
+        identity = self._identity(host_type, config)
+        return sum(o.identity == identity for o in observed)
+
+    def _again(
+        self,
+        observed: Sequence[Observation],
+        config: Config,
+        host_type: str,
+        purpose: TrialPurpose,
+    ) -> TrialPlan:
+        """The full plan for one more restart of ``config``: a race (``measure``) or a
+        confirmation, numbered after the config's earlier measurements."""
+        repeat = 1 + self._measured(observed, config, host_type)
+        return dataclasses.replace(self.full, purpose=purpose, repeat=repeat)
 
     def _candidates(
         self, host_type: str, everything: Sequence[Observation], observed: Sequence[Observation]
@@ -386,8 +417,9 @@ class SearchTrialSource:
         )
         return sourced
 
-    def _leaders(self, observed: Sequence[Observation]) -> list[Config]:
-        """The best configs by their full-fidelity explorations (confirmations never count)."""
+    def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
+        """The best ``count`` configs by the mean of their full-fidelity measurements, the
+        race's included (confirmations never count: they must not pick what they report)."""
         baseline = self._baseline_points(observed)
         values: dict[str, list[float]] = {}
         configs: dict[str, Config] = {}
@@ -399,7 +431,7 @@ class SearchTrialSource:
                 values.setdefault(o.identity, []).append(score.value)
                 configs.setdefault(o.identity, dict(o.record.config))
         ranked = sorted(values, key=lambda i: -sum(values[i]) / len(values[i]))
-        return [configs[identity] for identity in ranked[:LEADERS]]
+        return [configs[identity] for identity in ranked[:count]]
 
     def _exploration_cost(self, timing: TimeBudget) -> float:
         times = timing.times

@@ -306,6 +306,12 @@ class SearchSpec(_Model):
         description="restarts kept back (random, adaptive) to measure the leading configs "
         "again once exploring stops, so the winner's estimate is not the one it was picked on",
     )
+    race: Annotated[int, Field(ge=0, le=100_000)] | None = Field(
+        default=None,
+        description="restarts (random, adaptive) spent measuring the leading configs again once "
+        "exploring stops, before the confirmations, so the pick rests on more than one restart "
+        "of each leader (default: a fifth of max_restarts)",
+    )
     screen_rounds: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None,
         description="rounds of an adaptive search's screening look at a new config, on the "
@@ -316,6 +322,13 @@ class SearchSpec(_Model):
         description="a screened config continues to the full matrix when its screening score "
         "is in this top fraction of the type's screened configs (successive halving's rung)",
     )
+
+    @property
+    def race_restarts(self) -> int:
+        """The race's restarts: as given, else a fifth of ``max_restarts``."""
+        if self.race is not None:
+            return self.race
+        return (self.max_restarts or 0) // 5
 
     @model_validator(mode="after")
     def _needs_a_budget(self) -> SearchSpec:

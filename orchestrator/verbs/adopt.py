@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.types import valid_ref
 from orchestrator.daemon import HostClaims, ParsedSweeps, daemon_holds
 from orchestrator.daemon.adopt import AdoptRefused, adopt_sweep
 from orchestrator.store import Store, StoreError, SweepNotFound
+from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
     add_socket_argument,

@@ -148,7 +148,9 @@ def test_configs_sglang_resolves_to_one_server_share_an_identity() -> None:
 async def test_no_restart_is_paid_twice_for_one_server(tmp_path: Path) -> None:
     """A random search over the whole space proposes each server once: the four top-k 1
     configs (one server) cost one restart, so the 12 configs are 9 trials."""
-    sweep, text = _sweep(strategy="random", max_restarts=50, search={"confirmations": 0})
+    sweep, text = _sweep(
+        strategy="random", max_restarts=50, search={"confirmations": 0, "race": 0}
+    )
     async with await Store.open(tmp_path / "s.db") as store:
         record = await _open(store, sweep, text)
         source = await SearchTrialSource.open(store, record, sweep)
@@ -167,7 +169,7 @@ async def test_a_config_sglang_refused_is_never_proposed_again(tmp_path: Path) -
         max_restarts=50,
         hosts=2,
         types=("b200", "b300"),
-        search={"confirmations": 0},
+        search={"confirmations": 0, "race": 0},
     )
     async with await Store.open(tmp_path / "s.db") as store:
         record = await _open(store, sweep, text)
@@ -187,7 +189,7 @@ async def test_a_config_sglang_refused_is_never_proposed_again(tmp_path: Path) -
 async def test_a_fresh_strategy_over_the_store_asks_what_the_killed_one_would_have(
     tmp_path: Path,
 ) -> None:
-    sweep, text = _sweep(max_restarts=12, search={"confirmations": 0})
+    sweep, text = _sweep(max_restarts=12, search={"confirmations": 0, "race": 0})
     path = tmp_path / "s.db"
     async with await Store.open(path) as store:
         record = await _open(store, sweep, text)
@@ -273,8 +275,10 @@ async def test_max_restarts_counts_every_start_and_survives_a_resume(tmp_path: P
         assert await source.next_trial("h2") is None
 
 
-async def test_the_budget_keeps_a_reserve_that_confirms_the_leaders(tmp_path: Path) -> None:
-    sweep, text = _sweep(max_restarts=8, search={"confirmations": 2})
+async def test_the_budget_keeps_a_reserve_that_races_then_confirms_the_leaders(
+    tmp_path: Path,
+) -> None:
+    sweep, text = _sweep(max_restarts=8, search={"confirmations": 2, "race": 2})
     async with await Store.open(tmp_path / "s.db") as store:
         record = await _open(store, sweep, text)
         source = await SearchTrialSource.open(store, record, sweep)
@@ -283,7 +287,14 @@ async def test_the_budget_keeps_a_reserve_that_confirms_the_leaders(tmp_path: Pa
             assert trial.record.plan is not None
             purposes.append(trial.record.plan.purpose)
             await _run_one(store, record, source, trial)
-        assert purposes == ["screen"] * 6 + ["confirm"] * 2
+        # Exploring stops with the race's and the confirmations' restarts in hand; the race
+        # measures the leaders again (the least measured first), so the pick rests on more
+        # than one restart each; the confirmations then measure what was picked.
+        assert purposes == ["screen"] * 4 + ["measure"] * 2 + ["confirm"] * 2
+        trials = await store.trials(record.id)
+        raced = [t for t in trials if t.plan and t.plan.purpose == "measure"]
+        assert [t.plan.repeat for t in raced if t.plan] == [2, 2]
+        assert len({t.key for t in raced}) == 2  # two leaders, once each
         confirms = [
             t for t in await store.trials(record.id) if t.plan and t.plan.purpose == "confirm"
         ]
@@ -316,7 +327,7 @@ async def test_under_finish_by_exploring_stops_when_only_the_reserve_is_left(
     """A fake clock: each trial takes 100 s; 1000 s to the deadline; 2 confirmations."""
     sweep, text = _sweep(
         max_restarts=50,
-        search={"confirmations": 2},
+        search={"confirmations": 2, "race": 0},
         schedule={"finish_by": "23:59"},
         estimate={"restart": 50},
     )
@@ -366,7 +377,7 @@ def test_repeat_keys_are_distinct() -> None:
 async def test_a_screen_is_promoted_only_in_the_top_fraction_of_its_types_screens(
     tmp_path: Path,
 ) -> None:
-    sweep, text = _sweep(max_restarts=12, search={"confirmations": 0})
+    sweep, text = _sweep(max_restarts=12, search={"confirmations": 0, "race": 0})
     async with await Store.open(tmp_path / "s.db") as store:
         record = await _open(store, sweep, text)
         source = await SearchTrialSource.open(store, record, sweep)
