@@ -180,7 +180,7 @@ class LiveProgress:
             if key is None:
                 view.trial = None
             elif view.trial is None or view.trial.key != key:
-                self._start_trial(view, host, key, now)
+                self._start_trial(view, host, key, now, fields.get("config"))
         if "attempt" in fields:
             view.attempt = fields["attempt"]
         if "step" in fields:
@@ -200,8 +200,13 @@ class LiveProgress:
                 cell = f" ({view.step})" if view.step.startswith("ctx") else ""
                 self.best = (float(rate), f"{view.trial.words} @{host}{cell}")
 
-    def _start_trial(self, view: _HostView, host: str, key: str, now: float) -> None:
-        planned = self.by_key.get((key, host)) or PlannedTrial(key, host, key)
+    def _start_trial(
+        self, view: _HostView, host: str, key: str, now: float, config: object = None
+    ) -> None:
+        # A trial a search proposed is not in the plan: it is named by the config the runner
+        # reports with it, never by its key.
+        words = config if isinstance(config, str) and config else key
+        planned = self.by_key.get((key, host)) or PlannedTrial(key, host, words)
         if planned in view.trials:
             view.index = view.trials.index(planned)
         view.trial, view.trial_started, view.point_started = planned, now, None

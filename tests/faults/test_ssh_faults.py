@@ -82,7 +82,7 @@ DROPS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # only the memory wait's poll asks for exactly these two properties
     "memory-wait": (
         "127.0.0.130",
-        {"command": "show -p ActiveState,MainPID ", "delay_s": 0.0},
+        {"command": "show -p ActiveState,MainPID,ControlGroup ", "delay_s": 0.0},
         {},
     ),
     "readiness": ("127.0.0.131", {"command": "--follow", "delay_s": 0.2}, {"load_s": 20}),

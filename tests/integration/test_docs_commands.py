@@ -61,6 +61,13 @@ NOT_RUN: dict[str, str] = {
     ),
     "orchestrator report night --db /var/lib/orchestrator/orchestrator.db --format html "
     "-o night.html": "reads the store of a daemon installed as a service in /var/lib/orchestrator",
+    "orchestrator adopt NAME --type T": "a synopsis",
+    "orchestrator adopt night --type b300": _DAEMON,
+    "orchestrator adopt night --type b300 --db /var/lib/orchestrator/orchestrator.db": (
+        "changes the hosts of a daemon installed as a service (tests/faults/test_adopt.py "
+        "adopts and restores on a simulated host, test_runner_real.py on real systemd)"
+    ),
+    "orchestrator restore b300-01": _DAEMON,
     "orchestrator bench --url http://host:30000 --model M": (
         "a full default benchmark matrix (minutes); tests/integration/test_bench_sim.py runs "
         "bench against the simulated server"

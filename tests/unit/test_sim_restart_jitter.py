@@ -74,7 +74,7 @@ def _scheduler(speed_factor: float) -> Scheduler:
         max_total_tokens=100_000,
         decode_log_interval=40,
         radix_cache=False,
-        log=SglangLog(tp_size=1, ms=False, stream=io.StringIO()),
+        log=SglangLog(ms=False, stream=io.StringIO()),
         speed_factor=speed_factor,
     )
 
