@@ -388,15 +388,22 @@ class SearchTrialSource:
             score = self._score(o, baseline)
             results.append(Seen(o.record.config, score.value if score.feasible else None))
         k = len(explored) + 1
-        index = propose(
-            self.strategy,
-            self.space,
-            candidates,
-            results,
-            seed=self.sweep.search.seed,
-            host_type=host_type,
-            k=k,
-            n_startup=startup_trials(self.sweep.search.max_restarts or 0),
+        # The sweep's own configs first, in file order (Optuna's enqueue_trial: known
+        # candidates warm-start the model), then what the strategy proposes from the grid.
+        listed = [i for i in candidates if i < self.space.explicit]
+        index = (
+            listed[0]
+            if listed
+            else propose(
+                self.strategy,
+                self.space,
+                candidates,
+                results,
+                seed=self.sweep.search.seed,
+                host_type=host_type,
+                k=k,
+                n_startup=startup_trials(self.sweep.search.max_restarts or 0),
+            )
         )
         config = dict(self.space.configs[index])
         plan = self.screen or self.full
@@ -408,7 +415,7 @@ class SearchTrialSource:
             fields={
                 "host_type": host_type,
                 "k": k,
-                "strategy": self.strategy,
+                "strategy": self.strategy if not listed else "configs",
                 "config": config,
                 "key": sourced.record.key,
                 "seen": [o.record.key for o in seen],

@@ -53,6 +53,9 @@ class SearchSpace:
     knobs: tuple[str, ...]
     levels: Mapping[str, tuple[str, ...]]
     baseline: bool
+    explicit: int = 0
+    """The first ``explicit`` configs are the sweep's own ``configs:`` list: the operator's
+    candidates, measured before the strategy proposes from the ``grid``."""
 
     def levels_of(self, config: Mapping[str, KnobValue]) -> dict[str, str]:
         return {knob: level(config.get(knob)) for knob in self.knobs}
@@ -72,7 +75,11 @@ def search_space(sweep: Sweep) -> SearchSpace:
             if text not in seen:
                 seen.append(text)
         levels[knob] = tuple(seen)
-    return SearchSpace(configs=configs, knobs=knobs, levels=levels, baseline=sweep.baseline)
+    listed = {config_identity(c) for c in sweep.configs if normalize_config(c)}
+    explicit = sum(1 for config in configs if config_identity(config) in listed)
+    return SearchSpace(
+        configs=configs, knobs=knobs, levels=levels, baseline=sweep.baseline, explicit=explicit
+    )
 
 
 def _normal_word(word: str, flag: str | None) -> str:

@@ -40,11 +40,11 @@ def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
     logged = [line for line in everything.splitlines() if re.match(r"\d{4}-\d\d-\d\dT", line)]
     failures = [line for line in logged if "trial.failed" in line]
     # Each intended failure is told as it happens (a warning), with the config in its words.
-    assert len(failures) == 4, logged
+    assert len(failures) == 2, logged  # the search measures each listed config once a type
     # (the display's console folds a long event over lines: count in the whole text)
-    assert everything.count("cause=bad-flag") == 2, everything
-    assert everything.count("cause=invalid-config") == 2, everything
-    assert everything.count("config=") >= 4, everything
+    assert everything.count("cause=bad-flag") == 1, everything
+    assert everything.count("cause=invalid-config") == 1, everything
+    assert everything.count("config=") >= 2, everything
     assert len(logged) - len(failures) <= 3, logged
     assert len([line for line in everything.splitlines() if line.strip()]) < 150
 
@@ -54,12 +54,18 @@ def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
     rows = [line for line in end.splitlines() if re.match(r"\s+sim-0\d\s", line)]
     assert len(rows) >= 12, end
     flat = re.sub(r"\s+", " ", end)
-    assert flat.count("FAILED: bad-flag (as intended)") == 2
-    assert flat.count("FAILED: invalid-config (as intended)") == 2
+    assert flat.count("FAILED: bad-flag (as intended)") == 1
+    assert flat.count("FAILED: invalid-config (as intended)") == 1
     assert "does not know a flag: --speculative-dflash-draft-window-size" in flat
-    assert "refused the config at startup: ValueError: speculative_draft_window_size=8" in flat
-    assert len(re.findall(r" done: 4 points, up to [\d,]+ tok/s, coding \d/5 pass", flat)) == 8
-    assert re.search(r"best so far: budget=\d+ @sim-0\d: [\d,]+ tok/s \(ctx \d+, c=\d\)", flat)
+    assert (
+        "refused the config at startup: ValueError: --speculative-draft-window-size must be >="
+        in flat
+    )
+    # Full-matrix trials (the baselines, promoted screens, the race and the confirmations)
+    # and screens of the objective's cell; then the answer, in the report's words.
+    assert len(re.findall(r" done: 4 points, up to [\d,]+ tok/s, coding \d/5 pass", flat)) >= 3
+    assert re.search(r" done: 1 points, up to [\d,]+ tok/s", flat)
+    assert re.search(r"answer: (Deploy .+ on sim-gpu|No single winner on sim-gpu)", flat)
     assert "demo: every trial ended as intended" in flat
     # the default state directory, shown as the README shows it
     state = "~/.local/state/orchestrator/demo"
