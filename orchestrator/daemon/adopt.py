@@ -22,7 +22,7 @@ from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import host_keys
 from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
-from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path
+from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dropin_path
 from orchestrator.host.errors import HostError
 from orchestrator.lifecycle import TrialFailed, failure_from, reconfigure, restore, trial_config
 from orchestrator.log import get_logger
@@ -83,13 +83,14 @@ async def adopt_host(
     target = str(adopted_dropin_path(unit))
     try:
         with structlog.contextvars.bound_contextvars(sweep=record.name, host=host.name):
-            trial_place = await systemd.read_unit(
-                session.transport, unit, control=session.control, timeout=timeout
+            trial_path = str(dropin_path(unit))
+            leftover = await session.transport.run(
+                ["test", "-e", trial_path], timeout=timeout, privileged=True
             )
-            if trial_place.dropin_before is not None:
+            if leftover.ok:
                 raise AdoptRefused(
-                    f"{host.name}: a trial drop-in ({trial_place.dropin_path}) is still on "
-                    f"the host: `orchestrator restore {host.name}` first"
+                    f"{host.name}: a trial drop-in ({trial_path}) is still on the host: "
+                    f"`orchestrator restore {host.name}` first"
                 )
             found = await systemd.read_unit(
                 session.transport, unit, control=session.control, path=target, timeout=timeout

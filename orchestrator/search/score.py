@@ -25,6 +25,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.answers.runs import point_metric
 from orchestrator.store import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepfile.schema import Bound
@@ -75,13 +76,6 @@ class TrialScore:
         return self.value is not None and not self.broken
 
 
-def _metric(point: ThroughputPoint, name: str) -> float | None:
-    if name == "accept_len":
-        return point.accept.value
-    value = point.metrics.to_json().get(name)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _cells(points: Sequence[Point]) -> dict[Cell, ThroughputPoint]:
     return {(p.context, p.concurrency): p for p in points if isinstance(p, ThroughputPoint)}
 
@@ -93,7 +87,7 @@ def objective_value(objective: Objective, points: Sequence[Point]) -> float | No
     values = []
     for cell in objective.cells:
         point = by_cell.get(cell)
-        value = None if point is None else _metric(point, objective.metric)
+        value = None if point is None else point_metric(point, objective.metric)
         if value is None or not value > 0 or not math.isfinite(value):
             return None
         values.append(value)
@@ -125,7 +119,7 @@ def broken_constraints(
         for cell, point in sorted(cells.items()):
             base = base_cells.get(cell)
             if not _holds(
-                bound, _metric(point, name), None if base is None else _metric(base, name)
+                bound, point_metric(point, name), None if base is None else point_metric(base, name)
             ):
                 broken.append(name)
                 break

@@ -765,6 +765,14 @@ def _backup_row(
     )
 
 
+def _encoded_files(files: Mapping[str, bytes | None]) -> dict[str, str | None]:
+    """A backup's file bytes as stored: base64 text, None for a file that was absent."""
+    return {
+        path: None if content is None else base64.b64encode(content).decode("ascii")
+        for path, content in files.items()
+    }
+
+
 def save_unit_backup(
     conn: sqlite3.Connection,
     sweep_id: int,
@@ -775,10 +783,7 @@ def save_unit_backup(
     now: float,
 ) -> UnitBackup:
     """The first backup of a unit in a sweep wins: a resumed run never backs up its own changes."""
-    encoded = {
-        path: None if content is None else base64.b64encode(content).decode("ascii")
-        for path, content in files.items()
-    }
+    encoded = _encoded_files(files)
     with write_transaction(conn):
         conn.execute(
             "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at) "
@@ -802,10 +807,7 @@ def rearm_unit_backup(
     """Keep the unit as found NOW as the sweep's pending backup of ``host`` (what ``adopt``
     changes is undone by ``restore`` to this). Refused while an earlier backup of the host is
     still pending: that one holds the unit as the operator left it, and must not be lost."""
-    encoded = {
-        path: None if content is None else base64.b64encode(content).decode("ascii")
-        for path, content in files.items()
-    }
+    encoded = _encoded_files(files)
     with write_transaction(conn):
         pending = conn.execute(
             "SELECT sweep_id FROM unit_backups WHERE host = ? AND restored_at IS NULL", (host,)
