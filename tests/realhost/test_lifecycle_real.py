@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,20 @@ KNOBS = {
 }
 
 
+def _await_serving(base_url: str, timeout: float = 20.0) -> None:
+    """Poll ``/health`` until the unit's server answers (raises after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
 async def _trial(session: HostSession, key: str, config: dict[str, Any]) -> TrialConfig:
     found = await session.read_found()
     return trial_config(found, sweep="realhost", key=key, knobs=KNOBS, config=config)
@@ -189,6 +204,9 @@ async def test_leftover_process_holds_memory_so_the_unit_is_not_started(
     unit.write_text(unit.read_text().replace("KillMode=control-group", "KillMode=process"))
     real_host.ssh(["systemctl", "daemon-reload"])
     real_host.ssh(["systemctl", "restart", UNIT])
+    # Type=simple: the restart returns before the server has forked its scheduler child, and a
+    # stop that early would find no child to leave behind. The child exists once it serves.
+    _await_serving(session.base_url)
     session.timeouts = dataclasses.replace(session.timeouts, memory_release=3.0)
 
     trial = await _trial(session, "held", {"algorithm": "DFLASH", "window": 2048})
