@@ -68,6 +68,7 @@ from orchestrator.store import (
     ThroughputPoint,
     TrialPlan,
     TrialRecord,
+    cell_point_key,
     point_from_record,
     point_key,
 )
@@ -808,9 +809,10 @@ async def _measure(
         prompts = PromptFactory(client)
         for cell in plan.cells:
             context, concurrency = cell.context, cell.concurrency
-            key = point_key("throughput", context=context, concurrency=concurrency)
-            if key in committed:
+            if cell_point_key(cell) in committed:
                 continue
+            if concurrency is None:
+                raise ValueError(f"{cell.words}: open-loop cells need the open-loop runner")
             if run.stop.stopping:
                 raise _Stopped
             run.progress.update(

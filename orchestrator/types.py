@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 ApiKind = Literal["chat", "generate"]
 MetricsMode = Literal["auto", "off"]
@@ -120,3 +122,90 @@ def valid_ref(ref: str) -> bool:
     """A sweep name or id (the API's paths and the CLI's arguments): no slashes, no dot-only
     names, nothing a path could be made of."""
     return bool(_REF.fullmatch(ref)) and ref not in (".", "..")
+
+
+# --- matrix cells ---------------------------------------------------------------------------
+
+SYNTHETIC_WORKLOAD = "synthetic"
+"""The workload label of today's filler prompts: the default, and absent from point keys."""
+
+
+def format_rate(rate: float) -> str:
+    """A rate as keys and labels write it: ``2`` for 2.0, ``0.5`` for 0.5 (shortest exact)."""
+    return f"{rate:g}" if float(f"{rate:g}") == rate else repr(rate)
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixCell:
+    """One point a trial measures: a context at a closed-loop ``concurrency`` (that many
+    requests in flight) or at an open-loop ``rate`` (requests per second), on a workload."""
+
+    context: int
+    concurrency: int | None = None
+    rate: float | None = None
+    workload: str = SYNTHETIC_WORKLOAD
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a cell has a concurrency or a rate, not both")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
+
+    @property
+    def load(self) -> str:
+        """``c32`` for a closed-loop cell, ``8 req/s`` for an open-loop one."""
+        return f"c{self.concurrency}" if self.rate is None else f"{format_rate(self.rate)} req/s"
+
+    @property
+    def words(self) -> str:
+        """``context 4096 / concurrency 32`` (``/ rate 8 req/s``; ``, workload W`` when not
+        synthetic): how messages name the cell."""
+        load = (
+            f"concurrency {self.concurrency}"
+            if self.rate is None
+            else f"rate {format_rate(self.rate)} req/s"
+        )
+        text = f"context {self.context} / {load}"
+        return text if self.workload == SYNTHETIC_WORKLOAD else f"{text}, workload {self.workload}"
+
+    def as_fields(self) -> dict[str, Any]:
+        """The cell as a JSON object's fields (every key, null where it does not apply)."""
+        return {
+            "context": self.context,
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "workload": self.workload,
+        }
+
+    def sort_key(self) -> tuple[str, int, int, float]:
+        """Workload, context, closed before open, then the load: the order reports list."""
+        load = self.rate if self.rate is not None else float(self.concurrency or 0)
+        return (self.workload, self.context, int(self.open_loop), load)
+
+    def __lt__(self, other: MatrixCell) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def to_json(self) -> list[Any]:
+        """``[context, concurrency]`` for a synthetic closed cell (the stored plans' shape
+        before rates and workloads); an object otherwise."""
+        if self.rate is None and self.workload == SYNTHETIC_WORKLOAD:
+            return [self.context, self.concurrency]
+        return [{"context": self.context, "concurrency": self.concurrency, "rate": self.rate,
+                 "workload": self.workload}]
+
+    @classmethod
+    def from_json(cls, data: Any) -> MatrixCell:
+        if isinstance(data, list) and len(data) == 2:
+            return cls(int(data[0]), int(data[1]))
+        item = data[0] if isinstance(data, list) and len(data) == 1 else data
+        if not isinstance(item, Mapping):
+            raise ValueError(f"not a matrix cell: {data!r}")
+        concurrency, rate = item.get("concurrency"), item.get("rate")
+        return cls(
+            context=int(item["context"]),
+            concurrency=None if concurrency is None else int(concurrency),
+            rate=None if rate is None else float(rate),
+            workload=str(item.get("workload") or SYNTHETIC_WORKLOAD),
+        )

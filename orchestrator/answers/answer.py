@@ -64,13 +64,9 @@ def objective_views(sweep: Sweep) -> list[ObjectiveView]:
                 objective.metric, objective.target_cells, objective.minimized, objective.combine
             )
         ]
-    bench = sweep.benchmark
     return [
-        ObjectiveView(
-            "output_tok_s", ((context, concurrency),), metric_is_minimized("output_tok_s")
-        )
-        for context in bench.contexts
-        for concurrency in bench.concurrency
+        ObjectiveView("output_tok_s", (cell,), metric_is_minimized("output_tok_s"))
+        for cell in sweep.benchmark.matrix_cells()
     ]
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from orchestrator.types import MatrixCell
+
 JsonObject = dict[str, Any]
 
 IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-only", "none"]
@@ -115,15 +117,15 @@ class ObjectiveView:
     """The objective an answer is about, in the sweep file's terms."""
 
     metric: str
-    cells: tuple[tuple[int, int], ...]
-    """(context, concurrency) cells the value is read at (combined by ``combine``)."""
+    cells: tuple[MatrixCell, ...]
+    """The cells the value is read at (combined by ``combine``)."""
     minimized: bool
     combine: str = "geomean"
 
     def to_json(self) -> JsonObject:
         return {
             "metric": self.metric,
-            "cells": [{"context": c, "concurrency": n} for c, n in self.cells],
+            "cells": [cell.as_fields() for cell in self.cells],
             "goal": "min" if self.minimized else "max",
             "combine": self.combine,
         }

@@ -21,7 +21,7 @@ from orchestrator.plan import normalize_config
 from orchestrator.store.records import TrialPurpose
 from orchestrator.store.results import SweepResults, ThroughputPoint, TrialOutcome
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS
+from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, MatrixCell
 
 NEVER_STARTED = frozenset({"host-set-aside"})
 """Causes of attempts that never reached the unit (no restart was spent)."""
@@ -97,10 +97,10 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
     return [Run(outcome, config_id(outcome.config), n) for n, (_, outcome) in enumerate(ordered)]
 
 
-def point_at(outcome: TrialOutcome, cell: tuple[int, int]) -> ThroughputPoint | None:
+def point_at(outcome: TrialOutcome, cell: MatrixCell) -> ThroughputPoint | None:
     found = None
     for point in outcome.throughput:
-        if (point.context, point.concurrency) == cell:
+        if point.cell == cell:
             found = point
     return found
 
@@ -164,7 +164,7 @@ def full_fidelity(outcome: TrialOutcome, objective: ObjectiveView) -> bool:
         return True
     cells = set(objective.cells)
     return bool(outcome.coding) or any(
-        (p.context, p.concurrency) not in cells for p in outcome.throughput
+        p.cell not in cells for p in outcome.throughput
     )
 
 

@@ -29,6 +29,7 @@ from orchestrator.answers.runs import ConfigRuns, Run, coding_pass_rate, point_a
 from orchestrator.bench.coding import Outcome
 from orchestrator.bench.lossless import compare_outputs
 from orchestrator.sweepfile.schema import Bound
+from orchestrator.types import MatrixCell
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -44,7 +45,7 @@ class Constraints:
     """A sweep's constraints as one answer judges them: at its cells, against its baseline."""
 
     bounds: Mapping[str, Bound | bool]
-    cells: tuple[tuple[int, int], ...]
+    cells: tuple[MatrixCell, ...]
     baseline: ConfigRuns | None
 
 
@@ -52,7 +53,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _cell_value(runs: Sequence[Run], metric: str, cell: tuple[int, int]) -> float | None:
+def _cell_value(runs: Sequence[Run], metric: str, cell: MatrixCell) -> float | None:
     values = []
     for run in runs:
         point = point_at(run.outcome, cell)
@@ -66,8 +67,8 @@ def _pass_rate(runs: Sequence[Run]) -> float | None:
     return _mean([r for run in runs if (r := coding_pass_rate(run.outcome)) is not None])
 
 
-def _where(cell: tuple[int, int] | None) -> str:
-    return "" if cell is None else f" at context {cell[0]} / concurrency {cell[1]}"
+def _where(cell: MatrixCell | None) -> str:
+    return "" if cell is None else f" at {cell.words}"
 
 
 def _bound_problem(
@@ -75,7 +76,7 @@ def _bound_problem(
     bound: Bound,
     value: float | None,
     baseline_value: float | None,
-    cell: tuple[int, int] | None,
+    cell: MatrixCell | None,
 ) -> str | None:
     if value is None:
         return f"{name} cannot be judged: not measured{_where(cell)}"

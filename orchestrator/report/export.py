@@ -91,12 +91,14 @@ def _throughput_row(
     report: SweepReport, group: HostTypeGroup, trial: TrialView, point: ThroughputPoint
 ) -> dict[str, Any]:
     row = _base_row(report, group, trial)
-    best = group.best(point.context, point.concurrency)
+    best = group.best_at(point.cell)
     row.update(
         kind="throughput",
         context=point.context,
         concurrency=point.concurrency,
-        speedup_vs_baseline=group.speedup(trial, point.context, point.concurrency),
+        rate=point.cell.rate,
+        workload=point.cell.workload,
+        speedup_vs_baseline=group.speedup_at(trial, point.cell),
         is_best_in_cell=best is not None and best[0] is trial,
         **_flag_columns(point.flags),
     )

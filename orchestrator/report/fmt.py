@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
+
 MISSING = "—"
 
 
@@ -54,6 +56,12 @@ def duration(start: float | None, end: float | None) -> str:
 
 def cell_name(context: int, concurrency: int) -> str:
     return f"{context}/c{concurrency}"
+
+
+def cell_label(cell: MatrixCell) -> str:
+    """``4096/c32``, ``4096/8 req/s``; ``chat 4096/c32`` on a workload other than synthetic."""
+    name = f"{cell.context}/{cell.load}"
+    return name if cell.workload == SYNTHETIC_WORKLOAD else f"{cell.workload} {name}"
 
 
 def percent(value: float | None) -> str:

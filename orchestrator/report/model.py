@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,13 @@ from orchestrator.store import (
 )
 from orchestrator.store import ThroughputPoint as StoredThroughput
 from orchestrator.store.results import config_label, unattempted_state
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
+
+
+def main_workload(cells: Iterable[MatrixCell]) -> str:
+    """The workload of the report's closed-loop grid: the first one a trial measures (the
+    sweep file's first), synthetic when none is named."""
+    return next((c.workload for c in cells if c.concurrency is not None), SYNTHETIC_WORKLOAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +114,12 @@ class ThroughputPoint:
         return self.measured.context
 
     @property
-    def concurrency(self) -> int:
+    def concurrency(self) -> int | None:
         return self.measured.concurrency
+
+    @property
+    def cell(self) -> MatrixCell:
+        return self.measured.cell
 
     @property
     def metrics(self) -> ThroughputMetrics:
@@ -233,6 +244,8 @@ class TrialView:
     plan: TrialPlan | None = None
     never_run_state: TrialState = "queued"
     """What a trial without an attempt is: ``queued``, or ``cancelled`` when its sweep was."""
+    main_workload: str = SYNTHETIC_WORKLOAD
+    """The workload the closed-loop grid (contexts x concurrencies) shows."""
 
     @property
     def latest(self) -> AttemptView | None:
@@ -270,8 +283,12 @@ class TrialView:
         return None
 
     def point(self, context: int, concurrency: int) -> ThroughputPoint | None:
+        """The closed-loop point at (context, concurrency) on the report's main workload."""
+        return self.point_at(MatrixCell(context, concurrency, workload=self.main_workload))
+
+    def point_at(self, cell: MatrixCell) -> ThroughputPoint | None:
         for point in self.throughput:
-            if point.context == context and point.concurrency == concurrency:
+            if point.cell == cell:
                 return point
         return None
 
@@ -322,6 +339,9 @@ class HostTypeGroup:
     trials: tuple[TrialView, ...]
     contexts: tuple[int, ...]
     concurrencies: tuple[int, ...]
+    main_workload: str = SYNTHETIC_WORKLOAD
+    other_cells: tuple[MatrixCell, ...] = ()
+    """The cells outside the closed-loop grid: open-loop rates and other workloads."""
 
     @property
     def cells(self) -> list[tuple[int, int]]:
@@ -340,24 +360,33 @@ class HostTypeGroup:
                 return candidate
         return None
 
+    def grid_cell(self, context: int, concurrency: int) -> MatrixCell:
+        return MatrixCell(context, concurrency, workload=self.main_workload)
+
     def speedup(self, trial: TrialView, context: int, concurrency: int) -> float | None:
+        return self.speedup_at(trial, self.grid_cell(context, concurrency))
+
+    def speedup_at(self, trial: TrialView, cell: MatrixCell) -> float | None:
         """Aggregate tok/s over the baseline's in the same cell (None when either is missing)."""
         baseline = self.baseline_for(trial)
         if baseline is None:
             return None
-        mine, theirs = trial.point(context, concurrency), baseline.point(context, concurrency)
+        mine, theirs = trial.point_at(cell), baseline.point_at(cell)
         if mine is None or theirs is None:
             return None
         a, b = mine.output_tok_s, theirs.output_tok_s
         return a / b if a is not None and b else None
 
     def best(self, context: int, concurrency: int) -> tuple[TrialView, ThroughputPoint] | None:
+        return self.best_at(self.grid_cell(context, concurrency))
+
+    def best_at(self, cell: MatrixCell) -> tuple[TrialView, ThroughputPoint] | None:
         """The trial with the highest aggregate tok/s in the cell among its trusted points;
         only when the cell has none, the highest flagged one (its flags travel with it)."""
         candidates = [
             (trial, point)
             for trial in self.trials
-            if (point := trial.point(context, concurrency)) is not None
+            if (point := trial.point_at(cell)) is not None
             and point.output_tok_s is not None
         ]
         trusted = [c for c in candidates if c[1].trusted]
@@ -809,8 +838,15 @@ def build_report(
         # plans were stored shows what it measured).
         cells = {c for v in members if v.plan is not None for c in v.plan.cells}
         cells |= {p.measured.cell for v in members for p in v.throughput}
-        contexts = sorted({c.context for c in cells})
-        concurrencies = sorted({c.concurrency for c in cells})
+        main = main_workload(
+            [c for v in members if v.plan is not None for c in v.plan.cells]
+            + [p.measured.cell for v in members for p in v.throughput]
+        )
+        for member in members:
+            member.main_workload = main
+        grid = [c for c in cells if c.concurrency is not None and c.workload == main]
+        contexts = sorted({c.context for c in grid})
+        concurrencies = sorted({c.concurrency for c in grid if c.concurrency is not None})
         host_views = tuple(
             HostView(
                 name=h.name,
@@ -830,6 +866,8 @@ def build_report(
             trials=tuple(members),
             contexts=tuple(contexts),
             concurrencies=tuple(concurrencies),
+            main_workload=main,
+            other_cells=tuple(sorted(c for c in cells if c not in set(grid))),
         )
         if temperature == 0.0:
             for member in members:

@@ -19,6 +19,7 @@ from orchestrator.report.compare import Comparison
 from orchestrator.report.model import HostTypeGroup, ThroughputPoint, TrialView
 from orchestrator.report.space import SpaceGrid
 from orchestrator.store.results import config_label, format_knob
+from orchestrator.types import MatrixCell
 
 CellKind = Literal["", "failed", "best", "missing", "good", "bad", "baseline", "flagged"]
 
@@ -430,7 +431,7 @@ def _cell_answer(answers: Sequence[Answer], context: int, concurrency: int) -> A
             a
             for a in answers
             if a.objective.metric == "output_tok_s"
-            and a.objective.cells == ((context, concurrency),)
+            and a.objective.cells == (MatrixCell(context, concurrency),)
         ),
         None,
     )

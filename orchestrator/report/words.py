@@ -81,9 +81,8 @@ def where(objective: ObjectiveView) -> str:
     """``context 4096 / concurrency 32``, or the combination of several cells."""
     cells = objective.cells
     if len(cells) == 1:
-        context, concurrency = cells[0]
-        return f"context {context} / concurrency {concurrency}"
-    names = ", ".join(fmt.cell_name(c, n) for c, n in cells)
+        return cells[0].words
+    names = ", ".join(fmt.cell_label(cell) for cell in cells)
     return f"the {objective.combine} of {len(cells)} cells ({names})"
 
 

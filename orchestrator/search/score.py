@@ -29,7 +29,7 @@ from orchestrator.answers.runs import point_metric
 from orchestrator.store import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepfile.schema import Bound
-from orchestrator.types import metric_is_minimized
+from orchestrator.types import MatrixCell, metric_is_minimized
 
 DEFAULT_METRIC = "output_tok_s"
 
@@ -41,7 +41,6 @@ _OPS: Mapping[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
 }
 
-Cell = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +48,7 @@ class Objective:
     """What the search maximizes: ``metric`` at ``cells``, geomean, negated when minimized."""
 
     metric: str
-    cells: tuple[Cell, ...]
+    cells: tuple[MatrixCell, ...]
     minimized: bool
 
 
@@ -59,8 +58,7 @@ def sweep_objective(sweep: Sweep) -> Objective:
         return Objective(
             sweep.objective.metric, sweep.objective.target_cells, sweep.objective.minimized
         )
-    bench = sweep.benchmark
-    cells = tuple((ctx, conc) for ctx in bench.contexts for conc in bench.concurrency)
+    cells = sweep.benchmark.matrix_cells()
     return Objective(DEFAULT_METRIC, cells, metric_is_minimized(DEFAULT_METRIC))
 
 
@@ -76,8 +74,8 @@ class TrialScore:
         return self.value is not None and not self.broken
 
 
-def _cells(points: Sequence[Point]) -> dict[Cell, ThroughputPoint]:
-    return {(p.context, p.concurrency): p for p in points if isinstance(p, ThroughputPoint)}
+def _cells(points: Sequence[Point]) -> dict[MatrixCell, ThroughputPoint]:
+    return {p.cell: p for p in points if isinstance(p, ThroughputPoint)}
 
 
 def objective_value(objective: Objective, points: Sequence[Point]) -> float | None:

@@ -56,7 +56,6 @@ from orchestrator.search.space import (
     server_identity,
 )
 from orchestrator.store import (
-    MatrixCell,
     NewTrial,
     Point,
     Store,
@@ -127,7 +126,7 @@ def screen_plan(sweep: Sweep, objective: Objective) -> TrialPlan:
     rounds = sweep.search.screen_rounds or max(1, sweep.benchmark.rounds // 2)
     return dataclasses.replace(
         full,
-        cells=tuple(MatrixCell(ctx, conc) for ctx, conc in objective.cells),
+        cells=objective.cells,
         rounds=rounds,
         problems=(),
         purpose="screen",

@@ -30,7 +30,6 @@ from orchestrator.store.records import (
     HostEntry,
     HostRecord,
     JsonObject,
-    MatrixCell,
     NewPoint,
     NewTrial,
     PointKind,
@@ -43,6 +42,7 @@ from orchestrator.store.records import (
     TrialRecord,
     UnfinishedAttempt,
     UnitBackup,
+    cell_point_key,
     point_key,
 )
 from orchestrator.store.results import (
@@ -64,6 +64,7 @@ from orchestrator.store.results import (
     point_from_record,
 )
 from orchestrator.store.schema import MIGRATIONS, Migration
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
 
 __all__ = [
     "ATTEMPT_STATES",
@@ -71,6 +72,7 @@ __all__ = [
     "MIGRATIONS",
     "POINT_KINDS",
     "SWEEP_STATES",
+    "SYNTHETIC_WORKLOAD",
     "TRIAL_STATES",
     "AcceptEstimate",
     "AcceptLength",
@@ -117,8 +119,10 @@ __all__ = [
     "TrialState",
     "UnfinishedAttempt",
     "UnitBackup",
+    "cell_point_key",
     "count_states",
     "default_db_path",
+    "format_rate",
     "latest_outcomes",
     "open_connection",
     "point_from_record",

@@ -119,7 +119,8 @@ _ATTEMPT_COLUMNS = (
 _TRIAL_COLUMNS = "id, sweep_id, key, host, config, ordinal, is_baseline, plan"
 _POINT_COLUMNS = (
     "id, attempt_id, point_key, kind, context, concurrency, problem, metrics, accept_len, "
-    "quality, invocation_id, cursor_start, cursor_end, started_at, finished_at, committed_at"
+    "quality, invocation_id, cursor_start, cursor_end, started_at, finished_at, committed_at, "
+    "rate, workload"
 )
 _BACKUP_COLUMNS = "id, sweep_id, host, unit, files, state, taken_at, restored_at"
 
@@ -181,6 +182,8 @@ def _point(row: sqlite3.Row) -> PointRecord:
         problem=row["problem"],
         metrics=from_json(row["metrics"]),
         accept_len=from_json(row["accept_len"]),
+        rate=row["rate"],
+        workload=row["workload"],
         quality=from_json(row["quality"]),
         invocation_id=row["invocation_id"],
         cursor_start=row["cursor_start"],
@@ -620,7 +623,8 @@ def record_point(
         cursor = conn.execute(
             "INSERT INTO points (attempt_id, point_key, kind, context, concurrency, problem, "
             "metrics, accept_len, quality, invocation_id, cursor_start, cursor_end, started_at, "
-            "finished_at, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "finished_at, committed_at, rate, workload) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 attempt_id,
                 key,
@@ -637,6 +641,8 @@ def record_point(
                 point.started_at,
                 point.finished_at,
                 now,
+                point.rate,
+                point.workload,
             ),
         )
         point_id = cast(int, cursor.lastrowid)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
+
 SweepState = Literal["queued", "running", "done", "failed", "cancelled"]
 AttemptState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 PointKind = Literal["throughput", "coding"]
@@ -35,15 +37,23 @@ def point_key(
     context: int | None = None,
     concurrency: int | None = None,
     problem: str | None = None,
+    rate: float | None = None,
+    workload: str | None = None,
 ) -> str:
     """The identity of a point within an attempt, so a resumed run can skip what is committed.
 
-    A throughput point is one (context, concurrency) cell; a coding point is one problem.
+    A throughput point is one cell: a context at a closed-loop concurrency or an open-loop
+    rate, on a workload; a coding point is one problem. A synthetic closed-loop cell keeps the
+    key it had before workloads and rates existed, so stores written then resume unchanged.
     """
     if kind == "throughput":
-        if context is None or concurrency is None or problem is not None:
-            raise ValueError("a throughput point has a context and a concurrency, no problem")
-        return f"throughput/context={context}/concurrency={concurrency}"
+        if context is None or problem is not None or (concurrency is None) == (rate is None):
+            raise ValueError(
+                "a throughput point has a context and a concurrency or a rate, no problem"
+            )
+        load = f"concurrency={concurrency}" if rate is None else f"rate={format_rate(rate)}"
+        head = "" if workload in (None, SYNTHETIC_WORKLOAD) else f"workload={workload}/"
+        return f"throughput/{head}context={context}/{load}"
     if kind == "coding":
         if not problem:
             raise ValueError("a coding point names its problem")
@@ -94,12 +104,15 @@ class HostRecord:
     set_aside_reason: str | None
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MatrixCell:
-    """One (context, concurrency) cell a trial measures."""
-
-    context: int
-    concurrency: int
+def cell_point_key(cell: MatrixCell) -> str:
+    """The point key of a throughput cell."""
+    return point_key(
+        "throughput",
+        context=cell.context,
+        concurrency=cell.concurrency,
+        rate=cell.rate,
+        workload=cell.workload,
+    )
 
 
 TrialPurpose = Literal["measure", "screen", "confirm"]
@@ -134,7 +147,7 @@ class TrialPlan:
 
     def to_json(self) -> JsonObject:
         return {
-            "cells": [[cell.context, cell.concurrency] for cell in self.cells],
+            "cells": [cell.to_json() for cell in self.cells],
             "rounds": self.rounds,
             "problems": list(self.problems),
             "coding_temperature": self.coding_temperature,
@@ -150,7 +163,7 @@ class TrialPlan:
         model = data.get("model")
         purpose = data.get("purpose")
         return cls(
-            cells=tuple(MatrixCell(int(c[0]), int(c[1])) for c in cells),
+            cells=tuple(MatrixCell.from_json(c) for c in cells),
             rounds=int(data.get("rounds") or 0),
             problems=tuple(str(p) for p in data.get("problems") or ()),
             coding_temperature=float(temperature) if isinstance(temperature, int | float) else None,
@@ -239,6 +252,9 @@ class NewPoint:
     context: int | None = None
     concurrency: int | None = None
     problem: str | None = None
+    rate: float | None = None
+    workload: str | None = None
+    """None for coding points and for synthetic throughput points."""
     accept_len: Mapping[str, Any] | None = None
     quality: Mapping[str, Any] = field(default_factory=dict)
     invocation_id: str | None = None
@@ -248,14 +264,17 @@ class NewPoint:
     finished_at: float | None = None
 
     def __post_init__(self) -> None:
-        point_key(
-            self.kind, context=self.context, concurrency=self.concurrency, problem=self.problem
-        )
+        self.key  # noqa: B018 - validates the identity fields
 
     @property
     def key(self) -> str:
         return point_key(
-            self.kind, context=self.context, concurrency=self.concurrency, problem=self.problem
+            self.kind,
+            context=self.context,
+            concurrency=self.concurrency,
+            problem=self.problem,
+            rate=self.rate,
+            workload=self.workload,
         )
 
 
@@ -270,6 +289,8 @@ class PointRecord:
     problem: str | None
     metrics: JsonObject
     accept_len: JsonObject | None
+    rate: float | None
+    workload: str | None
     quality: JsonObject
     invocation_id: str | None
     cursor_start: str | None

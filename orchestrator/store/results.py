@@ -32,7 +32,6 @@ from orchestrator.store.records import (
     Attempt,
     HostRecord,
     JsonObject,
-    MatrixCell,
     NewPoint,
     PointRecord,
     SweepRecord,
@@ -40,7 +39,14 @@ from orchestrator.store.records import (
     TrialPlan,
     TrialRecord,
 )
-from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, Outcome, point_metric_names
+from orchestrator.types import (
+    LATENCIES,
+    SYNTHETIC_WORKLOAD,
+    THROUGHPUT_SCALARS,
+    MatrixCell,
+    Outcome,
+    point_metric_names,
+)
 
 TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 """A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted
@@ -294,23 +300,31 @@ class PointProvenance:
 
 @dataclass(frozen=True, slots=True)
 class ThroughputPoint:
-    """One (context, concurrency) cell of one attempt.
+    """One cell of one attempt: a context at a closed-loop concurrency or an open-loop rate,
+    on a workload.
 
     ``quality`` names the benchmark's quality flags the point carries (``errors``,
-    ``truncated``, ``concurrency_short``, ...); the accept-length flags are in ``accept``.
+    ``truncated``, ``concurrency_short``, ``rate_short``, ...); the accept-length flags are in
+    ``accept``.
     """
 
     kind: ClassVar[Literal["throughput"]] = "throughput"
     context: int
-    concurrency: int
+    concurrency: int | None
     metrics: ThroughputMetrics
     accept: AcceptLength = AcceptLength()
     quality: tuple[str, ...] = ()
     provenance: PointProvenance = PointProvenance()
+    rate: float | None = None
+    """Offered requests per second of an open-loop point; None for a closed-loop one."""
+    workload: str = SYNTHETIC_WORKLOAD
+
+    def __post_init__(self) -> None:
+        self.cell  # noqa: B018 - validates concurrency xor rate
 
     @property
     def cell(self) -> MatrixCell:
-        return MatrixCell(self.context, self.concurrency)
+        return MatrixCell(self.context, self.concurrency, self.rate, self.workload)
 
     def to_new_point(self) -> NewPoint:
         """The store's row for this point."""
@@ -318,6 +332,8 @@ class ThroughputPoint:
             kind="throughput",
             context=self.context,
             concurrency=self.concurrency,
+            rate=self.rate,
+            workload=None if self.workload == SYNTHETIC_WORKLOAD else self.workload,
             metrics=self.metrics.to_json(),
             accept_len=self.accept.to_json(),
             quality={flag: True for flag in self.quality},
@@ -329,6 +345,8 @@ class ThroughputPoint:
             "kind": self.kind,
             "context": self.context,
             "concurrency": self.concurrency,
+            "rate": self.rate,
+            "workload": self.workload,
             "problem": None,
             "metrics": self.metrics.to_json(),
             "accept_len": self.accept.to_json(),
@@ -339,12 +357,16 @@ class ThroughputPoint:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ThroughputPoint:
         context, concurrency = _int(data.get("context")), _int(data.get("concurrency"))
-        if context is None or concurrency is None:
-            raise ValueError("a throughput point has a context and a concurrency")
+        rate = _number(data.get("rate"))
+        if context is None or (concurrency is None) == (rate is None):
+            raise ValueError("a throughput point has a context and a concurrency or a rate")
         accept = data.get("accept_len")
+        workload = data.get("workload")
         return cls(
             context=context,
             concurrency=concurrency,
+            rate=rate,
+            workload=workload if isinstance(workload, str) and workload else SYNTHETIC_WORKLOAD,
             metrics=ThroughputMetrics.from_json(_mapping(data.get("metrics"))),
             accept=AcceptLength.from_json(accept if isinstance(accept, Mapping) else {}),
             quality=_quality(data.get("quality")),
@@ -480,6 +502,8 @@ def point_from_record(record: PointRecord) -> Point:
         "kind": record.kind,
         "context": record.context,
         "concurrency": record.concurrency,
+        "rate": record.rate,
+        "workload": record.workload,
         "problem": record.problem,
         "metrics": record.metrics,
         "accept_len": record.accept_len,

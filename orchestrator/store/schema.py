@@ -180,7 +180,17 @@ _V3 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+_V4 = Migration(
+    version=4,
+    summary="throughput points at an open-loop rate and on a named workload",
+    # NULL for every point written before: a closed-loop point on the synthetic workload.
+    statements=(
+        "ALTER TABLE points ADD COLUMN rate REAL",
+        "ALTER TABLE points ADD COLUMN workload TEXT",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

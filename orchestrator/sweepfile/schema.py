@@ -48,7 +48,7 @@ from orchestrator.sweepfile.fields import (
     unique,
     unique_or_none,
 )
-from orchestrator.types import ApiKind, MetricsMode, metric_is_minimized
+from orchestrator.types import ApiKind, MatrixCell, MetricsMode, metric_is_minimized
 
 DEFAULT_RESTART_S = 300.0
 DEFAULT_DECODE_TOKENS_PER_S = 50.0
@@ -154,6 +154,14 @@ class BenchmarkSpec(_Model):
         "restart, interleaved with the other configs",
     )
 
+    def matrix_cells(self) -> tuple[MatrixCell, ...]:
+        """Every cell a full trial measures, in the order it measures them."""
+        return tuple(
+            MatrixCell(context, concurrency)
+            for context in self.contexts
+            for concurrency in self.concurrency
+        )
+
 
 class CodingSpec(_Model):
     """The correctness anchor: small coding problems whose final code is run and checked."""
@@ -253,12 +261,12 @@ class ObjectiveSpec(_Model):
         return metric_is_minimized(self.metric)
 
     @property
-    def target_cells(self) -> tuple[tuple[int, int], ...]:
-        """The (context, concurrency) cells the objective reads, in the file's order."""
+    def target_cells(self) -> tuple[MatrixCell, ...]:
+        """The cells the objective reads, in the file's order."""
         if self.cells is not None:
-            return tuple((cell.context, cell.concurrency) for cell in self.cells)
+            return tuple(MatrixCell(cell.context, cell.concurrency) for cell in self.cells)
         assert self.context is not None and self.concurrency is not None
-        return ((self.context, self.concurrency),)
+        return (MatrixCell(self.context, self.concurrency),)
 
 
 class Bound(_Model):
@@ -379,10 +387,11 @@ class Sweep(_Model):
         bench = info.data.get("benchmark")
         if objective is None or not isinstance(bench, BenchmarkSpec):
             return objective
-        for context, concurrency in objective.target_cells:
-            if context not in bench.contexts or concurrency not in bench.concurrency:
+        cells = set(bench.matrix_cells())
+        for cell in objective.target_cells:
+            if cell not in cells:
                 raise ValueError(
-                    f"cell context {context} / concurrency {concurrency} is not in the "
+                    f"cell context {cell.context} / concurrency {cell.concurrency} is not in the "
                     "benchmark matrix (benchmark.contexts x benchmark.concurrency)"
                 )
         return objective

@@ -6,8 +6,9 @@ import pytest
 
 from orchestrator.answers import Answer, Contender, Estimate, ObjectiveView
 from orchestrator.daemon.adopt import AdoptRefused, choose
+from orchestrator.types import MatrixCell
 
-OBJECTIVE = ObjectiveView("output_tok_s", ((4096, 32),), minimized=False)
+OBJECTIVE = ObjectiveView("output_tok_s", (MatrixCell(4096, 32),), minimized=False)
 
 
 def contender(budget: int, value: float) -> Contender:

@@ -36,10 +36,11 @@ from orchestrator.report.tables import (
 )
 from orchestrator.report.words import answer_words, readable
 from orchestrator.store import Store
+from orchestrator.types import MatrixCell
 from tests.integration.test_report_support import ConfigSpec, SweepSpec, ddtree, fill_sweep
 
 NS = {"s": "http://www.w3.org/2000/svg"}
-OBJECTIVE = ObjectiveView("output_tok_s", ((4096, 32),), minimized=False)
+OBJECTIVE = ObjectiveView("output_tok_s", (MatrixCell(4096, 32),), minimized=False)
 
 
 def contender(
@@ -135,9 +136,7 @@ def test_a_clear_winner_reads_as_the_issue_asks() -> None:
 
 
 def test_a_tie_lists_the_tied_configs_and_what_would_break_it() -> None:
-    said = answer_words(
-        better(verdict="tie", tied=(RUNNER,), margin=Margin(0.004, (-0.012, 0.02)))
-    )
+    said = answer_words(better(verdict="tie", tied=(RUNNER,), margin=Margin(0.004, (-0.012, 0.02))))
     assert said.headline == (
         "No single winner on b300 at context 4096 / concurrency 32: budget=16 topk=4 and "
         "budget=12 topk=4 are tied on output_tok_s (the differences are within the uncertainty)."
@@ -224,7 +223,9 @@ def test_noisy_configs_sick_hosts_and_faster_configs_that_break_a_constraint() -
 
 
 def test_a_minimized_metric_over_several_cells_reads_in_its_unit() -> None:
-    objective = ObjectiveView("ttft_p99_s", ((1024, 8), (4096, 32)), minimized=True)
+    objective = ObjectiveView(
+        "ttft_p99_s", (MatrixCell(1024, 8), MatrixCell(4096, 32)), minimized=True
+    )
     best = dataclasses.replace(
         WINNER,
         estimate=dataclasses.replace(WINNER.estimate, value=0.412, ci95=(0.398, 0.431)),
@@ -386,7 +387,7 @@ def _cell_answer(concurrency: int, verdict: str = "better") -> Answer:
     eight = contender(8, 4, 900.0, speedup=1.8, speedup_ci=(1.7, 1.9))
     twelve = contender(12, 4, 850.0, speedup=1.7)
     return better(
-        objective=ObjectiveView("output_tok_s", ((1024, concurrency),), minimized=False),
+        objective=ObjectiveView("output_tok_s", (MatrixCell(1024, concurrency),), minimized=False),
         verdict=verdict,
         best=eight,
         runner_up=twelve,
@@ -426,7 +427,7 @@ def test_pooled_cells_without_an_answer_average_the_hosts_and_drop_sick_ones(
     group = twin_report.groups[0]
     other = _cell_answer(4)
     off_cell = dataclasses.replace(
-        other, objective=ObjectiveView("output_tok_s", ((4096, 32),), minimized=False)
+        other, objective=ObjectiveView("output_tok_s", (MatrixCell(4096, 32),), minimized=False)
     )
     ((_, _, at4),) = pooled_best_table(group, (off_cell,)).rows
     assert at4.text.endswith(", 2 hosts)") and "@" not in at4.text

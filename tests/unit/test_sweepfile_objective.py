@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sweepfile import SweepFileError, load_sweep
+from orchestrator.types import MatrixCell
 
 BASE = """\
 name: t
@@ -41,7 +42,7 @@ def test_objective_constraints_and_search_parse(tmp_path: Path) -> None:
     )
     assert sweep.benchmark.repeats == 3
     assert sweep.objective is not None
-    assert sweep.objective.minimized and sweep.objective.target_cells == ((4096, 32),)
+    assert sweep.objective.minimized and sweep.objective.target_cells == (MatrixCell(4096, 32),)
     bound = sweep.constraints["coding_pass_rate"]
     assert not isinstance(bound, bool) and (bound.op, bound.value) == (">=", "baseline")
     ttft = sweep.constraints["ttft_p99_s"]
@@ -67,7 +68,7 @@ def test_objective_over_cells_is_maximized_for_throughput(tmp_path: Path) -> Non
         "    - {context: 1024, concurrency: 1}\n    - {context: 4096, concurrency: 32}\n",
     )
     assert sweep.objective is not None and not sweep.objective.minimized
-    assert sweep.objective.target_cells == ((1024, 1), (4096, 32))
+    assert sweep.objective.target_cells == (MatrixCell(1024, 1), MatrixCell(4096, 32))
 
 
 def test_an_objective_cell_outside_the_matrix_names_its_line(tmp_path: Path) -> None:

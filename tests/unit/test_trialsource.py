@@ -53,8 +53,13 @@ async def test_a_store_from_before_cancelled_attempts_learns_them_and_keeps_its_
             record.id, [NewTrial("k1", "h", {}, 0), NewTrial("k2", "h", {}, 1)]
         )
         attempt = await old.start_attempt(trial.id)
-        point = NewPoint("throughput", {"x": 1.0}, context=60, concurrency=1)
-        await old.record_point(attempt.id, point, [])
+    point = NewPoint("throughput", {"x": 1.0}, context=60, concurrency=1)
+    with sqlite3.connect(path) as raw:  # a point as that version wrote it (no rate, workload)
+        raw.execute(
+            "INSERT INTO points (attempt_id, point_key, kind, context, concurrency, metrics, "
+            "committed_at) VALUES (?, ?, 'throughput', 60, 1, '{\"x\": 1.0}', 0)",
+            (attempt.id, point.key),
+        )
     async with await Store.open(path) as store:
         assert (await store.finish_attempt(attempt.id, "cancelled")).state == "cancelled"
         skipped = await store.skip_trial(queued.id, None, {"reason": "cancel"}, state="cancelled")
