@@ -30,6 +30,7 @@ import asyncssh
 import yaml
 
 from orchestrator.log import configure_logging, get_logger
+from orchestrator.sim.content import CONTENT_CLASSES, ContentClass
 from orchestrator.sim.faults import FaultsFileError, load_faults_file, settings_for
 from orchestrator.sim.host import UNIT_NAME, SimHost, SimHostConfig, sglang_argv
 from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
@@ -68,6 +69,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--turnaround-s", type=float, default=0.0,
         help="the client's wall seconds from a request's end to its next request reaching "
         "the server (default 0: an ideal client)",
+    )
+    truth.add_argument(
+        "--content", choices=CONTENT_CLASSES, default=ContentClass.PLAIN.value,
+        help="the content class of the prompts the sweep sends, as the simulated server "
+        "classifies them (default plain: the synthetic filler prompts); see docs/simulator.md",
     )
     truth.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -368,7 +374,8 @@ def _truth(args: argparse.Namespace) -> int:
         sys.stderr.write("sim truth: --turnaround-s must be >= 0\n")
         return 2
     truth = sweep_truth(
-        sweep, settings, replications=replications, turnaround_s=args.turnaround_s
+        sweep, settings, replications=replications, turnaround_s=args.turnaround_s,
+        content=ContentClass(args.content),
     )
     if args.json:
         sys.stdout.write(json.dumps(truth.to_json()) + "\n")

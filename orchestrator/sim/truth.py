@@ -47,6 +47,7 @@ from typing import Any
 
 from orchestrator.host.dropin import ExtraFlagConflict, apply_knobs
 from orchestrator.plan import expand_configs, normalize_config
+from orchestrator.sim.content import ContentClass
 from orchestrator.sim.host import sglang_argv
 from orchestrator.sim.perfmodel import (
     PerfParams,
@@ -57,6 +58,7 @@ from orchestrator.sim.perfmodel import (
 )
 from orchestrator.sim.server_args import ServerArgs, build_parser, resolve
 from orchestrator.sim.settings import ServerSimSettings
+from orchestrator.sim.thinking import NATURAL_LENGTHS
 from orchestrator.sweepfile.schema import Sweep
 from orchestrator.types import KnobValue
 
@@ -67,9 +69,6 @@ measurement over the square root of this (about a fifth of it)."""
 BLOCK = 8
 """Verify steps drawn at once far from a request's end (see :class:`StepSampler`)."""
 
-NATURAL_LENGTH = (64, 512)
-"""Without ``ignore_eos`` a (non-coding) answer ends by itself after uniformly 64-512 tokens
-(:func:`orchestrator.sim.thinking.plan_completion`), or at ``max_tokens`` if that is sooner."""
 
 _TRUTH_ADDRESS = "127.0.0.1"
 """The simulated unit's base command line names its host's address; it changes nothing the
@@ -161,6 +160,10 @@ class CellModel:
     max_running: int
     turnaround_ms: float = 0.0
     """From a request's end to its worker's next request reaching the server (model ms)."""
+    content: ContentClass = ContentClass.PLAIN
+    """The content class of the point's prompts (:mod:`orchestrator.sim.content`): it shifts
+    the drafter's acceptance and, without ``ignore_eos``, sets the answers' natural lengths
+    (:data:`orchestrator.sim.thinking.NATURAL_LENGTHS`, or ``max_tokens`` if sooner)."""
 
 
 def sweep_truth(
@@ -169,6 +172,7 @@ def sweep_truth(
     *,
     replications: int = DEFAULT_REPLICATIONS,
     turnaround_s: float = 0.0,
+    content: ContentClass = ContentClass.PLAIN,
 ) -> SweepTruth:
     """The truth of every config of ``sweep``'s space (the plan's expansion: baseline when
     asked, ``configs``, then ``grid``, duplicates removed) on a server with ``settings``.
@@ -176,7 +180,9 @@ def sweep_truth(
     ``turnaround_s`` is the client's time, in wall seconds, from a request's end to its
     worker's next request reaching the server: 0 is an ideal client (the default, and what
     a search is scored against); a loopback client takes a few ms, which counts when the
-    time scale makes steps short.
+    time scale makes steps short. ``content`` is the class of the prompts the sweep sends
+    (plain: the synthetic filler prompts); a workload's class is what
+    :func:`orchestrator.sim.content.classify` says of its prompts.
 
     Configs the server resolves to the same model (e.g. a top-k that DFLASH overrides) share
     one computation, as they share one behaviour."""
@@ -190,7 +196,7 @@ def sweep_truth(
             continue
         key = (resolved.shape, int(resolved.get("max_running_requests")))
         if key not in known:
-            known[key] = _cells(sweep, resolved, chosen, replications, turnaround_s)
+            known[key] = _cells(sweep, resolved, chosen, replications, turnaround_s, content)
         entries.append(ConfigTruth(config, known[key]))
     return SweepTruth(tuple(entries))
 
@@ -202,13 +208,16 @@ def config_truth(
     *,
     replications: int = DEFAULT_REPLICATIONS,
     turnaround_s: float = 0.0,
+    content: ContentClass = ContentClass.PLAIN,
 ) -> ConfigTruth:
     """One config's truth in every cell of ``sweep``'s matrix (see :func:`sweep_truth`)."""
     normal = normalize_config(config)
     resolved = server_args_for(sweep, normal, settings)
     if isinstance(resolved, str):
         return ConfigTruth(normal, (), resolved)
-    return ConfigTruth(normal, _cells(sweep, resolved, settings, replications, turnaround_s))
+    return ConfigTruth(
+        normal, _cells(sweep, resolved, settings, replications, turnaround_s, content)
+    )
 
 
 def _cells(
@@ -217,6 +226,7 @@ def _cells(
     settings: ServerSimSettings,
     replications: int,
     turnaround_s: float,
+    content: ContentClass,
 ) -> tuple[CellTruth, ...]:
     bench = sweep.benchmark
     return tuple(
@@ -231,6 +241,7 @@ def _cells(
                 ignore_eos=bench.ignore_eos,
                 max_running=int(resolved.get("max_running_requests")),
                 turnaround_ms=1000.0 * turnaround_s / settings.time_scale,
+                content=content,
             ),
             time_scale=settings.time_scale,
             replications=replications,
@@ -290,7 +301,7 @@ def server_args_for(
 
 def cell_truth(model: CellModel, *, time_scale: float, replications: int) -> CellTruth:
     """The mean and spread of ``replications`` replays of one point (see the module text)."""
-    sampler = StepSampler(model.shape, model.perf)
+    sampler = StepSampler(model.shape, model.perf, model.content)
     rates: list[float] = []
     accepts: list[float] = []
     for index in range(max(2, replications)):
@@ -325,9 +336,12 @@ class StepSampler:
     request's end, :data:`BLOCK` steps at a time from their sum's law (no block there can
     reach the end, so the step count is exact), the rest one uniform per step."""
 
-    def __init__(self, shape: SpecShape, perf: PerfParams) -> None:
+    def __init__(
+        self, shape: SpecShape, perf: PerfParams, content: ContentClass = ContentClass.PLAIN
+    ) -> None:
         self.shape = shape
         self.perf = perf
+        self.content = content
         self._tables: dict[int, list[float]] = {}
         self._blocks: dict[int, list[float]] = {}
         self._paths: dict[tuple[int, int], list[list[float]]] = {}
@@ -340,7 +354,9 @@ class StepSampler:
         key, seen = self._key(context)
         table = self._tables.get(key)
         if table is None:
-            table = _cumulative(accepted_distribution(self.shape, seen, self.perf))
+            table = _cumulative(
+                accepted_distribution(self.shape, seen, self.perf, self.content)
+            )
             self._tables[key] = table
         return table
 
@@ -348,7 +364,7 @@ class StepSampler:
         key, seen = self._key(context)
         table = self._blocks.get(key)
         if table is None:
-            law = accepted_distribution(self.shape, seen, self.perf)
+            law = accepted_distribution(self.shape, seen, self.perf, self.content)
             total: list[float] = [1.0]
             for _ in range(BLOCK):
                 total = _convolve(total, law)
@@ -561,7 +577,7 @@ def _convolve(left: Sequence[float], right: Sequence[float]) -> list[float]:
 def _length(model: CellModel, rng: random.Random) -> int:
     if model.ignore_eos:
         return model.max_tokens
-    return min(rng.randint(*NATURAL_LENGTH), model.max_tokens)
+    return min(rng.randint(*NATURAL_LENGTHS[model.content]), model.max_tokens)
 
 
 __all__ = [
