@@ -27,7 +27,7 @@ bounded however long the context:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -118,3 +118,8 @@ def profile_text(text: str) -> ContentProfile:
 
 def classify(text: str) -> ContentClass:
     return profile_text(text).content
+
+
+def classify_turns(texts: Iterable[str]) -> ContentClass:
+    """The class of a chat request from its message texts in order, as the server reads it."""
+    return profile_tokens([token for text in texts for token in tokenize(text)]).content

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from orchestrator.bench.prompts import build_prompt
-from orchestrator.sim.content import ContentClass, profile_tokens
+from orchestrator.sim.content import ContentClass, classify_turns
 from orchestrator.sim.perfmodel import PerfParams
 from orchestrator.sim.server_args import build_parser, resolve
 from orchestrator.sim.tokenizer import template_tokens, tokenize
@@ -99,12 +99,14 @@ async def test_multi_turn_prompts_are_counted_and_classified_from_every_turn(
     assert [a["usage"]["prompt_tokens"] for a in answers] == expected
     by_id = {row["id"]: row for row in rows}
     assert [by_id[a["id"]]["content"] for a in answers] == ["prose", "plain", "code"]
+    # What the truth reads a workload's classes with says the same as the server.
+    assert [classify_turns(m["content"] for m in ms).value for ms in (prose, plain, code)] == [
+        "prose", "plain", "code"]
 
 
 async def test_a_code_workload_measures_what_the_truth_says_for_code(server: SimServer) -> None:
     conversations = [code_conversation(i + 1, CONTEXT) for i in range(CONCURRENCY * ROUNDS)]
-    content = [t for m in conversations[0] for t in tokenize(m["content"])]
-    assert profile_tokens(content).content is ContentClass.CODE
+    assert classify_turns(m["content"] for m in conversations[0]) is ContentClass.CODE
     queue = list(conversations)
     ends: list[float] = []
     answers: list[dict[str, Any]] = []
@@ -131,7 +133,7 @@ async def test_a_code_workload_measures_what_the_truth_says_for_code(server: Sim
 
     def truth(content: ContentClass, turnaround_ms: float = 0.0) -> Any:
         model = CellModel(shape, PerfParams(), CONTEXT, CONCURRENCY, ROUNDS, MAX_TOKENS, True,
-                          48, turnaround_ms=turnaround_ms, content=content)
+                          48, turnaround_ms=turnaround_ms, content=(content,))
         return cell_truth(model, time_scale=1.0, replications=64)
 
     code, plain = truth(ContentClass.CODE), truth(ContentClass.PLAIN)

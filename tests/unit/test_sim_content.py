@@ -15,6 +15,7 @@ import yaml
 
 from orchestrator import cli
 from orchestrator.bench.prompts import build_prompt
+from orchestrator.bench.workloads import parse_sample
 from orchestrator.sim.content import (
     CODE_SHARE,
     WINDOW,
@@ -34,7 +35,7 @@ from orchestrator.sim.perfmodel import (
 from orchestrator.sim.server_args import build_parser, resolve
 from orchestrator.sim.thinking import NATURAL_LENGTHS, plan_completion
 from orchestrator.sim.tokenizer import chat_prompt_tokens, template_tokens, tokenize
-from orchestrator.sim.truth import sweep_truth
+from orchestrator.sim.truth import sample_content, sweep_truth
 from orchestrator.sweepfile import parse_sweep
 
 P = PerfParams()
@@ -219,4 +220,20 @@ def test_sim_truth_states_the_content(
     default = sweep_truth(sweep, replications=4).configs[0].cells[0]
     assert default.accept_len == accepts["plain"]  # plain is the default: synthetic prompts
     assert cli.main(["sim", "truth", str(path), "--content", "poetry"]) == 2
-    assert "invalid choice" in capsys.readouterr().err
+    assert "neither a class" in capsys.readouterr().err
+
+    # A workload sample: its requests' classes in line order, cycled over the point's requests.
+    sample = tmp_path / "traffic.jsonl"
+    lines = [{"messages": [{"role": "system", "content": "You help."},
+                           {"role": "user", "content": text}]}
+             for text in (CODE_TEXT[:1500], CHAT_TEXT)]
+    sample.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    assert sample_content(parse_sample(sample.read_text(), filename="t", label="file:t")) == (
+        ContentClass.CODE, ContentClass.PROSE)
+    assert cli.main(["sim", "truth", str(path), "--replications", "4", "--json",
+                     "--content", str(sample)]) == 0
+    mixed = json.loads(capsys.readouterr().out)["configs"][0]["cells"][0]["accept_len"]
+    assert accepts["prose"] < mixed < accepts["code"]
+    sample.write_text(json.dumps(lines[0]) + "\n{not json\n", encoding="utf-8")
+    assert cli.main(["sim", "truth", str(path), "--content", str(sample)]) == 2
+    assert capsys.readouterr().err.startswith(f"{sample}:2: ")

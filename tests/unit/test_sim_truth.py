@@ -49,8 +49,8 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
     total = model.rounds * model.concurrency
     issued = waiting = min(model.concurrency, total)
     arrived_next = 0
-    running: list[list[int]] = []  # [emitted, length, steps]
-    done = tokens = decode = steps = 0
+    running: list[list[int]] = []  # [emitted, length, steps, index of its content class]
+    done = tokens = decode = steps = admitted = 0
     now = end = 0.0
     while done < total:
         finished: list[list[int]] = []
@@ -59,15 +59,17 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
             waiting -= batch
             now += prefill_time_ms(batch * model.context, model.perf)
             for _ in range(batch):
+                kind = admitted % len(model.content)
+                admitted += 1
                 length = model.max_tokens if model.ignore_eos else min(
-                    rng.randint(*NATURAL_LENGTHS[model.content]), model.max_tokens
+                    rng.randint(*NATURAL_LENGTHS[model.content[kind]]), model.max_tokens
                 )
-                (finished if length <= 1 else running).append([1, length, 0])
+                (finished if length <= 1 else running).append([1, length, 0, kind])
         elif running:
             now += step_time_ms(model.shape, [model.context + r[0] for r in running], model.perf)
             for r in running:
                 gained = sample_accepted(
-                    rng, model.shape, model.context + r[0], model.perf, model.content
+                    rng, model.shape, model.context + r[0], model.perf, model.content[r[3]]
                 )
                 r[0] += min(gained, r[1] - r[0])
                 r[2] += 1
@@ -92,7 +94,7 @@ def mean_and_se(values: list[float]) -> tuple[float, float]:
 
 
 def replay_many(model: CellModel, n: int) -> tuple[list[float], list[float]]:
-    sampler = StepSampler(model.shape, model.perf, model.content)
+    sampler = StepSampler(model.shape, model.perf)
     rates: list[float] = []
     accepts: list[float] = []
     for i in range(n):
@@ -109,13 +111,14 @@ PLAIN, CODE, PROSE = ContentClass.PLAIN, ContentClass.CODE, ContentClass.PROSE
 @pytest.mark.parametrize(
     ("shape", "context", "concurrency", "max_tokens", "ignore_eos", "max_running", "content"),
     [
-        (CHAIN, 300, 4, 48, True, 48, PLAIN),  # a chain, short context
-        (TREE, 3000, 3, 40, True, 48, PLAIN),  # the law moves with the context (no window)
-        (WINDOWED, 2030, 4, 40, True, 48, PLAIN),  # contexts cross the draft window mid-request
-        (CHAIN, 100, 6, 24, True, 4, PLAIN),  # more workers than max_running: a queue
-        (TREE, 100, 2, 80, False, 48, PLAIN),  # answers end by themselves (ignore_eos off)
-        (CHAIN, 300, 4, 48, True, 48, CODE),  # code: the drafter's law shifted up
-        (TREE, 100, 2, 300, False, 48, PROSE),  # prose: shifted down, and short answers
+        (CHAIN, 300, 4, 48, True, 48, (PLAIN,)),  # a chain, short context
+        (TREE, 3000, 3, 40, True, 48, (PLAIN,)),  # the law moves with the context (no window)
+        (WINDOWED, 2030, 4, 40, True, 48, (PLAIN,)),  # contexts cross the window mid-request
+        (CHAIN, 100, 6, 24, True, 4, (PLAIN,)),  # more workers than max_running: a queue
+        (TREE, 100, 2, 80, False, 48, (PLAIN,)),  # answers end by themselves (ignore_eos off)
+        (CHAIN, 300, 4, 48, True, 48, (CODE,)),  # code: the drafter's law shifted up
+        (TREE, 100, 2, 300, False, 48, (PROSE,)),  # prose: shifted down, and short answers
+        (TREE, 100, 3, 300, False, 48, (CODE, PROSE, PLAIN)),  # a mixed workload, cycled
     ],
 )
 def test_replay_matches_a_step_by_step_replica(
@@ -125,7 +128,7 @@ def test_replay_matches_a_step_by_step_replica(
     max_tokens: int,
     ignore_eos: bool,
     max_running: int,
-    content: ContentClass,
+    content: tuple[ContentClass, ...],
 ) -> None:
     model = CellModel(
         shape, P, context, concurrency, 2, max_tokens, ignore_eos, max_running, content=content
