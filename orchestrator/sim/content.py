@@ -33,8 +33,9 @@ from enum import Enum
 
 from orchestrator.sim.tokenizer import tokenize
 
-WINDOW = 8192
-"""Content tokens the rule reads: the last ones (the drafter works from the recent context)."""
+WINDOW = 4096
+"""Content tokens the rule reads: the last ones (the drafter works from the recent context),
+which bounds its cost (a few ms a request) however long the prompt."""
 NGRAM = 4
 REPETITIVE_SHARE = 0.6
 """Most 4-grams seen before: the text largely repeats itself (Python modules of the standard
@@ -90,11 +91,12 @@ def profile_tokens(tokens: Sequence[str]) -> ContentProfile:
     if count == 0:
         return ContentProfile(0, 0.0, 0.0, 0.0, False, ContentClass.PLAIN)
     bare = [token.strip() for token in window]
-    grams = list(zip(*(bare[i:] for i in range(NGRAM)), strict=False))
-    repetition = 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-    code = sum(
+    grams = max(0, count - NGRAM + 1)
+    distinct = len(set(zip(*(bare[i:] for i in range(NGRAM)), strict=False)))
+    repetition = 1.0 - distinct / grams if grams else 0.0
+    code = sum(1 for word in bare if word in CODE_SYMBOLS) + sum(
         1 for token, word in zip(window, bare, strict=True)
-        if word in CODE_SYMBOLS or _INDENTED_LINE.search(token) is not None
+        if "\n" in token and word not in CODE_SYMBOLS and _INDENTED_LINE.search(token)
     )
     punctuation = sum(1 for word in bare if word in _PUNCTUATION)
     asks = _CODE_REQUEST.search("".join(window)) is not None
