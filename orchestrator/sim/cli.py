@@ -30,6 +30,7 @@ import asyncssh
 import yaml
 
 from orchestrator.log import configure_logging, get_logger
+from orchestrator.sim.content import CONTENT_CLASSES, ContentClass
 from orchestrator.sim.faults import FaultsFileError, load_faults_file, settings_for
 from orchestrator.sim.host import UNIT_NAME, SimHost, SimHostConfig, sglang_argv
 from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
@@ -68,6 +69,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--turnaround-s", type=float, default=0.0,
         help="the client's wall seconds from a request's end to its next request reaching "
         "the server (default 0: an ideal client)",
+    )
+    truth.add_argument(
+        "--content", default=ContentClass.PLAIN.value, metavar="CLASS|SAMPLE",
+        help=f"what the sweep's prompts are, as the simulated server classifies them: a class "
+        f"({', '.join(CONTENT_CLASSES)}; default plain: the synthetic filler prompts), or a "
+        "workload sample (JSONL) whose requests' classes are taken in line order",
     )
     truth.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -367,8 +374,13 @@ def _truth(args: argparse.Namespace) -> int:
     if args.turnaround_s < 0:
         sys.stderr.write("sim truth: --turnaround-s must be >= 0\n")
         return 2
+    content = _truth_content(args.content)
+    if isinstance(content, str):
+        sys.stderr.write(content + "\n")
+        return 2
     truth = sweep_truth(
-        sweep, settings, replications=replications, turnaround_s=args.turnaround_s
+        sweep, settings, replications=replications, turnaround_s=args.turnaround_s,
+        content=content,
     )
     if args.json:
         sys.stdout.write(json.dumps(truth.to_json()) + "\n")
@@ -387,6 +399,27 @@ def _truth(args: argparse.Namespace) -> int:
                 f"accept len {accept}\n"
             )
     return 0
+
+
+def _truth_content(raw: str) -> tuple[ContentClass, ...] | str:
+    """``--content``: a class name, or a workload sample's classes; else the error's text."""
+    from orchestrator.bench.workloads import WorkloadFileError, parse_sample
+    from orchestrator.sim.truth import sample_content
+
+    if raw in CONTENT_CLASSES:
+        return (ContentClass(raw),)
+    try:
+        text = Path(raw).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return (
+            f"sim truth: --content {raw}: neither a class ({', '.join(CONTENT_CLASSES)}) "
+            f"nor a readable sample: {reason}"
+        )
+    try:
+        return sample_content(parse_sample(text, filename=raw, label=f"file:{raw}"))
+    except WorkloadFileError as exc:
+        return "\n".join(exc.problems)
 
 
 def _settings_object(raw: str | None) -> tuple[dict[str, Any], str]:

@@ -8,7 +8,9 @@ hardware (see docs/simulator.md for the equations):
 - speculative acceptance grows with tree budget / top-k and saturates (never above the DFLASH
   block size), while verify cost keeps growing, so throughput peaks at an INTERIOR budget;
 - DFLASH's gain over the baseline shrinks with concurrency (verify work becomes compute-bound);
-- a drafter without a sliding window loses acceptance on long contexts; the window keeps it.
+- a drafter without a sliding window loses acceptance on long contexts; the window keeps it;
+- the drafter accepts more on code and repetitive text and less on prose than on plain text
+  (the request's content class, :mod:`orchestrator.sim.content`).
 
 Everything here is deterministic except :func:`sample_accepted`, which takes a seeded RNG.
 Real hardware also varies from restart to restart (clocks, memory placement, which kernels the
@@ -25,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import NormalDist
+
+from orchestrator.sim.content import ContentClass
 
 _STANDARD_NORMAL = NormalDist()
 
@@ -80,6 +84,14 @@ class PerfParams:
     long_context_ref: float = 2048.0
     ddtree_depth_bonus_gain: float = 0.05
     """Each unit of SGLANG_DDTREE_DEPTH_BONUS deepens the tree by this fraction of its depth."""
+    content_shift_prose: float = -0.08
+    """Added to alpha0 on prose (free chat): the next words are hard to guess."""
+    content_shift_code: float = 0.08
+    """Added to alpha0 on code: syntax, indentation and names repeat."""
+    content_shift_repetitive: float = 0.12
+    """Added to alpha0 on text that largely repeats itself."""
+    ngram_shift_repetitive: float = 0.35
+    """NGRAM's shift on repetitive text instead: it drafts by looking the context up."""
 
 
 @dataclass(frozen=True)
@@ -121,16 +133,36 @@ def base_alpha(shape: SpecShape, params: PerfParams) -> float:
     return params.alpha_eagle
 
 
-def per_depth_acceptance(shape: SpecShape, context_tokens: int, params: PerfParams) -> float:
+def content_shift(shape: SpecShape, content: ContentClass, params: PerfParams) -> float:
+    """What the request's content class adds to alpha0 (:mod:`orchestrator.sim.content`):
+    exactly 0 on plain text, so plain text keeps the model's acceptance bit for bit."""
+    if content is ContentClass.PROSE:
+        return params.content_shift_prose
+    if content is ContentClass.CODE:
+        return params.content_shift_code
+    if content is ContentClass.REPETITIVE:
+        if shape.algorithm == "NGRAM":
+            return params.ngram_shift_repetitive
+        return params.content_shift_repetitive
+    return 0.0
+
+
+def per_depth_acceptance(
+    shape: SpecShape,
+    context_tokens: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
+) -> float:
     """Probability that the next depth of the draft is accepted, given the context length.
 
-    alpha(ctx) = alpha0 - penalty * log2(1 + max(0, ctx_seen - ref) / ref), where ctx_seen is
-    capped by the draft window (a drafter trained on a window is lost beyond it without one).
-    Top-k lifts it: p = 1 - (1 - alpha) * k ** -gain.
+    alpha(ctx) = alpha0 + shift(content) - penalty * log2(1 + max(0, ctx_seen - ref) / ref),
+    where ctx_seen is capped by the draft window (a drafter trained on a window is lost beyond
+    it without one). Top-k lifts it: p = 1 - (1 - alpha) * k ** -gain.
     """
     seen = float(context_tokens if shape.window is None else min(context_tokens, shape.window))
     excess = max(0.0, seen - params.long_context_ref) / params.long_context_ref
-    alpha = base_alpha(shape, params) - params.long_context_penalty * math.log2(1.0 + excess)
+    alpha0 = base_alpha(shape, params) + content_shift(shape, content, params)
+    alpha = alpha0 - params.long_context_penalty * math.log2(1.0 + excess)
     alpha = min(0.98, max(0.05, alpha))
     lift: float = float(shape.topk) ** (-params.topk_gain)
     return 1.0 - (1.0 - alpha) * lift
@@ -148,11 +180,16 @@ def effective_depth(shape: SpecShape, params: PerfParams) -> float:
     return max(1.0, min(float(shape.max_depth), depth))
 
 
-def expected_accept_len(shape: SpecShape, context_tokens: int, params: PerfParams) -> float:
+def expected_accept_len(
+    shape: SpecShape,
+    context_tokens: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
+) -> float:
     """E[tokens emitted per request per verify step] = 1 + sum_{d=1..D} p^d (fractional D)."""
     if not shape.speculative:
         return 1.0
-    p = per_depth_acceptance(shape, context_tokens, params)
+    p = per_depth_acceptance(shape, context_tokens, params, content)
     depth = effective_depth(shape, params)
     whole = int(depth)
     total = sum(p**d for d in range(1, whole + 1))
@@ -161,12 +198,16 @@ def expected_accept_len(shape: SpecShape, context_tokens: int, params: PerfParam
 
 
 def sample_accepted(
-    rng: random.Random, shape: SpecShape, context_tokens: int, params: PerfParams
+    rng: random.Random,
+    shape: SpecShape,
+    context_tokens: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
 ) -> int:
     """Draw the tokens one request gains in one step (>= 1), matching expected_accept_len."""
     if not shape.speculative:
         return 1
-    p = per_depth_acceptance(shape, context_tokens, params)
+    p = per_depth_acceptance(shape, context_tokens, params, content)
     depth = effective_depth(shape, params)
     whole = int(depth)
     n = 1
@@ -180,7 +221,10 @@ def sample_accepted(
 
 
 def accepted_distribution(
-    shape: SpecShape, context_tokens: int, params: PerfParams
+    shape: SpecShape,
+    context_tokens: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
 ) -> tuple[float, ...]:
     """P(one request gains 1, 2, ... tokens in one step): the law :func:`sample_accepted` draws.
 
@@ -189,7 +233,7 @@ def accepted_distribution(
     """
     if not shape.speculative:
         return (1.0,)
-    p = per_depth_acceptance(shape, context_tokens, params)
+    p = per_depth_acceptance(shape, context_tokens, params, content)
     depth = effective_depth(shape, params)
     whole = int(depth)
     frac = depth - whole
@@ -260,10 +304,13 @@ def prefill_time_ms(new_tokens: int, params: PerfParams) -> float:
 
 
 def steady_throughput(
-    shape: SpecShape, context_tokens: int, concurrency: int, params: PerfParams
+    shape: SpecShape,
+    context_tokens: int,
+    concurrency: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
 ) -> float:
     """Per-request decode tokens per second (unscaled) with ``concurrency`` equal requests."""
     contexts = [context_tokens] * concurrency
-    return 1000.0 * expected_accept_len(shape, context_tokens, params) / step_time_ms(
-        shape, contexts, params
-    )
+    accept = expected_accept_len(shape, context_tokens, params, content)
+    return 1000.0 * accept / step_time_ms(shape, contexts, params)

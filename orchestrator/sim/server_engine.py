@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.sim.content import ContentClass
 from orchestrator.sim.perfmodel import (
     PerfParams,
     SpecShape,
@@ -54,6 +55,9 @@ class TruthRecord:
     arrival_monotonic: float
     prompt_tokens: int
     arrival_kernel_monotonic: float | None = None
+    content: ContentClass = ContentClass.PLAIN
+    """The request's content class (:mod:`orchestrator.sim.content`): what its drafter
+    acceptance and natural answer length were drawn for."""
     """When the request's bytes reached the server's socket (the kernel's stamp), before the
     event loop got to parse it; None where the socket keeps no stamps."""
     first_emit_monotonic: float | None = None
@@ -77,6 +81,7 @@ class TruthRecord:
             "first_emit_monotonic": self.first_emit_monotonic,
             "chunks": self.chunks,
             "prompt_tokens": self.prompt_tokens,
+            "content": self.content.value,
             "completion_tokens": self.completion_tokens,
             "verify_steps": self.verify_steps,
             "finish_reason": self.finish_reason,
@@ -91,6 +96,7 @@ class Request:
     prompt: tuple[str, ...]
     plan: Completion
     truth: TruthRecord
+    content: ContentClass = ContentClass.PLAIN
     internal: bool = False
     hang: bool = False
     emitted: int = 0
@@ -216,13 +222,18 @@ class Scheduler:
         prompt: Sequence[str],
         plan: Completion,
         *,
+        content: ContentClass = ContentClass.PLAIN,
         internal: bool = False,
         hang: bool = False,
         arrival: float | None = None,
     ) -> Request:
         rid = uuid.uuid4().hex
-        truth = TruthRecord(rid, time.monotonic(), len(prompt), arrival_kernel_monotonic=arrival)
-        req = Request(rid, tuple(prompt), plan, truth, internal=internal, hang=hang)
+        truth = TruthRecord(
+            rid, time.monotonic(), len(prompt), arrival_kernel_monotonic=arrival, content=content
+        )
+        req = Request(
+            rid, tuple(prompt), plan, truth, content=content, internal=internal, hang=hang
+        )
         if not internal:
             if len(self.truth) == self.truth.maxlen:
                 old = self.truth.popleft()
@@ -340,7 +351,7 @@ class Scheduler:
         for req in batch:
             if req.aborted or req.finish is not None:
                 continue
-            gained = sample_accepted(self.rng, self.shape, req.context, self.perf)
+            gained = sample_accepted(self.rng, self.shape, req.context, self.perf, req.content)
             n = min(gained, req.remaining)
             req.verify_steps += 1
             req.truth.verify_steps = req.verify_steps

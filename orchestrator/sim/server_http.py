@@ -14,12 +14,13 @@ import dataclasses
 import enum
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from orchestrator.sim.content import profile_tokens
 from orchestrator.sim.perfmodel import expected_accept_len
 from orchestrator.sim.server_args import ServerArgs, shape_dict
 from orchestrator.sim.server_engine import Chunk, Request, Scheduler
@@ -32,7 +33,7 @@ from orchestrator.sim.thinking import (
     parser_kind,
     plan_completion,
 )
-from orchestrator.sim.tokenizer import chat_prompt_tokens, tokenize
+from orchestrator.sim.tokenizer import template_tokens, tokenize
 
 EOS_TOKEN_ID = 163586
 """``matched_stop`` when a request ends on its own (the EOS token id of the simulated model)."""
@@ -242,8 +243,13 @@ class SimServerApp:
 
     # --- generation -------------------------------------------------------------------------
 
-    def _admit(self, prompt: list[str], text: str, params: dict[str, Any],
+    def _admit(self, prompt: list[str], text: str, params: dict[str, Any], *,
+               content: Sequence[str], seed_text: str | None = None,
                internal: bool = False, arrival: float | None = None) -> Request | web.Response:
+        """Plan and queue one generation. ``prompt``: the templated tokens (what is counted
+        and prefilled); ``text``: where a coding task is looked for; ``content``: the tokens
+        of the request's own text, which its content class is read from; ``seed_text``:
+        what seeds a natural answer (default ``text``)."""
         st = self.state
         sched = st.scheduler
         if sched is None or (st.phase is Phase.LOADING):
@@ -259,9 +265,11 @@ class SimServerApp:
         if temperature > 0:
             st.nonce += 1
             nonce = st.nonce
+        kind = profile_tokens(content).content
         plan = plan_completion(
             text, max_new_tokens=max_new, ignore_eos=bool(params.get("ignore_eos", False)),
             seed=st.settings.seed, wrong_rate=st.settings.coding_wrong_rate, nonce=nonce,
+            content=kind, seed_text=seed_text,
         )
         hang = False
         if not internal:
@@ -270,7 +278,9 @@ class SimServerApp:
             st.requests_seen += 1
             every = st.settings.faults.hang_request_every.active(st.argv)
             hang = bool(every) and st.requests_seen % int(every or 1) == 0
-        return sched.submit(prompt, plan, internal=internal, hang=hang, arrival=arrival)
+        return sched.submit(
+            prompt, plan, content=kind, internal=internal, hang=hang, arrival=arrival
+        )
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -283,8 +293,9 @@ class SimServerApp:
         params = body.get("sampling_params") or {}
         # The server's own warm-up request (sent to itself) is not a client's request.
         own = request.headers.get(WARMUP_HEADER) == "1" and self.state.phase is Phase.WARMING
+        tokens = tokenize(text)
         admitted = self._admit(
-            tokenize(text), text, params, internal=own, arrival=request.get(ARRIVAL_KEY)
+            tokens, text, params, content=tokens, internal=own, arrival=request.get(ARRIVAL_KEY)
         )
         if isinstance(admitted, web.Response):
             return admitted
@@ -374,8 +385,12 @@ class SimServerApp:
         params = {"max_new_tokens": max_tokens, "temperature": body.get("temperature", 1.0),
                   "ignore_eos": body.get("ignore_eos", False)}
         last_user = next((c for r, c in reversed(pairs) if r == "user"), pairs[-1][1])
+        texts = [(role, tokenize(content)) for role, content in pairs]
         admitted = self._admit(
-            chat_prompt_tokens(pairs), last_user, params, arrival=request.get(ARRIVAL_KEY)
+            template_tokens(texts), last_user, params,
+            content=[token for _, tokens in texts for token in tokens],
+            seed_text="\0".join(content for _, content in pairs),
+            arrival=request.get(ARRIVAL_KEY),
         )
         if isinstance(admitted, web.Response):
             return admitted

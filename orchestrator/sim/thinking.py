@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from orchestrator.sim.content import ContentClass
 from orchestrator.sim.tokenizer import THINK_CLOSE, THINK_OPEN, tokenize
 
 REASONING_PARSERS: tuple[str, ...] = ("kimi_k2", "qwen3", "deepseek-r1", "deepseek-v3", "kimi")
@@ -260,6 +261,16 @@ def filler_text(prompt: str, seed: int, n_tokens: int, nonce: int = 0) -> list[s
     return tokens[:n_tokens]
 
 
+NATURAL_LENGTHS: dict[ContentClass, tuple[int, int]] = {
+    ContentClass.PLAIN: (64, 512),
+    ContentClass.PROSE: (32, 256),
+    ContentClass.CODE: (256, 1024),
+    ContentClass.REPETITIVE: (64, 512),
+}
+"""A non-coding answer's natural length, uniform in [low, high] tokens, by the request's content
+class (:mod:`orchestrator.sim.content`): chat answers short, code long; plain text as before."""
+
+
 @dataclass(frozen=True)
 class Completion:
     """The tokens a request will produce and why it stops."""
@@ -277,18 +288,23 @@ def plan_completion(
     seed: int,
     wrong_rate: float,
     nonce: int = 0,
+    content: ContentClass = ContentClass.PLAIN,
+    seed_text: str | None = None,
 ) -> Completion:
     """Decide the full output of one request before it is decoded.
 
-    Coding prompts have a natural end; other prompts a seeded natural length of 64-512 tokens.
+    Coding prompts (an entry point named in ``prompt``, the last user message) have a natural
+    end; other prompts a natural length drawn from :data:`NATURAL_LENGTHS` for the request's
+    ``content`` class, seeded by ``seed_text`` (the whole request's text; default ``prompt``).
     ``ignore_eos`` continues with filler to exactly ``max_new_tokens``.
     """
     name = find_entry_point(prompt)
     if name is not None:
         natural = tokenize(coding_text(prompt, name, seed, wrong_rate, nonce))
     else:
-        rng = random.Random(prompt_seed(prompt, seed, nonce) ^ 0x1E47)
-        natural = filler_text(prompt, seed, rng.randint(64, 512), nonce)
+        text = prompt if seed_text is None else seed_text
+        rng = random.Random(prompt_seed(text, seed, nonce) ^ 0x1E47)
+        natural = filler_text(text, seed, rng.randint(*NATURAL_LENGTHS[content]), nonce)
     if len(natural) >= max_new_tokens:
         return Completion(tuple(natural[:max_new_tokens]), "length")
     if ignore_eos:

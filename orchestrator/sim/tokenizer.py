@@ -16,7 +16,7 @@ exactly as it would against a real model's template.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -39,13 +39,20 @@ def count_tokens(text: str) -> int:
 
 
 def chat_prompt_tokens(messages: Iterable[tuple[str, str]]) -> list[str]:
-    """The templated prompt of a chat request as tokens, from its (role, text) messages.
+    """The templated prompt of a chat request as tokens, from its (role, text) messages."""
+    return template_tokens((role, tokenize(content)) for role, content in messages)
+
+
+def template_tokens(messages: Iterable[tuple[str, Sequence[str]]]) -> list[str]:
+    """The templated prompt from (role, the text's tokens) messages, any number of turns.
 
     Each message is ``<|im_start|>``, role, newline, its text's tokens, ``<|im_end|>`` (4 extra
-    tokens); then ``<|im_start|>``, ``assistant``, newline opens the reply (3 tokens).
+    tokens, whatever the role: system, user, assistant alike); then ``<|im_start|>``,
+    ``assistant``, newline opens the reply (3 tokens). Each message is tokenized on its own,
+    so a multi-turn prompt counts sum(4 + tokens of each text) + 3.
     """
     tokens: list[str] = []
     for role, content in messages:
-        tokens += ["<|im_start|>", role, "\n", *tokenize(content), "<|im_end|>"]
+        tokens += ["<|im_start|>", role, "\n", *content, "<|im_end|>"]
     tokens += ["<|im_start|>", "assistant", "\n"]
     return tokens

@@ -45,8 +45,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.bench.workloads import WorkloadSample
 from orchestrator.host.dropin import ExtraFlagConflict, apply_knobs
 from orchestrator.plan import expand_configs, normalize_config
+from orchestrator.sim.content import ContentClass, classify_turns
 from orchestrator.sim.host import sglang_argv
 from orchestrator.sim.perfmodel import (
     PerfParams,
@@ -57,6 +59,7 @@ from orchestrator.sim.perfmodel import (
 )
 from orchestrator.sim.server_args import ServerArgs, build_parser, resolve
 from orchestrator.sim.settings import ServerSimSettings
+from orchestrator.sim.thinking import NATURAL_LENGTHS
 from orchestrator.sweepfile.schema import Sweep
 from orchestrator.types import KnobValue
 
@@ -67,9 +70,6 @@ measurement over the square root of this (about a fifth of it)."""
 BLOCK = 8
 """Verify steps drawn at once far from a request's end (see :class:`StepSampler`)."""
 
-NATURAL_LENGTH = (64, 512)
-"""Without ``ignore_eos`` a (non-coding) answer ends by itself after uniformly 64-512 tokens
-(:func:`orchestrator.sim.thinking.plan_completion`), or at ``max_tokens`` if that is sooner."""
 
 _TRUTH_ADDRESS = "127.0.0.1"
 """The simulated unit's base command line names its host's address; it changes nothing the
@@ -161,6 +161,11 @@ class CellModel:
     max_running: int
     turnaround_ms: float = 0.0
     """From a request's end to its worker's next request reaching the server (model ms)."""
+    content: tuple[ContentClass, ...] = (ContentClass.PLAIN,)
+    """The content classes of the point's requests in the order they are sent, cycled (one
+    class: every request's; :mod:`orchestrator.sim.content`). A request's class shifts its
+    drafter's acceptance and, without ``ignore_eos``, sets its natural length
+    (:data:`orchestrator.sim.thinking.NATURAL_LENGTHS`, or ``max_tokens`` if sooner)."""
 
 
 def sweep_truth(
@@ -169,6 +174,7 @@ def sweep_truth(
     *,
     replications: int = DEFAULT_REPLICATIONS,
     turnaround_s: float = 0.0,
+    content: ContentClass | Sequence[ContentClass] = ContentClass.PLAIN,
 ) -> SweepTruth:
     """The truth of every config of ``sweep``'s space (the plan's expansion: baseline when
     asked, ``configs``, then ``grid``, duplicates removed) on a server with ``settings``.
@@ -176,7 +182,10 @@ def sweep_truth(
     ``turnaround_s`` is the client's time, in wall seconds, from a request's end to its
     worker's next request reaching the server: 0 is an ideal client (the default, and what
     a search is scored against); a loopback client takes a few ms, which counts when the
-    time scale makes steps short.
+    time scale makes steps short. ``content`` is the class of the prompts the sweep sends
+    (plain: the synthetic filler prompts), or the classes of its requests in the order they
+    are sent, cycled: a workload's are what the server makes of its prompts
+    (:func:`orchestrator.sim.content.classify_turns`, :func:`sample_content`).
 
     Configs the server resolves to the same model (e.g. a top-k that DFLASH overrides) share
     one computation, as they share one behaviour."""
@@ -190,7 +199,7 @@ def sweep_truth(
             continue
         key = (resolved.shape, int(resolved.get("max_running_requests")))
         if key not in known:
-            known[key] = _cells(sweep, resolved, chosen, replications, turnaround_s)
+            known[key] = _cells(sweep, resolved, chosen, replications, turnaround_s, content)
         entries.append(ConfigTruth(config, known[key]))
     return SweepTruth(tuple(entries))
 
@@ -202,13 +211,16 @@ def config_truth(
     *,
     replications: int = DEFAULT_REPLICATIONS,
     turnaround_s: float = 0.0,
+    content: ContentClass | Sequence[ContentClass] = ContentClass.PLAIN,
 ) -> ConfigTruth:
     """One config's truth in every cell of ``sweep``'s matrix (see :func:`sweep_truth`)."""
     normal = normalize_config(config)
     resolved = server_args_for(sweep, normal, settings)
     if isinstance(resolved, str):
         return ConfigTruth(normal, (), resolved)
-    return ConfigTruth(normal, _cells(sweep, resolved, settings, replications, turnaround_s))
+    return ConfigTruth(
+        normal, _cells(sweep, resolved, settings, replications, turnaround_s, content)
+    )
 
 
 def _cells(
@@ -217,8 +229,12 @@ def _cells(
     settings: ServerSimSettings,
     replications: int,
     turnaround_s: float,
+    content: ContentClass | Sequence[ContentClass],
 ) -> tuple[CellTruth, ...]:
     bench = sweep.benchmark
+    classes = (content,) if isinstance(content, ContentClass) else tuple(content)
+    if not classes:
+        raise ValueError("content: at least one class")
     return tuple(
         cell_truth(
             CellModel(
@@ -231,11 +247,25 @@ def _cells(
                 ignore_eos=bench.ignore_eos,
                 max_running=int(resolved.get("max_running_requests")),
                 turnaround_ms=1000.0 * turnaround_s / settings.time_scale,
+                content=classes,
             ),
             time_scale=settings.time_scale,
             replications=replications,
         )
         for context, concurrency in itertools.product(bench.contexts, bench.concurrency)
+    )
+
+
+def sample_content(sample: WorkloadSample) -> tuple[ContentClass, ...]:
+    """The content class the server gives each request of a workload sample, in line order:
+    what :func:`sweep_truth` takes as ``content`` for a sweep that sends the sample's prompts.
+
+    Exact for the prompts as the sample has them; a prompt padded or trimmed to a context
+    length keeps its class when the sample's lines share one (the padding comes from other
+    lines), so a sample of one class has an exact truth at every context."""
+    return tuple(
+        classify_turns(message.content for message in request.messages)
+        for request in sample.requests
     )
 
 
@@ -328,46 +358,52 @@ class StepSampler:
     def __init__(self, shape: SpecShape, perf: PerfParams) -> None:
         self.shape = shape
         self.perf = perf
-        self._tables: dict[int, list[float]] = {}
-        self._blocks: dict[int, list[float]] = {}
-        self._paths: dict[tuple[int, int], list[list[float]]] = {}
+        self._tables: dict[tuple[ContentClass, int], list[float]] = {}
+        self._blocks: dict[tuple[ContentClass, int], list[float]] = {}
+        self._paths: dict[tuple[ContentClass, int, int], list[list[float]]] = {}
 
     def _key(self, context: int) -> tuple[int, int]:
         seen = context if self.shape.window is None else min(context, self.shape.window)
         return (seen if seen > self.perf.long_context_ref else -1), seen
 
-    def _table(self, context: int) -> list[float]:
+    def _table(self, context: int, content: ContentClass) -> list[float]:
         key, seen = self._key(context)
-        table = self._tables.get(key)
+        table = self._tables.get((content, key))
         if table is None:
-            table = _cumulative(accepted_distribution(self.shape, seen, self.perf))
-            self._tables[key] = table
+            table = _cumulative(accepted_distribution(self.shape, seen, self.perf, content))
+            self._tables[(content, key)] = table
         return table
 
-    def _block(self, context: int) -> list[float]:
+    def _block(self, context: int, content: ContentClass) -> list[float]:
         key, seen = self._key(context)
-        table = self._blocks.get(key)
+        table = self._blocks.get((content, key))
         if table is None:
-            law = accepted_distribution(self.shape, seen, self.perf)
+            law = accepted_distribution(self.shape, seen, self.perf, content)
             total: list[float] = [1.0]
             for _ in range(BLOCK):
                 total = _convolve(total, law)
             table = _cumulative(total)
-            self._blocks[key] = table
+            self._blocks[(content, key)] = table
         return table
 
-    def steps(self, rng: random.Random, prompt: int, length: int) -> int:
+    def steps(
+        self,
+        rng: random.Random,
+        prompt: int,
+        length: int,
+        content: ContentClass = ContentClass.PLAIN,
+    ) -> int:
         """Verify steps a request of ``length`` tokens needs after its prefill's first one:
-        each step gains what the law draws at the request's context then, the last one cut
-        at ``length`` (it still counts as a step)."""
+        each step gains what the law (of the request's ``content`` class) draws at the
+        request's context then, the last one cut at ``length`` (it still counts as a step)."""
         need = length - 1
         if not self.shape.speculative:
             return need
         draw = rng.random
         emitted = steps = 0
         if self._constant(prompt + 1, prompt + length):
-            table = self._table(prompt + 1)
-            block = self._block(prompt + 1)
+            table = self._table(prompt + 1, content)
+            block = self._block(prompt + 1, content)
             reach = BLOCK * len(table)
             while need - emitted > reach:
                 emitted += BLOCK + bisect.bisect_right(block, draw())
@@ -376,18 +412,18 @@ class StepSampler:
                 emitted += 1 + bisect.bisect_right(table, draw())
                 steps += 1
             return steps
-        tables = self._along(prompt, length)
+        tables = self._along(prompt, length, content)
         while emitted < need:
             emitted += 1 + bisect.bisect_right(tables[emitted], draw())
             steps += 1
         return steps
 
-    def _along(self, prompt: int, length: int) -> list[list[float]]:
+    def _along(self, prompt: int, length: int, content: ContentClass) -> list[list[float]]:
         """The table at each emitted count of a request (its context moves the law)."""
-        tables = self._paths.get((prompt, length))
+        tables = self._paths.get((content, prompt, length))
         if tables is None:
-            tables = [self._table(prompt + 1 + emitted) for emitted in range(length)]
-            self._paths[(prompt, length)] = tables
+            tables = [self._table(prompt + 1 + emitted, content) for emitted in range(length)]
+            self._paths[(content, prompt, length)] = tables
         return tables
 
     def _constant(self, first: int, last: int) -> bool:
@@ -486,7 +522,7 @@ def replay_point(model: CellModel, sampler: StepSampler, rng: random.Random) -> 
     events: list[tuple[int, int, int, _Running]] = []
     order = itertools.count()
     step = 0
-    done = tokens = decode_tokens = verify_steps = 0
+    done = tokens = decode_tokens = verify_steps = admitted_so_far = 0
     now = end = 0.0
     while done < total:
         finished: list[int] = []
@@ -495,8 +531,10 @@ def replay_point(model: CellModel, sampler: StepSampler, rng: random.Random) -> 
             waiting -= admitted
             now += prefill_time_ms(admitted * context, model.perf)
             for _ in range(admitted):
-                length = _length(model, rng)
-                steps = sampler.steps(rng, context, length) if length > 1 else 0
+                content = model.content[admitted_so_far % len(model.content)]
+                admitted_so_far += 1
+                length = _length(model, rng, content)
+                steps = sampler.steps(rng, context, length, content) if length > 1 else 0
                 verify_steps += steps
                 if steps == 0:
                     finished.append(length)
@@ -558,10 +596,10 @@ def _convolve(left: Sequence[float], right: Sequence[float]) -> list[float]:
     return out
 
 
-def _length(model: CellModel, rng: random.Random) -> int:
+def _length(model: CellModel, rng: random.Random, content: ContentClass) -> int:
     if model.ignore_eos:
         return model.max_tokens
-    return min(rng.randint(*NATURAL_LENGTH), model.max_tokens)
+    return min(rng.randint(*NATURAL_LENGTHS[content]), model.max_tokens)
 
 
 __all__ = [
@@ -574,6 +612,7 @@ __all__ = [
     "cell_truth",
     "config_truth",
     "replay_point",
+    "sample_content",
     "server_args_for",
     "server_invocation",
     "sweep_truth",

@@ -21,6 +21,7 @@ import yaml
 
 from orchestrator import cli
 from orchestrator.plan import expand_configs
+from orchestrator.sim.content import ContentClass
 from orchestrator.sim.perfmodel import (
     BASELINE,
     PerfParams,
@@ -33,6 +34,7 @@ from orchestrator.sim.perfmodel import (
     step_time_ms,
 )
 from orchestrator.sim.settings import ServerSimSettings
+from orchestrator.sim.thinking import NATURAL_LENGTHS
 from orchestrator.sim.truth import CellModel, StepSampler, replay_point, sweep_truth
 from orchestrator.sweepfile import parse_sweep
 
@@ -47,8 +49,8 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
     total = model.rounds * model.concurrency
     issued = waiting = min(model.concurrency, total)
     arrived_next = 0
-    running: list[list[int]] = []  # [emitted, length, steps]
-    done = tokens = decode = steps = 0
+    running: list[list[int]] = []  # [emitted, length, steps, index of its content class]
+    done = tokens = decode = steps = admitted = 0
     now = end = 0.0
     while done < total:
         finished: list[list[int]] = []
@@ -57,14 +59,18 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
             waiting -= batch
             now += prefill_time_ms(batch * model.context, model.perf)
             for _ in range(batch):
+                kind = admitted % len(model.content)
+                admitted += 1
                 length = model.max_tokens if model.ignore_eos else min(
-                    rng.randint(64, 512), model.max_tokens
+                    rng.randint(*NATURAL_LENGTHS[model.content[kind]]), model.max_tokens
                 )
-                (finished if length <= 1 else running).append([1, length, 0])
+                (finished if length <= 1 else running).append([1, length, 0, kind])
         elif running:
             now += step_time_ms(model.shape, [model.context + r[0] for r in running], model.perf)
             for r in running:
-                gained = sample_accepted(rng, model.shape, model.context + r[0], model.perf)
+                gained = sample_accepted(
+                    rng, model.shape, model.context + r[0], model.perf, model.content[r[3]]
+                )
                 r[0] += min(gained, r[1] - r[0])
                 r[2] += 1
             finished = [r for r in running if r[0] >= r[1]]
@@ -99,14 +105,20 @@ def replay_many(model: CellModel, n: int) -> tuple[list[float], list[float]]:
     return rates, accepts
 
 
+PLAIN, CODE, PROSE = ContentClass.PLAIN, ContentClass.CODE, ContentClass.PROSE
+
+
 @pytest.mark.parametrize(
-    ("shape", "context", "concurrency", "max_tokens", "ignore_eos", "max_running"),
+    ("shape", "context", "concurrency", "max_tokens", "ignore_eos", "max_running", "content"),
     [
-        (CHAIN, 300, 4, 48, True, 48),  # a chain, short context
-        (TREE, 3000, 3, 40, True, 48),  # the law moves with the context (no window)
-        (WINDOWED, 2030, 4, 40, True, 48),  # contexts cross the draft window mid-request
-        (CHAIN, 100, 6, 24, True, 4),  # more workers than max_running: a queue
-        (TREE, 100, 2, 80, False, 48),  # answers end by themselves (ignore_eos off)
+        (CHAIN, 300, 4, 48, True, 48, (PLAIN,)),  # a chain, short context
+        (TREE, 3000, 3, 40, True, 48, (PLAIN,)),  # the law moves with the context (no window)
+        (WINDOWED, 2030, 4, 40, True, 48, (PLAIN,)),  # contexts cross the window mid-request
+        (CHAIN, 100, 6, 24, True, 4, (PLAIN,)),  # more workers than max_running: a queue
+        (TREE, 100, 2, 80, False, 48, (PLAIN,)),  # answers end by themselves (ignore_eos off)
+        (CHAIN, 300, 4, 48, True, 48, (CODE,)),  # code: the drafter's law shifted up
+        (TREE, 100, 2, 300, False, 48, (PROSE,)),  # prose: shifted down, and short answers
+        (TREE, 100, 3, 300, False, 48, (CODE, PROSE, PLAIN)),  # a mixed workload, cycled
     ],
 )
 def test_replay_matches_a_step_by_step_replica(
@@ -116,8 +128,11 @@ def test_replay_matches_a_step_by_step_replica(
     max_tokens: int,
     ignore_eos: bool,
     max_running: int,
+    content: tuple[ContentClass, ...],
 ) -> None:
-    model = CellModel(shape, P, context, concurrency, 2, max_tokens, ignore_eos, max_running)
+    model = CellModel(
+        shape, P, context, concurrency, 2, max_tokens, ignore_eos, max_running, content=content
+    )
     n = 300
     fast_rates, fast_accepts = replay_many(model, n)
     slow = [reference_point(model, random.Random(10_000 + i)) for i in range(n)]
