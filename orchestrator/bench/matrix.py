@@ -36,6 +36,7 @@ from orchestrator.bench.stats import (
     summarize,
     time_weighted_in_flight,
 )
+from orchestrator.engine import Prompt
 from orchestrator.log import get_logger
 
 
@@ -368,31 +369,32 @@ class LoopLagMonitor:
             self._task = None
 
 
-def request_max_tokens(prompt: object, default: int) -> int:
+def request_max_tokens(prompt: str | Prompt, default: int) -> int:
     """A request's output length: its prompt's own ``max_tokens`` (workload output lengths),
     else the point's."""
-    own = getattr(prompt, "max_tokens", None)
-    return own if isinstance(own, int) else default
+    if isinstance(prompt, Prompt) and prompt.max_tokens is not None:
+        return prompt.max_tokens
+    return default
 
 
-def prompt_reuse(prompts: Iterable[object]) -> tuple[int, int]:
+def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
     """(distinct, reused) over the prompts a point's measured phase sent.
 
-    A sample prompt (``origin``: its line) counts once however often it was sent; a plain or
-    synthetic prompt (no origin) is distinct every time. ``reused`` counts the requests whose
-    sample prompt the factory had issued before (so it went out behind a fresh nonce).
+    A sample prompt (``Prompt.origin``: its line) counts once however often it was sent; a
+    plain or synthetic prompt (no origin) is distinct every time. ``reused`` counts the
+    requests whose sample prompt the factory had issued before (``Prompt.reused``: it went out
+    behind a fresh nonce).
     """
     origins: set[int] = set()
     synthetic = 0
     reused = 0
     for prompt in prompts:
-        origin = getattr(prompt, "origin", None)
-        if isinstance(origin, int):
-            origins.add(origin)
+        if isinstance(prompt, Prompt) and prompt.origin is not None:
+            origins.add(prompt.origin)
+            if prompt.reused:
+                reused += 1
         else:
             synthetic += 1
-        if getattr(prompt, "reused", False) is True:
-            reused += 1
     return synthetic + len(origins), reused
 
 
@@ -457,7 +459,7 @@ def point_metrics(
     batch: int,
     origin: float | None = None,
     steady: tuple[float, float] | None = None,
-    prompts: Sequence[object] | None = None,
+    prompts: Sequence[str | Prompt] | None = None,
 ) -> tuple[PointMetrics, list[str]]:
     """Metrics and the load-independent quality flags of a point's measured requests (pure).
 
@@ -561,7 +563,7 @@ def compute_metrics(
     cpu_seconds: float | None,
     loop_lag_samples: Sequence[float],
     thresholds: QualityThresholds,
-    prompts: Sequence[object] | None = None,
+    prompts: Sequence[str | Prompt] | None = None,
 ) -> tuple[PointMetrics, tuple[str, ...]]:
     """Metrics and quality flags of a closed point's measured requests (pure).
 

@@ -56,6 +56,7 @@ from orchestrator.bench.matrix import (
 )
 from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.stats import summarize
+from orchestrator.engine import Prompt
 
 __all__ = [
     "Arrivals",
@@ -109,7 +110,7 @@ def offered_rate(schedule: Sequence[float], duration_s: float) -> float:
 class _Sent:
     due: float
     """The monotonic time the schedule gave this request."""
-    prompt: object
+    prompt: str
     raw: RawExchange
 
 
@@ -164,7 +165,7 @@ async def open_loop(
 
     start = clock()
     deadline = start + duration_s
-    tasks: list[tuple[float, object, asyncio.Task[RawExchange]]] = []
+    tasks: list[tuple[float, str, asyncio.Task[RawExchange]]] = []
     unsent = 0
     for index, offset in enumerate(schedule):
         due = start + offset
@@ -200,7 +201,7 @@ def rate_metrics(
     cpu_seconds: float | None,
     loop_lag_samples: Sequence[float],
     thresholds: QualityThresholds,
-    prompts: Sequence[object] | None = None,
+    prompts: Sequence[str | Prompt] | None = None,
 ) -> tuple[PointMetrics, tuple[str, ...]]:
     """Metrics and quality flags of a rate point's measured requests (pure).
 

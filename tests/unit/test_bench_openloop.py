@@ -27,6 +27,7 @@ from orchestrator.bench.matrix import (
     request_max_tokens,
 )
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, rate_metrics
+from orchestrator.engine import ChatMessage, Prompt
 from tests.unit.test_bench_stats import _record
 
 # ------------------------------------------------------------------ the arrival schedule
@@ -298,7 +299,38 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
     assert metrics.output_len.p50 == 6.5
 
 
-def test_a_plain_prompt_uses_the_points_max_tokens_and_is_always_distinct() -> None:
+def test_a_requests_own_output_length_wins_over_the_points() -> None:
     assert request_max_tokens("a prompt", 64) == 64
+    assert request_max_tokens(Prompt(text="x"), 64) == 64
+    assert request_max_tokens(Prompt(text="x", max_tokens=7), 64) == 7
+
+
+def test_reuse_is_counted_by_sample_line_and_synthetic_prompts_are_always_distinct() -> None:
     assert prompt_reuse(["a", "a", "b"]) == (3, 0)
     assert prompt_reuse([]) == (0, 0)
+    chat = (ChatMessage("user", "q"),)
+    sent = [
+        Prompt(messages=chat, origin=1),
+        Prompt(messages=chat, origin=2),
+        Prompt(messages=chat, origin=1, reused=True),
+        Prompt(messages=chat, origin=2, reused=True),
+        Prompt(messages=chat, origin=1, reused=True),
+        Prompt(text="synthetic"),
+    ]
+    assert prompt_reuse(sent) == (3, 3)
+    # A line first issued in the warm-up: reused in the measured phase, still one distinct.
+    assert prompt_reuse([Prompt(messages=chat, origin=5, reused=True)] * 2) == (1, 2)
+    spec = dataclasses.replace(RATE_SPEC, workload="file:traffic.jsonl")
+    records = [_record(0.5 * i) for i in range(len(sent))]
+    metrics, _ = point_metrics(
+        records,
+        spec=spec,
+        cpu_seconds=None,
+        loop_lag_samples=[],
+        thresholds=QualityThresholds(),
+        batch=2,
+        prompts=sent,
+    )
+    assert (metrics.prompts_distinct, metrics.prompts_reused) == (3, 3)
+    fields = metrics.as_fields()
+    assert (fields["prompts_distinct"], fields["prompts_reused"]) == (3, 3)
