@@ -167,25 +167,32 @@ async def open_loop(
     deadline = start + duration_s
     tasks: list[tuple[float, str, asyncio.Task[RawExchange]]] = []
     unsent = 0
-    for index, offset in enumerate(schedule):
-        due = start + offset
-        delay = due - clock()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
-            freed.clear()
-            try:
-                async with asyncio.timeout(left):
-                    await freed.wait()
-            except TimeoutError:
+    try:
+        for index, offset in enumerate(schedule):
+            due = start + offset
+            delay = due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
+                freed.clear()
+                try:
+                    async with asyncio.timeout(left):
+                        await freed.wait()
+                except TimeoutError:
+                    break
+            if in_flight >= max_concurrency:
+                unsent = len(schedule) - index
                 break
-        if in_flight >= max_concurrency:
-            unsent = len(schedule) - index
-            break
-        in_flight += 1
-        prompt = prompts[index]
-        tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
-    raws = await asyncio.gather(*(task for _, _, task in tasks))
+            in_flight += 1
+            prompt = prompts[index]
+            tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
+        raws = await asyncio.gather(*(task for _, _, task in tasks))
+    finally:
+        # Cancelled (the sweep is stopping) or failed: no request outlives the point.
+        pending = [task for _, _, task in tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     sent = [_Sent(due, prompt, raw) for (due, prompt, _), raw in zip(tasks, raws, strict=True)]
     return OpenLoopRun(start=start, sent=sent, unsent=unsent)
 

@@ -451,6 +451,31 @@ async def test_rate_point_that_cannot_keep_up_is_flagged_not_reported_as_offered
     assert m.send_lag.max is not None and m.send_lag.max > 0.5 / 20
 
 
+async def test_a_cancelled_rate_point_leaves_no_request_running(spec_server: SimServer) -> None:
+    """The runner cancels a point when the sweep stops: the open loop's in-flight requests
+    are cancelled with it, not left streaming behind the next trial."""
+    async with _client(spec_server.url, "generate", 8) as client:
+        prompts = PromptFactory(client)
+        await prompts.calibrate(60)
+        point = asyncio.create_task(
+            run_rate_point(
+                client,
+                prompts,
+                context=60,
+                rate=20.0,
+                duration_s=30.0,
+                max_concurrency=8,
+                warmup_requests=0,
+                max_tokens=200,
+            )
+        )
+        await asyncio.sleep(0.5)
+        point.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await point
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
 def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:
     argv = [
         sys.executable,
