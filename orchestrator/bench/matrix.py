@@ -113,12 +113,12 @@ def good_requests(records: Iterable[RequestRecord], slo: Slo) -> int:
 class PointSpec:
     """What one point asks for: a closed loop (``concurrency``, ``rounds``) or, when ``rate``
     is set, an open loop (``rate``, ``arrivals``, ``duration_s``, ``max_concurrency``, the
-    schedule's ``seed``; ``concurrency`` None). ``max_tokens`` is the point's output length;
-    a prompt's own ``max_tokens`` (workload output lengths) overrides it per request."""
+    schedule's ``seed``; ``concurrency`` and ``rounds`` None). ``max_tokens`` is the point's
+    output length; a prompt's own ``max_tokens`` (workload output lengths) overrides it."""
 
     context: int
     concurrency: int | None
-    rounds: int
+    rounds: int | None
     warmup_requests: int
     max_tokens: int
     temperature: float = 0.0
@@ -134,7 +134,9 @@ class PointSpec:
     @property
     def measured_requests(self) -> int | None:
         """A closed point's measured requests; None for a rate point (its schedule decides)."""
-        return None if self.concurrency is None else self.rounds * self.concurrency
+        if self.concurrency is None or self.rounds is None:
+            return None
+        return self.rounds * self.concurrency
 
     @property
     def tag(self) -> str:

@@ -291,7 +291,7 @@ async def run_rate_point(
     spec = PointSpec(
         context=context,
         concurrency=None,
-        rounds=0,
+        rounds=None,
         warmup_requests=warmup_requests,
         max_tokens=max_tokens,
         temperature=temperature,

@@ -102,7 +102,7 @@ def test_schedule_rejects_what_is_not_a_rate(rate: float, duration: float, arriv
 RATE_SPEC = PointSpec(
     context=100,
     concurrency=None,
-    rounds=0,
+    rounds=None,
     warmup_requests=0,
     max_tokens=10,
     rate=2.0,
