@@ -32,6 +32,7 @@ from orchestrator.bench.stats import (
     summarize,
     time_weighted_in_flight,
 )
+from orchestrator.engine import Prompt
 from orchestrator.log import get_logger
 
 
@@ -237,7 +238,7 @@ class LoopLagMonitor:
 
 async def _closed_loop(
     client: BenchClient,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Prompt],
     *,
     concurrency: int,
     spec: PointSpec,
