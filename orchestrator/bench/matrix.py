@@ -402,7 +402,7 @@ def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
 
 async def closed_loop(
     client: BenchClient,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Prompt],
     *,
     concurrency: int,
     spec: PointSpec,

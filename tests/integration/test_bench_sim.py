@@ -263,7 +263,7 @@ async def test_calibration_is_exact_cached_and_prompts_are_unique(
             if api == "generate":
                 # Unique at the start: the radix cache serves nothing.
                 assert [r.cached_tokens for r in records] == [0, 0, 0]
-        heads = {factory.prompt(calibration).split()[:5].__repr__() for _ in range(50)}
+        heads = {str(factory.prompt(calibration).text).split()[:5].__repr__() for _ in range(50)}
         assert len(heads) == 50
         before = (await _totals(spec_server.url))["completed_requests"]
         reloaded = PromptFactory(client, cache_path=cache)
