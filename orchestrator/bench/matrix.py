@@ -27,7 +27,7 @@ from typing import Any, Literal
 from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
-from orchestrator.bench.prompts import Calibration, PromptFactory
+from orchestrator.bench.prompts import Calibration, PromptSource
 from orchestrator.bench.stats import (
     EMPTY_SUMMARY,
     Summary,
@@ -324,6 +324,8 @@ class PointResult:
                 "measured_tokens": self.calibration.measured_tokens,
                 "tolerance": self.calibration.tolerance,
                 "requests": self.calibration.requests,
+                "workload": self.calibration.workload,
+                "method": self.calibration.method,
             },
             "started_unix": self.started_unix,
             "started_monotonic": self.started_monotonic,
@@ -371,14 +373,6 @@ class LoopLagMonitor:
             self._task = None
 
 
-def request_max_tokens(prompt: str | Prompt, default: int) -> int:
-    """A request's output length: its prompt's own ``max_tokens`` (workload output lengths),
-    else the point's."""
-    if isinstance(prompt, Prompt) and prompt.max_tokens is not None:
-        return prompt.max_tokens
-    return default
-
-
 def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
     """(distinct, reused) over the prompts a point's measured phase sent.
 
@@ -420,7 +414,7 @@ async def closed_loop(
             prompt = prompts[mine]
             raw = await client.stream(
                 prompt,
-                max_tokens=request_max_tokens(prompt, spec.max_tokens),
+                max_tokens=spec.max_tokens,  # a Prompt's own max_tokens overrides it
                 temperature=spec.temperature,
                 ignore_eos=spec.ignore_eos,
                 label=f"{phase}-{spec.tag}-{mine}",
@@ -608,12 +602,12 @@ class PreparedPoint:
     started: float
     started_unix: float
     warmup: list[RequestRecord]
-    prompts: list[str]
+    prompts: list[Prompt]
 
 
 async def prepare_point(
     client: BenchClient,
-    prompts: PromptFactory,
+    prompts: PromptSource,
     spec: PointSpec,
     *,
     warmup_concurrency: int,
@@ -730,7 +724,7 @@ def assemble_point(
 
 async def run_point(
     client: BenchClient,
-    prompts: PromptFactory,
+    prompts: PromptSource,
     *,
     context: int,
     concurrency: int,
@@ -820,7 +814,6 @@ __all__ = [
     "point_metrics",
     "prepare_point",
     "prompt_reuse",
-    "request_max_tokens",
     "run_point",
     "steady_window",
 ]

@@ -418,6 +418,7 @@ async def test_rate_point_sends_on_its_schedule_and_reports_bench_serving_rates(
     assert doc["arrival_schedule"] == list(schedule) and doc["seed"] == 7
     assert doc["achieved_rate"] == m.achieved_rate and doc["goodput"] == m.goodput
     assert doc["workload"] == "synthetic" and doc["slo"]["ttft_s"] == 30.0
+    assert doc["prompt_calibration"]["method"] == "filler"
     json.dumps(doc)
 
 
