@@ -27,13 +27,16 @@ from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
     FLAG_RATE_SHORT,
+    FLAG_SHORT_OUTPUTS,
+    FLAG_TRUNCATED,
     PointResult,
     Slo,
     run_point,
 )
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate_point
-from orchestrator.bench.prompts import PromptFactory, save_calibrations
+from orchestrator.bench.prompts import Calibration, PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
+from orchestrator.engine import Prompt
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
@@ -450,6 +453,44 @@ async def test_rate_point_that_cannot_keep_up_is_flagged_not_reported_as_offered
     for before, after in itertools.pairwise(measured):
         assert before.end_time is not None and after.send_time >= before.end_time
     assert m.send_lag.max is not None and m.send_lag.max > 0.5 / 20
+
+
+class _OwnLengths:
+    """Synthetic prompts that each carry their own output length, as a workload's do."""
+
+    def __init__(self, factory: PromptFactory, lengths: list[int]) -> None:
+        self.factory = factory
+        self.lengths = itertools.cycle(lengths)
+
+    async def calibrate(self, target_tokens: int) -> Calibration:
+        return await self.factory.calibrate(target_tokens)
+
+    def prompt(self, calibration: Calibration) -> Prompt:
+        own = next(self.lengths)
+        return dataclasses.replace(self.factory.prompt(calibration), max_tokens=own)
+
+
+async def test_each_request_gets_its_own_output_length_and_no_false_short_flag(
+    spec_server: SimServer,
+) -> None:
+    async with _client(spec_server.url, "generate", 2) as client:
+        point = await run_point(
+            client,
+            _OwnLengths(PromptFactory(client), [5, 9]),
+            context=60,
+            concurrency=2,
+            rounds=3,
+            warmup_requests=0,
+            max_tokens=32,
+        )
+    measured = _measured(point)
+    assert sorted(r.max_tokens for r in measured) == [5, 5, 5, 9, 9, 9]
+    assert all(r.completion_tokens == r.max_tokens for r in measured)
+    m = point.metrics
+    assert m.short_outputs == 0 and m.truncated == 0
+    assert FLAG_SHORT_OUTPUTS not in point.flags and FLAG_TRUNCATED not in point.flags
+    assert (m.output_len.count, m.output_len.mean, m.output_len.max) == (6, 7.0, 9.0)
+    assert (m.prompts_distinct, m.prompts_reused) == (6, 0)
 
 
 async def test_a_cancelled_rate_point_leaves_no_request_running(spec_server: SimServer) -> None:
