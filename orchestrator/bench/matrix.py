@@ -638,6 +638,8 @@ class MeasuredPhase:
     metrics_after: str | None = None
     cpu_seconds: float | None = None
     loop_lag: list[float] = field(default_factory=list)
+    ended: float | None = None
+    """Monotonic time the phase ended (after the last response and the closing scrape)."""
 
 
 @contextlib.asynccontextmanager
@@ -666,6 +668,7 @@ async def measured_phase(
         phase.loop_lag = monitor.samples
     if scrape_metrics:
         phase.metrics_after = await client.scrape_metrics(timeout=metrics_timeout)
+    phase.ended = time.monotonic()
 
 
 def assemble_point(
@@ -712,7 +715,7 @@ def assemble_point(
         calibration=ready.calibration,
         requests=[*ready.warmup, *records],
         started_monotonic=ready.started,
-        ended_monotonic=time.monotonic(),
+        ended_monotonic=phase.ended if phase.ended is not None else time.monotonic(),
         started_unix=ready.started_unix,
         accept_len=accept,
         metrics_text_before=phase.metrics_before,
