@@ -37,17 +37,26 @@ def test_a_short_request_is_padded_with_whole_turns_of_other_lines_before_its_ow
     own = _request(1, ("user", "Why?"))
     other = _request(2, ("user", "Name a prime."), reply="Seven is prime.")
     line = _Line(own, [other], cap=20)
-    taken = units("Why?") + units("Seven is prime.") + 2
+    taken = units("Why?") + units("Name a prime.") + 2
     layout = line.layout(taken)
-    assert layout.messages == (ChatMessage("user", "Name a"),
-                               ChatMessage("assistant", "Seven is prime."),
+    # The oldest exchange opens with its user turn; the cut falls in its answer.
+    assert layout.messages == (ChatMessage("user", "Name a prime."),
+                               ChatMessage("assistant", "Seven is"),
                                ChatMessage("user", "Why?"))
     assert layout.method == "padded-turns"
-    # the first unit of a turn after a whole one: where a template's jump can be shaved
-    assert line.opened(units("Why?") + 1) == (1, units("Seven is prime."))
+    assert line.features(taken) == (3, taken + 5)
+    # the first unit of a turn taken after a whole one: where a template's jump is shaved
+    assert line.opened(units("Why?") + 1) == (1, units("Name a prime."))
     assert line.opened(taken) is None
     shaved = line.layout(taken, shave=1)
-    assert shaved.messages[1] == ChatMessage("assistant", "Seven is prime")
+    assert shaved.messages[0] == ChatMessage("user", "Name a prime")
+
+
+def test_turns_of_one_role_next_to_each_other_are_one_message() -> None:
+    line = _Line(_request(1, ("user", "Why?")), [_request(2, ("user", "Name a prime."))], cap=20)
+    taken = units("Why?") + units("Name a prime.")
+    assert line.layout(taken).messages == (ChatMessage("user", "Name a prime.\n\nWhy?"),)
+    assert line.features(taken) == (1, taken + 5)
 
 
 def test_the_nonce_leads_the_first_message_and_distinct_lines_spread_evenly() -> None:

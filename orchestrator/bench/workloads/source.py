@@ -5,10 +5,11 @@ A cell of length T sends the sample's requests, each made exactly T tokens long:
 - a request longer than T keeps its system prompt and its newest turns, the oldest kept
   turn cut at a word (method ``trimmed``); a request that is one long user turn keeps its
   start (the built-in code contexts put the question first for this reason);
-- a request shorter than T is padded at message boundaries with earlier turns taken from
-  OTHER lines of the sample (the next lines, in order, wrapping around; a line's model reply
-  counts as its last turn), placed before the request's own turns, the oldest padding turn
-  cut at a word (method ``padded-turns``). Padding is never filler words.
+- a request shorter than T is padded at message boundaries with earlier exchanges taken
+  from OTHER lines of the sample (the next lines, in order, wrapping around; a line's model
+  reply counts as its last answer), placed before the request's own turns, one turn of the
+  oldest exchange cut at a word (method ``padded-turns``; see ``_Line`` for the order and
+  why same-role neighbours are joined). Padding is never filler words.
 
 Both are one axis: the number of *units* (a word or a punctuation mark with its leading
 space) taken from the request's turns, newest first, then from the padding turns. Every
@@ -99,10 +100,12 @@ def cut(text: str, keep: int) -> str:
 
 @dataclass
 class _Turn:
-    """One turn that may be included (whole or cut) in a prompt; its unit count cached."""
+    """One turn that may be included (whole or cut) in a prompt; its unit count cached.
+    ``when`` orders the included turns in time (padding before the request's own turns)."""
 
     role: str
     content: str
+    when: tuple[int, int]
     _units: int | None = None
 
     @property
@@ -164,14 +167,17 @@ class _CountModel:
 
 
 class _Line:
-    """The units axis of one sample line for one target: its own turns newest first, then
-    padding turns from the other lines, each newest first."""
+    """The units axis of one sample line for one target, in the order turns are taken: the
+    line's own turns newest first (so a long request loses its oldest history first), then
+    exchanges (user turns and the model's answer) of the other lines, newest exchange first,
+    each exchange taken user turn first. So the prompt always opens with a user turn, and
+    the turn that is cut is the oldest one, or the answer of the oldest exchange."""
 
     def __init__(self, request: SampleRequest, others: list[SampleRequest], cap: int) -> None:
         self.request = request
         self.system = tuple(m for m in request.messages if m.role == "system")
         own = [m for m in request.messages if m.role != "system"]
-        self.turns = [_Turn(m.role, m.content) for m in reversed(own)]
+        self.turns = [_Turn(m.role, m.content, (0, i)) for i, m in reversed(list(enumerate(own)))]
         self.own_units = sum(t.size for t in self.turns)
         total = self.own_units
         for turn in _padding(others):
@@ -182,26 +188,38 @@ class _Line:
         self.max_units = total
         self.system_units = sum(units(m.content) for m in self.system)
 
-    def layout(self, taken: int, shave: int = 0) -> _Layout:
-        """The prompt of ``taken`` units; ``shave`` units off the end of the last whole turn
-        before the cut one (how a target that falls in a new turn's template cost is met)."""
-        included: list[ChatMessage] = []
+    def _taken(self, taken: int) -> list[tuple[_Turn, int]]:
+        """The turns ``taken`` units include, each with the units it keeps."""
+        included: list[tuple[_Turn, int]] = []
         left = taken
         for turn in self.turns:
             if left <= 0:
                 break
-            if turn.size <= left:
-                included.append(ChatMessage(turn.role, turn.content))
-            else:
-                included.append(ChatMessage(turn.role, cut(turn.content, left)))
-                if shave and len(included) >= 2:
-                    whole = self.turns[len(included) - 2]
-                    included[-2] = ChatMessage(whole.role, cut(whole.content, whole.size - shave))
+            included.append((turn, min(turn.size, left)))
             left -= turn.size
-        return _Layout((*self.system, *reversed(included)), self.own_units, taken)
+        return included
+
+    def layout(self, taken: int, shave: int = 0) -> _Layout:
+        """The prompt of ``taken`` units; ``shave`` units off the end of the whole turn taken
+        just before the cut one (how a target inside a new turn's template cost is met).
+        Adjacent turns of one role (a line whose last turn is the user's, padding the next
+        user turn) are joined into one message, as chat templates want roles to alternate."""
+        included = self._taken(taken)
+        if shave and len(included) >= 2:
+            whole, kept = included[-2]
+            included[-2] = (whole, kept - shave)
+        in_time = sorted(included, key=lambda pair: pair[0].when)
+        messages: list[ChatMessage] = []
+        for turn, kept in in_time:
+            text = turn.content if kept >= turn.size else cut(turn.content, kept)
+            if messages and messages[-1].role == turn.role:
+                messages[-1] = ChatMessage(turn.role, f"{messages[-1].content}\n\n{text}")
+            else:
+                messages.append(ChatMessage(turn.role, text))
+        return _Layout((*self.system, *messages), self.own_units, taken)
 
     def opened(self, taken: int) -> tuple[int, int] | None:
-        """When unit ``taken`` is the first of a turn that follows a whole one: that turn's
+        """When unit ``taken`` is the first of a turn taken after a whole one: that turn's
         index and size, else None."""
         before = 0
         for index, turn in enumerate(self.turns):
@@ -214,25 +232,31 @@ class _Line:
 
     def features(self, taken: int, shave: int = 0) -> tuple[int, int]:
         """(messages, units) of the prompt at ``taken``, the nonce's units included."""
-        messages, left = len(self.system), taken
-        for turn in self.turns:
-            if left <= 0:
-                break
-            messages += 1
-            left -= turn.size
-        return messages, self.system_units + min(taken, self.max_units) + NONCE_WORDS - shave
+        roles = [turn.role for turn, _ in sorted(self._taken(taken), key=lambda p: p[0].when)]
+        runs = sum(1 for i, role in enumerate(roles) if i == 0 or roles[i - 1] != role)
+        unit_count = self.system_units + min(taken, self.max_units) + NONCE_WORDS - shave
+        return len(self.system) + runs, unit_count
 
 
 def _padding(others: list[SampleRequest]) -> Iterator[_Turn]:
-    """Turns of the other lines, line after line (wrapping around), each line newest first."""
+    """Exchanges of the other lines, line after line (wrapping around), each line's newest
+    exchange first, each exchange in its own order (user turns, then the answer)."""
     if not others:
         return
+    group = 0
     for request in itertools.cycle(others):
         turns = [m for m in request.messages if m.role != "system"]
         if request.reply is not None:
             turns.append(ChatMessage("assistant", request.reply))
-        for message in reversed(turns):
-            yield _Turn(message.role, message.content)
+        exchanges: list[list[ChatMessage]] = []
+        for message in turns:
+            if not exchanges or (message.role == "user" and exchanges[-1][-1].role != "user"):
+                exchanges.append([])
+            exchanges[-1].append(message)
+        for exchange in reversed(exchanges):
+            group += 1
+            for position, message in enumerate(exchange):
+                yield _Turn(message.role, message.content, (-group, position))
 
 
 def with_nonce(messages: tuple[ChatMessage, ...], nonce: int) -> tuple[ChatMessage, ...]:
