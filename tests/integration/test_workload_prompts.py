@@ -11,8 +11,9 @@ import pytest
 
 from orchestrator.bench.client import BenchClient
 from orchestrator.bench.prompts import PromptFactory
-from orchestrator.bench.workloads import WorkloadPrompts, load_builtin, parse_sample
+from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
+from orchestrator.bench.workloads.source import WorkloadPrompts
 from orchestrator.engine import ChatMessage
 from orchestrator.sim.tokenizer import count_tokens
 from orchestrator.types import ApiKind
