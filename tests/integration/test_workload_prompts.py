@@ -14,7 +14,7 @@ from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
 from orchestrator.bench.workloads.source import WorkloadPrompts
-from orchestrator.engine import ChatMessage
+from orchestrator.engine import ChatMessage, Prompt
 from orchestrator.sim.tokenizer import count_tokens
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, start_server
@@ -155,3 +155,10 @@ async def test_a_target_inside_a_new_turns_template_cost_is_met_by_shaving(
     assert [m.role for m in prompt.messages] == ["user", "assistant", "user"]
     assert prompt.messages[0].content.endswith("\n\nName a")
     assert prompt.messages[1:] == (ChatMessage("assistant", "Seven"), ChatMessage("user", "Why?"))
+
+
+async def test_a_prompts_own_output_length_overrides_the_calls(server: SimServer) -> None:
+    async with _client(server) as client:
+        own = await client.send(Prompt(text="Say something.", max_tokens=3), max_tokens=1)
+        plain = await client.send("Say something.", max_tokens=2)
+    assert (own.completion_tokens, plain.completion_tokens) == (3, 2)
