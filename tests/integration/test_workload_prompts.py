@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.prompts import PromptFactory
+from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
 from orchestrator.bench.workloads.source import WorkloadPrompts
@@ -162,3 +162,12 @@ async def test_a_prompts_own_output_length_overrides_the_calls(server: SimServer
         own = await client.send(Prompt(text="Say something.", max_tokens=3), max_tokens=1)
         plain = await client.send("Say something.", max_tokens=2)
     assert (own.completion_tokens, plain.completion_tokens) == (3, 2)
+
+
+async def test_a_failed_probe_fails_the_calibration_with_its_record() -> None:
+    async with BenchClient("http://127.0.0.1:1", api="chat", model=MODEL, concurrency=2,
+                           request_timeout=5) as client:
+        source = WorkloadPrompts(client, _traffic())
+        with pytest.raises(CalibrationError, match="calibration probe \\(line 1") as caught:
+            await source.calibrate(512)
+    assert caught.value.record is not None and not caught.value.record.ok

@@ -352,7 +352,13 @@ class WorkloadPrompts:
             async with gate:
                 return await self._prepare(requests, index, target_tokens)
 
-        prepared += await asyncio.gather(*(one(i) for i in rest))
+        tasks = [asyncio.ensure_future(one(i)) for i in rest]
+        try:
+            prepared += await asyncio.gather(*tasks)
+        finally:  # a failed probe fails the calibration: no other probe left running
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         calibration = self._summarise(target_tokens, prepared,
                                       len(self._model.counts) - probes_before)
         self._memory[key] = calibration
