@@ -9,20 +9,21 @@ GuideLLM):
   ...}`` parts, joined. ``output_tokens`` (optional) is the length the real answer had.
 - ShareGPT: ``{"conversations": [{"from": "human", "value": ...}, ...]}``. ``human`` and
   ``user`` are the user; ``gpt``, ``chatgpt``, ``bard``, ``bing``, ``model`` and ``assistant``
-  the model; ``system`` the system prompt (the speakers ShareGPT dumps carry).
+  the model; ``system`` the system prompt (the speakers ShareGPT dumps carry). A turn
+  written with ``role``/``content`` instead, as some conversions do, reads the same.
 
 A request is what is sent, so it must end in a user turn. A conversation that ends in the
 model's turn(s) (every ShareGPT line does) is cut after its last user turn, and the model's
 answer to that turn is kept as ``reply``: its length is what the answer really was, so it is
 the request's output length when the line gives no ``output_tokens`` (as ``bench_serving``
-does for ShareGPT). The reply is text; its length in the server's tokens is measured by the
-prompt source against the server (``WorkloadPrompts``), never guessed here. ``output_tokens``
-given on the line always wins.
+does for ShareGPT). The reply is kept as text: its length in the server's tokens is worked
+out by the prompt source from what it learnt of the server's tokenizer while calibrating
+(``WorkloadPrompts``), not here, where no tokenizer is known. ``output_tokens`` given on the
+line always wins.
 
-Every bad line is reported, as ``FILE:LINE: message``; bad lines are skipped only in the
-sense that all of them are listed at once, and any bad line makes the sample an error (the
-sweep is rejected at ``validate``, nothing queued). Blank lines are allowed. A sample with no
-request at all is an error too.
+Every bad line is reported, all of them at once, as ``FILE:LINE: message``, and any bad line
+makes the sample an error (the sweep is rejected at ``validate``, nothing queued). Blank
+lines are allowed. A sample with no request at all is an error too.
 """
 
 from __future__ import annotations
@@ -131,12 +132,14 @@ def _turns(
         where = f"{field}[{index}]"
         if not isinstance(item, dict):
             raise _BadLine(f"{where} must be an object")
-        speaker = item.get(role_key)
+        # Some ShareGPT conversions write OpenAI's keys inside "conversations".
+        converted = role_key not in item and "role" in item
+        who, what = ("role", "content") if converted else (role_key, text_key)
+        speaker = item.get(who)
         if not isinstance(speaker, str) or speaker.lower() not in roles:
             known = ", ".join(sorted(roles))
-            raise _BadLine(f"{where}.{role_key} {speaker!r} is not one of {known}")
-        turns.append(ChatMessage(roles[speaker.lower()], _text(item.get(text_key), where,
-                                                                text_key)))
+            raise _BadLine(f"{where}.{who} {speaker!r} is not one of {known}")
+        turns.append(ChatMessage(roles[speaker.lower()], _text(item.get(what), where, what)))
     return turns
 
 
