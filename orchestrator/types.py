@@ -64,11 +64,26 @@ THROUGHPUT_SCALARS: Final = (
 )
 """A throughput point's scalar metrics, in the order a point's ``metrics`` writes them."""
 
+RATE_SCALARS: Final = (
+    "request_s",
+    "input_tok_s",
+    "achieved_rate",
+    "goodput",
+    "goodput_fraction",
+)
+"""The scalars of issue 15's points (open-loop rate points, goodput under a sweep's ``slo``):
+requests and input tokens per second, the achieved arrival rate, requests per second meeting
+every slo bound, and the share of requests that did. All are maximized. Kept apart from
+:data:`THROUGHPUT_SCALARS` until the stored point record (``store/results.py``) carries them,
+since that record is built from every name in that tuple."""
+
 LATENCIES: Final = ("ttft", "itl", "tpot", "e2e")
 LATENCY_STATS: Final = ("count", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")
 """Each latency is stored flat as ``<latency>_<stat>``: ``ttft_p99_s``, ``itl_p50_s``, ..."""
 
 ANSWER_ONLY_METRICS: Final = ("accept_len", "coding_pass_rate")
+SLO_METRICS: Final = ("goodput", "goodput_fraction")
+"""Metrics that exist only when the sweep states an ``slo`` (an objective on one needs it)."""
 """What an objective or constraint may name beside a point's stored metrics: the point's
 accept length, and passes / problems of the trial's coding anchor."""
 
