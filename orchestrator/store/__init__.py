@@ -64,6 +64,7 @@ from orchestrator.store.results import (
     point_from_record,
 )
 from orchestrator.store.schema import MIGRATIONS, Migration
+from orchestrator.store.workloads import StoredWorkload
 
 __all__ = [
     "ATTEMPT_STATES",
@@ -102,6 +103,7 @@ __all__ = [
     "StoreError",
     "StoreOpenError",
     "StoredRequest",
+    "StoredWorkload",
     "SubmitResult",
     "SweepNameConflict",
     "SweepNotFound",

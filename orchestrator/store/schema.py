@@ -180,7 +180,23 @@ _V3 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+_V4 = Migration(
+    version=4,
+    summary="the workload files (traffic samples) each sweep carries, with their sha256",
+    statements=(
+        """
+        CREATE TABLE sweep_workloads (
+            sweep_id      INTEGER NOT NULL REFERENCES sweeps(id),
+            path          TEXT NOT NULL,
+            content       TEXT NOT NULL,
+            content_hash  TEXT NOT NULL,
+            PRIMARY KEY (sweep_id, path)
+        ) STRICT
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
