@@ -53,9 +53,23 @@ MAX_BODY_BYTES = 1024 * 1024
 """Largest request body; a sweep file is limited to the same size."""
 
 MAX_WORKLOADS_PER_SWEEP = 16
-MAX_SUBMIT_JSON_BYTES = 2 * (MAX_FILE_BYTES + MAX_WORKLOADS_PER_SWEEP * MAX_WORKLOAD_BYTES)
-"""Largest JSON submission (a sweep with its workload files, JSON escaping doubling it at
-worst for ordinary text); the sizes themselves are checked again when the sweep is parsed."""
+MAX_SUBMIT_JSON_BYTES = 2 * (MAX_FILE_BYTES + MAX_WORKLOAD_BYTES)
+"""Largest JSON submission: a sweep file and its workload files (together about one
+sample's limit; JSON escaping may double ordinary text). Each file's own limit is checked
+again when the sweep is parsed."""
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+    """The whole body, or None once it passes ``limit`` bytes (the app-wide limit is for
+    the other endpoints)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class SubmitBody(BaseModel):
@@ -369,8 +383,8 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     async def submit(request: web.Request) -> web.Response:
         workloads: dict[str, str] = {}
         if request.content_type == "application/json":
-            raw = await request.content.read(MAX_SUBMIT_JSON_BYTES + 1)
-            if len(raw) > MAX_SUBMIT_JSON_BYTES:
+            raw = await _read_capped(request, MAX_SUBMIT_JSON_BYTES)
+            if raw is None:
                 return _error(413, f"request body over {MAX_SUBMIT_JSON_BYTES} bytes")
             try:
                 body = SubmitBody.model_validate_json(raw)

@@ -272,6 +272,7 @@ def test_submit_carries_the_workload_files_content_and_refuses_a_bad_line(
     assert refused.returncode == 2 and f"{sample}:2: not JSON" in refused.stderr
     assert call(daemon.socket, "GET", "/sweeps").document["sweeps"] == []  # nothing queued
 
+    good *= 20_000  # over the YAML body's 1 MiB: the JSON body is read whole, past it
     sample.write_text(good)
     assert daemon.cli("submit", str(path)).returncode == 0
     sample.unlink()  # the daemon parses and runs it from the stored content alone
