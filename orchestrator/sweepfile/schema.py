@@ -304,9 +304,9 @@ class BenchmarkSpec(_Model):
         description="how many times each config is measured per host type, each after its own "
         "restart, interleaved with the other configs",
     )
-    _workload_content: Mapping[str, str] | None = PrivateAttr(default=None)
-    """Each file workload's content by its path as written, attached by the loader (None: the
-    sweep was parsed from its text alone)."""
+    _workload_content: Mapping[str, tuple[str, str]] | None = PrivateAttr(default=None)
+    """Each file workload's (content, sha256) by its path as written, attached by the loader
+    (None: the sweep was parsed from its text alone)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -375,13 +375,15 @@ class BenchmarkSpec(_Model):
 
     def attach_workload_content(self, content: Mapping[str, str]) -> None:
         """Record the file workloads' content (the loader's job, once, after it checked it)."""
-        self._workload_content = dict(content)
+        self._workload_content = {
+            path: (text, content_hash(text)) for path, text in content.items()
+        }
 
     def workload_files(self) -> dict[str, str]:
         """Each file workload's content by its path as written (what ``submit`` sends and the
         store keeps)."""
-        return {spec.name: spec.content for spec in self.workload_specs()
-                if spec.kind == "file" and spec.content is not None}  # fmt: skip
+        specs = self.workload_specs()
+        return {spec.name: spec.content for spec in specs if spec.content is not None}
 
     def workload_specs(self) -> tuple[WorkloadSpec, ...]:
         """The workloads, typed, each file one with its content and sha256.
@@ -392,19 +394,12 @@ class BenchmarkSpec(_Model):
         specs = []
         for ref in self.workload_refs:
             text: str | None = None
+            digest: str | None = None
             if ref.file is not None:
                 if ref.file not in content:
                     raise WorkloadContentMissing(ref.file)
-                text = content[ref.file]
-            specs.append(
-                WorkloadSpec(
-                    label=ref.label,
-                    kind=ref.kind,
-                    name=ref.name,
-                    content=text,
-                    content_hash=None if text is None else content_hash(text),
-                )
-            )
+                text, digest = content[ref.file]
+            specs.append(WorkloadSpec(ref.label, ref.kind, ref.name, text, digest))
         return tuple(specs)
 
 
