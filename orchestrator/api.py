@@ -8,7 +8,9 @@ codes; it never shows a client a stack trace.
 Endpoints (all answer JSON)::
 
     GET  /health                      {"ok": true, "version"}
-    POST /sweeps[?replace=1]          body: the sweep YAML -> 201 queued | 200 already known
+    POST /sweeps[?replace=1]          body: the sweep YAML, or (application/json) {"sweep": YAML,
+                                      "filename", "workloads": {PATH: CONTENT}} for a sweep
+                                      with workload files -> 201 queued | 200 already known
                                       | 400 {"problems"} | 409 name taken | 413 too big
     GET  /sweeps[?all=1]              {"sweeps": [{"name", "id", "state", "priority", ...}]}
     GET  /sweeps/{ref}                one sweep with each host's current trial and step
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
@@ -43,11 +46,42 @@ from orchestrator.store import (
     count_states,
 )
 from orchestrator.store.results import config_label
-from orchestrator.sweepfile import SweepFileError
+from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body; a sweep file is limited to the same size."""
+
+MAX_WORKLOADS_PER_SWEEP = 16
+MAX_SUBMIT_JSON_BYTES = 2 * (MAX_FILE_BYTES + MAX_WORKLOAD_BYTES)
+"""Largest JSON submission: a sweep file and its workload files (together about one
+sample's limit; JSON escaping may double ordinary text). Each file's own limit is checked
+again when the sweep is parsed."""
+
+
+async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+    """The whole body, or None once it passes ``limit`` bytes (the app-wide limit is for
+    the other endpoints)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class SubmitBody(BaseModel):
+    """``POST /sweeps`` as JSON: the sweep file's text with the workload files it names (the
+    daemon never reads the submitter's disk)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    sweep: str
+    filename: str = "submitted.yaml"
+    workloads: dict[str, str] = Field(default_factory=dict, max_length=MAX_WORKLOADS_PER_SWEEP)
+
 
 _FILENAME = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 
@@ -247,7 +281,9 @@ class DaemonOps(Protocol):
     (404), ``SweepNameConflict`` and :class:`Conflict` (409), ``ValueError`` (400). Typed
     answers become JSON here, and only here."""
 
-    async def submit(self, text: str, *, filename: str, replace: bool) -> Submitted: ...
+    async def submit(
+        self, text: str, *, filename: str, replace: bool, workloads: Mapping[str, str]
+    ) -> Submitted: ...
 
     async def list_sweeps(self, *, include_replaced: bool) -> Sequence[SweepView]: ...
 
@@ -345,15 +381,30 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         return web.json_response({"ok": True, "version": __version__})
 
     async def submit(request: web.Request) -> web.Response:
-        raw = await request.read()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return _error(400, "the body is not UTF-8 text")
-        filename = request.headers.get("X-Sweep-Filename", "submitted.yaml")
+        workloads: dict[str, str] = {}
+        if request.content_type == "application/json":
+            raw = await _read_capped(request, MAX_SUBMIT_JSON_BYTES)
+            if raw is None:
+                return _error(413, f"request body over {MAX_SUBMIT_JSON_BYTES} bytes")
+            try:
+                body = SubmitBody.model_validate_json(raw)
+            except ValidationError:
+                return _error(
+                    400, 'the body is JSON: {"sweep": YAML, "filename", "workloads": {PATH: TEXT}}'
+                )
+            text, filename, workloads = body.sweep, body.filename, body.workloads
+        else:
+            raw = await request.read()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return _error(400, "the body is not UTF-8 text")
+            filename = request.headers.get("X-Sweep-Filename", "submitted.yaml")
         if not _FILENAME.fullmatch(filename):
             filename = "submitted.yaml"
-        outcome = await ops.submit(text, filename=filename, replace=_flag(request, "replace"))
+        outcome = await ops.submit(
+            text, filename=filename, replace=_flag(request, "replace"), workloads=workloads
+        )
         return web.json_response(outcome.to_json(), status=201 if outcome.created else 200)
 
     async def list_sweeps(request: web.Request) -> web.Response:

@@ -216,7 +216,12 @@ async def run_sweep(
     Each host asks ``trials``' source for its next trial (today: the plan, in order).
     """
     submitted = await store.submit_sweep(
-        sweep.name, yaml_text, priority=sweep.priority, source_path=source_path, replace=replace
+        sweep.name,
+        yaml_text,
+        priority=sweep.priority,
+        source_path=source_path,
+        replace=replace,
+        workloads=sweep.benchmark.workload_files(),
     )
     record = submitted.sweep
     if record.state in ("done", "failed", "cancelled"):

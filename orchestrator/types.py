@@ -63,19 +63,40 @@ THROUGHPUT_SCALARS: Final = (
     "prompt_tokens_min",
     "prompt_tokens_max",
     "prompt_tokens_tolerance",
+    "request_s",
+    "input_tok_s",
+    "good_requests",
+    "goodput",
+    "goodput_fraction",
+    "prompts_distinct",
+    "prompts_reused",
+    "achieved_rate",
+    "requests_scheduled",
+    "requests_unsent",
+    "output_len_mean",
+    "output_len_p50",
+    "output_len_p90",
+    "output_len_p99",
+    "output_len_max",
 )
-"""A throughput point's scalar metrics, in the order a point's ``metrics`` writes them."""
+"""A throughput point's scalar metrics, in the order a point's ``metrics`` writes them.
+Requests and input tokens per second; goodput (requests per second meeting every bound of the
+sweep's ``slo``) and the share that did; distinct and reused prompts; at an open-loop point the
+achieved arrival rate, the schedule's length and the requests it never sent; and the output
+lengths (tokens) the requests really had (docs/metrics.md)."""
 
-LATENCIES: Final = ("ttft", "itl", "tpot", "e2e")
+LATENCIES: Final = ("ttft", "itl", "tpot", "e2e", "send_lag")
 LATENCY_STATS: Final = ("count", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")
 """Each latency is stored flat as ``<latency>_<stat>``: ``ttft_p99_s``, ``itl_p50_s``, ..."""
 
 ANSWER_ONLY_METRICS: Final = ("accept_len", "coding_pass_rate")
+SLO_METRICS: Final = ("goodput", "goodput_fraction")
+"""Metrics that exist only when the sweep states an ``slo`` (an objective on one needs it)."""
 """What an objective or constraint may name beside a point's stored metrics: the point's
 accept length, and passes / problems of the trial's coding anchor."""
 
 _MINIMIZED_SCALARS: Final = frozenset(
-    {"errors", "truncated", "short_outputs", "wall_s", "client_cpu_fraction"}
+    {"errors", "truncated", "short_outputs", "wall_s", "client_cpu_fraction", "requests_unsent"}
     | {"loop_lag_max_s", "loop_lag_p99_s"}
 )
 
@@ -89,7 +110,7 @@ def point_metric_names() -> frozenset[str]:
 
 def metric_is_minimized(name: str) -> bool:
     """Latencies, errors and wall time are better smaller; rates and lengths better larger."""
-    return name in _MINIMIZED_SCALARS or name.split("_", 1)[0] in LATENCIES
+    return name in _MINIMIZED_SCALARS or any(name.startswith(f"{lat}_") for lat in LATENCIES)
 
 
 EXIT_OK: Final = 0

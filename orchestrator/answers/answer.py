@@ -50,24 +50,35 @@ from orchestrator.answers.verdict import (
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import metric_is_minimized
+from orchestrator.types import MatrixCell, metric_is_minimized
 
 BASELINE_ID = config_id({})
 
 
+def default_metric(cell: MatrixCell, has_slo: bool) -> str:
+    """What "best" means at a cell when the sweep names no objective: aggregate output
+    tokens/s at a closed-loop cell; at an open-loop one (whose throughput the offered rate
+    sets) goodput under the sweep's ``slo``, or without one the median time per output token."""
+    if cell.rate is None:
+        return "output_tok_s"
+    return "goodput" if has_slo else "tpot_p50_s"
+
+
 def objective_views(sweep: Sweep) -> list[ObjectiveView]:
-    """The sweep's objective, or without one, ``output_tok_s`` at each matrix cell."""
+    """The sweep's objective, or without one, each matrix cell's :func:`default_metric`."""
     objective = sweep.objective
     if objective is not None:
         return [
             ObjectiveView(
-                objective.metric, objective.target_cells, objective.minimized, objective.combine
+                objective.metric, sweep.objective_cells(), objective.minimized, objective.combine
             )
         ]
-    return [
-        ObjectiveView("output_tok_s", (cell,), metric_is_minimized("output_tok_s"))
-        for cell in sweep.benchmark.matrix_cells()
-    ]
+    has_slo = sweep.benchmark.slo is not None
+    views = []
+    for cell in sweep.benchmark.matrix_cells():
+        metric = default_metric(cell, has_slo)
+        views.append(ObjectiveView(metric, (cell,), metric_is_minimized(metric)))
+    return views
 
 
 def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:

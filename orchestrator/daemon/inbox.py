@@ -13,9 +13,20 @@ from pathlib import Path
 from orchestrator.api import Submitted
 from orchestrator.log import get_logger
 from orchestrator.store import SweepNameConflict
-from orchestrator.sweepfile import Sweep, SweepFileError, parse_sweep, read_sweep_text
+from orchestrator.sweepfile import (
+    NoWorkloadFiles,
+    Sweep,
+    SweepFileError,
+    parse_sweep,
+    read_sweep_text,
+)
 
 INBOX_SUFFIXES = (".yaml", ".yml")
+
+_NO_FILES = NoWorkloadFiles(
+    "the daemon reads no file a spooled sweep names: queue a sweep with workload files with "
+    "`orchestrator submit`, which sends their content"
+)
 
 Submit = Callable[[Sweep, str, str], Awaitable[Submitted]]
 """Queue ``(sweep, text, source_path)``; raises ``SweepNameConflict`` when the name is taken."""
@@ -103,7 +114,7 @@ class Inbox:
         destination = unique_destination(self.accepted, path.name)
         try:
             text = read_sweep_text(path)
-            sweep = parse_sweep(text, path.name)
+            sweep = parse_sweep(text, path.name, workloads=_NO_FILES)
             outcome = await self._submit(sweep, text, str(destination))
         except SweepFileError as exc:
             self._reject(path, [str(p) for p in exc.problems])

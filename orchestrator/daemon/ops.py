@@ -4,6 +4,8 @@ that reads the store, asks the scheduler and the restorer, and answers in typed 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from orchestrator.answers import AnsweredResults, answered
 from orchestrator.api import (
     Adoption,
@@ -21,7 +23,7 @@ from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
 from orchestrator.runner import cancel_trials
 from orchestrator.store import Store, SweepRecord
-from orchestrator.sweepfile import SweepFileError, parse_sweep
+from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
 
 
 def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
@@ -41,10 +43,14 @@ class DaemonApi:
         self._active = scheduler.active  # the scheduler's own dict: always current
         self._log = get_logger(component="daemon")
 
-    async def submit(self, text: str, *, filename: str, replace: bool) -> Submitted:
+    async def submit(
+        self, text: str, *, filename: str, replace: bool, workloads: Mapping[str, str]
+    ) -> Submitted:
+        """Parse the sweep with the workload files sent along (never from any disk: the
+        submitter's files are not the daemon's to read) and queue it."""
         if self._scheduler.closed:
             raise Conflict("the daemon is stopping; submit again after it restarts")
-        sweep = parse_sweep(text, filename)
+        sweep = parse_sweep(text, filename, workloads=StoredWorkloads(workloads))
         return await self._scheduler.submit(sweep, text, source_path=None, replace=replace)
 
     async def list_sweeps(self, *, include_replaced: bool) -> list[SweepView]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from orchestrator.store import SweepRecord
-from orchestrator.sweepfile import HostSpec, Sweep, SweepFileError, parse_sweep
+from orchestrator.store import Store, SweepRecord
+from orchestrator.sweepfile import HostSpec, StoredWorkloads, Sweep, SweepFileError, parse_sweep
 
 T = TypeVar("T")
 
@@ -53,6 +53,10 @@ def run_order(records: Sequence[SweepRecord]) -> list[SweepRecord]:
     return sorted(records, key=lambda r: (r.state != "running", -r.priority, r.submitted_at, r.id))
 
 
+def _label(record: SweepRecord) -> str:
+    return f"sweep {record.name} (id {record.id})"
+
+
 class ParsedSweeps:
     """Each stored sweep's file parsed once, by record id.
 
@@ -65,13 +69,33 @@ class ParsedSweeps:
         self._parsed: dict[int, Sweep | SweepFileError] = {}
 
     def get(self, record: SweepRecord) -> Sweep:
+        """The record's sweep: the runnable parse when :meth:`runnable` made one, else the
+        text alone (hosts, policy, objective; no workload content)."""
         found = self._parsed.get(record.id)
         if found is None:
-            try:
-                found = parse_sweep(record.yaml_text, f"sweep {record.name} (id {record.id})")
-            except SweepFileError as exc:
-                found = exc
-            self._parsed[record.id] = found
+            return self._parse(record, None)
+        if isinstance(found, SweepFileError):
+            raise found
+        return found
+
+    async def runnable(self, record: SweepRecord, store: Store) -> Sweep:
+        """The record's sweep with its workload files' content from the store (what a run
+        needs), parsed once; the daemon never reads a file the sweep names from disk."""
+        found = self._parsed.get(record.id)
+        if isinstance(found, Sweep) and found.benchmark.workloads_resolved:
+            return found
+        stored = {w.path: w.content for w in await store.sweep_workloads(record.id)}
+        return self._parse(record, StoredWorkloads(stored, "stored with the sweep"))
+
+    def _parse(self, record: SweepRecord, workloads: StoredWorkloads | None) -> Sweep:
+        """Parse, keep the sweep or the error for the next caller, and answer it."""
+        try:
+            found: Sweep | SweepFileError = parse_sweep(
+                record.yaml_text, _label(record), workloads=workloads
+            )
+        except SweepFileError as exc:
+            found = exc
+        self._parsed[record.id] = found
         if isinstance(found, SweepFileError):
             raise found
         return found

@@ -117,6 +117,7 @@ class Scheduler:
             priority=sweep.priority,
             source_path=source_path,
             replace=replace,
+            workloads=sweep.benchmark.workload_files(),
         )
         record = submitted.sweep
         replaced = None
@@ -157,7 +158,7 @@ class Scheduler:
             if record.id in self.active:
                 continue
             try:
-                sweep = self.sweeps.get(record)
+                sweep = await self.sweeps.runnable(record, self.store)
             except SweepFileError as exc:
                 # Valid when submitted, invalid now (the schema moved on): it cannot run.
                 await self.store.set_sweep_state(

@@ -25,13 +25,12 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.answers.answer import default_metric
 from orchestrator.answers.runs import point_metric
 from orchestrator.store import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepfile.schema import Bound
 from orchestrator.types import MatrixCell, metric_is_minimized
-
-DEFAULT_METRIC = "output_tok_s"
 
 _OPS: Mapping[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -53,13 +52,16 @@ class Objective:
 
 
 def sweep_objective(sweep: Sweep) -> Objective:
-    """The sweep's objective, or output tokens/s over the whole matrix without one."""
+    """The sweep's objective, or without one output tokens/s over the closed-loop cells (a
+    sweep of rate points only: their :func:`~orchestrator.answers.answer.default_metric`)."""
     if sweep.objective is not None:
         return Objective(
-            sweep.objective.metric, sweep.objective.target_cells, sweep.objective.minimized
+            sweep.objective.metric, sweep.objective_cells(), sweep.objective.minimized
         )
     cells = sweep.benchmark.matrix_cells()
-    return Objective(DEFAULT_METRIC, cells, metric_is_minimized(DEFAULT_METRIC))
+    chosen = tuple(c for c in cells if c.rate is None) or cells
+    metric = default_metric(chosen[0], sweep.benchmark.slo is not None)
+    return Objective(metric, chosen, metric_is_minimized(metric))
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from orchestrator.store.results import (
     point_from_record,
 )
 from orchestrator.store.schema import MIGRATIONS, Migration
+from orchestrator.store.workloads import StoredWorkload
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "StoreError",
     "StoreOpenError",
     "StoredRequest",
+    "StoredWorkload",
     "SubmitResult",
     "SweepNameConflict",
     "SweepNotFound",

@@ -46,6 +46,7 @@ from orchestrator.store.records import (
 )
 from orchestrator.store.results import Point, SweepResults, TrialState
 from orchestrator.store.schema import MIGRATIONS, Migration, check_not_newer, migrate
+from orchestrator.store.workloads import StoredWorkload, sweep_workloads
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -220,11 +221,14 @@ class Store:
         priority: int = 0,
         source_path: str | None = None,
         replace: bool = False,
+        workloads: Mapping[str, str] | None = None,
     ) -> SubmitResult:
         """Queue a sweep. Same name and content as the current one: that one, ``created=False``.
 
         Same name, other content: :class:`SweepNameConflict`, unless ``replace``, which marks
         the old sweep replaced (its results stay under its id) and queues the new one.
+        ``workloads`` (path -> content) are the sweep's workload files, stored with it and
+        part of its content.
         """
         return await self._run(
             ops.submit_sweep,
@@ -234,7 +238,12 @@ class Store:
             source_path=source_path,
             replace=replace,
             now=self._clock(),
+            workloads=workloads,
         )
+
+    async def sweep_workloads(self, sweep_id: int) -> list[StoredWorkload]:
+        """The workload files stored with the sweep (empty when it names none)."""
+        return await self._run(sweep_workloads, sweep_id)
 
     async def find_sweep(self, ref: str | int) -> SweepRecord | None:
         """By id (an int, or digits that are no sweep's name) or by name (its latest run)."""

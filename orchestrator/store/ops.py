@@ -55,6 +55,7 @@ from orchestrator.store.results import (
     build_results,
     latest_states,
 )
+from orchestrator.store.workloads import insert_workloads, stored_hashes, workload_hashes
 from orchestrator.types import content_hash
 
 # --- transactions and JSON ------------------------------------------------------------------
@@ -261,12 +262,17 @@ def submit_sweep(
     source_path: str | None,
     replace: bool,
     now: float,
+    workloads: Mapping[str, str] | None = None,
 ) -> SubmitResult:
+    """``workloads``: the sweep's workload files by path (content kept with the sweep; the
+    same YAML with other workload content is other content)."""
     digest = content_hash(yaml_text)
+    files = dict(workloads or {})
     with write_transaction(conn):
         existing = _current_sweep_named(conn, name)
         if existing is not None:
-            if existing.content_hash == digest:
+            same_files = stored_hashes(conn, existing.id) == workload_hashes(files)
+            if existing.content_hash == digest and same_files:
                 return SubmitResult(sweep=existing, created=False)
             if not replace:
                 raise SweepNameConflict(name, existing, digest)
@@ -277,6 +283,7 @@ def submit_sweep(
             (name, digest, yaml_text, source_path, priority, now),
         )
         new_id = cast(int, cursor.lastrowid)
+        insert_workloads(conn, new_id, files)
         if existing is not None:
             conn.execute("UPDATE sweeps SET replaced_by = ? WHERE id = ?", (new_id, existing.id))
         created = _sweep_by_id(conn, new_id)

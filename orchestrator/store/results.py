@@ -138,10 +138,16 @@ _INT_SCALARS = frozenset(
         "prompt_tokens_min",
         "prompt_tokens_max",
         "prompt_tokens_tolerance",
+        "good_requests",
+        "prompts_distinct",
+        "prompts_reused",
+        "requests_scheduled",
+        "requests_unsent",
     }
 )
 _WITHIN_RUN = ("output_tok_s_se", "output_tok_s_batches")
-_KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration", *_WITHIN_RUN}
+_LOAD = ("arrivals", "seed", "duration_s", "max_concurrency", "slo", "arrival_schedule")
+_KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration", *_WITHIN_RUN, *_LOAD}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +179,39 @@ class ThroughputMetrics:
     prompt_tokens_min: int | None = None
     prompt_tokens_max: int | None = None
     prompt_tokens_tolerance: int | None = None
+    request_s: float | None = None
+    input_tok_s: float | None = None
+    good_requests: int | None = None
+    goodput: float | None = None
+    """Requests per second meeting every bound of the sweep's ``slo``; None without one."""
+    goodput_fraction: float | None = None
+    prompts_distinct: int | None = None
+    prompts_reused: int | None = None
+    achieved_rate: float | None = None
+    """Requests an open-loop point really sent per second (never the offered rate)."""
+    requests_scheduled: int | None = None
+    requests_unsent: int | None = None
+    output_len_mean: float | None = None
+    output_len_p50: float | None = None
+    output_len_p90: float | None = None
+    output_len_p99: float | None = None
+    output_len_max: float | None = None
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     tpot: LatencySummary = LatencySummary()
     e2e: LatencySummary = LatencySummary()
+    send_lag: LatencySummary = LatencySummary()
+    """An open-loop point's send stamps minus their scheduled times."""
     calibration: JsonObject | None = None
+    arrivals: str | None = None
+    """An open-loop point's schedule: ``poisson`` or ``constant``, its seed, measured seconds,
+    cap on requests in flight, and the offsets (s) it sent against; the ``slo`` it was judged
+    by (any point)."""
+    seed: int | None = None
+    duration_s: float | None = None
+    max_concurrency: int | None = None
+    arrival_schedule: tuple[float, ...] = ()
+    slo: JsonObject | None = None
     output_tok_s_se: float | None = None
     """Request-to-request standard error of ``output_tok_s`` within the run (batch means over
     its waves); None when the point had fewer than two waves or predates it."""
@@ -193,6 +227,16 @@ class ThroughputMetrics:
         for name in _LATENCIES:
             out.update(cast(LatencySummary, getattr(self, name)).to_json(name))
         out["calibration"] = self.calibration
+        if self.arrivals is not None:
+            out.update(
+                arrivals=self.arrivals,
+                seed=self.seed,
+                duration_s=self.duration_s,
+                max_concurrency=self.max_concurrency,
+                arrival_schedule=list(self.arrival_schedule),
+            )
+        if self.slo is not None:
+            out["slo"] = dict(self.slo)
         out["output_tok_s_se"] = self.output_tok_s_se
         out["output_tok_s_batches"] = self.output_tok_s_batches
         out.update(self.extra)
@@ -205,6 +249,8 @@ class ThroughputMetrics:
         }
         kinds = data.get("errors_by_kind")
         calibration = data.get("calibration")
+        arrivals, slo = data.get("arrivals"), data.get("slo")
+        schedule = data.get("arrival_schedule")
         return cls(
             **scalars,
             errors_by_kind={
@@ -214,7 +260,17 @@ class ThroughputMetrics:
             itl=LatencySummary.from_json(data, "itl"),
             tpot=LatencySummary.from_json(data, "tpot"),
             e2e=LatencySummary.from_json(data, "e2e"),
+            send_lag=LatencySummary.from_json(data, "send_lag"),
             calibration=dict(calibration) if isinstance(calibration, Mapping) else None,
+            arrivals=arrivals if isinstance(arrivals, str) else None,
+            seed=_int(data.get("seed")),
+            duration_s=_number(data.get("duration_s")),
+            max_concurrency=_int(data.get("max_concurrency")),
+            arrival_schedule=tuple(
+                float(x) for x in (schedule if isinstance(schedule, list) else ())
+                if isinstance(x, int | float)
+            ),
+            slo=dict(slo) if isinstance(slo, Mapping) else None,
             output_tok_s_se=_number(data.get("output_tok_s_se")),
             output_tok_s_batches=_int(data.get("output_tok_s_batches")) or 0,
             extra={k: v for k, v in data.items() if k not in _KNOWN_METRICS},

@@ -182,6 +182,22 @@ _V3 = Migration(
 
 _V4 = Migration(
     version=4,
+    summary="the workload files (traffic samples) each sweep carries, with their sha256",
+    statements=(
+        """
+        CREATE TABLE sweep_workloads (
+            sweep_id      INTEGER NOT NULL REFERENCES sweeps(id),
+            path          TEXT NOT NULL,
+            content       TEXT NOT NULL,
+            content_hash  TEXT NOT NULL,
+            PRIMARY KEY (sweep_id, path)
+        ) STRICT
+        """,
+    ),
+)
+
+_V5 = Migration(
+    version=5,
     summary="throughput points at an open-loop rate and on a named workload",
     # NULL for every point written before: a closed-loop point on the synthetic workload.
     statements=(
@@ -190,7 +206,7 @@ _V4 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

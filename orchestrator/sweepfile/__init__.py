@@ -9,7 +9,9 @@ package is split by job:
 - :mod:`~orchestrator.sweepfile.schema`: the pydantic models, one per section;
 - :mod:`~orchestrator.sweepfile.rules`: cross-field rules on the typed parts that parsed;
 - :mod:`~orchestrator.sweepfile.load`: the passes in order, problems located, the entry points;
-- :mod:`~orchestrator.sweepfile.problems`: :class:`Problem` and :class:`SweepFileError`.
+- :mod:`~orchestrator.sweepfile.problems`: :class:`Problem` and :class:`SweepFileError`;
+- :mod:`~orchestrator.sweepfile.workloads`: typed workloads and where a file workload's
+  content comes from (the disk beside the sweep file, or the store).
 
 The contract: ``load_sweep(path) -> Sweep``, raising :class:`SweepFileError` whose
 ``problems`` each have ``file``, ``line`` and ``field_path``.
@@ -39,12 +41,27 @@ from orchestrator.sweepfile.schema import (
     HostSpec,
     KnobMapping,
     Notify,
+    OutputLengths,
     Policy,
     Schedule,
     ServerSpec,
+    SloSpec,
     Sweep,
     Timeouts,
+    WorkloadRef,
     sweep_json_schema,
+)
+from orchestrator.sweepfile.workloads import (
+    MAX_WORKLOAD_BYTES,
+    DiskWorkloads,
+    NoWorkloadFiles,
+    StoredWorkloads,
+    WorkloadContentMissing,
+    WorkloadKind,
+    WorkloadSource,
+    WorkloadSpec,
+    WorkloadUnreadable,
+    workload_label,
 )
 from orchestrator.sweepfile.yamlread import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 
@@ -52,21 +69,33 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_NODES",
+    "MAX_WORKLOAD_BYTES",
     "BenchmarkSpec",
     "CheckedSweep",
     "CodingSpec",
+    "DiskWorkloads",
     "EstimateSpec",
     "FieldPath",
     "HostSpec",
     "KnobMapping",
+    "NoWorkloadFiles",
     "Notify",
+    "OutputLengths",
     "Policy",
     "Problem",
     "Schedule",
     "ServerSpec",
+    "SloSpec",
+    "StoredWorkloads",
     "Sweep",
     "SweepFileError",
     "Timeouts",
+    "WorkloadContentMissing",
+    "WorkloadKind",
+    "WorkloadRef",
+    "WorkloadSource",
+    "WorkloadSpec",
+    "WorkloadUnreadable",
     "check_sweep",
     "check_sweep_text",
     "format_path",
@@ -77,4 +106,5 @@ __all__ = [
     "read_sweep_text",
     "sweep_json_schema",
     "unknown_key_message",
+    "workload_label",
 ]

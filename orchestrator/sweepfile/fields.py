@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
+from orchestrator.bench.workloads import BUILTIN_WORKLOADS
 from orchestrator.host.dropin import ExecLineError, is_valid_service_name, parse_exec_line
 from orchestrator.sweepfile.problems import control_character
 from orchestrator.types import ANSWER_ONLY_METRICS, KnobValue, point_metric_names
@@ -101,6 +102,22 @@ MetricName = Annotated[
 ]
 """A metric an objective or constraint names: a stored point metric, ``accept_len`` or
 ``coding_pass_rate``."""
+
+
+def _check_builtin(value: str) -> str:
+    if value not in BUILTIN_WORKLOADS:
+        close = difflib.get_close_matches(value, BUILTIN_WORKLOADS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "one of " + ", ".join(BUILTIN_WORKLOADS)
+        raise ValueError(f"{value!r} is not a built-in workload ({hint})")
+    return value
+
+
+BuiltinName = Annotated[
+    str,
+    AfterValidator(_check_builtin),
+    WithJsonSchema({"enum": list(BUILTIN_WORKLOADS)}),
+]
+"""A workload set that ships with the package (:data:`BUILTIN_WORKLOADS`)."""
 
 
 def _check_constraint_name(value: str) -> str:

@@ -4,8 +4,11 @@
 2. pydantic (strict, :mod:`schema`) checks keys, types and ranges; unknown keys get a
    did-you-mean.
 3. :mod:`rules` checks across fields and sections, on the typed parts that parsed.
+4. Each file workload is read from the sweep's :class:`WorkloadSource` (beside the sweep file
+   on disk, or the content stored with it) and checked line by line; a bad line is a problem
+   located in that file (``traffic.jsonl:7: ...``).
 
-``validate`` needs the file alone: nothing here touches the network or any file but the sweep.
+``validate`` needs the file and its workload files alone: nothing here touches the network.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.bench.workloads import WorkloadFileError, parse_sample
 from orchestrator.sweepfile import rules
 from orchestrator.sweepfile.problems import (
     FieldPath,
@@ -29,6 +33,7 @@ from orchestrator.sweepfile.problems import (
     unknown_key_message,
 )
 from orchestrator.sweepfile.schema import Sweep
+from orchestrator.sweepfile.workloads import DiskWorkloads, WorkloadSource, WorkloadUnreadable
 from orchestrator.sweepfile.yamlread import MAX_FILE_BYTES, LimitExceeded, RawDocument, read_yaml
 
 
@@ -141,7 +146,9 @@ def _judge(doc: RawDocument) -> tuple[Sweep | None, list[Located], list[Located]
     return sweep, kept, warnings
 
 
-def _check_text(text: str, filename: str) -> tuple[Sweep | None, list[Problem], list[Problem]]:
+def _check_text(
+    text: str, filename: str, workloads: WorkloadSource | None
+) -> tuple[Sweep | None, list[Problem], list[Problem]]:
     def problem(line: int, path: FieldPath, message: str) -> Problem:
         return Problem(filename, line, format_path(path), message)
 
@@ -174,21 +181,79 @@ def _check_text(text: str, filename: str) -> tuple[Sweep | None, list[Problem], 
     ]
     warnings = [problem(doc.line_of(w.path), w.path, w.message) for w in warned]
     unique = sorted(set(problems), key=lambda p: (p.line, p.field_path, p.message))
-    return (sweep if not unique else None), unique, warnings
+    if unique or sweep is None:
+        return None, unique, warnings
+    if workloads is not None:
+        workload_problems = _load_workloads(sweep, doc, filename, workloads)
+        if workload_problems:
+            return None, workload_problems, warnings
+    return sweep, [], warnings
 
 
-def check_sweep_text(text: str, filename: str = "sweep.yaml") -> CheckedSweep:
+def _load_workloads(
+    sweep: Sweep, doc: RawDocument, filename: str, source: WorkloadSource
+) -> list[Problem]:
+    """Pass 4: read and check each file workload, attaching the content when all are good;
+    the problems of each file, every bad line of it, in the file's order."""
+    bench = sweep.benchmark
+    content: dict[str, str] = {}
+    problems: list[Problem] = []
+    for index, ref in enumerate(bench.workload_refs):
+        if ref.file is None:
+            continue
+        where: FieldPath = (
+            ("benchmark", "workloads", index, "file")
+            if bench.workloads is not None
+            else ("benchmark", "workload", "file")
+        )
+        line = doc.line_of(where)
+        try:
+            text = source.read(ref.file)
+        except WorkloadUnreadable as exc:
+            problems.append(Problem(filename, line, format_path(where), exc.reason))
+            continue
+        shown = source.display_name(ref.file)
+        try:
+            parse_sample(text, filename=shown, label=ref.label)
+        except WorkloadFileError as exc:
+            problems.extend(_sample_problem(p, shown, filename, line, where) for p in exc.problems)
+            continue
+        content[ref.file] = text
+    if not problems:
+        bench.attach_workload_content(content)
+    return problems
+
+
+def _sample_problem(text: str, shown: str, filename: str, line: int, where: FieldPath) -> Problem:
+    """``FILE:LINE: message`` from :func:`parse_sample` as a problem located in that file; a
+    problem of the whole sample (no line) is located at the sweep's workload field."""
+    rest = text.removeprefix(f"{shown}:")
+    number, sep, message = rest.partition(": ")
+    if rest != text and sep and number.isdigit():
+        return Problem(shown, int(number), "", message)
+    return Problem(filename, line, format_path(where), f"{shown}: {rest.strip()}")
+
+
+def check_sweep_text(
+    text: str, filename: str = "sweep.yaml", *, workloads: WorkloadSource | None = None
+) -> CheckedSweep:
     """The sweep in ``text`` with its warnings; raises :class:`SweepFileError` naming every
-    problem."""
-    sweep, problems, warnings = _check_text(text, filename)
+    problem. With ``workloads``, each file workload is read from it and checked (pass 4);
+    without, file workloads stay unread (:meth:`BenchmarkSpec.workload_specs` refuses)."""
+    sweep, problems, warnings = _check_text(text, filename, workloads)
     if problems or sweep is None:
         raise SweepFileError(problems)
     return CheckedSweep(sweep, text, tuple(warnings))
 
 
-def parse_sweep(text: str, filename: str = "sweep.yaml") -> Sweep:
-    """The sweep in ``text``; raises :class:`SweepFileError` naming every problem."""
-    return check_sweep_text(text, filename).sweep
+def parse_sweep(
+    text: str, filename: str = "sweep.yaml", *, workloads: WorkloadSource | None = None
+) -> Sweep:
+    """The sweep in ``text``; raises :class:`SweepFileError` naming every problem.
+
+    Without ``workloads`` the file workloads' content is not loaded: enough for what reads a
+    stored sweep's hosts, objective and policy, not for a run."""
+    return check_sweep_text(text, filename, workloads=workloads).sweep
 
 
 def read_sweep_text(path: str | Path) -> str:
@@ -211,8 +276,10 @@ def read_sweep_text(path: str | Path) -> str:
 
 
 def check_sweep(path: str | Path) -> CheckedSweep:
-    """Read and validate a sweep file, keeping its text and warnings (``validate``, ``plan``)."""
-    return check_sweep_text(read_sweep_text(path), str(path))
+    """Read and validate a sweep file and its workload files (relative to it), keeping its
+    text and warnings (``validate``, ``plan``, ``run``, ``submit``)."""
+    workloads = DiskWorkloads(Path(path).parent)
+    return check_sweep_text(read_sweep_text(path), str(path), workloads=workloads)
 
 
 def load_sweep(path: str | Path) -> Sweep:

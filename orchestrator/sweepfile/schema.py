@@ -16,15 +16,18 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
+from orchestrator.bench.workloads import BUILTIN_WORKLOADS
 from orchestrator.sweepfile.fields import (
     Address,
     ArgText,
+    BuiltinName,
     ClockTime,
     ConstraintName,
     Duration,
@@ -48,7 +51,21 @@ from orchestrator.sweepfile.fields import (
     unique,
     unique_or_none,
 )
-from orchestrator.types import ApiKind, MatrixCell, MetricsMode, metric_is_minimized
+from orchestrator.sweepfile.workloads import (
+    WorkloadContentMissing,
+    WorkloadKind,
+    WorkloadSpec,
+    workload_label,
+)
+from orchestrator.types import (
+    SLO_METRICS,
+    SYNTHETIC_WORKLOAD,
+    ApiKind,
+    MatrixCell,
+    MetricsMode,
+    content_hash,
+    metric_is_minimized,
+)
 
 DEFAULT_RESTART_S = 300.0
 DEFAULT_DECODE_TOKENS_PER_S = 50.0
@@ -131,8 +148,124 @@ class ServerSpec(_Model):
     accept-length source: the chat API carries no spec stats); ``off``: the unit as it is."""
 
 
+class WorkloadRef(_Model):
+    """One workload of the benchmark: the synthetic prompts, an operator's traffic sample
+    (``file``, a JSONL path relative to the sweep file), or a set shipped with the package
+    (``builtin``). The sweep file writes the synthetic one as the word ``synthetic``."""
+
+    file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    builtin: BuiltinName | None = None
+
+    @model_validator(mode="after")
+    def _at_most_one_source(self) -> WorkloadRef:
+        if self.file is not None and self.builtin is not None:
+            raise ValueError("give one of 'file' or 'builtin', not both")
+        return self
+
+    @property
+    def kind(self) -> WorkloadKind:
+        if self.file is not None:
+            return "file"
+        return "builtin" if self.builtin is not None else "synthetic"
+
+    @property
+    def name(self) -> str:
+        """The path as written, the built-in set's name, or ``synthetic``."""
+        return self.file or self.builtin or "synthetic"
+
+    @property
+    def label(self) -> str:
+        """How points name their workload: ``synthetic``, ``file:PATH``, ``builtin:NAME``."""
+        return workload_label(self.kind, self.name)
+
+
+def _workload_ref(value: object) -> object:
+    """``synthetic`` is the empty reference; a mapping must name its source."""
+    if value == "synthetic":
+        return {}
+    if isinstance(value, str):
+        raise ValueError(
+            f"{value!r} is not a workload: 'synthetic', {{file: PATH}} or {{builtin: NAME}}"
+        )
+    if isinstance(value, dict) and not value:
+        raise ValueError("name the workload: {file: PATH} or {builtin: NAME}")
+    return value
+
+
+WorkloadField = Annotated[
+    WorkloadRef,
+    BeforeValidator(_workload_ref),
+    WithJsonSchema(
+        {
+            "oneOf": [
+                {"const": "synthetic"},
+                {
+                    "type": "object",
+                    "properties": {"file": {"type": "string", "minLength": 1}},
+                    "required": ["file"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {"builtin": {"enum": list(BUILTIN_WORKLOADS)}},
+                    "required": ["builtin"],
+                    "additionalProperties": False,
+                },
+            ]
+        }
+    ),
+]
+
+
+def _unique_labels(refs: list[WorkloadRef] | None) -> list[WorkloadRef] | None:
+    seen: set[str] = set()
+    for ref in refs or ():
+        if ref.label in seen:
+            raise ValueError(f"workload {ref.label} is listed twice")
+        seen.add(ref.label)
+    return refs
+
+
+class SloSpec(_Model):
+    """Per-request latency bounds (milliseconds), as bench_serving's ``--goodput``: a request
+    counts toward goodput when it meets every bound given."""
+
+    ttft_ms: Annotated[float, Field(gt=0, le=86_400_000)] | None = None
+    tpot_ms: Annotated[float, Field(gt=0, le=86_400_000)] | None = None
+    e2e_ms: Annotated[float, Field(gt=0, le=86_400_000)] | None = None
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> SloSpec:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("give at least one bound: ttft_ms, tpot_ms or e2e_ms")
+        return self
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.ttft_ms is None else self.ttft_ms / 1000.0
+
+    @property
+    def tpot_s(self) -> float | None:
+        return None if self.tpot_ms is None else self.tpot_ms / 1000.0
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.e2e_ms is None else self.e2e_ms / 1000.0
+
+
+OutputLengths = Literal["fixed", "natural", "workload"]
+"""``fixed``: every request runs to ``max_tokens`` (ignore_eos); ``natural``: the model stops
+(``max_tokens`` caps it); ``workload``: each request's ``output_tokens`` from the sample is
+its max_tokens, with ignore_eos (requests without one use ``max_tokens``)."""
+
+_IGNORE_EOS_OF: dict[str, bool] = {"fixed": True, "natural": False, "workload": True}
+"""The ``ignore_eos`` each output-length mode sends."""
+
+Rate = Annotated[float, Field(gt=0, le=100_000)]
+
+
 class BenchmarkSpec(_Model):
-    """The context x concurrency matrix each trial is measured on."""
+    """The points each trial is measured on: contexts x (concurrency | rate) x workloads."""
 
     api: ApiKind = "chat"
     contexts: Annotated[
@@ -140,27 +273,151 @@ class BenchmarkSpec(_Model):
         Field(min_length=1),
         AfterValidator(unique),
     ] = Field(default_factory=lambda: [60, 1024, 4096, 8192])
-    concurrency: Annotated[
-        list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1), AfterValidator(unique)
-    ] = Field(default_factory=lambda: [1, 8, 32, 64])
+    concurrency: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], AfterValidator(unique)] = (
+        Field(
+            default_factory=lambda: [1, 8, 32, 64],
+            description="closed-loop points (workers); may be empty when rate is given",
+        )
+    )
+    rate: Annotated[list[Rate], AfterValidator(unique)] = Field(
+        default_factory=list, description="open-loop points: requests per second"
+    )
+    workload: WorkloadField | None = Field(
+        default=None, description="the prompts: synthetic (default), {file: PATH}, {builtin: NAME}"
+    )
+    workloads: Annotated[
+        list[WorkloadField] | None, Field(min_length=1), AfterValidator(_unique_labels)
+    ] = Field(default=None, description="several workloads, each measured at every point")
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    rate_duration_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=30.0, description="measured seconds of each rate point, after warm-up"
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=65_536)] = Field(
+        default=256, description="cap on requests in flight at a rate point"
+    )
+    slo: SloSpec | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
     rounds: Annotated[int, Field(ge=1, le=1000)] = 3
     warmup_requests: Annotated[int, Field(ge=0, le=1000)] = 2
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     ignore_eos: bool = True
+    output_lengths: OutputLengths = Field(
+        default="fixed",
+        description="fixed (ignore_eos, to max_tokens), natural (the model stops) or workload "
+        "(each request's output_tokens); the default follows ignore_eos",
+    )
     repeats: Annotated[int, Field(ge=1, le=100)] = Field(
         default=1,
         description="how many times each config is measured per host type, each after its own "
         "restart, interleaved with the other configs",
     )
+    _workload_content: Mapping[str, tuple[str, str]] | None = PrivateAttr(default=None)
+    """Each file workload's (content, sha256) by its path as written, attached by the loader
+    (None: the sweep was parsed from its text alone)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_output_switch(cls, data: object) -> object:
+        """``output_lengths`` and ``ignore_eos`` say one thing: the one given sets the other
+        (a contradiction, both given, is refused by :meth:`_agrees_with_ignore_eos`)."""
+        if not isinstance(data, dict):
+            return data
+        mode, ignore_eos = data.get("output_lengths"), data.get("ignore_eos")
+        if "output_lengths" not in data and isinstance(ignore_eos, bool):
+            return {**data, "output_lengths": "fixed" if ignore_eos else "natural"}
+        if "ignore_eos" not in data and isinstance(mode, str) and mode in _IGNORE_EOS_OF:
+            return {**data, "ignore_eos": _IGNORE_EOS_OF[mode]}
+        return data
+
+    @field_validator("output_lengths")
+    @classmethod
+    def _agrees_with_ignore_eos(cls, mode: OutputLengths, info: ValidationInfo) -> OutputLengths:
+        ignore_eos = info.data.get("ignore_eos")
+        if isinstance(ignore_eos, bool) and ignore_eos != _IGNORE_EOS_OF[mode]:
+            raise ValueError(
+                f"output_lengths {mode} contradicts ignore_eos {str(ignore_eos).lower()} "
+                f"({mode} sends ignore_eos {str(_IGNORE_EOS_OF[mode]).lower()}); give one of "
+                "the two, or make them agree"
+            )
+        refs = cls._refs(info.data.get("workload"), info.data.get("workloads"))
+        if mode == "workload" and all(ref.kind == "synthetic" for ref in refs):
+            raise ValueError(
+                "output_lengths workload takes each request's length from a workload file or "
+                "built-in set, and this benchmark has only the synthetic prompts"
+            )
+        return mode
+
+    @model_validator(mode="after")
+    def _points_and_workloads(self) -> BenchmarkSpec:
+        if self.workload is not None and self.workloads is not None:
+            raise ValueError("give 'workload' or 'workloads', not both")
+        if not self.concurrency and not self.rate:
+            raise ValueError(
+                "no points to measure: concurrency and rate are both empty (give either)"
+            )
+        return self
+
+    @staticmethod
+    def _refs(workload: object, workloads: object) -> tuple[WorkloadRef, ...]:
+        if isinstance(workloads, list) and workloads:
+            return tuple(ref for ref in workloads if isinstance(ref, WorkloadRef))
+        if isinstance(workload, WorkloadRef):
+            return (workload,)
+        return (WorkloadRef(),)
+
+    @property
+    def workload_refs(self) -> tuple[WorkloadRef, ...]:
+        """The workloads in the file's order (the synthetic one when none is named)."""
+        return self._refs(self.workload, self.workloads)
+
+    @property
+    def workload_labels(self) -> tuple[str, ...]:
+        return tuple(ref.label for ref in self.workload_refs)
+
+    @property
+    def workloads_resolved(self) -> bool:
+        """Every file workload's content is attached (the loader read or was given it)."""
+        content = self._workload_content or {}
+        return all(ref.file in content for ref in self.workload_refs if ref.file is not None)
+
+    def attach_workload_content(self, content: Mapping[str, str]) -> None:
+        """Record the file workloads' content (the loader's job, once, after it checked it)."""
+        self._workload_content = {
+            path: (text, content_hash(text)) for path, text in content.items()
+        }
+
+    def workload_files(self) -> dict[str, str]:
+        """Each file workload's content by its path as written (what ``submit`` sends and the
+        store keeps)."""
+        specs = self.workload_specs()
+        return {spec.name: spec.content for spec in specs if spec.content is not None}
+
+    def workload_specs(self) -> tuple[WorkloadSpec, ...]:
+        """The workloads, typed, each file one with its content and sha256.
+
+        Raises :class:`WorkloadContentMissing` for a sweep parsed from its text alone (answers
+        and reports do that; a run needs the content, from the file or the store)."""
+        content = self._workload_content or {}
+        specs = []
+        for ref in self.workload_refs:
+            text: str | None = None
+            digest: str | None = None
+            if ref.file is not None:
+                if ref.file not in content:
+                    raise WorkloadContentMissing(ref.file)
+                text, digest = content[ref.file]
+            specs.append(WorkloadSpec(ref.label, ref.kind, ref.name, text, digest))
+        return tuple(specs)
 
     def matrix_cells(self) -> tuple[MatrixCell, ...]:
-        """Every cell a full trial measures, in the order it measures them."""
-        return tuple(
-            MatrixCell(context, concurrency)
-            for context in self.contexts
-            for concurrency in self.concurrency
-        )
+        """Every cell a full trial measures, in the order it measures them: per workload (the
+        file's order), per context, the closed-loop concurrencies then the open-loop rates."""
+        cells: list[MatrixCell] = []
+        for workload in self.workload_labels:
+            for context in self.contexts:
+                cells += [MatrixCell(context, c, workload=workload) for c in self.concurrency]
+                cells += [MatrixCell(context, rate=r, workload=workload) for r in self.rate]
+        return tuple(cells)
 
 
 class CodingSpec(_Model):
@@ -226,34 +483,51 @@ class EstimateSpec(_Model):
 
 
 class CellSpec(_Model):
-    """One matrix cell an objective names."""
+    """One point an objective names: a context and a concurrency or a rate, and (when the
+    sweep has several workloads) a workload."""
 
     context: Annotated[int, Field(ge=1, le=2_000_000)]
-    concurrency: Annotated[int, Field(ge=1, le=4096)]
+    concurrency: Annotated[int, Field(ge=1, le=4096)] | None = None
+    rate: Rate | None = None
+    workload: Annotated[str, Field(min_length=1, max_length=4200)] | None = None
+
+    @model_validator(mode="after")
+    def _closed_or_open(self) -> CellSpec:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give one of 'concurrency' or 'rate'")
+        return self
 
 
 class ObjectiveSpec(_Model):
-    """What "best" means: one metric at one cell, or combined over several cells.
+    """What "best" means: one metric at one point, or combined over several points.
 
-    Latencies, errors and wall time are minimized, every other metric maximized
-    (:func:`orchestrator.types.metric_is_minimized`).
+    Latencies, errors and wall time are minimized, every other metric (goodput too)
+    maximized (:func:`orchestrator.types.metric_is_minimized`).
     """
 
     metric: MetricName
     context: Annotated[int, Field(ge=1, le=2_000_000)] | None = None
     concurrency: Annotated[int, Field(ge=1, le=4096)] | None = None
+    rate: Rate | None = None
+    workload: Annotated[str, Field(min_length=1, max_length=4200)] | None = Field(
+        default=None, description="the workload's label (synthetic, file:PATH, builtin:NAME)"
+    )
     cells: Annotated[list[CellSpec], Field(min_length=1), AfterValidator(unique)] | None = None
     combine: Literal["geomean"] = "geomean"
 
     @model_validator(mode="after")
     def _one_way_to_name_cells(self) -> ObjectiveSpec:
-        single = self.context is not None or self.concurrency is not None
+        single = self.context is not None or self.concurrency is not None or self.rate is not None
         if single and self.cells is not None:
-            raise ValueError("give either 'context' and 'concurrency', or 'cells', not both")
+            raise ValueError(
+                "give either 'context' and 'concurrency' (or 'rate'), or 'cells', not both"
+            )
         if not single and self.cells is None:
-            raise ValueError("name the cell: 'context' and 'concurrency', or 'cells'")
-        if single and (self.context is None or self.concurrency is None):
-            raise ValueError("give both 'context' and 'concurrency'")
+            raise ValueError("name the cell: 'context' and 'concurrency' (or 'rate'), or 'cells'")
+        if single and self.context is None:
+            raise ValueError("give 'context' with 'concurrency' or 'rate'")
+        if single and (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give one of 'concurrency' or 'rate' with 'context'")
         return self
 
     @property
@@ -262,11 +536,31 @@ class ObjectiveSpec(_Model):
 
     @property
     def target_cells(self) -> tuple[MatrixCell, ...]:
-        """The cells the objective reads, in the file's order."""
+        """The cells the objective reads, in the file's order, an unnamed workload read as
+        the synthetic one (:meth:`Sweep.objective_cells` reads it as the sweep's own)."""
+        return self.cells_on(SYNTHETIC_WORKLOAD)
+
+    def cells_on(self, default_workload: str) -> tuple[MatrixCell, ...]:
+        """The cells the objective reads: a cell's own workload, else the objective's, else
+        ``default_workload``."""
         if self.cells is not None:
-            return tuple(MatrixCell(cell.context, cell.concurrency) for cell in self.cells)
-        assert self.context is not None and self.concurrency is not None
-        return (MatrixCell(self.context, self.concurrency),)
+            named = [
+                (c.context, c.concurrency, c.rate, c.workload or self.workload) for c in self.cells
+            ]
+        else:
+            assert self.context is not None
+            named = [(self.context, self.concurrency, self.rate, self.workload)]
+        return tuple(
+            MatrixCell(context, concurrency, rate, workload or default_workload)
+            for context, concurrency, rate, workload in named
+        )
+
+    @property
+    def names_workloads(self) -> bool:
+        """Whether every cell the objective reads names its workload."""
+        if self.cells is not None:
+            return all((c.workload or self.workload) is not None for c in self.cells)
+        return self.workload is not None
 
 
 class Bound(_Model):
@@ -387,24 +681,57 @@ class Sweep(_Model):
         bench = info.data.get("benchmark")
         if objective is None or not isinstance(bench, BenchmarkSpec):
             return objective
-        cells = set(bench.matrix_cells())
-        for cell in objective.target_cells:
-            if cell not in cells:
+        labels = bench.workload_labels
+        if not objective.names_workloads and len(labels) > 1:
+            raise ValueError(
+                f"the sweep has several workloads ({', '.join(labels)}): name the one the "
+                "objective reads (workload: LABEL)"
+            )
+        for cell in objective.cells_on(labels[0]):
+            if cell.concurrency is not None and (
+                cell.context not in bench.contexts or cell.concurrency not in bench.concurrency
+            ):
                 raise ValueError(
                     f"cell context {cell.context} / concurrency {cell.concurrency} is not in the "
                     "benchmark matrix (benchmark.contexts x benchmark.concurrency)"
                 )
+            if cell.rate is not None and (
+                cell.context not in bench.contexts or cell.rate not in bench.rate
+            ):
+                raise ValueError(
+                    f"cell context {cell.context} / rate {cell.rate:g} is not in the benchmark's "
+                    "rate points (benchmark.contexts x benchmark.rate)"
+                )
+            if cell.workload not in labels:
+                raise ValueError(
+                    f"workload {cell.workload!r} is not one of the sweep's workloads "
+                    f"({', '.join(labels)})"
+                )
+        if objective.metric in SLO_METRICS and bench.slo is None:
+            raise ValueError(f"{objective.metric} counts requests meeting benchmark.slo: give one")
         return objective
 
     @field_validator("constraints")
     @classmethod
-    def _constraint_kinds(cls, constraints: dict[str, Bound | bool]) -> dict[str, Bound | bool]:
+    def _constraint_kinds(
+        cls, constraints: dict[str, Bound | bool], info: ValidationInfo
+    ) -> dict[str, Bound | bool]:
+        bench = info.data.get("benchmark")
         for name, value in constraints.items():
+            if name in SLO_METRICS and isinstance(bench, BenchmarkSpec) and bench.slo is None:
+                raise ValueError(f"{name} counts requests meeting benchmark.slo: give one")
             if name == "lossless" and not isinstance(value, bool):
                 raise ValueError("lossless takes true or false")
             if name != "lossless" and not isinstance(value, Bound):
                 raise ValueError(f"{name} takes a bound such as '<= 2.0' or '>= baseline'")
         return constraints
+
+    def objective_cells(self) -> tuple[MatrixCell, ...]:
+        """The objective's cells, an unnamed workload read as the sweep's own (a sweep that
+        names several must name it, see the objective's check); () without an objective."""
+        if self.objective is None:
+            return ()
+        return self.objective.cells_on(self.benchmark.workload_labels[0])
 
     @property
     def knob_names(self) -> list[str]:

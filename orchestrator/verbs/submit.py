@@ -1,4 +1,7 @@
-"""Queue a sweep file on the daemon (the same file twice is recognised, not run twice)."""
+"""Queue a sweep file on the daemon (the same file twice is recognised, not run twice).
+
+The file and its workload files are checked here first, so a bad line is reported with its
+number and nothing is queued; the workload files' content travels with the sweep."""
 
 from __future__ import annotations
 
@@ -6,9 +9,10 @@ import argparse
 import os
 import sys
 
-from orchestrator.sweepfile import SweepFileError, read_sweep_text
+from orchestrator.api import SubmitBody
+from orchestrator.sweepfile import CheckedSweep, SweepFileError, check_sweep
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, emit_json
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, emit_json, report_problems
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -22,23 +26,33 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_socket_argument(parser)
 
 
+def _request(path: str, checked: CheckedSweep) -> tuple[bytes, dict[str, str]]:
+    """The body and headers: the YAML as it is, or, when the sweep names workload files,
+    JSON carrying their content (the daemon reads nothing from this machine's disk)."""
+    filename = os.path.basename(path)
+    files = checked.sweep.benchmark.workload_files()
+    if not files:
+        headers = {"Content-Type": "application/yaml", "X-Sweep-Filename": filename}
+        return checked.text.encode("utf-8"), headers
+    body = SubmitBody(sweep=checked.text, filename=filename, workloads=files)
+    return body.model_dump_json().encode("utf-8"), {"Content-Type": "application/json"}
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        text = read_sweep_text(args.file)
+        checked = check_sweep(args.file)
     except SweepFileError as error:
-        print(error, file=sys.stderr)
+        report_problems(error)  # nothing is sent: a bad sweep or workload line is not queued
         return EXIT_BAD_INPUT
+    body, headers = _request(args.file, checked)
     try:
         response = call(
             socket_path(args.socket),
             "POST",
             "/sweeps",
-            body=text.encode("utf-8"),
+            body=body,
             params={"replace": "1"} if args.replace else None,
-            headers={
-                "Content-Type": "application/yaml",
-                "X-Sweep-Filename": os.path.basename(args.file),
-            },
+            headers=headers,
         )
     except DaemonUnreachable as error:
         print(error, file=sys.stderr)

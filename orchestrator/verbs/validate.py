@@ -1,4 +1,5 @@
-"""Check a sweep file (the file alone: no hosts, no network) and list every problem."""
+"""Check a sweep file and the workload files it names (no hosts, no network) and list every
+problem, a workload file's bad lines each with its own file and line."""
 
 from __future__ import annotations
 
@@ -43,7 +44,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = _problems_json(args.file, None)
         document.update(
-            sweep=sweep.name, trials=len(plan), sha256=content_hash(text), warnings=warnings
+            sweep=sweep.name,
+            trials=len(plan),
+            sha256=content_hash(text),
+            workloads=[
+                {"label": spec.label, "sha256": spec.content_hash}
+                for spec in sweep.benchmark.workload_specs()
+            ],
+            warnings=warnings,
         )
         emit_json(document)
     else:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import sqlite3
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,3 +255,36 @@ async def test_status_names_each_hosts_config_by_its_knob_values(tmp_path: Path)
     shown = console.file.getvalue()  # type: ignore[attr-defined]
     assert "gpu-a: algorithm=DDTREE budget=8 ctx 60 x c4 2/9" in shown
     assert "f6e5d4c3b2a1" not in shown and "f6e5d4" not in shown
+
+
+def test_submit_carries_the_workload_files_content_and_refuses_a_bad_line(
+    daemon: DaemonProcess, untrusted: UntrustedSSHServer, tmp_path: Path
+) -> None:
+    good = '{"messages": [{"role": "user", "content": "Summarise RFC 9110."}]}\n'
+    sample = tmp_path / "traffic.jsonl"
+    path = tmp_path / "traffic.yaml"
+    path.write_text(
+        waiting_sweep(tmp_path, "traffic", untrusted.port)
+        + "benchmark:\n  workload: {file: traffic.jsonl}\n"
+    )
+    sample.write_text(good + "{oops\n")
+    refused = daemon.cli("submit", str(path))
+    assert refused.returncode == 2 and f"{sample}:2: not JSON" in refused.stderr
+    assert call(daemon.socket, "GET", "/sweeps").document["sweeps"] == []  # nothing queued
+
+    good *= 20_000  # over the YAML body's 1 MiB: the JSON body is read whole, past it
+    sample.write_text(good)
+    assert daemon.cli("submit", str(path)).returncode == 0
+    sample.unlink()  # the daemon parses and runs it from the stored content alone
+    deadline = time.monotonic() + 30
+    while not call(daemon.socket, "GET", "/sweeps/traffic").document["active"]:
+        assert time.monotonic() < deadline, "the scheduler never started the sweep"
+        time.sleep(0.1)
+    # Started, not failed: the scheduler parsed it from the stored text and workload content.
+    assert call(daemon.socket, "GET", "/sweeps/traffic").document["state"] != "failed"
+    db = sqlite3.connect(f"file:{daemon.state_dir / 'orchestrator.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT path, content, content_hash FROM sweep_workloads").fetchall()
+    finally:
+        db.close()
+    assert rows == [("traffic.jsonl", good, hashlib.sha256(good.encode()).hexdigest())]

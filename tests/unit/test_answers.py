@@ -232,7 +232,7 @@ def test_without_an_objective_every_cell_gets_its_own_answer() -> None:
         bench.run("a", {}, next(noisy(rng, 80, 1)), cells=((1024, 4), (4096, 4)))
         bench.run("a", B8, next(noisy(rng, 120, 1)), cells=((1024, 4), (4096, 4)))
     answers = answer_sweep(bench.results(), make_sweep(objective=False))
-    assert [a.objective.cells for a in answers] == [((1024, 4),), ((4096, 4),)]
+    assert [a.objective.cells for a in answers] == [(MatrixCell(1024, 4),), (MatrixCell(4096, 4),)]
     assert all(a.best is not None and a.best.config == B8 for a in answers)
 
 

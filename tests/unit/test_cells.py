@@ -82,7 +82,7 @@ async def test_a_store_from_before_rates_gains_the_columns_and_keeps_its_points(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "old.db"
-    async with await Store.open(path, migrations=MIGRATIONS[:3]) as old:  # before v4
+    async with await Store.open(path, migrations=MIGRATIONS[:4]) as old:  # before v5
         record = (await old.submit_sweep("s", "name: s\n")).sweep
         (trial,) = await old.add_trials(record.id, [NewTrial("k", "h", {}, 0)])
         attempt = await old.start_attempt(trial.id)
