@@ -37,7 +37,11 @@ from orchestrator.host.dropin import (
 from orchestrator.sweepfile import KnobMapping
 from tests.hostile import knobvalues
 
-LINE_SAFE = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r\0"))
+# Noncharacters (U+FDD0.., U+xFFFE/F: unassigned, category Cn) are refused by design (systemd
+# drops an assignment that holds one), so the round trip is over assigned characters.
+LINE_SAFE = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_characters="\n\r\0", exclude_categories=("Cn",))
+)
 ENV_SAFE = st.text(
     alphabet=st.characters(
         codec="utf-8",
