@@ -456,6 +456,7 @@ def point_metrics(
     origin: float | None = None,
     steady: tuple[float, float] | None = None,
     prompts: Sequence[str | Prompt] | None = None,
+    min_wall: float = 0.0,
 ) -> tuple[PointMetrics, list[str]]:
     """Metrics and the load-independent quality flags of a point's measured requests (pure).
 
@@ -463,7 +464,9 @@ def point_metrics(
     (:func:`compute_metrics`, ``openloop.rate_metrics``). ``origin`` is the measured phase's
     start (None: the first send), ``steady`` the window the concurrency held is read over
     (None: the whole phase), ``batch`` the completions per batch of the rate's standard
-    error, ``prompts`` what the phase sent (for :func:`prompt_reuse`).
+    error, ``prompts`` what the phase sent (for :func:`prompt_reuse`), ``min_wall`` the
+    shortest wall time the rates divide by (a rate point's ``duration_s``: its load was offered
+    over the whole window, so a fast server's early drain does not inflate its rates).
 
     Lengths are judged per request, against the ``max_tokens``/``ignore_eos`` it was sent
     with: ``short_outputs`` are requests under ``ignore_eos`` that stopped before their own
@@ -474,7 +477,7 @@ def point_metrics(
     sends = [r.send_time for r in records]
     ends = [r.end_time for r in records if r.end_time is not None]
     start = origin if origin is not None else (min(sends) if sends else None)
-    wall = (max(ends) - start) if start is not None and ends else None
+    wall = max(max(ends) - start, min_wall) if start is not None and ends else None
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     input_tokens = sum(r.prompt_tokens or 0 for r in ok)
     truncated = sum(1 for r in ok if not r.ignore_eos and r.finish_reason == "length")

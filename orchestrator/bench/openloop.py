@@ -235,6 +235,7 @@ def rate_metrics(
         batch=max(1, math.ceil(spec.rate)),
         origin=start,
         prompts=prompts,
+        min_wall=spec.duration_s,
     )
     last_send = max((r.send_time for r in records), default=start)
     window = max(spec.duration_s, last_send - start)
