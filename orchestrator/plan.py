@@ -439,20 +439,24 @@ def _coding_problem_count(sweep: Sweep) -> int | None:
 def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
     """A duration estimate from the sweep's benchmark sizes and ``estimate:`` section.
 
-    Each point is ``rounds`` waves of ``concurrency`` requests (plus the warm-up's waves), each
-    request reading its context and writing ``max_tokens`` at the assumed per-request rates;
-    the coding problems run one at a time, each writing up to its ``max_tokens``. Retries and
-    failures (which end a trial early) are not counted."""
+    A closed point is ``rounds`` waves of ``concurrency`` requests (plus the warm-up's waves),
+    each request reading its context and writing ``max_tokens`` at the assumed per-request
+    rates; an open-loop point sends for ``rate_duration_s`` after one warm-up wave and drains
+    its last request; every workload measures every point. The coding problems run one at a
+    time, each writing up to its ``max_tokens``. Retries and failures (which end a trial early)
+    are not counted."""
     assumed = sweep.estimate
     bench = sweep.benchmark
     bench_s = 0.0
-    for context in bench.contexts:
-        wave_s = context / assumed.prefill_tokens_per_s + (
+    for cell in bench.matrix_cells():
+        wave_s = cell.context / assumed.prefill_tokens_per_s + (
             bench.max_tokens / assumed.decode_tokens_per_s
         )
-        for concurrency in bench.concurrency:
-            waves = bench.rounds + math.ceil(bench.warmup_requests / concurrency)
+        if cell.concurrency is not None:
+            waves = bench.rounds + math.ceil(bench.warmup_requests / cell.concurrency)
             bench_s += waves * wave_s
+        else:
+            bench_s += bench.rate_duration_s + 2 * wave_s
     problems = _coding_problem_count(sweep)
     coding_s = 0.0
     if sweep.coding is not None and problems:

@@ -23,11 +23,10 @@ import structlog
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
-from orchestrator.bench.matrix import PointResult, run_point
+from orchestrator.bench.matrix import PointResult
 from orchestrator.bench.problems import Problem
-from orchestrator.bench.prompts import PromptFactory
 from orchestrator.bench.sandbox import SandboxConfig
-from orchestrator.bench.stats import Summary
+from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
@@ -57,7 +56,6 @@ from orchestrator.store import (
     CodingPoint,
     HostEntry,
     HostRecord,
-    LatencySummary,
     PointProvenance,
     Store,
     StoredRequest,
@@ -82,6 +80,7 @@ from orchestrator.trialsource import (
     sweep_problems,
     trial_plan,
 )
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
 
 # Causes a retry cannot cure: the same config fails the same way (a bug of ours included).
 DETERMINISTIC_CAUSES = frozenset(
@@ -182,6 +181,8 @@ class _SweepRun:
     """Where each host's next trial comes from (the plan in order, or a search)."""
     budget: RestartBudget
     """``search.max_restarts``: every unit start of a host type counts against it."""
+    samples: WorkloadSamples
+    """The workloads' samples, parsed once for the sweep."""
     failures: int = 0
     unrestored: list[str] = field(default_factory=list)
     """Hosts whose restore did not complete: the sweep ends failed and names them."""
@@ -263,7 +264,9 @@ async def _run_sweep(
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
     source = await trials(store, record, sweep)
     budget = await RestartBudget.load(store, record.id, sweep)
-    run = _SweepRun(sweep, record, store, progress, stop, source, budget)
+    run = _SweepRun(
+        sweep, record, store, progress, stop, source, budget, WorkloadSamples(sweep.benchmark)
+    )
     resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
     await run.event("sweep.started", {"trials": run.source.known, "resumed": resumed})
@@ -534,14 +537,10 @@ async def _restore_host(
                 await run.store.set_host_aside(run.record.id, session.name, reason)
                 run.unrestored.append(session.name)
                 return
-            await session.events(
-                "restore.retry", attempt=attempt, cause=exc.cause, error=str(exc)
-            )
+            await session.events("restore.retry", attempt=attempt, cause=exc.cause, error=str(exc))
             await asyncio.sleep(RESTORE_RETRY_S * attempt)
             with contextlib.suppress(HostError):
-                await session.control.reset_failed(
-                    session.unit, timeout=session.timeouts.command
-                )
+                await session.control.reset_failed(session.unit, timeout=session.timeouts.command)
     await run.store.mark_restored(run.record.id, session.name)
     if foreign:
         await session.events("restore.foreign_changes", paths=foreign)
@@ -808,32 +807,23 @@ async def _measure(
         server.base_url,
         api=bench.api,
         model=sweep.server.model,
-        concurrency=max(bench.concurrency),
+        concurrency=client_connections(bench),
         request_timeout=sweep.timeouts.request,
     ) as client:
-        prompts = PromptFactory(client)
+        sources = PromptSources(client, bench, run.samples, plan.cells, plan.rounds)
         for cell in plan.cells:
-            context, concurrency = cell.context, cell.concurrency
             if cell_point_key(cell) in committed:
                 continue
-            if concurrency is None:
-                raise ValueError(f"{cell.words}: open-loop cells need the open-loop runner")
             if run.stop.stopping:
                 raise _Stopped
-            run.progress.update(
-                session.name, step=f"ctx {context} x c{concurrency}", done=done, total=total
-            )
-            point = await run_point(
+            run.progress.update(session.name, step=_cell_step(cell), done=done, total=total)
+            point = await measure_cell(
                 client,
-                prompts,
-                context=context,
-                concurrency=concurrency,
+                sources,
+                cell,
+                bench,
                 rounds=plan.rounds,
-                warmup_requests=bench.warmup_requests,
-                max_tokens=bench.max_tokens,
-                temperature=bench.temperature,
-                ignore_eos=bench.ignore_eos,
-                scrape_metrics=True,
+                seed=sweep.search.seed,
                 before_measured=lambda: _cursor(session),
             )
             cursor = point.measured_marker
@@ -883,6 +873,12 @@ async def _measure(
             done += 1
             run.progress.update(session.name, done=done, total=total)
             await _still_serving(session, server, cursor)
+
+
+def _cell_step(cell: MatrixCell) -> str:
+    """The live display's step: ``ctx 4096 x c32``, ``ctx 4096 x 8 req/s`` (``, chat``...)."""
+    step = f"ctx {cell.context} x {cell.load}"
+    return step if cell.workload == SYNTHETIC_WORKLOAD else f"{step}, {cell.workload}"
 
 
 def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
@@ -971,45 +967,34 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
 
 
 def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredRequest]]:
-    m, c = point.metrics, point.calibration
-    assert point.spec.concurrency is not None, "the runner measures closed points only"
-    metrics = ThroughputMetrics(
-        requests=m.requests,
-        requests_ok=m.requests_ok,
-        errors=m.errors,
-        errors_by_kind=dict(m.errors_by_kind),
-        truncated=m.truncated,
-        short_outputs=m.short_outputs,
-        wall_s=m.wall_s,
-        input_tokens=m.input_tokens,
-        output_tokens=m.output_tokens,
-        output_tok_s=m.output_tok_s,
-        request_decode_tok_s_p50=m.request_decode_tok_s_p50,
-        concurrency_held=m.concurrency_held,
-        concurrency_held_full=m.concurrency_held_full,
-        client_cpu_fraction=m.client_cpu_fraction,
-        loop_lag_max_s=m.loop_lag.max,
-        loop_lag_p99_s=m.loop_lag.p99,
-        prompt_tokens_min=m.prompt_tokens_min,
-        prompt_tokens_max=m.prompt_tokens_max,
-        prompt_tokens_tolerance=m.prompt_tokens_tolerance,
-        output_tok_s_se=m.output_tok_s_se,
-        output_tok_s_batches=m.output_tok_s_batches,
-        ttft=_latency(m.ttft),
-        itl=_latency(m.itl),
-        tpot=_latency(m.tpot),
-        e2e=_latency(m.e2e),
-        calibration={
+    spec, c = point.spec, point.calibration
+    fields: dict[str, Any] = {
+        **point.metrics.as_fields(),
+        "calibration": {
             "filler_words": c.filler_words,
             "measured_tokens": c.measured_tokens,
             "tolerance": c.tolerance,
             "requests": c.requests,
+            "workload": c.workload,
+            "method": c.method,
         },
-    )
+        "slo": None if spec.slo is None else spec.slo.to_dict(),
+    }
+    if spec.rate is not None:
+        fields.update(
+            arrivals=spec.arrivals,
+            seed=spec.seed,
+            duration_s=spec.duration_s,
+            max_concurrency=spec.max_concurrency,
+            arrival_schedule=list(point.schedule),
+        )
+    metrics = ThroughputMetrics.from_json(fields)
     accept = point.accept_len
     new = ThroughputPoint(
-        context=point.spec.context,
-        concurrency=point.spec.concurrency,
+        context=spec.context,
+        concurrency=spec.concurrency,
+        rate=spec.rate,
+        workload=spec.workload,
         metrics=metrics,
         accept=AcceptLength(
             value=accept.best,
@@ -1028,17 +1013,6 @@ def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredR
         ),
     )
     return new, [_stored_request(r) for r in point.requests]
-
-
-def _latency(summary: Summary) -> LatencySummary:
-    return LatencySummary(
-        count=summary.count,
-        mean_s=summary.mean,
-        p50_s=summary.p50,
-        p90_s=summary.p90,
-        p99_s=summary.p99,
-        max_s=summary.max,
-    )
 
 
 def _estimate(estimate: acceptlen.Estimate) -> AcceptEstimate:

@@ -27,7 +27,6 @@ from orchestrator.bench.problems import (
 from orchestrator.plan import Trial, plan_sweep
 from orchestrator.store import (
     Attempt,
-    MatrixCell,
     NewTrial,
     Point,
     Store,
@@ -61,7 +60,7 @@ def trial_plan(sweep: Sweep, *, repeat: int = 1) -> TrialPlan:
         with contextlib.suppress(OSError, ProblemFileError):
             problems = tuple(p.id for p in sweep_problems(sweep))
     return TrialPlan(
-        cells=tuple(MatrixCell(ctx, conc) for ctx in bench.contexts for conc in bench.concurrency),
+        cells=bench.matrix_cells(),
         rounds=bench.rounds,
         problems=problems,
         coding_temperature=sweep.coding.temperature if sweep.coding else None,

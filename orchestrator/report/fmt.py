@@ -36,6 +36,11 @@ def accept(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2f}"
 
 
+def count(value: float | None) -> str:
+    """A count of tokens or requests, rounded: ``412``."""
+    return MISSING if value is None else f"{value:,.0f}"
+
+
 def when(timestamp: float | None) -> str:
     """UTC, to the minute: reports are read in the morning by people in several zones."""
     if timestamp is None:

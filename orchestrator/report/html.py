@@ -598,6 +598,10 @@ def group_html(report: SweepReport, group: HostTypeGroup, heading: str, sub: str
     parts.append(f'<div class="figures">{"".join(f for f in figures if f)}</div>')
     parts.append(table_html(tables.configs_table(group), heading=sub))
     parts += [table_html(t, heading=sub) for t in tables.throughput_tables(group)]
+    parts += [table_html(t, heading=sub) for t in tables.rate_tables(group)]
+    per_workload = tables.workload_table(group)
+    if per_workload is not None:
+        parts.append(table_html(per_workload, heading=sub))
     parts += [
         table_html(tables.speedup_table(group), heading=sub),
         table_html(tables.coding_table(group), heading=sub),

@@ -109,6 +109,11 @@ def sweep_sections(report: SweepReport, level: int = 2) -> list[str]:
         lines += [f"{h}# {configs.title}", "", *table(configs), ""]
         for t in tables.throughput_tables(group):
             lines += [f"{h}# Throughput, {t.title.lower()}", "", *table(t), ""]
+        for t in tables.rate_tables(group):
+            lines += [f"{h}# {t.title}", "", *table(t), ""]
+        per_workload = tables.workload_table(group)
+        if per_workload is not None:
+            lines += [f"{h}# {per_workload.title}", "", *table(per_workload), ""]
         for t in (
             *tables.best_tables(group, report.answers_for(group.host_type)),
             tables.speedup_table(group),

@@ -69,10 +69,13 @@ FLAGS: dict[str, FlagInfo] = {
     "no_decode_lines": FlagInfo("L", "no decode line with accept len in the journal window"),
     "short_outputs": FlagInfo("O", "outputs ended before max_tokens despite ignore_eos"),
     "prompt_length_inexact": FlagInfo("P", "prompt lengths missed the requested context"),
+    "rate_short": FlagInfo("R", "the client sent below 95% of the offered arrival rate"),
 }
 """Quality flags a point can carry, in the order tables list them."""
 
-UNTRUSTED_FLAGS = frozenset({"errors", "too_few_requests", "concurrency_short", "client_saturated"})
+UNTRUSTED_FLAGS = frozenset(
+    {"errors", "too_few_requests", "concurrency_short", "client_saturated", "rate_short"}
+)
 """A point with one of these is not a clean server measurement: it wins a cell only when the
 cell has no clean point, and then shows its flags."""
 
@@ -158,6 +161,22 @@ class ThroughputPoint:
     @property
     def accept_len(self) -> float | None:
         return self.accept.value
+
+    @property
+    def achieved_rate(self) -> float | None:
+        return self.metrics.achieved_rate
+
+    @property
+    def goodput(self) -> float | None:
+        return self.metrics.goodput
+
+    @property
+    def tpot_p50_s(self) -> float | None:
+        return self.metrics.tpot.p50_s
+
+    @property
+    def output_len_p50(self) -> float | None:
+        return self.metrics.output_len_p50
 
     @property
     def trusted(self) -> bool:
@@ -342,6 +361,11 @@ class HostTypeGroup:
     main_workload: str = SYNTHETIC_WORKLOAD
     other_cells: tuple[MatrixCell, ...] = ()
     """The cells outside the closed-loop grid: open-loop rates and other workloads."""
+
+    @property
+    def all_cells(self) -> list[MatrixCell]:
+        """The grid's cells then the others, each workload in the sweep's order."""
+        return [self.grid_cell(c, n) for c, n in self.cells] + list(self.other_cells)
 
     @property
     def cells(self) -> list[tuple[int, int]]:

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from orchestrator.answers import Answer
 from orchestrator.report import fmt, words
 from orchestrator.report.compare import Comparison
-from orchestrator.report.model import HostTypeGroup, ThroughputPoint, TrialView
+from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, ThroughputPoint, TrialView
 from orchestrator.report.space import SpaceGrid
 from orchestrator.store.results import config_label, format_knob
-from orchestrator.types import MatrixCell
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
 
 CellKind = Literal["", "failed", "best", "missing", "good", "bad", "baseline", "flagged"]
 
@@ -99,9 +99,12 @@ def throughput_tables(group: HostTypeGroup) -> list[Table]:
                 point = trial.point(context, conc)
                 row += _point_cells(point, trial, winners.get(conc) == trial.key)
             rows.append(tuple(row))
+        title = f"Context {context} tokens"
+        if group.main_workload != SYNTHETIC_WORKLOAD:
+            title += f", workload {group.main_workload}"
         tables.append(
             Table(
-                f"Context {context} tokens",
+                title,
                 tuple(headers),
                 tuple(rows),
                 note="tok/s: aggregate output tokens per second; req tok/s: median per-request "
@@ -109,6 +112,112 @@ def throughput_tables(group: HostTypeGroup) -> list[Table]:
             )
         )
     return tables
+
+
+def rate_tables(group: HostTypeGroup) -> list[Table]:
+    """One table per (workload, context) with open-loop points: a row per config, per offered
+    rate what the client really sent, goodput under the sweep's slo, TTFT p99, TPOT p50 and
+    accept_len. The best goodput of each rate is marked (trusted points only)."""
+    found: list[Table] = []
+    keys = sorted({(c.workload, c.context) for c in group.other_cells if c.rate is not None})
+    for workload, context in keys:
+        cells = sorted(
+            c
+            for c in group.other_cells
+            if c.rate is not None and (c.workload, c.context) == (workload, context)
+        )
+        headers = ["config"]
+        for cell in cells:
+            name = f"{format_rate(cell.rate)}/s" if cell.rate is not None else ""
+            headers += [
+                f"{name} sent/s",
+                f"{name} goodput",
+                f"{name} TTFT p99 / TPOT p50 ms",
+                f"{name} accept_len",
+            ]
+        rows = []
+        for trial in group.trials:
+            row = [_trial_cell(group, trial)]
+            for cell in cells:
+                row += _rate_cells(trial.point_at(cell), trial, _best_goodput(group, cell))
+            rows.append(tuple(row))
+        title = f"Open loop, context {context} tokens"
+        if workload != SYNTHETIC_WORKLOAD:
+            title += f", workload {workload}"
+        found.append(Table(title, tuple(headers), tuple(rows), note=_RATE_NOTE))
+    return found
+
+
+_RATE_NOTE = (
+    "sent/s: requests the client really sent per second (flag R when below 95% of the offered "
+    "schedule); goodput: requests per second meeting every slo bound; the best trusted "
+    "goodput of each rate is marked."
+)
+
+
+def _best_goodput(group: HostTypeGroup, cell: MatrixCell) -> str | None:
+    candidates = [
+        (point.goodput, trial.key)
+        for trial in group.trials
+        if (point := trial.point_at(cell)) is not None
+        and point.goodput is not None
+        and not UNTRUSTED_FLAGS.intersection(point.flags)
+    ]
+    return max(candidates)[1] if candidates else None
+
+
+def _rate_cells(point: ThroughputPoint | None, trial: TrialView, best: str | None) -> list[Cell]:
+    if point is None:
+        text = "FAILED" if trial.state == "failed" else fmt.MISSING
+        kind: CellKind = "failed" if trial.state == "failed" else "missing"
+        return [Cell(text, kind=kind, title=_state_text(trial))] + [Cell("", kind=kind)] * 3
+    flags = point.flags
+    return [
+        Cell(fmt.rate(point.achieved_rate), flags, kind="flagged" if flags else ""),
+        Cell(fmt.rate(point.goodput), kind="best" if best == trial.key else ""),
+        Cell(f"{fmt.ms(point.ttft_p99_s)} / {fmt.ms(point.tpot_p50_s)}"),
+        Cell(fmt.accept(point.accept_len)),
+    ]
+
+
+def workload_table(group: HostTypeGroup) -> Table | None:
+    """Acceptance and speed per workload, when the sweep measured several: a row per config,
+    per workload the mean accept_len over its points, aggregate tok/s at its most loaded
+    closed-loop cell and the median output length there. None with one workload."""
+    workloads = list(dict.fromkeys(c.workload for c in group.all_cells))
+    if len(workloads) < 2:
+        return None
+    headers = ["config"]
+    reference: dict[str, MatrixCell | None] = {}
+    for workload in workloads:
+        closed = sorted(c for c in group.all_cells if c.workload == workload and c.rate is None)
+        reference[workload] = closed[-1] if closed else None
+        at = f" @ {fmt.cell_label(closed[-1]).split(' ')[-1]}" if closed else ""
+        headers += [f"{workload} accept_len", f"{workload} tok/s{at}", f"{workload} out len"]
+    rows = []
+    for trial in group.trials:
+        row = [_trial_cell(group, trial)]
+        for workload in workloads:
+            accepts = [
+                p.accept_len
+                for p in trial.throughput
+                if p.cell.workload == workload and p.accept_len is not None
+            ]
+            cell = reference[workload]
+            point = trial.point_at(cell) if cell is not None else None
+            row += [
+                Cell(fmt.accept(sum(accepts) / len(accepts) if accepts else None)),
+                Cell(fmt.rate(point.output_tok_s if point else None), point.flags if point else ()),
+                Cell(fmt.count(point.output_len_p50 if point else None)),
+            ]
+        rows.append(tuple(row))
+    return Table(
+        "Per workload",
+        tuple(headers),
+        tuple(rows),
+        note="accept_len: mean over the workload's points; tok/s and output length (median "
+        "tokens) at the workload's most loaded closed-loop cell.",
+    )
 
 
 def best_table(group: HostTypeGroup, title: str = "Best config per cell") -> Table:
@@ -423,15 +532,14 @@ def pooled_cell(
     return pooled
 
 
-def _cell_answer(answers: Sequence[Answer], context: int, concurrency: int) -> Answer | None:
+def _cell_answer(answers: Sequence[Answer], cell: MatrixCell) -> Answer | None:
     """The answer about exactly this cell's aggregate tok/s (a sweep without an objective
     has one per cell)."""
     return next(
         (
             a
             for a in answers
-            if a.objective.metric == "output_tok_s"
-            and a.objective.cells == (MatrixCell(context, concurrency),)
+            if a.objective.metric == "output_tok_s" and a.objective.cells == (cell,)
         ),
         None,
     )
@@ -466,7 +574,7 @@ def pooled_best_table(group: HostTypeGroup, answers: Sequence[Answer]) -> Table:
     for context in group.contexts:
         row = [Cell(str(context))]
         for conc in group.concurrencies:
-            answer = _cell_answer(answers, context, conc)
+            answer = _cell_answer(answers, group.grid_cell(context, conc))
             if answer is not None:
                 row.append(_answer_cell(answer))
                 continue
@@ -644,8 +752,7 @@ def space_table(grid: SpaceGrid, answer: Answer) -> Table:
 
 def space_note(grid: SpaceGrid, answer: Answer) -> str:
     folded = (
-        f" Other knobs ({', '.join(grid.other_knobs)}): each cell shows the best config over "
-        "them."
+        f" Other knobs ({', '.join(grid.other_knobs)}): each cell shows the best config over them."
         if grid.other_knobs
         else ""
     )

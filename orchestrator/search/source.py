@@ -139,7 +139,7 @@ def assumed_times(sweep: Sweep, screen: TrialPlan | None) -> TrialTimes:
     full_s = estimate.trial_s
     if screen is None:
         return TrialTimes(estimate.restart_s, full_s, full_s, learned=False)
-    cells = len(sweep.benchmark.contexts) * len(sweep.benchmark.concurrency)
+    cells = len(sweep.benchmark.matrix_cells())
     share = len(screen.cells) / cells * screen.rounds / max(sweep.benchmark.rounds, 1)
     return TrialTimes(
         estimate.restart_s, estimate.restart_s + estimate.bench_s * share, full_s, learned=False

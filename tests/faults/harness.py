@@ -34,7 +34,7 @@ from orchestrator.sim.cli import SimCluster, simulated_hosts
 from orchestrator.sim.host import UNIT_NAME, render_unit, sglang_argv
 from orchestrator.store import Store
 from orchestrator.store.records import EventRecord
-from orchestrator.sweepfile import parse_sweep
+from orchestrator.sweepfile import Sweep, parse_sweep
 
 SSH_PORT = 2222
 TIME_SCALE = 0.05
@@ -302,9 +302,12 @@ class SweepRun:
         return [dict(event.fields) for event in self.events if event.kind == kind]
 
 
-async def run(tmp_path: Path, text: str, *, deadline_s: float = 120.0) -> SweepRun:
-    """Run the sweep to its end with the real runner and store (bounded: a hang fails the test)."""
-    sweep = parse_sweep(text, "fault-sweep.yaml")
+async def run(
+    tmp_path: Path, text: str, *, deadline_s: float = 120.0, sweep: Sweep | None = None
+) -> SweepRun:
+    """Run the sweep to its end with the real runner and store (bounded: a hang fails the test);
+    ``sweep`` when it was loaded from a file (its workload files read beside it)."""
+    sweep = sweep or parse_sweep(text, "fault-sweep.yaml")
     started = time.monotonic()
     async with await Store.open(tmp_path / "orchestrator.db") as store:
         async with asyncio.timeout(deadline_s):

@@ -1,0 +1,178 @@
+"""Measuring one planned cell of a trial: its workload's prompts, closed or open loop.
+
+The runner walks a trial's planned cells; this module turns one cell and the sweep's
+``benchmark`` section into a call of the benchmark layer (:func:`~orchestrator.bench.matrix.
+run_point` for a concurrency, :func:`~orchestrator.bench.openloop.run_rate_point` for a rate),
+with the prompt source of the cell's workload. Samples are parsed once per sweep
+(:class:`WorkloadSamples`); prompt sources are made per trial, since their calibration probes
+the trial's own server.
+
+An open-loop cell's arrival schedule is drawn from a seed derived from ``search.seed``, the
+cell's workload and its context: every config meets the same arrivals at the same cell, so a
+difference between configs is not a difference between random draws, and the same seed at
+another rate gives the same schedule scaled in time.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from orchestrator.bench.client import BenchClient
+from orchestrator.bench.matrix import PointResult, Slo, run_point
+from orchestrator.bench.openloop import run_rate_point
+from orchestrator.bench.prompts import PromptFactory, PromptSource
+from orchestrator.bench.workloads import WorkloadSample, load_builtin, parse_sample
+from orchestrator.bench.workloads.source import WorkloadPrompts
+from orchestrator.sweepfile.schema import BenchmarkSpec
+from orchestrator.types import MatrixCell
+
+_POISSON_HEADROOM = 1.25
+"""Prompts prepared for a rate point, over rate x duration (a Poisson count runs above its
+mean; a shortfall only means some prompts go out twice, marked reused)."""
+
+
+class WorkloadSamples:
+    """Each workload's parsed sample (file or built-in), read once for the whole sweep."""
+
+    def __init__(self, bench: BenchmarkSpec) -> None:
+        self._bench = bench
+        self._samples: dict[str, WorkloadSample] = {}
+
+    def sample(self, label: str) -> WorkloadSample | None:
+        """The sample behind ``label``; None for the synthetic prompts."""
+        if label in self._samples:
+            return self._samples[label]
+        spec = next(s for s in self._bench.workload_specs() if s.label == label)
+        if spec.kind == "synthetic":
+            return None
+        if spec.kind == "builtin":
+            found = load_builtin(spec.name)
+        else:
+            assert spec.content is not None  # the loader attached it (or refused the sweep)
+            found = parse_sample(spec.content, filename=spec.name, label=spec.label)
+        self._samples[label] = found
+        return found
+
+
+def requests_needed(cell: MatrixCell, bench: BenchmarkSpec, rounds: int) -> int:
+    """How many prompts one measurement of ``cell`` sends, warm-up included."""
+    if cell.rate is None:
+        assert cell.concurrency is not None
+        return bench.warmup_requests + rounds * cell.concurrency
+    expected = cell.rate * bench.rate_duration_s * _POISSON_HEADROOM
+    return bench.warmup_requests + math.ceil(expected) + 1
+
+
+class PromptSources:
+    """One trial's prompt source per workload, on the trial's client.
+
+    A sample's source prepares (and probes the server for) as many distinct prompts as the
+    trial's largest cell of that workload sends, no more: a point needing more than the sample
+    holds reuses its prompts behind fresh nonces, and records that it did."""
+
+    def __init__(
+        self,
+        client: BenchClient,
+        bench: BenchmarkSpec,
+        samples: WorkloadSamples,
+        cells: Sequence[MatrixCell],
+        rounds: int,
+    ) -> None:
+        self._client = client
+        self._bench = bench
+        self._samples = samples
+        self._needed: dict[str, int] = {}
+        for cell in cells:
+            need = requests_needed(cell, bench, rounds)
+            self._needed[cell.workload] = max(self._needed.get(cell.workload, 1), need)
+        self._sources: dict[str, PromptSource] = {}
+
+    def source(self, workload: str) -> PromptSource:
+        found = self._sources.get(workload)
+        if found is not None:
+            return found
+        sample = self._samples.sample(workload)
+        made: PromptSource
+        if sample is None:
+            made = PromptFactory(self._client)
+        else:
+            made = WorkloadPrompts(
+                self._client,
+                sample,
+                max_distinct=min(len(sample.requests), self._needed.get(workload, 1)),
+                workload_output_lengths=self._bench.output_lengths == "workload",
+            )
+        self._sources[workload] = made
+        return made
+
+
+def schedule_seed(seed: int, cell: MatrixCell) -> int:
+    """The arrival schedule's seed of ``cell``: the sweep's seed, its workload and context
+    (not the config, nor the rate: every config meets the same arrivals)."""
+    return zlib.crc32(f"{seed}|{cell.workload}|{cell.context}".encode())
+
+
+def slo_of(bench: BenchmarkSpec) -> Slo | None:
+    spec = bench.slo
+    return None if spec is None else Slo(ttft_s=spec.ttft_s, tpot_s=spec.tpot_s, e2e_s=spec.e2e_s)
+
+
+def client_connections(bench: BenchmarkSpec) -> int:
+    """Connections the trial's client pool needs: the largest concurrency, and at a rate point
+    ``max_concurrency`` (a request queued inside the client would leave late unseen)."""
+    closed = max(bench.concurrency, default=1)
+    return max(closed, bench.max_concurrency) if bench.rate else closed
+
+
+async def measure_cell(
+    client: BenchClient,
+    sources: PromptSources,
+    cell: MatrixCell,
+    bench: BenchmarkSpec,
+    *,
+    rounds: int,
+    seed: int,
+    before_measured: Callable[[], Awaitable[Any]],
+) -> PointResult:
+    """One measurement of ``cell`` (its journal window is the caller's)."""
+    common: dict[str, Any] = {
+        "context": cell.context,
+        "warmup_requests": bench.warmup_requests,
+        "max_tokens": bench.max_tokens,
+        "temperature": bench.temperature,
+        "ignore_eos": bench.ignore_eos,
+        "scrape_metrics": True,
+        "before_measured": before_measured,
+        "slo": slo_of(bench),
+        "workload": cell.workload,
+    }
+    prompts = sources.source(cell.workload)
+    if cell.rate is None:
+        assert cell.concurrency is not None
+        return await run_point(
+            client, prompts, concurrency=cell.concurrency, rounds=rounds, **common
+        )
+    return await run_rate_point(
+        client,
+        prompts,
+        rate=cell.rate,
+        arrivals=bench.arrivals,
+        duration_s=bench.rate_duration_s,
+        max_concurrency=bench.max_concurrency,
+        seed=schedule_seed(seed, cell),
+        **common,
+    )
+
+
+__all__ = [
+    "PromptSources",
+    "WorkloadSamples",
+    "client_connections",
+    "measure_cell",
+    "requests_needed",
+    "schedule_seed",
+    "slo_of",
+]
