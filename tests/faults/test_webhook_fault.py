@@ -90,8 +90,8 @@ async def test_webhook_endpoint_down(tmp_path: Path) -> None:
             running = asyncio.create_task(daemon.run())
             try:
                 await asyncio.wait_for(ready.is_ready.wait(), 30)
-                await daemon.api.submit(first, filename="first.yaml", replace=False)
-                await daemon.api.submit(second, filename="second.yaml", replace=False)
+                await daemon.api.submit(first, filename="first.yaml", replace=False, workloads={})
+                await daemon.api.submit(second, filename="second.yaml", replace=False, workloads={})
 
                 async def both_ended() -> bool:
                     sweeps = await daemon.store.list_sweeps()
