@@ -94,18 +94,26 @@ def metric_number(metric: str, value: float | None) -> str:
     """A stored point metric's number in the unit :func:`metric_unit` names."""
     if value is None:
         return MISSING
-    if metric.endswith("tok_s"):
+    if metric.endswith("tok_s") or metric in _REQUEST_RATES:
         return rate(value)
+    if metric in _SHARES:
+        return f"{value * 100:.0f}%"
     if metric.endswith("_s"):
         return ms(value)
-    if metric.endswith("_rate"):
-        return f"{value * 100:.0f}%"
     return f"{value:.3g}"
+
+
+_REQUEST_RATES = frozenset({"goodput", "request_s", "achieved_rate"})
+_SHARES = frozenset({"coding_pass_rate", "goodput_fraction"})
 
 
 def metric_unit(metric: str) -> str:
     if metric.endswith("tok_s"):
         return " tok/s"
+    if metric in _REQUEST_RATES:
+        return " req/s"
+    if metric in _SHARES:
+        return ""
     if metric.endswith("_s"):
         return " ms"
     return ""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.report import fmt
 from orchestrator.store import MIGRATIONS, NewPoint, NewTrial, Store, cell_point_key
 from orchestrator.store.records import TrialPlan
 from orchestrator.store.results import ThroughputMetrics, ThroughputPoint, point_from_record
@@ -97,3 +98,12 @@ async def test_a_store_from_before_rates_gains_the_columns_and_keeps_its_points(
         (stored,) = await store.points(attempt_id=attempt.id)
         back = point_from_record(stored)
         assert isinstance(back, ThroughputPoint) and back.cell == MatrixCell(60, 1)
+
+
+def test_report_units_for_request_rates_and_shares() -> None:
+    assert fmt.metric("goodput", 7.03) == "7.0 req/s"
+    assert fmt.metric("achieved_rate", 6.0) == "6.0 req/s"  # a rate, not a percentage
+    assert fmt.metric("request_s", 150.0) == "150 req/s"  # not milliseconds
+    assert fmt.metric("goodput_fraction", 0.9) == "90%"
+    assert fmt.metric("coding_pass_rate", 0.8) == "80%"
+    assert fmt.metric("tpot_p50_s", 0.012) == "12.0 ms"
