@@ -15,7 +15,11 @@ system-wide monotonic clock. Per request:
 where the server's arrival is the kernel's stamp (``ttft_err_ms``; the handler's own stamp,
 late by the server's intake queueing, is kept as ``ttft_err_vs_handler_ms``).
 
-at concurrency 1, 16 and 64 (p50 and p99 of the absolute error).
+at concurrency 1, 16 and 64 (p50 and p99 of the absolute error). The server's emission of a
+chunk is when its socket's send call returned. Chunks that came in one read with the stream's
+next chunk (the client was a decode step late, and TCP had merged both segments' stamps) are
+counted (``chunks_sharing_a_read``), and the ITL error between chunks with reads of their own
+is given apart (``itl_err_own_reads_ms``).
 
 Capacity. A second simulated server with every duration scaled by 1e-4 streams as fast as
 its own CPU allows. Each client runs as its own process at concurrency 64 and is measured from
@@ -26,7 +30,11 @@ output tokens the server emitted in that window, and the concurrency the server 
 run alternately in three paired rounds and the ratio is the median of the per-round ratios
 (both clients of a round see the same background load); GuideLLM and AIPerf run once.
 
-    python benchmarks/client.py [--quick] [--json] [--peers]
+``--capacity-vs TREE`` runs another checkout's client (an earlier version of this one) in the
+same paired rounds: ``tokens_per_cpu_s_ratio_vs_other`` is the median of this client's tokens
+per CPU-second over the other's; the other round goes first every second round.
+
+    python benchmarks/client.py [--quick] [--json] [--peers] [--capacity-vs TREE]
 """
 
 from __future__ import annotations
@@ -163,6 +171,14 @@ def timing_errors(
     return ttft_err, offsets, itl
 
 
+def own_stamps(record: RequestRecord) -> list[bool]:
+    """Per chunk: whether it came in a read of its own (False: the same read also brought the
+    stream's next chunk, so both carry the newer one's arrival). Kernel stamps are in
+    nanoseconds, so two reads never share one; chunks of one read always do."""
+    chunks = record.chunks
+    return [a.arrival != b.arrival for a, b in itertools.pairwise(chunks)] + [True] * bool(chunks)
+
+
 async def accuracy(
     base_url: str, concurrency: int, requests: int, max_tokens: int
 ) -> dict[str, Any]:
@@ -183,6 +199,8 @@ async def accuracy(
     ttft_kernel: list[float] = []
     first_chunk: list[float] = []
     itl: list[float] = []
+    itl_own: list[float] = []
+    shared = 0
     offsets: list[float] = []
     for record in records:
         truth = truths[record.response_id or ""]
@@ -197,6 +215,9 @@ async def accuracy(
             first_chunk.append(offs[first])
         offsets.extend(offs)
         itl.extend(i_err)
+        own = own_stamps(record)
+        shared += own.count(False)
+        itl_own.extend(e for e, a, b in zip(i_err, own, own[1:], strict=False) if a and b)
     return {
         "concurrency": concurrency,
         "requests": len(records),
@@ -211,6 +232,12 @@ async def accuracy(
         # intake included, which the server stamps only once its handler runs.
         "first_token_receive_err_ms": summary(first_chunk, 1000, 3),
         "itl_err_ms": summary([abs(x) for x in itl], 1000, 3),
+        # Chunks that shared one read with the stream's next chunk: the client read them late
+        # by a whole decode step, and the kernel had merged both segments' stamps into the
+        # newer one (see orchestrator/bench/http1.py). The ITL error between chunks that each
+        # had a read of their own is what the stamps alone add.
+        "chunks_sharing_a_read": shared,
+        "itl_err_own_reads_ms": summary([abs(x) for x in itl_own], 1000, 3),
         "arrival_minus_emit_ms": summary(offsets, 1000, 3),
     }
 
@@ -319,9 +346,19 @@ def _held_concurrency(truth: list[dict[str, Any]], begin: float, end: float) -> 
     return busy / (end - begin)
 
 
-def own_client_argv(base_url: str, concurrency: int, requests: int, max_tokens: int) -> list[str]:
-    return [PYTHON, str(Path(__file__).resolve()), "--drive", base_url, "--concurrency",
+def own_client_argv(
+    base_url: str, concurrency: int, requests: int, max_tokens: int, *, tree: Path | None = None
+) -> list[str]:
+    """This checkout's client as a process, or (``tree``) another checkout's."""
+    script = (tree / "benchmarks" / "client.py") if tree else Path(__file__).resolve()
+    return [PYTHON, str(script), "--drive", base_url, "--concurrency",
             str(concurrency), "--requests", str(requests), "--max-tokens", str(max_tokens)]
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment that makes ``tree``'s ``orchestrator`` package the one imported (ahead
+    of this checkout's editable install)."""
+    return dict(os.environ, PYTHONPATH=str(tree))
 
 
 async def drive(base_url: str, concurrency: int, requests: int, max_tokens: int) -> None:
@@ -348,18 +385,32 @@ async def capacity(
 
         sglang, folder = sglang_client(base_url, state, concurrency=64, requests=requests,
                                        max_tokens=max_tokens, model=MODEL)
-    rounds = CAPACITY_ROUNDS if sglang else 1
+    other = args.capacity_vs.resolve() if args.capacity_vs else None
+    rounds = args.capacity_rounds or (CAPACITY_ROUNDS if sglang or other else 1)
     our_rows: list[dict[str, Any]] = []
     sglang_rows: list[dict[str, Any]] = []
+    other_rows: list[dict[str, Any]] = []
     for index in range(rounds):
+        if other and index % 2:  # the other checkout first in every second round
+            other_rows.append(await measure_other(other, base_url, requests, max_tokens))
         note(f"capacity {index + 1}/{rounds}: the orchestrator's client")
         our_rows.append(await measure_client("orchestrator", ours, base_url, cwd=REPO))
+        our_rows[-1]["load_average_1m"] = os.getloadavg()[0]
+        if other and not index % 2:
+            other_rows.append(await measure_other(other, base_url, requests, max_tokens))
         if sglang:
             note(f"capacity {index + 1}/{rounds}: {sglang.name}")
             sglang_rows.append(await measure_client(sglang.name, sglang.argv, base_url,
                                                     env=sglang.env, cwd=sglang.cwd))
     table = [median_row(our_rows)]
     result: dict[str, Any] = {"tokens_per_cpu_s_ratio_vs_sglang": None}
+    if other:
+        # Paired rounds, as with SGLang: both clients of a round see the same background load.
+        ratios = [ours_row["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"]
+                  for ours_row, theirs in zip(our_rows, other_rows, strict=True)]
+        result["tokens_per_cpu_s_ratio_vs_other"] = round(percentile(ratios, 50) or 0, 3)
+        result["tokens_per_cpu_s_ratios_vs_other"] = [round(r, 3) for r in ratios]
+        table.append(median_row(other_rows))
     if sglang and folder:
         from peers import run_other_peers
 
@@ -372,8 +423,21 @@ async def capacity(
                                            requests=requests, max_tokens=max_tokens,
                                            measure=measure_client, model=MODEL))
     result["capacity"] = table
-    result["capacity_rounds"] = {"orchestrator": our_rows, "sglang": sglang_rows}
+    result["capacity_rounds"] = {"orchestrator": our_rows, "sglang": sglang_rows,
+                                 "other": other_rows}
     return result
+
+
+async def measure_other(
+    tree: Path, base_url: str, requests: int, max_tokens: int
+) -> dict[str, Any]:
+    """One capacity round of another checkout's client (``--capacity-vs``)."""
+    note(f"capacity: the client of {tree}")
+    row = await measure_client(
+        f"orchestrator at {tree}", own_client_argv(base_url, 64, requests, max_tokens, tree=tree),
+        base_url, env=tree_env(tree), cwd=tree,
+    )
+    return row | {"load_average_1m": os.getloadavg()[0]}
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -392,6 +456,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--peers", action="store_true",
                         help="also install and run SGLang's, GuideLLM's and AIPerf's clients")
     parser.add_argument("--keep", action="store_true", help="keep the state directory")
+    parser.add_argument("--capacity-vs", type=Path, metavar="TREE",
+                        help="also run the client of another checkout (e.g. an earlier "
+                             "version) in paired capacity rounds with this one")
+    parser.add_argument("--capacity-rounds", type=int, default=0, metavar="N",
+                        help="paired capacity rounds (default 3 with a peer, else 1)")
+    parser.add_argument("--capacity-only", action="store_true",
+                        help="skip the timing-error part")
+    parser.add_argument("--timing-only", action="store_true", help="skip the capacity part")
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=64, help=argparse.SUPPRESS)
     parser.add_argument("--requests", type=int, default=256, help=argparse.SUPPRESS)
@@ -418,14 +490,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await wait_healthy(accuracy_url)
         await wait_healthy(capacity_url)
         levels = []
-        for concurrency, requests in plan.items():
+        for concurrency, requests in ({} if args.capacity_only else plan).items():
             note(f"timing error at concurrency {concurrency} ({requests} requests)")
             levels.append(await accuracy(accuracy_url, concurrency, requests, max_tokens=64))
-        result["ttft_err_p99_ms"] = max(level["ttft_err_ms"]["p99"] for level in levels)
-        result["itl_err_p99_ms"] = max(level["itl_err_ms"]["p99"] for level in levels)
+            levels[-1]["load_average_1m"] = os.getloadavg()[0]
+        if levels:
+            result["ttft_err_p99_ms"] = max(level["ttft_err_ms"]["p99"] for level in levels)
+            result["itl_err_p99_ms"] = max(level["itl_err_ms"]["p99"] for level in levels)
         result["timing"] = levels
-        result.update(await capacity(args, capacity_url, state, capacity_requests,
-                                     capacity_tokens))
+        if not args.timing_only:
+            result.update(await capacity(args, capacity_url, state, capacity_requests,
+                                         capacity_tokens))
     finally:
         for server in servers:
             server.terminate()

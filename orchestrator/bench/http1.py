@@ -18,11 +18,37 @@ compression.
 Arrival stamps from the kernel. With 64 streams, one event loop reads a burst of ready sockets
 in turn, so a read's ``time.monotonic()`` says when the loop got to it, not when the bytes
 arrived (p99 3.6 ms of error at concurrency 64). On Linux each plain-TCP connection asks for
-``SO_TIMESTAMPNS`` and reads with ``recvmsg_into`` (:class:`StampedSocket`, whose
-``recv_into`` the transport calls), so each read carries the kernel's receive time of its
-newest segment. That stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the
-offset between the two clocks read at the same moment. Where the platform lacks it (or for
-TLS, where the socket is read by the SSL layer), reads are stamped by the loop as before.
+``SO_TIMESTAMPNS`` and is read by :class:`StampedTransport`, which calls ``recvmsg`` itself
+from the loop's reader callback (no asyncio transport between: its per-read layers cost more
+than ``recvmsg`` adds over ``recv_into``), so each read carries the kernel's receive stamp.
+That stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the offset between the
+two clocks, read together at each request's start (the offset moves only when the wall clock
+is stepped: NTP's slewing moves both clocks alike). Where the platform lacks it (or for TLS,
+where the socket is read by the SSL layer), reads are stamped by the loop as before.
+
+What one stamp means, from the Linux TCP receive path (net/ipv4/tcp_input.c, net/ipv4/tcp.c):
+a segment that arrives while the socket's receive queue is empty becomes its own skb, stamped
+on arrival. One that arrives behind unread bytes is merged into the queue's tail skb
+(``tcp_queue_rcv`` -> ``tcp_try_coalesce``), which then takes the newer segment's stamp
+(``to->tstamp = from->tstamp``): the earlier segment's stamp is gone. ``tcp_recvmsg_locked``
+reports the stamp of the last skb it copied from (``tcp_update_recv_tstamps`` per skb). So a
+read's stamp is exact for its newest segment, and each chunk keeps its own stamp exactly when
+the client reads it before the stream's next chunk arrives, i.e. within one decode step.
+Reading at chunk boundaries cannot recover more: the merge happens on arrival, before any read
+(a reader late by 15 ms gets the newest stamp for every byte, however small its reads; the
+test ``test_a_late_reader_gets_one_stamp_for_merged_segments`` shows it on loopback). A read
+that carries two chunks therefore means the client was late by a whole step; both chunks
+carry the newer one's arrival, and the benchmark counts such chunks apart.
+
+The collector held off the heap while requests stream. A full (generation 2) collection scans
+every tracked object the process holds, which in the daemon or a benchmark is tens of
+milliseconds of CPU (323 ms of wall on a loaded machine, in one run at concurrency 64), with
+the loop stopped: every stream then falls a decode step behind and its stamps merge. While any
+request is in flight the objects that existed before are moved out of the collector's scans
+(``gc.freeze``, a list splice) and moved back when the last one ends (``gc.unfreeze``), so a
+collection during a measurement scans only what the measurement allocated. Nothing is lost:
+frozen objects are still freed by reference counting, and cycles among them are found again
+after the unfreeze. A process that froze its heap itself is left as it is.
 
 Reuse and retries. A pooled connection whose transport is closing (the server closed it while
 idle) is discarded before anything is sent on it. If a request sent on a *reused* connection
@@ -34,6 +60,7 @@ it was measured. Any other failure is raised; a measurement is never retried.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import socket
 import ssl
@@ -55,50 +82,37 @@ _CRLF2 = b"\r\n\r\n"
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 _monotonic = time.monotonic
-_realtime_ns = time.time_ns
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 """Linux's value where Python lacks the constant (it does on 3.11)."""
 _TIMESPEC = struct.Struct("@qq")
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
+_unpack_timespec = _TIMESPEC.unpack_from
+Ancillary = list[tuple[int, int, bytes]]
 
 
-class StampedSocket(socket.socket):
-    """A TCP socket whose reads keep the kernel's receive stamp (``SO_TIMESTAMPNS``).
-
-    asyncio's selector transport reads a ``BufferedProtocol`` with ``sock.recv_into``: this
-    class answers it with ``recvmsg_into`` and keeps the stamp of the read in ``last_stamp``
-    (monotonic seconds; None when the kernel gave none), for the protocol's ``buffer_updated``.
-    """
-
-    last_stamp: float | None = None
-
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        view = memoryview(buffer)
-        if nbytes:
-            view = view[:nbytes]
-        received, ancillary, _flags, _address = self.recvmsg_into([view], _ANCILLARY, flags)
-        self.last_stamp = _kernel_stamp(ancillary)
-        return received
+def realtime_offset_ns() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC now, in ns (the two read back to back: the error is
+    well under 1 us)."""
+    return time.time_ns() - time.monotonic_ns()
 
 
-def _kernel_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
-    """The SCM_TIMESTAMPNS in ``ancillary`` as monotonic seconds."""
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-            seconds, nanoseconds = cast(tuple[int, int], _TIMESPEC.unpack_from(data))
-            # The two clocks read back to back: the offset's own error is well under 1 us.
-            offset_ns = _realtime_ns() - time.monotonic_ns()
+def kernel_stamp(ancillary: Ancillary, offset_ns: int) -> float | None:
+    """The SCM_TIMESTAMPNS in a read's ancillary data as monotonic seconds (``offset_ns``:
+    :func:`realtime_offset_ns`); None when the kernel gave none."""
+    for _level, kind, data in ancillary:
+        if kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = cast(tuple[int, int], _unpack_timespec(data))
             return (seconds * 1_000_000_000 + nanoseconds - offset_ns) / 1e9
     return None
 
 
-def stamped_socket(family: int) -> StampedSocket | None:
+def stamped_socket(family: int) -> socket.socket | None:
     """A non-blocking TCP socket asking the kernel for receive stamps, or None where the
     platform cannot (the caller then connects as usual and the loop stamps reads)."""
     if SO_TIMESTAMPNS is None:
         return None
-    sock = StampedSocket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
@@ -106,6 +120,121 @@ def stamped_socket(family: int) -> StampedSocket | None:
         return None
     sock.setblocking(False)
     return sock
+
+
+class StampedTransport(asyncio.Transport):
+    """The transport of a kernel-stamped connection: the loop's reader callback calls
+    ``recvmsg`` and hands the bytes and their ancillary data to the protocol.
+
+    Only what :class:`Http1Connection` uses: ``write`` (sent at once; what the socket does not
+    take waits for the loop's writer callback), ``close``/``abort`` (both close at once: a
+    connection is closed only when its exchange is over or abandoned) and ``is_closing``. As
+    with asyncio's transports, ``connection_lost`` follows the close from the loop, with the
+    error that closed it (None for the server's EOF or our own close).
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Http1Connection
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._recvmsg = sock.recvmsg
+        self._closing = False
+        self._unsent = b""
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._read_ready)
+
+    def _read_ready(self) -> None:
+        try:
+            data, ancillary, _flags, _address = self._recvmsg(_READ_BUFFER, _ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(exc)
+            return
+        if data:
+            self._protocol.kernel_read(ancillary, data)
+        else:
+            self._protocol.eof_received()
+            self._close(None)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing:
+            return
+        if self._unsent:
+            self._unsent += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._close(exc)
+            return
+        if sent < len(data):
+            self._unsent = bytes(data[sent:])
+            self._loop.add_writer(self._fd, self._write_ready)
+
+    def _write_ready(self) -> None:
+        try:
+            sent = self._sock.send(self._unsent)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(exc)
+            return
+        self._unsent = self._unsent[sent:]
+        if not self._unsent:
+            self._loop.remove_writer(self._fd)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._close(None)
+
+    def abort(self) -> None:
+        self._close(None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._sock if name == "socket" else default
+
+    def _close(self, exc: Exception | None) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._unsent:
+            self._loop.remove_writer(self._fd)
+            self._unsent = b""
+        self._sock.close()
+        self._loop.call_soon(self._protocol.connection_lost, exc)
+
+
+class _HeapFreeze:
+    """``gc.freeze`` while at least one request is in flight (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.holders = 0
+        self.frozen = False
+
+    def hold(self) -> None:
+        if self.holders == 0 and gc.get_freeze_count() == 0:
+            gc.freeze()
+            self.frozen = True
+        self.holders += 1
+
+    def release(self) -> None:
+        self.holders -= 1
+        if self.holders == 0 and self.frozen:
+            gc.unfreeze()
+            self.frozen = False
+
+
+_heap_freeze = _HeapFreeze()
 
 
 class HttpConnectionError(Exception):
@@ -400,13 +529,16 @@ class Http1Connection(asyncio.BufferedProtocol):
     A ``BufferedProtocol``: the selector loop then reads with ``recv_into`` this connection's
     own buffer instead of ``recv(256 KiB)``, which allocates a 256 KiB object per read and
     shrinks it to the few hundred bytes a stream event has (about 0.4 us of 6.5 us per read
-    in a loopback micro-benchmark; the copy out of the buffer is a few hundred bytes).
+    in a loopback micro-benchmark; the copy out of the buffer is a few hundred bytes). On a
+    kernel-stamped connection :class:`StampedTransport` reads instead and calls
+    :meth:`kernel_read` (``recvmsg`` has no ``_into`` form cheaper than its own allocation of
+    64 KiB, which stays below malloc's mmap threshold).
     """
 
-    def __init__(self, sock: StampedSocket | None = None) -> None:
+    def __init__(self) -> None:
         self._buffer = memoryview(bytearray(_READ_BUFFER))
-        self._sock = sock
-        """The connection's socket when it keeps kernel stamps (None: stamp on the loop)."""
+        self._offset_s, self._offset_ns = divmod(realtime_offset_ns(), 1_000_000_000)
+        """CLOCK_REALTIME - CLOCK_MONOTONIC, as whole seconds and nanoseconds."""
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = True
@@ -438,9 +570,29 @@ class Http1Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        kernel = self._sock.last_stamp if self._sock is not None else None
-        stamp = _monotonic() if kernel is None else kernel
+        """A read through asyncio's transport (TLS, platforms without kernel stamps)."""
         data = bytes(self._buffer[:nbytes])
+        if self._in_body:
+            self._body_received(_monotonic(), data)
+        else:
+            self._head_received(_monotonic(), data)
+
+    def kernel_read(self, ancillary: Ancillary, data: bytes) -> None:
+        """A read through :class:`StampedTransport`, stamped by the kernel (the hot path:
+        the common ancillary layout, one SCM_TIMESTAMPNS, is taken without a loop)."""
+        stamp: float | None = None
+        if len(ancillary) == 1 and ancillary[0][1] == SO_TIMESTAMPNS:
+            try:
+                seconds, nanoseconds = _unpack_timespec(ancillary[0][2])
+            except struct.error:  # a short timespec: the kernel truncated it
+                pass
+            else:
+                # Small integers only (whole seconds and nanoseconds apart), then one float.
+                stamp = (seconds - self._offset_s) + (nanoseconds - self._offset_ns) * 1e-9
+        elif ancillary:
+            stamp = kernel_stamp(ancillary, self._offset_s * 1_000_000_000 + self._offset_ns)
+        if stamp is None:
+            stamp = _monotonic()
         if self._in_body:
             self._body_received(stamp, data)
         else:
@@ -488,6 +640,7 @@ class Http1Connection(asyncio.BufferedProtocol):
         self._head_buffer, self._head_bytes, self._head, self._reads = b"", 0, None, []
         self._in_body, self._chunked, self._length = False, False, None
         self._received, self._decoder = 0, None
+        self._offset_s, self._offset_ns = divmod(realtime_offset_ns(), 1_000_000_000)
         self.requests += 1
         transport.write(request)
         return self._waiter
@@ -629,6 +782,13 @@ class Http1Pool:
         ``HttpConnectionError``/``OSError`` (refused, reset, ended early, bad HTTP),
         ``ConnectTimeoutError``; cancellation (the caller's timeout) aborts the connection."""
         request = request_bytes(self.endpoint, path, body, accept=accept)
+        _heap_freeze.hold()
+        try:
+            return await self._post(request, started)
+        finally:
+            _heap_freeze.release()
+
+    async def _post(self, request: bytes, started: float) -> Http1Response:
         async with self._slots:
             connection, reused = await self._acquire()
             try:
@@ -668,9 +828,8 @@ class Http1Pool:
             async with asyncio.timeout(self.connect_timeout):
                 sock = None if self._tls else await self._stamped_connection(loop)
                 if sock is not None:
-                    _transport, connection = await loop.create_connection(
-                        lambda: Http1Connection(sock), sock=sock
-                    )
+                    connection = Http1Connection()
+                    StampedTransport(loop, sock, connection)
                 else:
                     _transport, connection = await loop.create_connection(
                         Http1Connection,
@@ -688,7 +847,7 @@ class Http1Pool:
 
     async def _stamped_connection(
         self, loop: asyncio.AbstractEventLoop
-    ) -> StampedSocket | None:
+    ) -> socket.socket | None:
         """A connected socket keeping kernel receive stamps (the first address that answers,
         as ``create_connection`` would try them), or None where the platform cannot."""
         addresses = await loop.getaddrinfo(

@@ -66,9 +66,10 @@ class TruthRecord:
     verify_steps: int = 0
     finish_reason: str | None = None
 
-    def stamp(self, n_tokens: int) -> None:
-        """Record that a chunk of ``n_tokens`` was just written to the socket."""
-        now = time.monotonic()
+    def stamp(self, n_tokens: int, at: float | None = None) -> None:
+        """Record that a chunk of ``n_tokens`` was just written to the socket (``at``: when
+        the socket took it, where the connection knows)."""
+        now = time.monotonic() if at is None else at
         if self.first_emit_monotonic is None:
             self.first_emit_monotonic = now
         self.chunks.append([now, n_tokens])

@@ -26,7 +26,7 @@ from orchestrator.sim.server_args import ServerArgs, shape_dict
 from orchestrator.sim.server_engine import Chunk, Request, Scheduler
 from orchestrator.sim.server_log import SglangLog
 from orchestrator.sim.settings import ServerSimSettings
-from orchestrator.sim.stamped import arrival_of
+from orchestrator.sim.stamped import arrival_of, sent_of
 from orchestrator.sim.thinking import (
     ParserKind,
     ReasoningSplitter,
@@ -346,6 +346,7 @@ class SimServerApp:
     async def _generate_stream(self, request: web.Request, req: Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        sock = request.transport.get_extra_info("socket") if request.transport else None
         text = ""
         try:
             while True:
@@ -353,8 +354,9 @@ class SimServerApp:
                 text += "".join(chunk.tokens)
                 final = chunk.finish is not None
                 data = {"text": text, "meta_info": self._meta(req, final=final)}
+                before = time.monotonic()
                 await resp.write(f"data: {json.dumps(data)}\n\n".encode())
-                req.truth.stamp(len(chunk.tokens))
+                req.truth.stamp(len(chunk.tokens), sent_of(sock, before))
                 if final:
                     break
             await resp.write(b"data: [DONE]\n\n")

@@ -6,6 +6,13 @@ be a reference the load generator can be held against, each accepted connection 
 for ``SO_TIMESTAMPNS`` and keeps the receive stamp of the first read since the last request
 took it (HTTP/1.1 without pipelining: one request at a time per connection). The stamp is
 CLOCK_REALTIME, moved onto the monotonic clock with the two clocks read together.
+
+The same connections stamp their sends: ``time.monotonic()`` as the send call returns (what
+asyncio's transport calls for each chunk the handler writes). On loopback the receiver's
+kernel stamp is taken inside that call, so this is the send as the wire saw it, within the
+call's own few microseconds; the handler's stamp, after aiohttp's write path returned, is
+later by whatever ran (or preempted the server) in between, which on a loaded machine is
+milliseconds at p99 and would count as the client's error.
 """
 
 from __future__ import annotations
@@ -41,6 +48,18 @@ class StampedConnection(socket.socket):
     protocol) keeps the kernel stamp of the first read a request has not claimed yet."""
 
     unclaimed: float | None = None
+    last_send: float | None = None
+    """When the last send call returned (monotonic seconds)."""
+
+    def send(self, data: Any, flags: int = 0, /) -> int:
+        sent = super().send(data, flags)
+        self.last_send = time.monotonic()
+        return sent
+
+    def sendmsg(self, *args: Any) -> int:
+        sent = super().sendmsg(*args)
+        self.last_send = time.monotonic()
+        return sent
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, ancillary, _flags, _address = self.recvmsg(bufsize, _CMSG_ROOM, flags)
@@ -90,4 +109,14 @@ def arrival_of(transport_socket: object) -> float | None:
     sock = getattr(transport_socket, "_sock", transport_socket)
     if isinstance(sock, StampedConnection):
         return sock.claim_arrival()
+    return None
+
+
+def sent_of(transport_socket: object, since: float) -> float | None:
+    """When the transport's socket last took bytes, if that was at or after ``since`` (the
+    caller's clock before its write: an older stamp means the write was buffered, not sent);
+    None otherwise or without a stamping socket (the caller then stamps itself)."""
+    sock = getattr(transport_socket, "_sock", transport_socket)
+    if isinstance(sock, StampedConnection) and sock.last_send is not None:
+        return sock.last_send if sock.last_send >= since else None
     return None
