@@ -1,8 +1,14 @@
 """``orchestrator bench``: the matrix against any running server, no SSH, no journal.
 
-Useful on its own (how fast is this server right now?) and for checking the client against a
-server whose truth is known (the simulator). ``--json`` writes one JSON document to stdout and
-nothing else; logs go to stderr.
+Useful on its own (how fast is this server right now?), for checking the client against a
+server whose truth is known (the simulator), and as a peer of SGLang's ``bench_serving``
+(benchmarks/serving.py runs both on the same requests). ``--json`` writes one JSON document to
+stdout and nothing else; logs and the progress display go to stderr. ``--output FILE`` keeps a
+results file: JSON lines, one per point as soon as it is measured, each with its requests.
+
+The progress display counts the warm-up and measured requests of every point (calibration
+probes and the coding anchor are not counted): a live bar on a terminal, else a plain line at
+most every few seconds and at each point's end, so a log or CI shows it too.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import IO, TYPE_CHECKING, Any, TextIO, get_args
 
-from orchestrator.bench.client import BenchClient
+from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import base_url_from_user
 from orchestrator.bench.matrix import FLAG_ERRORS, PointResult, QualityThresholds, run_point
 from orchestrator.bench.problems import (
@@ -33,6 +43,166 @@ if TYPE_CHECKING:
 
 
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
+COUNTED_PHASES: frozenset[Phase] = frozenset({"warmup", "measured"})
+"""The requests the progress display counts: every point's warm-up and measured ones."""
+
+
+# --------------------------------------------------------------------------- progress (pure)
+
+
+def clock_duration(seconds: float) -> str:
+    """``0:07``, ``12:34``, ``1:02:03``: elapsed time and ETA as a terminal shows them."""
+    whole = max(round(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def eta_seconds(done: int, total: int, elapsed_s: float) -> float | None:
+    """Time left at the pace so far (requests done per second of the run); None before the
+    first request is done, 0 once all are."""
+    if done >= total:
+        return 0.0
+    if done <= 0 or elapsed_s <= 0:
+        return None
+    return elapsed_s / done * (total - done)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSnapshot:
+    """What the display shows at one moment."""
+
+    done: int
+    total: int
+    elapsed_s: float
+    point: str
+    """The point being measured, e.g. ``ctx 1024 x c8`` or ``ctx 1024 @ 4 req/s``."""
+
+    @property
+    def eta_s(self) -> float | None:
+        return eta_seconds(self.done, self.total, self.elapsed_s)
+
+    def line(self) -> str:
+        """One plain line: ``bench 120/500 requests (24%) elapsed 0:12 ETA 0:38 | ctx 60 x c4``."""
+        percent = 100 * self.done // self.total if self.total else 100
+        eta = self.eta_s
+        parts = [
+            f"bench {self.done}/{self.total} requests ({percent}%)",
+            f"elapsed {clock_duration(self.elapsed_s)}",
+            f"ETA {'-:--' if eta is None else clock_duration(eta)}",
+        ]
+        text = " ".join(parts)
+        return f"{text} | {self.point}" if self.point else text
+
+
+class RequestProgress:
+    """Requests done of the run's total, with an ETA, on ``stream`` (stderr).
+
+    On a terminal a rich Live line (bar, counts, elapsed, ETA) redrawn four times a second;
+    elsewhere a plain :meth:`ProgressSnapshot.line` at most every ``every_s`` seconds and at each
+    point's end. Safe to call from the event loop while rich's refresh thread draws.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO,
+        live: bool | None = None,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.stream = stream
+        self.live = stream.isatty() if live is None else live
+        self.every_s = every_s
+        self.clock = clock
+        self.started = clock()
+        self.done = 0
+        self.point = ""
+        self._printed_at: float | None = None
+        self._printed_final = False
+        self._lock = threading.Lock()
+        self._display: Any = None
+
+    def snapshot(self) -> ProgressSnapshot:
+        with self._lock:
+            return ProgressSnapshot(self.done, self.total, self.clock() - self.started, self.point)
+
+    def render(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        snap = self.snapshot()
+        grid = Table.grid(padding=(0, 1))
+        grid.add_row(ProgressBar(total=max(snap.total, 1), completed=snap.done, width=30),
+                     snap.line())
+        return grid
+
+    def __enter__(self) -> RequestProgress:
+        if self.live and self.total > 0:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._display = Live(
+                console=Console(file=self.stream),
+                get_renderable=self.render,
+                refresh_per_second=4,
+                transient=False,
+            )
+            self._display.__enter__()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._display is not None:
+            self._display.refresh()
+            self._display.__exit__(None, None, None)
+            self._display = None
+        elif self.total > 0 and not self._printed_final:
+            self._print()
+
+    def start_point(self, label: str) -> None:
+        with self._lock:
+            self.point = label
+
+    def end_point(self) -> None:
+        if self._display is None:
+            self._print()
+
+    def advance(self, requests: int = 1) -> None:
+        with self._lock:
+            self.done += requests
+        if self._display is None:
+            now = self.clock()
+            if self._printed_at is None or now - self._printed_at >= self.every_s:
+                self._print()
+
+    def _print(self) -> None:
+        snap = self.snapshot()
+        self._printed_at = self.clock()
+        self._printed_final = snap.done >= snap.total
+        print(snap.line(), file=self.stream, flush=True)
+
+
+class ObservedClient(BenchClient):
+    """The bench client, telling the progress display of each finished request and keeping
+    each request's prompt by label while ``prompts`` is a dict (``--output-prompts``).
+
+    The matrix sees an ordinary :class:`BenchClient`; only ``stream`` (every request of a point,
+    calibration probes included) is observed.
+    """
+
+    progress: RequestProgress | None = None
+    prompts: dict[str, str] | None = None
+
+    async def stream(self, prompt: str, **options: Any) -> RawExchange:
+        raw = await super().stream(prompt, **options)
+        if raw.phase in COUNTED_PHASES:
+            if self.prompts is not None:
+                self.prompts[raw.label] = prompt
+            if self.progress is not None:
+                self.progress.advance()
+        return raw
 
 
 def _positive_int(text: str) -> int:
@@ -134,9 +304,73 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument(
         "--no-matrix", dest="matrix", action="store_false", help="skip the throughput matrix"
     )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="results file: JSON lines, one per point as it is measured, with its requests",
+    )
+    parser.add_argument(
+        "--output-prompts",
+        action="store_true",
+        help="--output: also keep each request's prompt (to replay the same requests elsewhere)",
+    )
     parser.add_argument("--raw", action="store_true", help="--json: include every request")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPoint:
+    """One point of the run as the progress display counts it."""
+
+    context: int
+    concurrency: int
+    warmup: int
+    measured: int
+
+    @property
+    def requests(self) -> int:
+        return self.warmup + self.measured
+
+    @property
+    def label(self) -> str:
+        return f"ctx {self.context} x c{self.concurrency}"
+
+
+def planned_points(args: argparse.Namespace) -> list[PlannedPoint]:
+    """The matrix's points in run order (contexts outer, loads inner), with their requests."""
+    if not args.matrix:
+        return []
+    return [
+        PlannedPoint(
+            context=context,
+            concurrency=concurrency,
+            warmup=concurrency if args.warmup is None else args.warmup,
+            measured=args.rounds * concurrency,
+        )
+        for context in args.contexts
+        for concurrency in args.concurrency
+    ]
+
+
+def point_line(
+    point: PointResult,
+    *,
+    url: str,
+    model: str,
+    api: str,
+    prompts: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One ``--output`` line: the point with every request (warm-up labelled), where it was
+    measured, and with ``prompts`` each request's prompt as it was sent."""
+    line: dict[str, Any] = {"url": url, "model": model, "api": api}
+    line.update(_point_summary(point, include_requests=True))
+    if prompts is not None:
+        for request in line["raw_requests"]:
+            request["prompt"] = prompts.get(request["label"])
+    return line
 
 
 def _point_summary(point: PointResult, *, include_requests: bool) -> dict[str, Any]:
@@ -224,9 +458,14 @@ def _coding_document(results: list[CodingResult]) -> dict[str, Any]:
 
 
 async def run_async(
-    args: argparse.Namespace, problems: list[Problem] | None = None
+    args: argparse.Namespace,
+    problems: list[Problem] | None = None,
+    output: IO[str] | None = None,
 ) -> tuple[int, dict[str, Any], list[PointResult]]:
-    """Run the matrix (and coding when asked): the exit code, the JSON document, the points."""
+    """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
+
+    Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
+    cut short keeps what it measured."""
     log = get_logger(component="bench.cli", url=args.url)
     concurrency_max = max(args.concurrency)
     document: dict[str, Any] = {
@@ -252,36 +491,52 @@ async def run_async(
         "error": None,
     }
     points: list[PointResult] = []
-    async with BenchClient(
+    plan = planned_points(args)
+    client = ObservedClient(
         args.url,
         api=args.api,
         model=args.model,
         concurrency=concurrency_max,
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
-    ) as client:
+    )
+    async with client:
         prompts = PromptFactory(client, cache_path=args.calibration_cache)
+        progress = RequestProgress(sum(p.requests for p in plan), stream=sys.stderr)
         try:
-            for context in args.contexts if args.matrix else []:
-                for concurrency in args.concurrency:
-                    points.append(
-                        await run_point(
-                            client,
-                            prompts,
-                            context=context,
-                            concurrency=concurrency,
-                            rounds=args.rounds,
-                            warmup_requests=concurrency if args.warmup is None else args.warmup,
-                            max_tokens=args.max_tokens,
-                            temperature=args.temperature,
-                            ignore_eos=args.ignore_eos,
-                            scrape_metrics=args.scrape_metrics,
-                            thresholds=QualityThresholds(),
-                        )
+            with progress:
+                client.progress = progress
+                for planned in plan:
+                    progress.start_point(planned.label)
+                    client.prompts = {} if args.output_prompts else None
+                    point = await run_point(
+                        client,
+                        prompts,
+                        context=planned.context,
+                        concurrency=planned.concurrency,
+                        rounds=args.rounds,
+                        warmup_requests=planned.warmup,
+                        max_tokens=args.max_tokens,
+                        temperature=args.temperature,
+                        ignore_eos=args.ignore_eos,
+                        scrape_metrics=args.scrape_metrics,
+                        thresholds=QualityThresholds(),
                     )
+                    points.append(point)
+                    if output is not None:
+                        line = point_line(
+                            point, url=args.url, model=args.model, api=args.api,
+                            prompts=client.prompts,
+                        )  # fmt: skip
+                        output.write(json.dumps(line, default=str) + "\n")
+                        output.flush()
+                    progress.end_point()
         except CalibrationError as exc:
             log.error("bench.calibration_failed", error=str(exc))
             document["error"] = f"calibration failed: {exc}"
+        finally:
+            client.progress = None
+            client.prompts = None
         document["points"] = [_point_summary(p, include_requests=args.raw) for p in points]
         if args.coding and document["error"] is None:
             # Imported here, after the entry point configured logging: the module binds its
@@ -305,6 +560,9 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0 or args.request_timeout <= 0:
         print("bench: --temperature must be >= 0 and --request-timeout > 0", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.output_prompts and args.output is None:
+        print("bench: --output-prompts needs --output FILE", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         args.url = base_url_from_user(args.url)
     except ValueError as exc:
@@ -317,7 +575,16 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ProblemFileError) as exc:
             print(f"bench: problems: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    code, document, points = asyncio.run(run_async(args, problems))
+    try:
+        output = None if args.output is None else args.output.open("w", encoding="utf-8")
+    except OSError as exc:
+        print(f"bench: --output: {exc.strerror or exc}: {args.output}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        code, document, points = asyncio.run(run_async(args, problems, output))
+    finally:
+        if output is not None:
+            output.close()
     if args.json:
         json.dump(document, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")

@@ -446,6 +446,53 @@ def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:
     assert "not scraped" in point["accept_len_metrics_reason"]
 
 
+def test_bench_cli_output_file_has_one_line_per_point_with_its_requests(
+    spec_server: SimServer, tmp_path: Path
+) -> None:
+    output = tmp_path / "points.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--api", "generate", "--contexts", "60", "--concurrency", "1", "2",
+            "--rounds", "1", "--max-tokens", "8", "--no-metrics", "--output", str(output),
+            "--output-prompts",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [(p["context"], p["concurrency"]) for p in lines] == [(60, 1), (60, 2)]
+    for line in lines:
+        assert line["url"] == spec_server.url and line["api"] == "generate"
+        requests = line["raw_requests"]
+        phases = [r["phase"] for r in requests]
+        assert phases == ["warmup"] * line["concurrency"] + ["measured"] * line["requests"]
+        truth = await_truth(spec_server.url, [r["response_id"] for r in requests])
+        for request in requests:
+            # the prompt kept is the one the server got: its length in the server's tokens
+            assert truth[request["response_id"]]["prompt_tokens"] == request["prompt_tokens"] == 60
+            assert len(request["prompt"].split()) == 60  # the simulator counts words
+        assert len({r["prompt"] for r in requests}) == len(requests)  # each its own nonce
+    # progress: plain lines on stderr (not a terminal), the last one complete
+    progress = [line for line in done.stderr.splitlines() if line.startswith("bench ")]
+    assert progress[-1].startswith("bench 6/6 requests (100%)")
+
+    unwritable = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--output", str(tmp_path / "no" / "such" / "dir.jsonl"),
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert unwritable.returncode == 2 and unwritable.stdout == ""
+    (message,) = unwritable.stderr.splitlines()
+    assert message.startswith("bench: --output: No such file or directory")
+
+
+def await_truth(url: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    return asyncio.run(_truth(url, ids))
+
+
 def test_bench_cli_coding_only(spec_server: SimServer) -> None:
     argv = [
         sys.executable,

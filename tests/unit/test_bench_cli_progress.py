@@ -1,0 +1,111 @@
+"""``orchestrator bench``'s progress display and plan, as pure units: no server, no event loop."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from orchestrator.bench.cli import (
+    ProgressSnapshot,
+    RequestProgress,
+    clock_duration,
+    configure_parser,
+    eta_seconds,
+    planned_points,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = configure_parser(argparse.ArgumentParser(prog="bench"))
+    return parser.parse_args(["--url", "http://127.0.0.1:1", "--model", "m", *argv])
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0:00"), (7.4, "0:07"), (59.6, "1:00"), (754, "12:34"), (3723, "1:02:03"), (-3, "0:00")],
+)
+def test_clock_duration(seconds: float, text: str) -> None:
+    assert clock_duration(seconds) == text
+
+
+def test_eta_is_the_pace_so_far_none_before_the_first_request_and_zero_at_the_end() -> None:
+    assert eta_seconds(0, 500, 10.0) is None
+    assert eta_seconds(100, 500, 20.0) == pytest.approx(80.0)
+    assert eta_seconds(500, 500, 90.0) == 0.0
+    assert eta_seconds(3, 2, 1.0) == 0.0
+
+
+def test_progress_line_names_counts_percent_elapsed_eta_and_point() -> None:
+    snap = ProgressSnapshot(done=120, total=500, elapsed_s=12.0, point="ctx 60 x c4")
+    assert snap.line() == "bench 120/500 requests (24%) elapsed 0:12 ETA 0:38 | ctx 60 x c4"
+    first = ProgressSnapshot(done=0, total=8, elapsed_s=0.5, point="")
+    assert first.line() == "bench 0/8 requests (0%) elapsed 0:00 ETA -:--"
+
+
+def test_plain_progress_prints_at_most_every_few_seconds_and_at_each_point_end() -> None:
+    clock, out = FakeClock(), io.StringIO()
+    with RequestProgress(6, stream=out, live=False, every_s=5.0, clock=clock) as progress:
+        progress.start_point("ctx 60 x c1")
+        clock.now += 1.0
+        progress.advance()  # first request: printed
+        clock.now += 1.0
+        progress.advance()  # 1 s later: throttled
+        progress.advance()
+        progress.end_point()  # printed
+        progress.start_point("ctx 60 x c2")
+        clock.now += 6.0
+        progress.advance()  # past every_s: printed
+        progress.advance()
+        progress.advance()
+        progress.end_point()  # printed: the last one, so the exit adds nothing
+    assert out.getvalue().splitlines() == [
+        "bench 1/6 requests (16%) elapsed 0:01 ETA 0:05 | ctx 60 x c1",
+        "bench 3/6 requests (50%) elapsed 0:02 ETA 0:02 | ctx 60 x c1",
+        "bench 4/6 requests (66%) elapsed 0:08 ETA 0:04 | ctx 60 x c2",
+        "bench 6/6 requests (100%) elapsed 0:08 ETA 0:00 | ctx 60 x c2",
+    ]
+
+
+def test_plain_progress_of_a_run_cut_short_ends_with_a_line() -> None:
+    clock, out = FakeClock(), io.StringIO()
+    with RequestProgress(4, stream=out, live=False, clock=clock) as progress:
+        progress.advance()
+        clock.now += 2.0
+    assert out.getvalue().splitlines()[-1] == "bench 1/4 requests (25%) elapsed 0:02 ETA 0:06"
+
+
+def test_live_progress_draws_a_bar_with_the_same_line() -> None:
+    clock, out = FakeClock(), io.StringIO()
+    with RequestProgress(4, stream=out, live=True, clock=clock) as progress:
+        progress.start_point("ctx 1024 x c8")
+        clock.now += 4.0
+        progress.advance(2)
+    drawn = out.getvalue()
+    words = " ".join(drawn.split())  # a narrow console wraps the line
+    assert "bench 2/4 requests (50%) elapsed 0:04 ETA 0:04 | ctx 1024 x c8" in words
+    assert "━" in drawn  # rich's bar
+
+
+def test_planned_points_count_warmup_and_measured_requests_in_run_order() -> None:
+    args = parse("--contexts", "60", "1024", "--concurrency", "1", "4", "--rounds", "3")
+    plan = planned_points(args)
+    assert [(p.context, p.concurrency, p.requests) for p in plan] == [
+        (60, 1, 1 + 3),
+        (60, 4, 4 + 12),
+        (1024, 1, 1 + 3),
+        (1024, 4, 4 + 12),
+    ]
+    assert plan[1].label == "ctx 60 x c4"
+    fixed = planned_points(parse("--contexts", "60", "--concurrency", "2", "--warmup", "0"))
+    assert [p.requests for p in fixed] == [10]
+    assert planned_points(parse("--no-matrix")) == []
