@@ -56,11 +56,67 @@ class Chunk:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One turn of a conversation as the chat API takes it (``role``: system, user, assistant)."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What one benchmark request says: a plain text or a conversation (exactly one of them).
+
+    ``max_tokens`` is the request's own output length from its workload (None: the point's);
+    ``origin`` the 1-based line of the workload sample it came from (None for synthetic);
+    ``reused`` marks a sample prompt its factory already issued once for this context, sent
+    again behind a fresh nonce so the radix cache still cannot serve it.
+    """
+
+    text: str | None = None
+    messages: tuple[ChatMessage, ...] = ()
+    max_tokens: int | None = None
+    origin: int | None = None
+    reused: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (not self.messages):
+            raise ValueError("a Prompt has exactly one of text and messages")
+
+    def chat_messages(self) -> tuple[ChatMessage, ...]:
+        """The conversation the chat API sends: the messages, or the text as one user turn."""
+        if self.text is not None:
+            return (ChatMessage("user", self.text),)
+        return self.messages
+
+    def plain_text(self) -> str:
+        """The prompt as one text, for an API that applies no chat template (``/generate``).
+
+        A text, or a conversation of a single user turn, is sent as it is. A longer
+        conversation is written the way completion-style prompts write one: each turn as
+        ``Role: content`` (the role capitalised), turns separated by a blank line, and an open
+        ``Assistant:`` turn at the end, so the model answers the last user turn.
+        """
+        if self.text is not None:
+            return self.text
+        if len(self.messages) == 1 and self.messages[0].role == "user":
+            return self.messages[0].content
+        turns = [f"{m.role.capitalize()}: {m.content}" for m in self.messages]
+        return "\n\n".join([*turns, "Assistant:"])
+
+
+def as_prompt(prompt: str | Prompt) -> Prompt:
+    """A caller's prompt as a :class:`Prompt` (a plain string is a text prompt)."""
+    return prompt if isinstance(prompt, Prompt) else Prompt(text=prompt)
+
+
+@dataclass(frozen=True, slots=True)
 class Generation:
     """What one request asks for, whichever API carries it (one options object, so the
     dialects and their callers share one parameter list)."""
 
-    prompt: str
+    prompt: str | Prompt
+    """A plain string is one user turn (chat) or the text (/generate)."""
     max_tokens: int
     temperature: float
     stream: bool

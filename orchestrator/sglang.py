@@ -49,6 +49,7 @@ from orchestrator.engine import (
     StreamParse,
     TokenSource,
     WireRequest,
+    as_prompt,
     spread_by_weight,
 )
 from orchestrator.host.dropin import format_knob_value
@@ -509,7 +510,9 @@ class ChatDialect:
         body: dict[str, Any] = {}
         if ask.model is not None:
             body["model"] = ask.model
-        body["messages"] = [{"role": "user", "content": ask.prompt}]
+        body["messages"] = [
+            {"role": m.role, "content": m.content} for m in as_prompt(ask.prompt).chat_messages()
+        ]
         body["max_tokens"] = ask.max_tokens
         body["temperature"] = ask.temperature
         if ask.ignore_eos is not None:
@@ -609,9 +612,11 @@ class GenerateDialect:
         params: dict[str, Any] = {"max_new_tokens": ask.max_tokens, "temperature": ask.temperature}
         if ask.ignore_eos is not None:
             params["ignore_eos"] = ask.ignore_eos
-        # /generate takes no model name; usage per chunk is always there (meta_info).
+        # /generate takes no model name; usage per chunk is always there (meta_info). A
+        # conversation goes as plain text (Prompt.plain_text says how it is written).
+        text = as_prompt(ask.prompt).plain_text()
         return WireRequest(
-            "/generate", {"text": ask.prompt, "sampling_params": params, "stream": ask.stream}
+            "/generate", {"text": text, "sampling_params": params, "stream": ask.stream}
         )
 
     def parse_final(self, data: Any) -> Answer:

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.client import BenchClient, RawExchange, parse_exchange, read_exchange
-from orchestrator.engine import Answer, Dialect, Engine, ErrorKind, Generation, TokenSource
+from orchestrator.engine import (
+    Answer,
+    ChatMessage,
+    Dialect,
+    Engine,
+    ErrorKind,
+    Generation,
+    Prompt,
+    TokenSource,
+)
 from orchestrator.sglang import (
     SGLANG,
     ChatDialect,
@@ -226,3 +235,26 @@ def test_a_finished_generate_gives_its_correct_and_proposed_drafts() -> None:
     assert (off.spec_verify_ct, off.spec_correct_drafts, off.spec_proposed_drafts) == (
         None, None, None,
     )
+
+
+def test_a_conversation_prompt_goes_as_messages_to_chat_and_as_text_to_generate() -> None:
+    talk = Prompt(messages=(ChatMessage("system", "Be brief."), ChatMessage("user", "Why?"),
+                            ChatMessage("assistant", "Because."), ChatMessage("user", "Why not?")))
+    chat = ChatDialect().request(Generation(talk, 4, 0.0, stream=False))
+    assert chat.body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": "Because."},
+        {"role": "user", "content": "Why not?"},
+    ]
+    generate = GenerateDialect().request(Generation(talk, 4, 0.0, stream=False))
+    assert generate.body["text"] == (
+        "System: Be brief.\n\nUser: Why?\n\nAssistant: Because.\n\nUser: Why not?\n\nAssistant:"
+    )
+    one_turn = Prompt(messages=(ChatMessage("user", "hello"),))
+    assert GenerateDialect().request(Generation(one_turn, 4, 0.0, stream=False)).body[
+        "text"] == "hello"
+    text = ChatDialect().request(Generation(Prompt(text="hi"), 4, 0.0, stream=False))
+    assert text.body["messages"] == [{"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match="exactly one"):
+        Prompt()

@@ -1,0 +1,14 @@
+"""Workloads: prompt sources that look like an operator's traffic, at exact context lengths.
+
+``sample`` parses a traffic sample (JSONL), ``builtin`` builds the realistic sets that ship
+with the package, ``source`` turns either into prompts of the matrix's exact lengths.
+"""
+
+from orchestrator.bench.workloads.sample import (
+    SampleRequest,
+    WorkloadFileError,
+    WorkloadSample,
+    parse_sample,
+)
+
+__all__ = ["SampleRequest", "WorkloadFileError", "WorkloadSample", "parse_sample"]
