@@ -965,6 +965,7 @@ def _stored_request(record: RequestRecord) -> StoredRequest:
 
 def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredRequest]]:
     m, c = point.metrics, point.calibration
+    assert point.spec.concurrency is not None, "the runner measures closed points only"
     metrics = ThroughputMetrics(
         requests=m.requests,
         requests_ok=m.requests_ok,

@@ -1,5 +1,8 @@
 """The context x concurrency matrix: one point = warm-up, then a closed loop at concurrency C.
 
+Open-loop points (requests at a rate) live in ``orchestrator.bench.openloop``; both kinds
+share :class:`PointSpec`, :class:`PointResult` and one metrics function, :func:`point_metrics`.
+
 A point is trusted only if the client really held the load it claims. Established load
 generators silently fall short of the requested concurrency when their client saturates and
 then report client latency as server latency; so every point measures the concurrency it
@@ -17,21 +20,23 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
 from orchestrator.bench.prompts import Calibration, PromptFactory
 from orchestrator.bench.stats import (
+    EMPTY_SUMMARY,
     Summary,
     batch_rate_se,
     median,
     summarize,
     time_weighted_in_flight,
 )
+from orchestrator.engine import Prompt
 from orchestrator.log import get_logger
 
 
@@ -41,6 +46,7 @@ def _log() -> Any:
 
 
 FLAG_CONCURRENCY_SHORT = "concurrency_short"
+FLAG_RATE_SHORT = "rate_short"
 FLAG_CLIENT_SATURATED = "client_saturated"
 FLAG_ERRORS = "errors"
 FLAG_TRUNCATED = "truncated"
@@ -48,22 +54,93 @@ FLAG_SHORT_OUTPUTS = "short_outputs"
 FLAG_TOO_FEW_REQUESTS = "too_few_requests"
 FLAG_PROMPT_LENGTH_INEXACT = "prompt_length_inexact"
 
+Arrivals = Literal["poisson", "constant"]
+"""How a rate point's requests arrive: exponential gaps (a Poisson process) or evenly spaced."""
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Per-request latency bounds, in seconds; None leaves that latency unbounded.
+
+    A request is *good* when it succeeded and meets every bound given, as in bench_serving's
+    ``--goodput ttft:MS tpot:MS e2el:MS`` (``metric <= bound``, bounds inclusive). Where the
+    two differ, and why:
+
+    - TPOT is the point's own :attr:`RequestRecord.tpot` (time from the first token-carrying
+      chunk to the last, over the tokens after that chunk), so the bound tests the TPOT the
+      point reports. bench_serving's is ``(latency - ttft) / (output_len - 1)``, which counts
+      a multi-token first chunk (speculative decoding) as if it were one token. A request
+      with no tokens after its first chunk has no TPOT and meets the bound, as
+      bench_serving's ``tpot = 0`` for ``output_len <= 1`` does.
+    - A request that streamed no token at all has no TTFT and fails a TTFT bound;
+      bench_serving leaves its TTFT at 0.0 and counts it as meeting the bound.
+    """
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, bound in self.bounds():
+            if not bound > 0:
+                raise ValueError(f"slo {name} must be > 0 s, got {bound}")
+
+    def bounds(self) -> tuple[tuple[str, float], ...]:
+        """The bounds given, by name."""
+        named = (("ttft_s", self.ttft_s), ("tpot_s", self.tpot_s), ("e2e_s", self.e2e_s))
+        return tuple((name, bound) for name, bound in named if bound is not None)
+
+    def met_by(self, record: RequestRecord) -> bool:
+        """Whether one request is good under these bounds."""
+        if not record.ok:
+            return False
+        if self.ttft_s is not None and ((ttft := record.ttft) is None or ttft > self.ttft_s):
+            return False
+        if self.tpot_s is not None and (tpot := record.tpot) is not None and tpot > self.tpot_s:
+            return False
+        return not (self.e2e_s is not None and ((e2e := record.e2e) is None or e2e > self.e2e_s))
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+
+
+def good_requests(records: Iterable[RequestRecord], slo: Slo) -> int:
+    """How many of ``records`` are good under ``slo`` (bench_serving's ``good_completed``)."""
+    return sum(1 for r in records if slo.met_by(r))
+
 
 @dataclass(frozen=True)
 class PointSpec:
-    """What one point asks for."""
+    """What one point asks for: a closed loop (``concurrency``, ``rounds``) or, when ``rate``
+    is set, an open loop (``rate``, ``arrivals``, ``duration_s``, ``max_concurrency``, the
+    schedule's ``seed``; ``concurrency`` None). ``max_tokens`` is the point's output length;
+    a prompt's own ``max_tokens`` (workload output lengths) overrides it per request."""
 
     context: int
-    concurrency: int
+    concurrency: int | None
     rounds: int
     warmup_requests: int
     max_tokens: int
     temperature: float = 0.0
     ignore_eos: bool = True
+    rate: float | None = None
+    arrivals: Arrivals | None = None
+    duration_s: float | None = None
+    max_concurrency: int | None = None
+    workload: str = "synthetic"
+    seed: int | None = None
+    slo: Slo | None = None
 
     @property
-    def measured_requests(self) -> int:
-        return self.rounds * self.concurrency
+    def measured_requests(self) -> int | None:
+        """A closed point's measured requests; None for a rate point (its schedule decides)."""
+        return None if self.concurrency is None else self.rounds * self.concurrency
+
+    @property
+    def tag(self) -> str:
+        """The point in request labels: ``CONTEXT-CONCURRENCY`` or ``CONTEXT-rRATE``."""
+        load = f"r{self.rate:g}" if self.rate is not None else str(self.concurrency)
+        return f"{self.context}-{load}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +148,8 @@ class QualityThresholds:
     """When a point stops counting as a server measurement."""
 
     min_concurrency_fraction: float = 0.95
+    min_rate_fraction: float = 0.95
+    """A rate point whose achieved rate is below this share of its schedule's is flagged."""
     max_loop_lag_p99_s: float = 0.025
     max_client_cpu_fraction: float = 0.9
     min_requests: int = 5
@@ -78,7 +157,13 @@ class QualityThresholds:
 
 @dataclass(frozen=True)
 class PointMetrics:
-    """Everything measured at one point; latencies in seconds, rates per second."""
+    """Everything measured at one point; latencies in seconds, rates per second.
+
+    Rates over the point's wall time (``request_s``, ``input_tok_s``, ``output_tok_s``,
+    ``goodput``) are bench_serving's: completed requests (their prompt tokens, their output
+    tokens, the good ones) divided by the time from the measured phase's start to the last
+    response's end. ``achieved_rate`` and the schedule fields are a rate point's only.
+    """
 
     requests: int
     requests_ok: int
@@ -106,6 +191,31 @@ class PointMetrics:
     """Request-to-request standard error of ``output_tok_s`` within this run (batch means over
     its waves, :func:`~orchestrator.bench.stats.batch_rate_se`); None with fewer than 2."""
     output_tok_s_batches: int = 0
+    request_s: float | None = None
+    """Completed requests per second (bench_serving's request throughput)."""
+    input_tok_s: float | None = None
+    """Prompt tokens of the completed requests per second (bench_serving's input throughput)."""
+    output_len: Summary = EMPTY_SUMMARY
+    """The completed requests' output lengths (completion tokens): the distribution that
+    natural stopping or workload output lengths produce."""
+    good_requests: int | None = None
+    goodput: float | None = None
+    """Good requests per second (:class:`Slo`); None when the point has no bound."""
+    goodput_fraction: float | None = None
+    """Good requests over all measured requests (errors included): the share of the traffic
+    that got its service level."""
+    prompts_distinct: int | None = None
+    """Distinct prompts among the measured requests: sample lines (``Prompt.origin``) counted
+    once, every synthetic prompt on its own; None when the caller did not say."""
+    prompts_reused: int | None = None
+    """Measured requests whose sample prompt had been issued before (``Prompt.reused``)."""
+    achieved_rate: float | None = None
+    """Requests the client really sent per second over the measured phase (rate points)."""
+    requests_scheduled: int | None = None
+    requests_unsent: int | None = None
+    """Scheduled requests never sent: still waiting for a free slot when the phase ended."""
+    send_lag: Summary = EMPTY_SUMMARY
+    """How late each request went out against its scheduled time (rate points)."""
 
     def as_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -130,15 +240,27 @@ class PointMetrics:
             "prompt_tokens_tolerance": self.prompt_tokens_tolerance,
             "output_tok_s_se": self.output_tok_s_se,
             "output_tok_s_batches": self.output_tok_s_batches,
+            "request_s": self.request_s,
+            "input_tok_s": self.input_tok_s,
+            "good_requests": self.good_requests,
+            "goodput": self.goodput,
+            "goodput_fraction": self.goodput_fraction,
+            "prompts_distinct": self.prompts_distinct,
+            "prompts_reused": self.prompts_reused,
+            "achieved_rate": self.achieved_rate,
+            "requests_scheduled": self.requests_scheduled,
+            "requests_unsent": self.requests_unsent,
         }
         for name, summary in (
             ("ttft", self.ttft),
             ("itl", self.itl),
             ("tpot", self.tpot),
             ("e2e", self.e2e),
+            ("send_lag", self.send_lag),
         ):
             for key, value in summary.as_fields(name).items():
                 fields[key if key.endswith("_count") else key + "_s"] = value
+        fields.update(self.output_len.as_fields("output_len"))  # tokens, not seconds
         return fields
 
 
@@ -148,6 +270,8 @@ class PointResult:
 
     ``invocation_id`` and the journal cursors are filled by the caller that knows the unit
     (the runner); ``attach_journal`` adds the journal's accept_len once the window is read.
+    ``schedule`` is a rate point's arrival schedule (offsets in s from the measured phase's
+    start; :func:`orchestrator.bench.openloop.arrival_schedule`), empty for a closed point.
     """
 
     spec: PointSpec
@@ -166,6 +290,7 @@ class PointResult:
     journal_cursor_end: str | None = None
     measured_marker: Any = None
     """What ``before_measured`` returned at the start of the measured phase."""
+    schedule: tuple[float, ...] = ()
 
     def attach_journal(self, samples: Sequence[DecodeSample]) -> None:
         """Recombine accept_len with the journal window's decode lines for this point."""
@@ -174,14 +299,23 @@ class PointResult:
         )
 
     def to_dict(self, *, include_requests: bool = True) -> dict[str, Any]:
+        spec = self.spec
         out: dict[str, Any] = {
-            "context": self.spec.context,
-            "concurrency": self.spec.concurrency,
-            "rounds": self.spec.rounds,
-            "warmup_requests": self.spec.warmup_requests,
-            "max_tokens": self.spec.max_tokens,
-            "temperature": self.spec.temperature,
-            "ignore_eos": self.spec.ignore_eos,
+            "context": spec.context,
+            "concurrency": spec.concurrency,
+            "rounds": spec.rounds,
+            "warmup_requests": spec.warmup_requests,
+            "max_tokens": spec.max_tokens,
+            "temperature": spec.temperature,
+            "ignore_eos": spec.ignore_eos,
+            "workload": spec.workload,
+            "rate": spec.rate,
+            "arrivals": spec.arrivals,
+            "duration_s": spec.duration_s,
+            "max_concurrency": spec.max_concurrency,
+            "seed": spec.seed,
+            "slo": None if spec.slo is None else spec.slo.to_dict(),
+            "arrival_schedule": list(self.schedule) if spec.rate is not None else None,
             "flags": list(self.flags),
             "prompt_calibration": {
                 "filler_words": self.calibration.filler_words,
@@ -235,7 +369,36 @@ class LoopLagMonitor:
             self._task = None
 
 
-async def _closed_loop(
+def request_max_tokens(prompt: str | Prompt, default: int) -> int:
+    """A request's output length: its prompt's own ``max_tokens`` (workload output lengths),
+    else the point's."""
+    if isinstance(prompt, Prompt) and prompt.max_tokens is not None:
+        return prompt.max_tokens
+    return default
+
+
+def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
+    """(distinct, reused) over the prompts a point's measured phase sent.
+
+    A sample prompt (``Prompt.origin``: its line) counts once however often it was sent; a
+    plain or synthetic prompt (no origin) is distinct every time. ``reused`` counts the
+    requests whose sample prompt the factory had issued before (``Prompt.reused``: it went out
+    behind a fresh nonce).
+    """
+    origins: set[int] = set()
+    synthetic = 0
+    reused = 0
+    for prompt in prompts:
+        if isinstance(prompt, Prompt) and prompt.origin is not None:
+            origins.add(prompt.origin)
+            if prompt.reused:
+                reused += 1
+        else:
+            synthetic += 1
+    return synthetic + len(origins), reused
+
+
+async def closed_loop(
     client: BenchClient,
     prompts: Sequence[str],
     *,
@@ -252,12 +415,13 @@ async def _closed_loop(
         while position < len(prompts):
             mine = position
             position += 1
+            prompt = prompts[mine]
             raw = await client.stream(
-                prompts[mine],
-                max_tokens=spec.max_tokens,
+                prompt,
+                max_tokens=request_max_tokens(prompt, spec.max_tokens),
                 temperature=spec.temperature,
                 ignore_eos=spec.ignore_eos,
-                label=f"{phase}-{spec.context}-{spec.concurrency}-{mine}",
+                label=f"{phase}-{spec.tag}-{mine}",
                 phase=phase,
             )
             results.append(_Timed(index, raw))
@@ -285,51 +449,58 @@ def steady_window(timed: Sequence[tuple[int, float, float]]) -> tuple[float, flo
     return (start, end) if end > start else None
 
 
-def compute_metrics(
+def point_metrics(
     records: Sequence[RequestRecord],
-    workers: Sequence[int],
     *,
     spec: PointSpec,
     cpu_seconds: float | None,
     loop_lag_samples: Sequence[float],
     thresholds: QualityThresholds,
-) -> tuple[PointMetrics, tuple[str, ...]]:
-    """Metrics and quality flags of the measured requests (pure)."""
+    batch: int,
+    origin: float | None = None,
+    steady: tuple[float, float] | None = None,
+    prompts: Sequence[str | Prompt] | None = None,
+) -> tuple[PointMetrics, list[str]]:
+    """Metrics and the load-independent quality flags of a point's measured requests (pure).
+
+    The one metrics function of closed and open points; each adds its own load facts
+    (:func:`compute_metrics`, ``openloop.rate_metrics``). ``origin`` is the measured phase's
+    start (None: the first send), ``steady`` the window the concurrency held is read over
+    (None: the whole phase), ``batch`` the completions per batch of the rate's standard
+    error, ``prompts`` what the phase sent (for :func:`prompt_reuse`).
+
+    Lengths are judged per request, against the ``max_tokens``/``ignore_eos`` it was sent
+    with: ``short_outputs`` are requests under ``ignore_eos`` that stopped before their own
+    ``max_tokens``; ``truncated`` are requests without ``ignore_eos`` that hit theirs.
+    """
     ok = [r for r in records if r.ok]
     errors = Counter(r.error.value for r in records if r.error is not None)
     sends = [r.send_time for r in records]
     ends = [r.end_time for r in records if r.end_time is not None]
-    wall = (max(ends) - min(sends)) if sends and ends else None
+    start = origin if origin is not None else (min(sends) if sends else None)
+    wall = (max(ends) - start) if start is not None and ends else None
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     input_tokens = sum(r.prompt_tokens or 0 for r in ok)
-    truncated = 0 if spec.ignore_eos else sum(1 for r in ok if r.finish_reason == "length")
-    short = (
-        sum(1 for r in ok if (r.completion_tokens or 0) < spec.max_tokens) if spec.ignore_eos else 0
-    )
+    truncated = sum(1 for r in ok if not r.ignore_eos and r.finish_reason == "length")
+    short = sum(1 for r in ok if r.ignore_eos and (r.completion_tokens or 0) < r.max_tokens)
     decode_rates = [rate for r in ok if (rate := r.decode_tok_s) is not None]
     intervals = [(r.send_time, r.end_time) for r in records if r.end_time is not None]
     held_full = (
-        time_weighted_in_flight(intervals, min(sends), max(ends))
-        if wall is not None and wall > 0
+        time_weighted_in_flight(intervals, start, max(ends))
+        if start is not None and wall is not None and wall > 0
         else None
     )
-    window = steady_window(
-        [
-            (w, r.send_time, r.end_time)
-            for w, r in zip(workers, records, strict=True)
-            if r.end_time is not None
-        ]
-    )
-    held = time_weighted_in_flight(intervals, *window) if window is not None else held_full
+    held = time_weighted_in_flight(intervals, *steady) if steady is not None else held_full
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     lag = summarize(loop_lag_samples)
     cpu_fraction = cpu_seconds / wall if cpu_seconds is not None and wall else None
     rate_se, batches = batch_rate_se(
         [(r.end_time, float(r.completion_tokens or 0)) for r in ok if r.end_time is not None],
-        min(sends) if sends else 0.0,
-        spec.concurrency,
+        start if start is not None else 0.0,
+        batch,
     )
-    output_tok_s = output_tokens / wall if wall else None
+    good = good_requests(records, spec.slo) if spec.slo is not None and spec.slo.bounds() else None
+    distinct, reused = prompt_reuse(prompts) if prompts is not None else (None, None)
     metrics = PointMetrics(
         requests=len(records),
         requests_ok=len(ok),
@@ -340,7 +511,7 @@ def compute_metrics(
         wall_s=wall,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        output_tok_s=output_tok_s,
+        output_tok_s=output_tokens / wall if wall else None,
         request_decode_tok_s_p50=median(decode_rates),
         ttft=summarize(t for r in ok if (t := r.ttft) is not None),
         itl=summarize(x for r in ok for x in r.itl_samples()),
@@ -357,11 +528,16 @@ def compute_metrics(
         ),
         output_tok_s_se=rate_se,
         output_tok_s_batches=batches,
+        request_s=len(ok) / wall if wall else None,
+        input_tok_s=input_tokens / wall if wall else None,
+        output_len=summarize(float(r.completion_tokens or 0) for r in ok),
+        good_requests=good,
+        goodput=good / wall if good is not None and wall else None,
+        goodput_fraction=good / len(records) if good is not None and records else None,
+        prompts_distinct=distinct,
+        prompts_reused=reused,
     )
     flags: list[str] = []
-    wanted = min(spec.concurrency, max(len(records), 1))
-    if held is None or held < thresholds.min_concurrency_fraction * wanted:
-        flags.append(FLAG_CONCURRENCY_SHORT)
     if (lag.p99 is not None and lag.p99 > thresholds.max_loop_lag_p99_s) or (
         cpu_fraction is not None and cpu_fraction > thresholds.max_client_cpu_fraction
     ):
@@ -376,7 +552,178 @@ def compute_metrics(
         flags.append(FLAG_TOO_FEW_REQUESTS)
     if metrics.prompt_tokens_tolerance:
         flags.append(FLAG_PROMPT_LENGTH_INEXACT)
+    return metrics, flags
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    workers: Sequence[int],
+    *,
+    spec: PointSpec,
+    cpu_seconds: float | None,
+    loop_lag_samples: Sequence[float],
+    thresholds: QualityThresholds,
+    prompts: Sequence[str | Prompt] | None = None,
+) -> tuple[PointMetrics, tuple[str, ...]]:
+    """Metrics and quality flags of a closed point's measured requests (pure).
+
+    :func:`point_metrics`, with the concurrency held read over the steady window (every
+    worker busy) and flagged when short of the concurrency asked for.
+    """
+    if spec.concurrency is None:
+        raise ValueError("compute_metrics is for closed points; a rate point has no concurrency")
+    window = steady_window(
+        [
+            (w, r.send_time, r.end_time)
+            for w, r in zip(workers, records, strict=True)
+            if r.end_time is not None
+        ]
+    )
+    metrics, flags = point_metrics(
+        records,
+        spec=spec,
+        cpu_seconds=cpu_seconds,
+        loop_lag_samples=loop_lag_samples,
+        thresholds=thresholds,
+        batch=spec.concurrency,
+        steady=window,
+        prompts=prompts,
+    )
+    wanted = min(spec.concurrency, max(len(records), 1))
+    held = metrics.concurrency_held
+    if held is None or held < thresholds.min_concurrency_fraction * wanted:
+        flags.insert(0, FLAG_CONCURRENCY_SHORT)
     return metrics, tuple(flags)
+
+
+@dataclass
+class PreparedPoint:
+    """A point up to its measured phase: the calibration, the warm-up's records (labelled
+    ``warmup``, in no metric), and the measured phase's prompts, issued in advance so that
+    no prompt is built on the timed path."""
+
+    calibration: Calibration
+    started: float
+    started_unix: float
+    warmup: list[RequestRecord]
+    prompts: list[str]
+
+
+async def prepare_point(
+    client: BenchClient,
+    prompts: PromptFactory,
+    spec: PointSpec,
+    *,
+    warmup_concurrency: int,
+    measured_requests: int,
+) -> PreparedPoint:
+    """Calibrate ``spec.context``, run the warm-up closed loop, issue the measured prompts."""
+    calibration = await prompts.calibrate(spec.context)
+    started_unix = time.time()
+    started = time.monotonic()
+    warmup: list[RequestRecord] = []
+    if spec.warmup_requests > 0:
+        warm_prompts = [prompts.prompt(calibration) for _ in range(spec.warmup_requests)]
+        timed = await closed_loop(
+            client, warm_prompts, concurrency=warmup_concurrency, spec=spec, phase="warmup"
+        )
+        warmup = [parse_exchange(t.raw) for t in timed]
+    measured = [prompts.prompt(calibration) for _ in range(measured_requests)]
+    return PreparedPoint(calibration, started, started_unix, warmup, measured)
+
+
+@dataclass
+class MeasuredPhase:
+    """What the client saw around one measured phase: the caller's marker, ``/metrics``
+    before and after, and the client's own CPU time and event-loop lag during it."""
+
+    marker: Any = None
+    metrics_before: str | None = None
+    metrics_after: str | None = None
+    cpu_seconds: float | None = None
+    loop_lag: list[float] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def measured_phase(
+    client: BenchClient,
+    *,
+    scrape_metrics: bool,
+    metrics_timeout: float,
+    before_measured: Callable[[], Awaitable[Any]] | None,
+) -> AsyncIterator[MeasuredPhase]:
+    """Bracket a measured phase (closed or open): mark it, scrape, watch the client, scrape."""
+    phase = MeasuredPhase()
+    # The caller marks where the measured phase starts (e.g. the journal cursor), so every
+    # accept_len source covers the same requests and no warm-up.
+    phase.marker = await before_measured() if before_measured is not None else None
+    if scrape_metrics:
+        phase.metrics_before = await client.scrape_metrics(timeout=metrics_timeout)
+    monitor = LoopLagMonitor()
+    monitor.start()
+    cpu_start = time.process_time()
+    try:
+        yield phase
+    finally:
+        phase.cpu_seconds = time.process_time() - cpu_start
+        await monitor.stop()
+        phase.loop_lag = monitor.samples
+    if scrape_metrics:
+        phase.metrics_after = await client.scrape_metrics(timeout=metrics_timeout)
+
+
+def assemble_point(
+    ready: PreparedPoint,
+    *,
+    spec: PointSpec,
+    records: Sequence[RequestRecord],
+    metrics: PointMetrics,
+    flags: tuple[str, ...],
+    phase: MeasuredPhase,
+    scrape_metrics: bool,
+    schedule: tuple[float, ...] = (),
+) -> PointResult:
+    """The point's result: its accept_len from the responses and ``/metrics`` (the journal's
+    is attached later by the caller that reads it), logged once."""
+    accept = acceptlen.combine(
+        acceptlen.from_journal(None),
+        acceptlen.from_meta_info(
+            acceptlen.RequestSpec(r.completion_tokens or 0, r.spec_verify_ct, r.spec_correct_drafts)
+            for r in records
+            if r.ok
+        ),
+        acceptlen.from_metrics(phase.metrics_before, phase.metrics_after, requests=len(records))
+        if scrape_metrics
+        else acceptlen.Estimate(None, 0, "/metrics not scraped"),
+    )
+    _log().bind(context=spec.context, concurrency=spec.concurrency, rate=spec.rate).info(
+        "point.measured",
+        workload=spec.workload,
+        output_tok_s=metrics.output_tok_s,
+        request_s=metrics.request_s,
+        achieved_rate=metrics.achieved_rate,
+        goodput=metrics.goodput,
+        ttft_p50_s=metrics.ttft.p50,
+        itl_p50_s=metrics.itl.p50,
+        concurrency_held=metrics.concurrency_held,
+        errors=metrics.errors,
+        flags=list(flags),
+    )
+    return PointResult(
+        spec=spec,
+        metrics=metrics,
+        flags=flags,
+        calibration=ready.calibration,
+        requests=[*ready.warmup, *records],
+        started_monotonic=ready.started,
+        ended_monotonic=time.monotonic(),
+        started_unix=ready.started_unix,
+        accept_len=accept,
+        metrics_text_before=phase.metrics_before,
+        metrics_text_after=phase.metrics_after,
+        measured_marker=phase.marker,
+        schedule=schedule,
+    )
 
 
 async def run_point(
@@ -394,8 +741,14 @@ async def run_point(
     thresholds: QualityThresholds | None = None,
     metrics_timeout: float = 10.0,
     before_measured: Callable[[], Awaitable[Any]] | None = None,
+    slo: Slo | None = None,
+    workload: str = "synthetic",
 ) -> PointResult:
-    """Measure one point: calibrate the context, warm up, then the closed loop."""
+    """Measure one closed point: calibrate the context, warm up, then the closed loop.
+
+    ``slo`` adds goodput (good requests per second, :class:`Slo`); ``workload`` names the
+    prompt source in the result (its label, e.g. ``builtin:chat``).
+    """
     if concurrency > client.concurrency:
         raise ValueError(f"client pool sized {client.concurrency} < concurrency {concurrency}")
     spec = PointSpec(
@@ -406,89 +759,66 @@ async def run_point(
         max_tokens=max_tokens,
         temperature=temperature,
         ignore_eos=ignore_eos,
+        workload=workload,
+        slo=slo,
     )
-    log = _log().bind(context=context, concurrency=concurrency)
-    calibration = await prompts.calibrate(context)
-    started_unix = time.time()
-    started = time.monotonic()
-    warm: list[_Timed] = []
-    if warmup_requests > 0:
-        warm_prompts = [prompts.prompt(calibration) for _ in range(warmup_requests)]
-        warm = await _closed_loop(
-            client, warm_prompts, concurrency=concurrency, spec=spec, phase="warmup"
+    ready = await prepare_point(
+        client,
+        prompts,
+        spec,
+        warmup_concurrency=concurrency,
+        measured_requests=rounds * concurrency,
+    )
+    async with measured_phase(
+        client,
+        scrape_metrics=scrape_metrics,
+        metrics_timeout=metrics_timeout,
+        before_measured=before_measured,
+    ) as phase:
+        measured = await closed_loop(
+            client, ready.prompts, concurrency=concurrency, spec=spec, phase="measured"
         )
-    measured_prompts = [prompts.prompt(calibration) for _ in range(spec.measured_requests)]
-    # The caller marks where the measured phase starts (e.g. the journal cursor), so every
-    # accept_len source covers the same requests and no warm-up.
-    marker = await before_measured() if before_measured is not None else None
-    before = await client.scrape_metrics(timeout=metrics_timeout) if scrape_metrics else None
-    monitor = LoopLagMonitor()
-    monitor.start()
-    cpu_start = time.process_time()
-    try:
-        measured = await _closed_loop(
-            client, measured_prompts, concurrency=concurrency, spec=spec, phase="measured"
-        )
-    finally:
-        cpu_seconds = time.process_time() - cpu_start
-        await monitor.stop()
-    after = await client.scrape_metrics(timeout=metrics_timeout) if scrape_metrics else None
-    ended = time.monotonic()
-
     records = [parse_exchange(t.raw) for t in measured]
     metrics, flags = compute_metrics(
         records,
         [t.worker for t in measured],
         spec=spec,
-        cpu_seconds=cpu_seconds,
-        loop_lag_samples=monitor.samples,
+        cpu_seconds=phase.cpu_seconds,
+        loop_lag_samples=phase.loop_lag,
         thresholds=thresholds or QualityThresholds(),
+        prompts=ready.prompts,
     )
-    accept = acceptlen.combine(
-        acceptlen.from_journal(None),
-        acceptlen.from_meta_info(
-            acceptlen.RequestSpec(
-                r.completion_tokens or 0, r.spec_verify_ct, r.spec_correct_drafts
-            )
-            for r in records
-            if r.ok
-        ),
-        acceptlen.from_metrics(before, after, requests=len(records))
-        if scrape_metrics
-        else acceptlen.Estimate(None, 0, "/metrics not scraped"),
-    )
-    log.info(
-        "point.measured",
-        output_tok_s=metrics.output_tok_s,
-        ttft_p50_s=metrics.ttft.p50,
-        itl_p50_s=metrics.itl.p50,
-        concurrency_held=metrics.concurrency_held,
-        errors=metrics.errors,
-        flags=list(flags),
-    )
-    return PointResult(
+    return assemble_point(
+        ready,
         spec=spec,
+        records=records,
         metrics=metrics,
         flags=flags,
-        calibration=calibration,
-        requests=[parse_exchange(t.raw) for t in warm] + records,
-        started_monotonic=started,
-        ended_monotonic=ended,
-        started_unix=started_unix,
-        accept_len=accept,
-        metrics_text_before=before,
-        metrics_text_after=after,
-        measured_marker=marker,
+        phase=phase,
+        scrape_metrics=scrape_metrics,
     )
 
 
 __all__ = [
+    "FLAG_RATE_SHORT",
+    "Arrivals",
     "LoopLagMonitor",
+    "MeasuredPhase",
     "PointMetrics",
     "PointResult",
     "PointSpec",
+    "PreparedPoint",
     "QualityThresholds",
+    "Slo",
+    "assemble_point",
+    "closed_loop",
     "compute_metrics",
+    "good_requests",
+    "measured_phase",
+    "point_metrics",
+    "prepare_point",
+    "prompt_reuse",
+    "request_max_tokens",
     "run_point",
     "steady_window",
 ]

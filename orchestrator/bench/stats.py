@@ -63,11 +63,15 @@ class Summary:
         }
 
 
+EMPTY_SUMMARY = Summary(count=0, mean=None, p50=None, p90=None, p99=None, max=None)
+"""The summary of no samples (a metric a point did not measure)."""
+
+
 def summarize(values: Iterable[float]) -> Summary:
     """Summary of ``values`` (any iterable; consumed once)."""
     data = list(values)
     if not data:
-        return Summary(count=0, mean=None, p50=None, p90=None, p99=None, max=None)
+        return EMPTY_SUMMARY
     return Summary(
         count=len(data),
         mean=mean(data),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -25,9 +26,12 @@ from orchestrator.bench.client import BenchClient, ErrorKind, RequestRecord, Tok
 from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
+    FLAG_RATE_SHORT,
     PointResult,
+    Slo,
     run_point,
 )
+from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate_point
 from orchestrator.bench.prompts import PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
 from orchestrator.types import ApiKind
@@ -363,6 +367,88 @@ async def test_run_point_marks_the_measured_phase_after_its_warmup(spec_server: 
     assert doc["invocation_id"] is None and doc["journal_cursor_start"] is None
     assert len(doc["raw_requests"]) == 3
     json.dumps(doc)
+
+
+async def test_rate_point_sends_on_its_schedule_and_reports_bench_serving_rates(
+    spec_server: SimServer,
+) -> None:
+    """4 requests/s for 2 s, Poisson from a seed: every scheduled request goes out at its
+    offset (stamps against the stored schedule), the server saw each one, and the point's
+    rates are bench_serving's definitions over the records."""
+    schedule = arrival_schedule(4.0, 2.0, "poisson", seed=7)
+    async with _client(spec_server.url, "generate", 8) as client:
+        point = await run_rate_point(
+            client,
+            PromptFactory(client),
+            context=200,
+            rate=4.0,
+            arrivals="poisson",
+            duration_s=2.0,
+            max_concurrency=8,
+            warmup_requests=1,
+            max_tokens=16,
+            seed=7,
+            slo=Slo(ttft_s=30.0, e2e_s=30.0),
+        )
+    measured = _measured(point)
+    m = point.metrics
+    assert point.schedule == schedule and len(measured) == len(schedule) >= 5
+    assert m.requests_scheduled == len(schedule) and m.requests_unsent == 0 and m.errors == 0
+    # Each request left at its own offset from the phase's start, never before it.
+    start = min(r.send_time for r in measured) - schedule[0]
+    lags = [r.send_time - (start + offset) for r, offset in zip(measured, schedule, strict=True)]
+    assert min(lags) > -0.002 and percentile(lags, 50) < ARRIVAL_P50_S
+    assert m.send_lag.count == len(schedule) and m.send_lag.max is not None
+    assert m.achieved_rate == pytest.approx(offered_rate(schedule, 2.0), rel=0.05)
+    assert FLAG_RATE_SHORT not in point.flags
+    # bench_serving: completed requests and their tokens over start -> last response's end.
+    assert m.wall_s is not None and m.wall_s >= max(schedule)
+    assert m.request_s == pytest.approx(len(measured) / m.wall_s)
+    assert m.input_tok_s == pytest.approx(200 * len(measured) / m.wall_s)
+    assert m.output_tok_s == pytest.approx(16 * len(measured) / m.wall_s)
+    assert m.goodput == m.request_s and m.goodput_fraction == 1.0
+    assert m.output_len.count == len(measured) and m.output_len.p50 == 16.0
+    assert m.prompts_distinct == len(measured) and m.prompts_reused == 0
+    truth = await _truth(spec_server.url, [r.response_id or "" for r in measured])
+    assert [truth[r.response_id or ""]["completion_tokens"] for r in measured] == [16] * len(
+        measured
+    )
+    doc = point.to_dict(include_requests=False)
+    assert doc["rate"] == 4.0 and doc["arrivals"] == "poisson" and doc["concurrency"] is None
+    assert doc["arrival_schedule"] == list(schedule) and doc["seed"] == 7
+    assert doc["achieved_rate"] == m.achieved_rate and doc["goodput"] == m.goodput
+    assert doc["workload"] == "synthetic" and doc["slo"]["ttft_s"] == 30.0
+    json.dumps(doc)
+
+
+async def test_rate_point_that_cannot_keep_up_is_flagged_not_reported_as_offered(
+    spec_server: SimServer,
+) -> None:
+    """One slot at 40 requests/s of 32-token answers: the loop waits for its slot (lateness
+    measured), leaves what it could not send unsent, and the point says it fell short."""
+    async with _client(spec_server.url, "generate", 1) as client:
+        point = await run_rate_point(
+            client,
+            PromptFactory(client),
+            context=60,
+            rate=40.0,
+            arrivals="constant",
+            duration_s=0.5,
+            max_concurrency=1,
+            warmup_requests=0,
+            max_tokens=32,
+        )
+    m = point.metrics
+    measured = _measured(point)
+    assert m.requests_scheduled == 20 and m.requests_unsent is not None
+    assert len(measured) + m.requests_unsent == 20 and m.requests_unsent > 0
+    assert m.achieved_rate is not None and m.achieved_rate < 0.95 * 40.0
+    assert m.achieved_rate == pytest.approx(len(measured) / 0.5, rel=0.2)
+    assert FLAG_RATE_SHORT in point.flags
+    # Never two in flight: each send waited for the previous answer.
+    for before, after in itertools.pairwise(measured):
+        assert before.end_time is not None and after.send_time >= before.end_time
+    assert m.send_lag.max is not None and m.send_lag.max > 0.5 / 20
 
 
 def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:

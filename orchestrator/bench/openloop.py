@@ -1,0 +1,344 @@
+"""Open-loop points: requests arrive at a rate, on a schedule fixed before the point starts.
+
+A serving fleet does not wait for one answer before the next user asks; so a rate point
+sends each request at its scheduled time whether or not the earlier ones have finished, up to
+``max_concurrency`` in flight, for ``duration_s`` after a warm-up. What it measures is what
+operators judge a config by: latency percentiles and goodput (requests per second that met
+every latency bound) at a load the server did not choose.
+
+The schedule is data, not a side effect of sleeping: :func:`arrival_schedule` draws every
+offset from the seed before the phase starts, the point stores it, and the client then sends
+against it on the monotonic clock. A client that cannot keep to it (its event loop is late,
+or the in-flight cap holds a request back) does not silently bunch or drop requests: every
+send's lateness against its slot in the schedule is recorded (``send_lag``), requests still
+waiting for a slot when the phase ends are counted as unsent, and the point reports the rate
+it really sent at (``achieved_rate``), flagged ``rate_short`` below 95% of the schedule's own.
+
+Compared with SGLang's ``bench_serving --request-rate R [--max-concurrency C]``, whose
+definitions the metrics follow (``orchestrator.bench.matrix.point_metrics``):
+
+- bench_serving sends a fixed number of prompts, sleeping an exponential gap after each send
+  (so its sleeps' lateness accumulates into the schedule). A rate point sends for a fixed
+  time against absolute offsets (lateness does not accumulate; it is measured instead), so a
+  slow server cannot stretch the phase without bound.
+- Like bench_serving, the first request goes at offset 0, requests still running at the end
+  of sending are awaited and counted, and the duration that throughputs divide by runs from
+  the phase's start to the last response's end (the drain included): ``request_s`` is
+  completed requests over that time, as bench_serving's request throughput.
+- Like bench_serving's ``--max-concurrency`` semaphore, a request whose slot is not free
+  waits for one; bench_serving's wait is invisible in its numbers, here it is ``send_lag``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
+from orchestrator.bench.matrix import (
+    FLAG_RATE_SHORT,
+    Arrivals,
+    PointMetrics,
+    PointResult,
+    PointSpec,
+    QualityThresholds,
+    Slo,
+    assemble_point,
+    measured_phase,
+    point_metrics,
+    prepare_point,
+    request_max_tokens,
+)
+from orchestrator.bench.prompts import PromptFactory
+from orchestrator.bench.stats import summarize
+from orchestrator.engine import Prompt
+
+__all__ = [
+    "Arrivals",
+    "Slo",
+    "arrival_schedule",
+    "offered_rate",
+    "open_loop",
+    "rate_metrics",
+    "run_rate_point",
+]
+
+
+def arrival_schedule(
+    rate: float, duration_s: float, arrivals: Arrivals, seed: int
+) -> tuple[float, ...]:
+    """Send offsets (s from the measured phase's start) of every request in ``duration_s``.
+
+    ``poisson``: a Poisson process of intensity ``rate``, gaps drawn as exponentials from
+    ``random.Random(seed)`` (the draw is specified by Python, so the same arguments give the
+    same schedule on every host and version); ``constant``: ``1/rate`` apart. Both start at
+    offset 0, as bench_serving's first request does, and keep the offsets below
+    ``duration_s``. The same seed at another rate gives the same schedule scaled in time, so
+    every config and every rate of a sweep face the same arrival pattern (common random
+    numbers: differences between configs are not differences between draws).
+    """
+    if not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"rate must be a positive finite number of requests/s, got {rate}")
+    if not duration_s > 0 or not math.isfinite(duration_s):
+        raise ValueError(f"duration_s must be a positive finite number, got {duration_s}")
+    if arrivals == "constant":
+        count = math.ceil(rate * duration_s - 1e-9)
+        return tuple(index / rate for index in range(count))
+    if arrivals != "poisson":
+        raise ValueError(f"arrivals must be 'poisson' or 'constant', got {arrivals!r}")
+    rng = random.Random(seed)
+    offsets: list[float] = []
+    offset = 0.0
+    while offset < duration_s:
+        offsets.append(offset)
+        offset += rng.expovariate(rate)
+    return tuple(offsets)
+
+
+def offered_rate(schedule: Sequence[float], duration_s: float) -> float:
+    """The schedule's own rate: its requests over the phase (not the nominal ``rate``,
+    from which a Poisson draw differs by chance)."""
+    return len(schedule) / duration_s
+
+
+@dataclass
+class _Sent:
+    due: float
+    """The monotonic time the schedule gave this request."""
+    prompt: str
+    raw: RawExchange
+
+
+@dataclass
+class OpenLoopRun:
+    """What one open loop sent, in schedule order, and how many it could not send."""
+
+    start: float
+    sent: list[_Sent]
+    unsent: int
+
+
+async def open_loop(
+    client: BenchClient,
+    prompts: Sequence[str],
+    schedule: Sequence[float],
+    *,
+    spec: PointSpec,
+    max_concurrency: int,
+    duration_s: float,
+    phase: Phase = "measured",
+) -> OpenLoopRun:
+    """Send ``prompts[i]`` at ``start + schedule[i]``, at most ``max_concurrency`` in flight.
+
+    One dispatcher walks the schedule in order: it sleeps until a request's time (never
+    sending early), then, if every slot is busy, waits for one; the request's real send
+    stamp is taken by the client, so its lateness is the stamp minus its due time. Once the
+    phase's ``duration_s`` is over, a request still waiting for a slot is not sent (nor are
+    the ones behind it): it is counted as unsent. A request whose time came, however late,
+    while a slot was free goes out. Every sent request is awaited before this returns.
+    """
+    if len(prompts) < len(schedule):
+        raise ValueError(f"{len(schedule)} arrivals need as many prompts, got {len(prompts)}")
+    clock = time.monotonic
+    in_flight = 0
+    freed = asyncio.Event()
+
+    async def send(index: int, prompt: str) -> RawExchange:
+        nonlocal in_flight
+        try:
+            return await client.stream(
+                prompt,
+                max_tokens=request_max_tokens(prompt, spec.max_tokens),
+                temperature=spec.temperature,
+                ignore_eos=spec.ignore_eos,
+                label=f"{phase}-{spec.tag}-{index}",
+                phase=phase,
+            )
+        finally:
+            in_flight -= 1
+            freed.set()
+
+    start = clock()
+    deadline = start + duration_s
+    tasks: list[tuple[float, str, asyncio.Task[RawExchange]]] = []
+    unsent = 0
+    for index, offset in enumerate(schedule):
+        due = start + offset
+        delay = due - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
+            freed.clear()
+            try:
+                async with asyncio.timeout(left):
+                    await freed.wait()
+            except TimeoutError:
+                break
+        if in_flight >= max_concurrency:
+            unsent = len(schedule) - index
+            break
+        in_flight += 1
+        prompt = prompts[index]
+        tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
+    raws = await asyncio.gather(*(task for _, _, task in tasks))
+    sent = [_Sent(due, prompt, raw) for (due, prompt, _), raw in zip(tasks, raws, strict=True)]
+    return OpenLoopRun(start=start, sent=sent, unsent=unsent)
+
+
+def rate_metrics(
+    records: Sequence[RequestRecord],
+    dues: Sequence[float],
+    *,
+    spec: PointSpec,
+    schedule: Sequence[float],
+    start: float,
+    unsent: int,
+    cpu_seconds: float | None,
+    loop_lag_samples: Sequence[float],
+    thresholds: QualityThresholds,
+    prompts: Sequence[str | Prompt] | None = None,
+) -> tuple[PointMetrics, tuple[str, ...]]:
+    """Metrics and quality flags of a rate point's measured requests (pure).
+
+    :func:`~orchestrator.bench.matrix.point_metrics` from the phase's ``start``, plus the
+    load the client really generated:
+
+    - ``achieved_rate``: requests sent over the sending window, ``duration_s`` (or up to
+      the last send when the loop woke past the end); it counts what went out, so unsent
+      requests lower it, and it is never the nominal ``rate``;
+    - ``send_lag``: each sent request's send stamp minus its due time;
+    - ``rate_short`` when ``achieved_rate`` is below ``min_rate_fraction`` of the
+      schedule's own rate (``len(schedule) / duration_s``).
+
+    ``records`` and ``dues`` are the sent requests in schedule order.
+    """
+    if spec.rate is None or spec.duration_s is None:
+        raise ValueError("rate_metrics needs a rate point (rate and duration_s set)")
+    metrics, flags = point_metrics(
+        records,
+        spec=spec,
+        cpu_seconds=cpu_seconds,
+        loop_lag_samples=loop_lag_samples,
+        thresholds=thresholds,
+        # About a second of completions per batch: the rate's standard error by batch means.
+        batch=max(1, math.ceil(spec.rate)),
+        origin=start,
+        prompts=prompts,
+    )
+    last_send = max((r.send_time for r in records), default=start)
+    window = max(spec.duration_s, last_send - start)
+    achieved = len(records) / window
+    metrics = replace(
+        metrics,
+        achieved_rate=achieved,
+        requests_scheduled=len(schedule),
+        requests_unsent=unsent,
+        send_lag=summarize(r.send_time - due for r, due in zip(records, dues, strict=True)),
+    )
+    if achieved < thresholds.min_rate_fraction * offered_rate(schedule, spec.duration_s):
+        flags.insert(0, FLAG_RATE_SHORT)
+    return metrics, tuple(flags)
+
+
+async def run_rate_point(
+    client: BenchClient,
+    prompts: PromptFactory,
+    *,
+    context: int,
+    rate: float,
+    arrivals: Arrivals = "poisson",
+    duration_s: float = 30.0,
+    max_concurrency: int = 256,
+    warmup_requests: int,
+    max_tokens: int,
+    temperature: float = 0.0,
+    ignore_eos: bool = True,
+    seed: int = 0,
+    slo: Slo | None = None,
+    scrape_metrics: bool = False,
+    before_measured: Callable[[], Awaitable[Any]] | None = None,
+    workload: str = "synthetic",
+    thresholds: QualityThresholds | None = None,
+    metrics_timeout: float = 10.0,
+) -> PointResult:
+    """Measure one rate point: calibrate the context, warm up, then the open loop.
+
+    The warm-up (``warmup_requests``, not counted) runs as bench_serving's does, all at once
+    (at most ``max_concurrency`` together); the measured phase follows
+    :func:`arrival_schedule` ``(rate, duration_s, arrivals, seed)``, which the result keeps.
+    The client's connection pool must hold ``max_concurrency`` (ValueError otherwise): a
+    request queued inside the client would be sent late without its lateness being seen.
+    """
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if max_concurrency > client.concurrency:
+        raise ValueError(
+            f"client pool sized {client.concurrency} < max_concurrency {max_concurrency}"
+        )
+    schedule = arrival_schedule(rate, duration_s, arrivals, seed)
+    spec = PointSpec(
+        context=context,
+        concurrency=None,
+        rounds=0,
+        warmup_requests=warmup_requests,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        ignore_eos=ignore_eos,
+        rate=rate,
+        arrivals=arrivals,
+        duration_s=duration_s,
+        max_concurrency=max_concurrency,
+        workload=workload,
+        seed=seed,
+        slo=slo,
+    )
+    ready = await prepare_point(
+        client,
+        prompts,
+        spec,
+        # bench_serving's warm-up: all at once (within the in-flight cap).
+        warmup_concurrency=max(1, min(warmup_requests, max_concurrency)),
+        measured_requests=len(schedule),
+    )
+    async with measured_phase(
+        client,
+        scrape_metrics=scrape_metrics,
+        metrics_timeout=metrics_timeout,
+        before_measured=before_measured,
+    ) as phase:
+        run = await open_loop(
+            client,
+            ready.prompts,
+            schedule,
+            spec=spec,
+            max_concurrency=max_concurrency,
+            duration_s=duration_s,
+        )
+    records = [parse_exchange(s.raw) for s in run.sent]
+    metrics, flags = rate_metrics(
+        records,
+        [s.due for s in run.sent],
+        spec=spec,
+        schedule=schedule,
+        start=run.start,
+        unsent=run.unsent,
+        cpu_seconds=phase.cpu_seconds,
+        loop_lag_samples=phase.loop_lag,
+        thresholds=thresholds or QualityThresholds(),
+        prompts=[s.prompt for s in run.sent],
+    )
+    return assemble_point(
+        ready,
+        spec=spec,
+        records=records,
+        metrics=metrics,
+        flags=flags,
+        phase=phase,
+        scrape_metrics=scrape_metrics,
+        schedule=schedule,
+    )
