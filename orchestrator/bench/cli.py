@@ -16,17 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TextIO, get_args
+from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import base_url_from_user
-from orchestrator.bench.matrix import FLAG_ERRORS, PointResult, QualityThresholds, run_point
+from orchestrator.bench.matrix import (
+    FLAG_ERRORS,
+    Arrivals,
+    PointResult,
+    QualityThresholds,
+    Slo,
+    run_point,
+)
+from orchestrator.bench.openloop import arrival_schedule, run_rate_point
 from orchestrator.bench.problems import (
     Problem,
     ProblemFileError,
@@ -42,6 +51,8 @@ if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult
 
 
+OutputLengths = Literal["fixed", "natural", "workload"]
+OUTPUT_LENGTHS: tuple[OutputLengths, ...] = get_args(OutputLengths)
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
 COUNTED_PHASES: frozenset[Phase] = frozenset({"warmup", "measured"})
 """The requests the progress display counts: every point's warm-up and measured ones."""
@@ -219,6 +230,36 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+SLO_KEYS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2e_ms": "e2e_s"}
+"""``--slo`` keys (the sweep file's ``slo`` keys, milliseconds) and the :class:`Slo` field
+each sets (seconds)."""
+
+
+def parse_slo(text: str) -> Slo:
+    """``ttft_ms=2000,tpot_ms=100,e2e_ms=60000`` (any of the three, each at most once)."""
+    bounds: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or key not in SLO_KEYS:
+            known = ", ".join(SLO_KEYS)
+            problem = f"{item.strip()!r}: expected KEY=MS, KEY one of {known}"
+            raise argparse.ArgumentTypeError(problem)
+        if SLO_KEYS[key] in bounds:
+            raise argparse.ArgumentTypeError(f"{key} given twice")
+        bounds[SLO_KEYS[key]] = _positive_float(value) / 1000.0
+    return Slo(**bounds)
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the bench options to ``parser`` (the ``bench`` subcommand or a standalone one)."""
     parser.add_argument(
@@ -245,8 +286,49 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--concurrency",
         type=_positive_int,
         nargs="+",
-        default=[1, 8],
-        help="requests in flight (space-separated)",
+        default=None,
+        help="closed-loop points: requests in flight (space-separated; default 1 8, none "
+        "when --rate is given alone)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive_float,
+        nargs="+",
+        default=None,
+        help="open-loop points: requests per second (space-separated), measured for --duration",
+    )
+    parser.add_argument(
+        "--arrivals",
+        choices=get_args(Arrivals),
+        default="poisson",
+        help="rate points: Poisson arrivals (exponential gaps from --seed) or evenly spaced",
+    )
+    parser.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=30.0,
+        help="rate points: seconds of arrivals measured after the warm-up (default 30)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=256,
+        help="rate points: most requests in flight (default 256)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="rate points: the schedule's seed")
+    parser.add_argument(
+        "--slo",
+        type=parse_slo,
+        default=None,
+        help="per-request bounds for goodput: ttft_ms=..,tpot_ms=..,e2e_ms=.. (any of them)",
+    )
+    parser.add_argument(
+        "--output-lengths",
+        choices=OUTPUT_LENGTHS,
+        default=None,
+        help="fixed: every request yields --max-tokens (ignore_eos; the default); natural: the "
+        "model stops, --max-tokens caps; workload: each request's output_tokens from the "
+        "workload (ignore_eos), --max-tokens where it has none",
     )
     parser.add_argument(
         "--rounds",
@@ -258,7 +340,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--warmup",
         type=_non_negative_int,
         default=None,
-        help="warm-up requests per point, excluded from metrics (default: the concurrency)",
+        help="warm-up requests per point, excluded from metrics (default: the concurrency; "
+        "for a rate point one second of its arrivals, at most --max-concurrency)",
     )
     parser.add_argument("--max-tokens", type=_positive_int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -266,7 +349,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--no-ignore-eos",
         dest="ignore_eos",
         action="store_false",
-        help="let the model stop early (default: ignore_eos, every request yields max-tokens)",
+        help="let the model stop early: --output-lengths natural",
     )
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument(
@@ -323,10 +406,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 @dataclass(frozen=True, slots=True)
 class PlannedPoint:
-    """One point of the run as the progress display counts it."""
+    """One point of the run: a closed loop (``concurrency``) or an open one (``rate``), with
+    the requests the progress display counts for it."""
 
     context: int
-    concurrency: int
+    concurrency: int | None
+    rate: float | None
     warmup: int
     measured: int
 
@@ -336,23 +421,34 @@ class PlannedPoint:
 
     @property
     def label(self) -> str:
-        return f"ctx {self.context} x c{self.concurrency}"
+        load = f"x c{self.concurrency}" if self.rate is None else f"@ {self.rate:g} req/s"
+        return f"ctx {self.context} {load}"
+
+
+def closed_loads(args: argparse.Namespace) -> list[int]:
+    """``--concurrency`` as given; by default ``1 8``, or none when only ``--rate`` is given."""
+    if args.concurrency is not None:
+        return list(args.concurrency)
+    return [] if args.rate else [1, 8]
 
 
 def planned_points(args: argparse.Namespace) -> list[PlannedPoint]:
-    """The matrix's points in run order (contexts outer, loads inner), with their requests."""
+    """The matrix's points in run order: per context, the closed points, then the rate
+    points (whose measured requests are their arrival schedule's)."""
     if not args.matrix:
         return []
-    return [
-        PlannedPoint(
-            context=context,
-            concurrency=concurrency,
-            warmup=concurrency if args.warmup is None else args.warmup,
-            measured=args.rounds * concurrency,
-        )
-        for context in args.contexts
-        for concurrency in args.concurrency
-    ]
+    plan: list[PlannedPoint] = []
+    for context in args.contexts:
+        for concurrency in closed_loads(args):
+            warmup = concurrency if args.warmup is None else args.warmup
+            plan.append(PlannedPoint(context, concurrency, None, warmup, args.rounds * concurrency))
+        for rate in args.rate or []:
+            schedule = arrival_schedule(rate, args.duration, args.arrivals, args.seed)
+            warmup = args.warmup
+            if warmup is None:  # one second of arrivals, as many as may be in flight
+                warmup = min(math.ceil(rate), args.max_concurrency)
+            plan.append(PlannedPoint(context, None, rate, warmup, len(schedule)))
+    return plan
 
 
 def point_line(
@@ -386,8 +482,10 @@ def _print_table(points: list[PointResult]) -> None:
     table = Table(title="bench")
     for header in (
         "ctx",
-        "C",
+        "load",
         "held",
+        "req/s",
+        "goodput",
         "tok/s",
         "TTFT p50",
         "TTFT p99",
@@ -409,10 +507,13 @@ def _print_table(points: list[PointResult]) -> None:
 
     for p in points:
         m = p.metrics
+        load = f"C={p.spec.concurrency}" if p.spec.rate is None else f"{p.spec.rate:g}/s"
         table.add_row(
             str(p.spec.context),
-            str(p.spec.concurrency),
+            load,
             num(m.concurrency_held, 2),
+            num(m.request_s, 2),
+            num(m.goodput, 2),
             num(m.output_tok_s),
             ms(m.ttft.p50),
             ms(m.ttft.p99),
@@ -457,6 +558,48 @@ def _coding_document(results: list[CodingResult]) -> dict[str, Any]:
     }
 
 
+def output_lengths(args: argparse.Namespace) -> OutputLengths:
+    """``--output-lengths``, with ``--no-ignore-eos`` as ``natural`` (ValueError when both
+    are given and disagree)."""
+    chosen: OutputLengths | None = args.output_lengths
+    if not args.ignore_eos:
+        if chosen not in (None, "natural"):
+            raise ValueError(f"--no-ignore-eos contradicts --output-lengths {chosen}")
+        return "natural"
+    return chosen or "fixed"
+
+
+async def _measure(
+    client: BenchClient, prompts: PromptFactory, planned: PlannedPoint, args: argparse.Namespace
+) -> PointResult:
+    """One planned point, closed or open loop, with the run's shared settings."""
+    shared: dict[str, Any] = {
+        "context": planned.context,
+        "warmup_requests": planned.warmup,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "ignore_eos": output_lengths(args) != "natural",
+        "scrape_metrics": args.scrape_metrics,
+        "thresholds": QualityThresholds(),
+        "slo": args.slo,
+    }
+    if planned.rate is not None:
+        return await run_rate_point(
+            client,
+            prompts,
+            rate=planned.rate,
+            arrivals=args.arrivals,
+            duration_s=args.duration,
+            max_concurrency=args.max_concurrency,
+            seed=args.seed,
+            **shared,
+        )
+    assert planned.concurrency is not None
+    return await run_point(
+        client, prompts, concurrency=planned.concurrency, rounds=args.rounds, **shared
+    )
+
+
 async def run_async(
     args: argparse.Namespace,
     problems: list[Problem] | None = None,
@@ -467,19 +610,31 @@ async def run_async(
     Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
     cut short keeps what it measured."""
     log = get_logger(component="bench.cli", url=args.url)
-    concurrency_max = max(args.concurrency)
+    plan = planned_points(args)
+    pool = max(
+        [1, *(p.concurrency for p in plan if p.concurrency is not None)]
+        + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
+    )
+    lengths = output_lengths(args)
     document: dict[str, Any] = {
         "url": args.url,
         "model": args.model,
         "api": args.api,
         "settings": {
             "contexts": list(args.contexts),
-            "concurrency": list(args.concurrency),
+            "concurrency": closed_loads(args),
+            "rate": list(args.rate or []),
+            "arrivals": args.arrivals,
+            "duration_s": args.duration,
+            "max_concurrency": args.max_concurrency,
+            "seed": args.seed,
+            "slo": None if args.slo is None else args.slo.to_dict(),
+            "output_lengths": lengths,
             "rounds": args.rounds,
             "warmup": args.warmup,
             "max_tokens": args.max_tokens,
             "temperature": args.temperature,
-            "ignore_eos": args.ignore_eos,
+            "ignore_eos": lengths != "natural",
             "request_timeout_s": args.request_timeout,
             "scrape_metrics": args.scrape_metrics,
             "matrix": args.matrix,
@@ -491,12 +646,11 @@ async def run_async(
         "error": None,
     }
     points: list[PointResult] = []
-    plan = planned_points(args)
     client = ObservedClient(
         args.url,
         api=args.api,
         model=args.model,
-        concurrency=concurrency_max,
+        concurrency=pool,
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
     )
@@ -509,19 +663,7 @@ async def run_async(
                 for planned in plan:
                     progress.start_point(planned.label)
                     client.prompts = {} if args.output_prompts else None
-                    point = await run_point(
-                        client,
-                        prompts,
-                        context=planned.context,
-                        concurrency=planned.concurrency,
-                        rounds=args.rounds,
-                        warmup_requests=planned.warmup,
-                        max_tokens=args.max_tokens,
-                        temperature=args.temperature,
-                        ignore_eos=args.ignore_eos,
-                        scrape_metrics=args.scrape_metrics,
-                        thresholds=QualityThresholds(),
-                    )
+                    point = await _measure(client, prompts, planned, args)
                     points.append(point)
                     if output is not None:
                         line = point_line(
@@ -562,6 +704,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.output_prompts and args.output is None:
         print("bench: --output-prompts needs --output FILE", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        output_lengths(args)
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         args.url = base_url_from_user(args.url)

@@ -540,28 +540,38 @@ def test_bench_cli_output_file_has_one_line_per_point_with_its_requests(
         [
             sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
             "--model", MODEL, "--api", "generate", "--contexts", "60", "--concurrency", "1", "2",
-            "--rounds", "1", "--max-tokens", "8", "--no-metrics", "--output", str(output),
-            "--output-prompts",
+            "--rate", "40", "--duration", "0.2", "--seed", "3", "--slo", "e2e_ms=60000",
+            "--warmup", "1", "--rounds", "1", "--max-tokens", "8", "--no-metrics",
+            "--output", str(output), "--output-prompts",
         ],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in output.read_text().splitlines()]
-    assert [(p["context"], p["concurrency"]) for p in lines] == [(60, 1), (60, 2)]
+    assert [(p["context"], p["concurrency"], p["rate"]) for p in lines] == [
+        (60, 1, None), (60, 2, None), (60, None, 40.0)
+    ]  # fmt: skip
+    total = 0
     for line in lines:
         assert line["url"] == spec_server.url and line["api"] == "generate"
         requests = line["raw_requests"]
+        total += len(requests)
         phases = [r["phase"] for r in requests]
-        assert phases == ["warmup"] * line["concurrency"] + ["measured"] * line["requests"]
+        assert phases == ["warmup"] + ["measured"] * line["requests"]
         truth = await_truth(spec_server.url, [r["response_id"] for r in requests])
         for request in requests:
             # the prompt kept is the one the server got: its length in the server's tokens
             assert truth[request["response_id"]]["prompt_tokens"] == request["prompt_tokens"] == 60
             assert len(request["prompt"].split()) == 60  # the simulator counts words
         assert len({r["prompt"] for r in requests}) == len(requests)  # each its own nonce
+    rate = lines[2]
+    measured = sorted((r for r in rate["raw_requests"] if r["phase"] == "measured"),
+                      key=lambda r: r["send_time"])
+    assert len(rate["arrival_schedule"]) == len(measured) == rate["requests"] > 1
+    assert rate["goodput"] == pytest.approx(rate["request_s"])  # a 60 s bound: every request
     # progress: plain lines on stderr (not a terminal), the last one complete
     progress = [line for line in done.stderr.splitlines() if line.startswith("bench ")]
-    assert progress[-1].startswith("bench 6/6 requests (100%)")
+    assert progress[-1].startswith(f"bench {total}/{total} requests (100%)")
 
     unwritable = subprocess.run(
         [

@@ -1,4 +1,5 @@
-"""``orchestrator bench``'s progress display and plan, as pure units: no server, no event loop."""
+"""``orchestrator bench``'s options, plan and progress display, as pure units: no server, no
+event loop."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from orchestrator.bench.cli import (
     clock_duration,
     configure_parser,
     eta_seconds,
+    output_lengths,
+    parse_slo,
     planned_points,
 )
+from orchestrator.bench.matrix import Slo
+from orchestrator.bench.openloop import arrival_schedule
 
 
 class FakeClock:
@@ -109,3 +114,68 @@ def test_planned_points_count_warmup_and_measured_requests_in_run_order() -> Non
     fixed = planned_points(parse("--contexts", "60", "--concurrency", "2", "--warmup", "0"))
     assert [p.requests for p in fixed] == [10]
     assert planned_points(parse("--no-matrix")) == []
+
+
+def test_rate_points_follow_the_closed_ones_and_count_their_schedule() -> None:
+    args = parse(
+        "--contexts", "60", "--concurrency", "2", "--rate", "4", "0.5", "--duration", "10",
+        "--arrivals", "poisson", "--seed", "7", "--max-concurrency", "3",
+    )  # fmt: skip
+    plan = planned_points(args)
+    assert [(p.concurrency, p.rate) for p in plan] == [(2, None), (None, 4.0), (None, 0.5)]
+    four = len(arrival_schedule(4.0, 10.0, "poisson", 7))
+    half = len(arrival_schedule(0.5, 10.0, "poisson", 7))
+    # warm-up: one second of arrivals, capped by the in-flight limit; at least one
+    assert [p.requests for p in plan] == [2 + 5 * 2, 3 + four, 1 + half]
+    assert plan[1].label == "ctx 60 @ 4 req/s"
+    assert args.arrivals == "poisson" and args.max_concurrency == 3
+
+
+def test_rate_alone_runs_no_closed_points_and_neither_alone_keeps_todays_default() -> None:
+    only_rate = planned_points(parse("--contexts", "60", "--rate", "2", "--duration", "3"))
+    assert [(p.concurrency, p.rate) for p in only_rate] == [(None, 2.0)]
+    constant = parse("--contexts", "60", "--rate", "2", "--duration", "3", "--arrivals",
+                     "constant", "--warmup", "0")
+    assert [p.requests for p in planned_points(constant)] == [6]
+    default = planned_points(parse("--contexts", "60"))
+    assert [(p.concurrency, p.rate) for p in default] == [(1, None), (8, None)]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--rate", "0"],
+        ["--rate", "-1"],
+        ["--rate", "inf"],
+        ["--rate", "fast"],
+        ["--duration", "0"],
+        ["--max-concurrency", "0"],
+        ["--arrivals", "bursty"],
+        ["--slo", "ttft=5"],
+        ["--slo", "ttft_ms=0"],
+        ["--slo", "ttft_ms=1,ttft_ms=2"],
+        ["--output-lengths", "long"],
+    ],
+)
+def test_bad_rate_options_are_usage_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse(*argv)
+    assert exit_info.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_slo_in_milliseconds_becomes_seconds() -> None:
+    assert parse_slo("ttft_ms=2000,tpot_ms=100,e2e_ms=60000") == Slo(2.0, 0.1, 60.0)
+    assert parse_slo("tpot_ms=50") == Slo(tpot_s=0.05)
+    assert parse("--slo", " e2e_ms=1500 ").slo == Slo(e2e_s=1.5)
+
+
+def test_output_lengths_default_fixed_and_no_ignore_eos_means_natural() -> None:
+    assert output_lengths(parse()) == "fixed"
+    assert output_lengths(parse("--no-ignore-eos")) == "natural"
+    assert output_lengths(parse("--output-lengths", "workload")) == "workload"
+    assert output_lengths(parse("--no-ignore-eos", "--output-lengths", "natural")) == "natural"
+    with pytest.raises(ValueError, match="contradicts"):
+        output_lengths(parse("--no-ignore-eos", "--output-lengths", "fixed"))
