@@ -31,6 +31,7 @@ from orchestrator.engine import (
     Dialect,
     ErrorKind,
     Generation,
+    Prompt,
     StreamParse,
     TokenSource,
     spread_by_weight,
@@ -308,9 +309,10 @@ class BenchClient:
             self._session = None
 
     def request_body(
-        self, prompt: str, *, max_tokens: int, temperature: float, ignore_eos: bool
+        self, prompt: str | Prompt, *, max_tokens: int, temperature: float, ignore_eos: bool
     ) -> tuple[str, dict[str, Any]]:
-        """URL path and JSON body of one streamed request."""
+        """URL path and JSON body of one streamed request (``max_tokens`` as given: the
+        caller has already let a Prompt's own output length override it)."""
         request = self.dialect.request(
             Generation(
                 prompt,
@@ -328,7 +330,7 @@ class BenchClient:
 
     async def stream(
         self,
-        prompt: str,
+        prompt: str | Prompt,
         *,
         max_tokens: int,
         temperature: float = 0.0,
@@ -336,7 +338,12 @@ class BenchClient:
         label: str = "",
         phase: Phase = "measured",
     ) -> RawExchange:
-        """Send one streamed request and stamp every block that arrives; no parsing here."""
+        """Send one streamed request and stamp every block that arrives; no parsing here.
+
+        A Prompt that carries its own ``max_tokens`` (a workload's per-request output length)
+        overrides the call's; the exchange records the length actually asked."""
+        if isinstance(prompt, Prompt) and prompt.max_tokens is not None:
+            max_tokens = prompt.max_tokens
         path, body = self.request_body(
             prompt, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos
         )
@@ -383,7 +390,7 @@ class BenchClient:
 
     async def send(
         self,
-        prompt: str,
+        prompt: str | Prompt,
         *,
         max_tokens: int,
         temperature: float = 0.0,

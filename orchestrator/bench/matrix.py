@@ -27,7 +27,7 @@ from typing import Any, Literal
 from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
-from orchestrator.bench.prompts import Calibration, PromptFactory
+from orchestrator.bench.prompts import Calibration, PromptSource
 from orchestrator.bench.stats import (
     EMPTY_SUMMARY,
     Summary,
@@ -113,12 +113,12 @@ def good_requests(records: Iterable[RequestRecord], slo: Slo) -> int:
 class PointSpec:
     """What one point asks for: a closed loop (``concurrency``, ``rounds``) or, when ``rate``
     is set, an open loop (``rate``, ``arrivals``, ``duration_s``, ``max_concurrency``, the
-    schedule's ``seed``; ``concurrency`` None). ``max_tokens`` is the point's output length;
-    a prompt's own ``max_tokens`` (workload output lengths) overrides it per request."""
+    schedule's ``seed``; ``concurrency`` and ``rounds`` None). ``max_tokens`` is the point's
+    output length; a prompt's own ``max_tokens`` (workload output lengths) overrides it."""
 
     context: int
     concurrency: int | None
-    rounds: int
+    rounds: int | None
     warmup_requests: int
     max_tokens: int
     temperature: float = 0.0
@@ -134,7 +134,9 @@ class PointSpec:
     @property
     def measured_requests(self) -> int | None:
         """A closed point's measured requests; None for a rate point (its schedule decides)."""
-        return None if self.concurrency is None else self.rounds * self.concurrency
+        if self.concurrency is None or self.rounds is None:
+            return None
+        return self.rounds * self.concurrency
 
     @property
     def tag(self) -> str:
@@ -322,6 +324,8 @@ class PointResult:
                 "measured_tokens": self.calibration.measured_tokens,
                 "tolerance": self.calibration.tolerance,
                 "requests": self.calibration.requests,
+                "workload": self.calibration.workload,
+                "method": self.calibration.method,
             },
             "started_unix": self.started_unix,
             "started_monotonic": self.started_monotonic,
@@ -369,14 +373,6 @@ class LoopLagMonitor:
             self._task = None
 
 
-def request_max_tokens(prompt: str | Prompt, default: int) -> int:
-    """A request's output length: its prompt's own ``max_tokens`` (workload output lengths),
-    else the point's."""
-    if isinstance(prompt, Prompt) and prompt.max_tokens is not None:
-        return prompt.max_tokens
-    return default
-
-
 def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
     """(distinct, reused) over the prompts a point's measured phase sent.
 
@@ -400,7 +396,7 @@ def prompt_reuse(prompts: Iterable[str | Prompt]) -> tuple[int, int]:
 
 async def closed_loop(
     client: BenchClient,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Prompt],
     *,
     concurrency: int,
     spec: PointSpec,
@@ -418,7 +414,7 @@ async def closed_loop(
             prompt = prompts[mine]
             raw = await client.stream(
                 prompt,
-                max_tokens=request_max_tokens(prompt, spec.max_tokens),
+                max_tokens=spec.max_tokens,  # a Prompt's own max_tokens overrides it
                 temperature=spec.temperature,
                 ignore_eos=spec.ignore_eos,
                 label=f"{phase}-{spec.tag}-{mine}",
@@ -606,12 +602,12 @@ class PreparedPoint:
     started: float
     started_unix: float
     warmup: list[RequestRecord]
-    prompts: list[str]
+    prompts: list[Prompt]
 
 
 async def prepare_point(
     client: BenchClient,
-    prompts: PromptFactory,
+    prompts: PromptSource,
     spec: PointSpec,
     *,
     warmup_concurrency: int,
@@ -642,6 +638,8 @@ class MeasuredPhase:
     metrics_after: str | None = None
     cpu_seconds: float | None = None
     loop_lag: list[float] = field(default_factory=list)
+    ended: float | None = None
+    """Monotonic time the phase ended (after the last response and the closing scrape)."""
 
 
 @contextlib.asynccontextmanager
@@ -670,6 +668,7 @@ async def measured_phase(
         phase.loop_lag = monitor.samples
     if scrape_metrics:
         phase.metrics_after = await client.scrape_metrics(timeout=metrics_timeout)
+    phase.ended = time.monotonic()
 
 
 def assemble_point(
@@ -716,7 +715,7 @@ def assemble_point(
         calibration=ready.calibration,
         requests=[*ready.warmup, *records],
         started_monotonic=ready.started,
-        ended_monotonic=time.monotonic(),
+        ended_monotonic=phase.ended if phase.ended is not None else time.monotonic(),
         started_unix=ready.started_unix,
         accept_len=accept,
         metrics_text_before=phase.metrics_before,
@@ -728,7 +727,7 @@ def assemble_point(
 
 async def run_point(
     client: BenchClient,
-    prompts: PromptFactory,
+    prompts: PromptSource,
     *,
     context: int,
     concurrency: int,
@@ -818,7 +817,6 @@ __all__ = [
     "point_metrics",
     "prepare_point",
     "prompt_reuse",
-    "request_max_tokens",
     "run_point",
     "steady_window",
 ]

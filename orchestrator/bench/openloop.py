@@ -52,9 +52,8 @@ from orchestrator.bench.matrix import (
     measured_phase,
     point_metrics,
     prepare_point,
-    request_max_tokens,
 )
-from orchestrator.bench.prompts import PromptFactory
+from orchestrator.bench.prompts import PromptSource
 from orchestrator.bench.stats import summarize
 from orchestrator.engine import Prompt
 
@@ -110,7 +109,7 @@ def offered_rate(schedule: Sequence[float], duration_s: float) -> float:
 class _Sent:
     due: float
     """The monotonic time the schedule gave this request."""
-    prompt: str
+    prompt: str | Prompt
     raw: RawExchange
 
 
@@ -125,7 +124,7 @@ class OpenLoopRun:
 
 async def open_loop(
     client: BenchClient,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Prompt],
     schedule: Sequence[float],
     *,
     spec: PointSpec,
@@ -148,12 +147,12 @@ async def open_loop(
     in_flight = 0
     freed = asyncio.Event()
 
-    async def send(index: int, prompt: str) -> RawExchange:
+    async def send(index: int, prompt: str | Prompt) -> RawExchange:
         nonlocal in_flight
         try:
             return await client.stream(
                 prompt,
-                max_tokens=request_max_tokens(prompt, spec.max_tokens),
+                max_tokens=spec.max_tokens,  # a Prompt's own max_tokens overrides it
                 temperature=spec.temperature,
                 ignore_eos=spec.ignore_eos,
                 label=f"{phase}-{spec.tag}-{index}",
@@ -165,27 +164,34 @@ async def open_loop(
 
     start = clock()
     deadline = start + duration_s
-    tasks: list[tuple[float, str, asyncio.Task[RawExchange]]] = []
+    tasks: list[tuple[float, str | Prompt, asyncio.Task[RawExchange]]] = []
     unsent = 0
-    for index, offset in enumerate(schedule):
-        due = start + offset
-        delay = due - clock()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
-            freed.clear()
-            try:
-                async with asyncio.timeout(left):
-                    await freed.wait()
-            except TimeoutError:
+    try:
+        for index, offset in enumerate(schedule):
+            due = start + offset
+            delay = due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
+                freed.clear()
+                try:
+                    async with asyncio.timeout(left):
+                        await freed.wait()
+                except TimeoutError:
+                    break
+            if in_flight >= max_concurrency:
+                unsent = len(schedule) - index
                 break
-        if in_flight >= max_concurrency:
-            unsent = len(schedule) - index
-            break
-        in_flight += 1
-        prompt = prompts[index]
-        tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
-    raws = await asyncio.gather(*(task for _, _, task in tasks))
+            in_flight += 1
+            prompt = prompts[index]
+            tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
+        raws = await asyncio.gather(*(task for _, _, task in tasks))
+    finally:
+        # Cancelled (the sweep is stopping) or failed: no request outlives the point.
+        pending = [task for _, _, task in tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     sent = [_Sent(due, prompt, raw) for (due, prompt, _), raw in zip(tasks, raws, strict=True)]
     return OpenLoopRun(start=start, sent=sent, unsent=unsent)
 
@@ -247,7 +253,7 @@ def rate_metrics(
 
 async def run_rate_point(
     client: BenchClient,
-    prompts: PromptFactory,
+    prompts: PromptSource,
     *,
     context: int,
     rate: float,
@@ -284,7 +290,7 @@ async def run_rate_point(
     spec = PointSpec(
         context=context,
         concurrency=None,
-        rounds=0,
+        rounds=None,
         warmup_requests=warmup_requests,
         max_tokens=max_tokens,
         temperature=temperature,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.bench.client import Phase, RequestRecord
+from orchestrator.engine import Prompt
 from orchestrator.log import get_logger
 from orchestrator.types import ApiKind
 
@@ -60,7 +61,7 @@ class PromptSender(Protocol):
 
     async def send(
         self,
-        prompt: str,
+        prompt: str | Prompt,
         *,
         max_tokens: int,
         temperature: float = ...,
@@ -72,10 +73,15 @@ class PromptSender(Protocol):
 
 @dataclass(frozen=True)
 class Calibration:
-    """How many filler words give ``target_tokens`` on one server/model/API, and how exact.
+    """How prompts of ``target_tokens`` are made on one server/model/API, and how exact.
 
-    ``measured_tokens`` is the server's count for the chosen length; ``tolerance`` is
-    ``|measured - target|`` (0 when exact); ``requests`` how many probes it took.
+    ``measured_tokens`` is the server's count for the chosen length (for a workload, that of
+    its prompt farthest from the target); ``tolerance`` is ``|measured - target|`` (0 when
+    exact); ``requests`` how many probes it took. ``workload`` is the point's workload label
+    and ``method`` how the length was reached: ``filler`` (synthetic), ``padded-turns``
+    (sample prompts padded with other lines' turns), ``trimmed`` (sample prompts cut to the
+    length), joined with ``+`` when a workload's prompts needed both, or ``closest: <reason>``
+    when no prompt of exactly that length could be made. ``filler_words`` is 0 for a workload.
     """
 
     base_url: str
@@ -85,6 +91,8 @@ class Calibration:
     filler_words: int
     measured_tokens: int
     requests: int
+    workload: str = "synthetic"
+    method: str = "filler"
 
     @property
     def tolerance(self) -> int:
@@ -92,11 +100,27 @@ class Calibration:
 
     @property
     def key(self) -> str:
-        return calibration_key(self.base_url, self.model, self.api, self.target_tokens)
+        return calibration_key(
+            self.base_url, self.model, self.api, self.target_tokens, self.workload
+        )
 
 
-def calibration_key(base_url: str, model: str, api: str, tokens: int) -> str:
-    return f"{base_url.rstrip('/')}|{model}|{api}|{tokens}"
+def calibration_key(
+    base_url: str, model: str, api: str, tokens: int, workload: str = "synthetic"
+) -> str:
+    """The cache key of a calibration; a synthetic one keeps the key it always had, so old
+    cache files still match."""
+    key = f"{base_url.rstrip('/')}|{model}|{api}|{tokens}"
+    return key if workload == "synthetic" else f"{key}|{workload}"
+
+
+class PromptSource(Protocol):
+    """What a point needs from its prompts: a calibration per context, then prompts of that
+    exact length, each unique at its start (``PromptFactory``, ``WorkloadPrompts``)."""
+
+    async def calibrate(self, target_tokens: int) -> Calibration: ...
+
+    def prompt(self, calibration: Calibration) -> Prompt: ...
 
 
 @functools.lru_cache(maxsize=64)
@@ -178,10 +202,10 @@ class PromptFactory:
         if cache_path is not None and cache_path.exists():
             self._memory.update(load_calibrations(cache_path))
 
-    def prompt(self, calibration: Calibration) -> str:
+    def prompt(self, calibration: Calibration) -> Prompt:
         """A fresh prompt of the calibrated length; no two from this factory share a start."""
         self._issued += 1
-        return build_prompt(self._nonce_base + self._issued, calibration.filler_words)
+        return Prompt(text=build_prompt(self._nonce_base + self._issued, calibration.filler_words))
 
     async def calibrate(self, target_tokens: int) -> Calibration:
         """The calibration for ``target_tokens``, measuring the server if not cached."""
@@ -241,6 +265,9 @@ class PromptFactory:
                 break
             probes[guess] = await self._probe(guess)
         best = min(probes, key=lambda w: (abs(probes[w] - target), w))
+        method = "filler"
+        if probes[best] != target:
+            method = f"closest: no filler length within {len(probes)} probes gives {target}"
         return Calibration(
             base_url=self.sender.base_url.rstrip("/"),
             model=self.sender.model,
@@ -249,6 +276,7 @@ class PromptFactory:
             filler_words=best,
             measured_tokens=probes[best],
             requests=len(probes),
+            method=method,
         )
 
 

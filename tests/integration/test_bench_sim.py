@@ -27,13 +27,16 @@ from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
     FLAG_RATE_SHORT,
+    FLAG_SHORT_OUTPUTS,
+    FLAG_TRUNCATED,
     PointResult,
     Slo,
     run_point,
 )
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate_point
-from orchestrator.bench.prompts import PromptFactory, save_calibrations
+from orchestrator.bench.prompts import Calibration, PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
+from orchestrator.engine import Prompt
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
@@ -263,7 +266,7 @@ async def test_calibration_is_exact_cached_and_prompts_are_unique(
             if api == "generate":
                 # Unique at the start: the radix cache serves nothing.
                 assert [r.cached_tokens for r in records] == [0, 0, 0]
-        heads = {factory.prompt(calibration).split()[:5].__repr__() for _ in range(50)}
+        heads = {str(factory.prompt(calibration).text).split()[:5].__repr__() for _ in range(50)}
         assert len(heads) == 50
         before = (await _totals(spec_server.url))["completed_requests"]
         reloaded = PromptFactory(client, cache_path=cache)
@@ -418,6 +421,7 @@ async def test_rate_point_sends_on_its_schedule_and_reports_bench_serving_rates(
     assert doc["arrival_schedule"] == list(schedule) and doc["seed"] == 7
     assert doc["achieved_rate"] == m.achieved_rate and doc["goodput"] == m.goodput
     assert doc["workload"] == "synthetic" and doc["slo"]["ttft_s"] == 30.0
+    assert doc["prompt_calibration"]["method"] == "filler"
     json.dumps(doc)
 
 
@@ -449,6 +453,69 @@ async def test_rate_point_that_cannot_keep_up_is_flagged_not_reported_as_offered
     for before, after in itertools.pairwise(measured):
         assert before.end_time is not None and after.send_time >= before.end_time
     assert m.send_lag.max is not None and m.send_lag.max > 0.5 / 20
+
+
+class _OwnLengths:
+    """Synthetic prompts that each carry their own output length, as a workload's do."""
+
+    def __init__(self, factory: PromptFactory, lengths: list[int]) -> None:
+        self.factory = factory
+        self.lengths = itertools.cycle(lengths)
+
+    async def calibrate(self, target_tokens: int) -> Calibration:
+        return await self.factory.calibrate(target_tokens)
+
+    def prompt(self, calibration: Calibration) -> Prompt:
+        own = next(self.lengths)
+        return dataclasses.replace(self.factory.prompt(calibration), max_tokens=own)
+
+
+async def test_each_request_gets_its_own_output_length_and_no_false_short_flag(
+    spec_server: SimServer,
+) -> None:
+    async with _client(spec_server.url, "generate", 2) as client:
+        point = await run_point(
+            client,
+            _OwnLengths(PromptFactory(client), [5, 9]),
+            context=60,
+            concurrency=2,
+            rounds=3,
+            warmup_requests=0,
+            max_tokens=32,
+        )
+    measured = _measured(point)
+    assert sorted(r.max_tokens for r in measured) == [5, 5, 5, 9, 9, 9]
+    assert all(r.completion_tokens == r.max_tokens for r in measured)
+    m = point.metrics
+    assert m.short_outputs == 0 and m.truncated == 0
+    assert FLAG_SHORT_OUTPUTS not in point.flags and FLAG_TRUNCATED not in point.flags
+    assert (m.output_len.count, m.output_len.mean, m.output_len.max) == (6, 7.0, 9.0)
+    assert (m.prompts_distinct, m.prompts_reused) == (6, 0)
+
+
+async def test_a_cancelled_rate_point_leaves_no_request_running(spec_server: SimServer) -> None:
+    """The runner cancels a point when the sweep stops: the open loop's in-flight requests
+    are cancelled with it, not left streaming behind the next trial."""
+    async with _client(spec_server.url, "generate", 8) as client:
+        prompts = PromptFactory(client)
+        await prompts.calibrate(60)
+        point = asyncio.create_task(
+            run_rate_point(
+                client,
+                prompts,
+                context=60,
+                rate=20.0,
+                duration_s=30.0,
+                max_concurrency=8,
+                warmup_requests=0,
+                max_tokens=200,
+            )
+        )
+        await asyncio.sleep(0.5)
+        point.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await point
+        assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
 def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:

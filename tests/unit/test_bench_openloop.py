@@ -24,7 +24,6 @@ from orchestrator.bench.matrix import (
     good_requests,
     point_metrics,
     prompt_reuse,
-    request_max_tokens,
 )
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, rate_metrics
 from orchestrator.engine import ChatMessage, Prompt
@@ -102,7 +101,7 @@ def test_schedule_rejects_what_is_not_a_rate(rate: float, duration: float, arriv
 RATE_SPEC = PointSpec(
     context=100,
     concurrency=None,
-    rounds=0,
+    rounds=None,
     warmup_requests=0,
     max_tokens=10,
     rate=2.0,
@@ -297,12 +296,6 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
     )
     assert metrics.truncated == 1 and metrics.short_outputs == 0 and FLAG_TRUNCATED in flags
     assert metrics.output_len.p50 == 6.5
-
-
-def test_a_requests_own_output_length_wins_over_the_points() -> None:
-    assert request_max_tokens("a prompt", 64) == 64
-    assert request_max_tokens(Prompt(text="x"), 64) == 64
-    assert request_max_tokens(Prompt(text="x", max_tokens=7), 64) == 7
 
 
 def test_reuse_is_counted_by_sample_line_and_synthetic_prompts_are_always_distinct() -> None:

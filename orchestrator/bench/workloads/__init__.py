@@ -4,6 +4,7 @@
 with the package, ``source`` turns either into prompts of the matrix's exact lengths.
 """
 
+from orchestrator.bench.workloads.builtin import BUILTIN_WORKLOADS, load_builtin
 from orchestrator.bench.workloads.sample import (
     SampleRequest,
     WorkloadFileError,
@@ -11,4 +12,11 @@ from orchestrator.bench.workloads.sample import (
     parse_sample,
 )
 
-__all__ = ["SampleRequest", "WorkloadFileError", "WorkloadSample", "parse_sample"]
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "SampleRequest",
+    "WorkloadFileError",
+    "WorkloadSample",
+    "load_builtin",
+    "parse_sample",
+]
