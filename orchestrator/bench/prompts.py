@@ -80,7 +80,8 @@ class Calibration:
     exact); ``requests`` how many probes it took. ``workload`` is the point's workload label
     and ``method`` how the length was reached: ``filler`` (synthetic), ``padded-turns``
     (sample prompts padded with other lines' turns), ``trimmed`` (sample prompts cut to the
-    length), joined with ``+`` when a workload's prompts needed both, or ``closest: <reason>``
+    length), ``whole`` (a sample prompt that has the length as it is), joined with ``+`` when
+    a workload's prompts needed several, or ``closest: <reason>``
     when no prompt of exactly that length could be made. ``filler_words`` is 0 for a workload.
     """
 

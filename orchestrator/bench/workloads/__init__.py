@@ -11,11 +11,13 @@ from orchestrator.bench.workloads.sample import (
     WorkloadSample,
     parse_sample,
 )
+from orchestrator.bench.workloads.source import WorkloadPrompts
 
 __all__ = [
     "BUILTIN_WORKLOADS",
     "SampleRequest",
     "WorkloadFileError",
+    "WorkloadPrompts",
     "WorkloadSample",
     "load_builtin",
     "parse_sample",

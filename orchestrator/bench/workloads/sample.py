@@ -15,14 +15,14 @@ A request is what is sent, so it must end in a user turn. A conversation that en
 model's turn(s) (every ShareGPT line does) is cut after its last user turn, and the model's
 answer to that turn is kept as ``reply``: its length is what the answer really was, so it is
 the request's output length when the line gives no ``output_tokens`` (as ``bench_serving``
-does for ShareGPT). The reply is text; its length in the server's tokens is measured by the
-prompt source against the server (``WorkloadPrompts``), never guessed here. ``output_tokens``
-given on the line always wins.
+does for ShareGPT). The reply is kept as text: its length in the server's tokens is worked
+out by the prompt source from what it learnt of the server's tokenizer while calibrating
+(``WorkloadPrompts``), not here, where no tokenizer is known. ``output_tokens`` given on the
+line always wins.
 
-Every bad line is reported, as ``FILE:LINE: message``; bad lines are skipped only in the
-sense that all of them are listed at once, and any bad line makes the sample an error (the
-sweep is rejected at ``validate``, nothing queued). Blank lines are allowed. A sample with no
-request at all is an error too.
+Every bad line is reported, all of them at once, as ``FILE:LINE: message``, and any bad line
+makes the sample an error (the sweep is rejected at ``validate``, nothing queued). Blank
+lines are allowed. A sample with no request at all is an error too.
 """
 
 from __future__ import annotations

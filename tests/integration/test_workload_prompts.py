@@ -1,0 +1,135 @@
+"""Workload prompts at exact lengths against the simulated SGLang server over HTTP: a traffic
+file, the built-in sets and the synthetic control, with reuse accounting and per-request
+output lengths. Small contexts and few distinct prompts keep it cheap."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.bench.client import BenchClient
+from orchestrator.bench.prompts import PromptFactory
+from orchestrator.bench.workloads import WorkloadPrompts, load_builtin, parse_sample
+from orchestrator.bench.workloads.sample import WorkloadSample
+from orchestrator.sim.tokenizer import count_tokens
+from orchestrator.types import ApiKind
+from tests.integration.sim_server_proc import SimServer, start_server
+
+MODEL = "workload-model"
+CONTEXTS = (512, 4096)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
+    flags = ["--model-path", "org/model", "--served-model-name", MODEL]
+    sim = start_server(tmp_path_factory.mktemp("workload"), flags,
+                       {"load_s": 0.2, "warmup_s": 0.1}, name="workload")
+    try:
+        sim.wait_ready_blocking(timeout=30.0)
+        yield sim
+    finally:
+        sim.stop()
+
+
+def _client(server: SimServer, api: ApiKind = "chat") -> BenchClient:
+    return BenchClient(server.url, api=api, model=MODEL, concurrency=4, request_timeout=30)
+
+
+def _traffic() -> WorkloadSample:
+    rows = [
+        {"messages": [{"role": "system", "content": "You are a terse SQL expert."},
+                      {"role": "user", "content": "Why is my LEFT JOIN dropping rows when I "
+                       "filter on the right table in WHERE?"}], "output_tokens": 90},
+        {"conversations": [
+            {"from": "human", "value": "Plan a 3-day trip to Lisbon on a budget."},
+            {"from": "gpt", "value": "Day 1: Alfama and the castle, tram 28 early to avoid "
+             "queues. Day 2: Belem, pasteis at the original bakery. Day 3: Sintra by train."},
+            {"from": "human", "value": "Swap Sintra for something by the sea."},
+            {"from": "gpt", "value": "Take the train to Cascais instead: beaches, the "
+             "seaside path to Estoril, and fresh fish by the harbour."}]},
+        {"messages": [{"role": "user", "content": "Rewrite this so it sounds friendlier: "
+                       "'Your ticket has been closed due to inactivity.'"}]},
+        {"messages": [{"role": "user", "content": "Explain the difference between a "
+                       "process and a thread, with an example from a web server. " * 40}]},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    return parse_sample(text, filename="traffic.jsonl", label="file:traffic.jsonl")
+
+
+async def _sent_lengths(client: BenchClient, source: WorkloadPrompts | PromptFactory,
+                        context: int, n: int) -> list[int | None]:
+    calibration = await source.calibrate(context)
+    assert calibration.tolerance == 0, calibration
+    records = [await client.send(source.prompt(calibration), max_tokens=1) for _ in range(n)]
+    return [r.prompt_tokens for r in records]
+
+
+@pytest.mark.parametrize("api", ["chat", "generate"])
+async def test_a_traffic_file_is_exact_at_every_context(server: SimServer, api: ApiKind) -> None:
+    async with _client(server, api) as client:
+        source = WorkloadPrompts(client, _traffic())
+        for context in CONTEXTS:
+            assert await _sent_lengths(client, source, context, 4) == [context] * 4
+        small, large = [await source.calibrate(c) for c in CONTEXTS]
+        assert small.workload == "file:traffic.jsonl"
+        # The long line is cut to 512, the others padded with other lines' turns.
+        assert small.method == "padded-turns+trimmed"
+        assert large.method == "padded-turns"
+        # One count model serves all prompts: a probe or two each, not a search per prompt
+        # (chat on the simulator: the model is exact after the first prompt).
+        assert large.requests <= (2 if api == "chat" else 3) * 4
+
+
+async def test_builtin_sets_are_exact_and_padding_is_real_turns(server: SimServer) -> None:
+    async with _client(server) as client:
+        code = WorkloadPrompts(client, load_builtin("code-context"), max_distinct=3)
+        assert await _sent_lengths(client, code, 4096, 3) == [4096] * 3
+        chat = WorkloadPrompts(client, load_builtin("chat"), max_distinct=3)
+        assert await _sent_lengths(client, chat, 512, 3) == [512] * 3
+        calibration = await chat.calibrate(512)
+        prompt = chat.prompt(calibration)
+        sample_text = "\n\n".join(m.content for r in chat.sample.requests for m in r.messages)
+        # After the nonce (the first paragraph), every paragraph sent is sample text (whole,
+        # or cut at a word): padding is turns of the sample, never filler.
+        nonce, *paragraphs = "\n\n".join(m.content for m in prompt.messages).split("\n\n")
+        assert len(nonce.split()) == 5
+        assert all(p in sample_text for p in paragraphs)
+        assert [m.role for m in prompt.messages][:2] == ["system", "user"]
+        assert prompt.messages[-1].role == "user"
+
+
+async def test_reuse_is_marked_and_a_fresh_nonce_keeps_prompts_distinct(
+    server: SimServer,
+) -> None:
+    async with _client(server) as client:
+        source = WorkloadPrompts(client, _traffic(), workload_output_lengths=True)
+        calibration = await source.calibrate(512)
+        prompts = [source.prompt(calibration) for _ in range(6)]
+    assert [p.origin for p in prompts] == [1, 2, 3, 4, 1, 2]
+    assert [p.reused for p in prompts] == [False] * 4 + [True] * 2
+    assert source.distinct(calibration) == 4
+    assert prompts[0].messages[1:] == prompts[4].messages[1:]
+    assert prompts[0].messages[0] != prompts[4].messages[0]  # a fresh nonce
+    assert len({p.chat_messages()[0].content.split()[0:5].__repr__() for p in prompts}) == 6
+    # output_lengths: workload -- the line's output_tokens, the cut reply's length, or none.
+    reply = "Take the train to Cascais instead: beaches, the seaside path to Estoril, and " \
+            "fresh fish by the harbour."
+    assert prompts[0].max_tokens == 90
+    assert prompts[1].max_tokens is not None
+    assert abs(prompts[1].max_tokens - count_tokens(reply)) <= 1
+    assert prompts[2].max_tokens is None
+
+
+async def test_what_cannot_be_exact_is_the_closest_with_its_reason(server: SimServer) -> None:
+    one_line = parse_sample(json.dumps({"messages": [{"role": "user", "content": "Hi!"}]}),
+                            filename="one.jsonl", label="file:one.jsonl")
+    async with _client(server) as client:
+        source = WorkloadPrompts(client, one_line)
+        calibration = await source.calibrate(512)
+        assert calibration.tolerance > 0
+        assert calibration.method.startswith("closest: the sample has no other line to pad")
+        synthetic = PromptFactory(client)
+        assert await _sent_lengths(client, synthetic, 512, 2) == [512, 512]
+        assert (await synthetic.calibrate(512)).method == "filler"
