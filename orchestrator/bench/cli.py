@@ -43,7 +43,16 @@ from orchestrator.bench.problems import (
     load_problem_file,
     select,
 )
-from orchestrator.bench.prompts import CalibrationError, PromptFactory
+from orchestrator.bench.prompts import CalibrationError, PromptFactory, PromptSource
+from orchestrator.bench.workloads import (
+    BUILTIN_WORKLOADS,
+    WorkloadFileError,
+    WorkloadPrompts,
+    WorkloadSample,
+    load_builtin,
+    parse_sample,
+)
+from orchestrator.engine import Prompt, as_prompt
 from orchestrator.log import get_logger
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind
 
@@ -69,14 +78,15 @@ def clock_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def eta_seconds(done: int, total: int, elapsed_s: float) -> float | None:
-    """Time left at the pace so far (requests done per second of the run); None before the
-    first request is done, 0 once all are."""
+def eta_seconds(done: int, total: int, paced_s: float | None) -> float | None:
+    """Time left at the pace since the first request finished (``paced_s`` seconds for the
+    ``done - 1`` after it: the start-up and the first calibration are not the pace); None
+    until there is a pace, 0 once all are done."""
     if done >= total:
         return 0.0
-    if done <= 0 or elapsed_s <= 0:
+    if done < 2 or paced_s is None or paced_s <= 0:
         return None
-    return elapsed_s / done * (total - done)
+    return paced_s / (done - 1) * (total - done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +98,12 @@ class ProgressSnapshot:
     elapsed_s: float
     point: str
     """The point being measured, e.g. ``ctx 1024 x c8`` or ``ctx 1024 @ 4 req/s``."""
+    paced_s: float | None = None
+    """Seconds since the first request finished (None before)."""
 
     @property
     def eta_s(self) -> float | None:
-        return eta_seconds(self.done, self.total, self.elapsed_s)
+        return eta_seconds(self.done, self.total, self.paced_s)
 
     def line(self) -> str:
         """One plain line: ``bench 120/500 requests (24%) elapsed 0:12 ETA 0:38 | ctx 60 x c4``."""
@@ -131,14 +143,17 @@ class RequestProgress:
         self.started = clock()
         self.done = 0
         self.point = ""
+        self.first_done: float | None = None
         self._printed_at: float | None = None
         self._printed_final = False
         self._lock = threading.Lock()
         self._display: Any = None
 
     def snapshot(self) -> ProgressSnapshot:
+        now = self.clock()
         with self._lock:
-            return ProgressSnapshot(self.done, self.total, self.clock() - self.started, self.point)
+            paced = None if self.first_done is None else now - self.first_done
+            return ProgressSnapshot(self.done, self.total, now - self.started, self.point, paced)
 
     def render(self) -> Any:
         from rich.progress_bar import ProgressBar
@@ -182,6 +197,8 @@ class RequestProgress:
 
     def advance(self, requests: int = 1) -> None:
         with self._lock:
+            if self.first_done is None:
+                self.first_done = self.clock()
             self.done += requests
         if self._display is None:
             now = self.clock()
@@ -204,9 +221,9 @@ class ObservedClient(BenchClient):
     """
 
     progress: RequestProgress | None = None
-    prompts: dict[str, str] | None = None
+    prompts: dict[str, str | Prompt] | None = None
 
-    async def stream(self, prompt: str, **options: Any) -> RawExchange:
+    async def stream(self, prompt: str | Prompt, **options: Any) -> RawExchange:
         raw = await super().stream(prompt, **options)
         if raw.phase in COUNTED_PHASES:
             if self.prompts is not None:
@@ -258,6 +275,34 @@ def parse_slo(text: str) -> Slo:
             raise argparse.ArgumentTypeError(f"{key} given twice")
         bounds[SLO_KEYS[key]] = _positive_float(value) / 1000.0
     return Slo(**bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOption:
+    """``--workload`` as given: its label (the points' ``workload`` field) and what it names."""
+
+    label: str
+    kind: Literal["synthetic", "builtin", "file"]
+    name: str
+    """The built-in set's name or the file's path as written; empty for synthetic."""
+
+
+def parse_workload(text: str) -> WorkloadOption:
+    """``synthetic``, ``builtin:NAME`` (one of the sets that ship with the package) or
+    ``file:PATH`` (a JSONL traffic sample); labels as the sweep file's workloads have them."""
+    if text == "synthetic":
+        return WorkloadOption("synthetic", "synthetic", "")
+    kind, sep, name = text.partition(":")
+    if sep and kind == "file" and name:
+        return WorkloadOption(text, "file", name)
+    if sep and kind == "builtin":
+        if name not in BUILTIN_WORKLOADS:
+            known = ", ".join(BUILTIN_WORKLOADS)
+            raise argparse.ArgumentTypeError(f"no built-in workload {name!r} (built-in: {known})")
+        return WorkloadOption(text, "builtin", name)
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected synthetic, builtin:NAME or file:PATH"
+    )
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -321,6 +366,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         type=parse_slo,
         default=None,
         help="per-request bounds for goodput: ttft_ms=..,tpot_ms=..,e2e_ms=.. (any of them)",
+    )
+    parser.add_argument(
+        "--workload",
+        type=parse_workload,
+        default=parse_workload("synthetic"),
+        help="synthetic (filler prompts), builtin:NAME (" + ", ".join(BUILTIN_WORKLOADS)
+        + ") or file:PATH (a JSONL traffic sample)",
     )
     parser.add_argument(
         "--output-lengths",
@@ -451,13 +503,22 @@ def planned_points(args: argparse.Namespace) -> list[PlannedPoint]:
     return plan
 
 
+def prompt_as_sent(prompt: str | Prompt, api: ApiKind) -> str | list[dict[str, str]]:
+    """A request's prompt as the server got it: ``/generate``'s one text, or the chat API's
+    messages (``[{"role", "content"}, ...]``)."""
+    typed = as_prompt(prompt)
+    if api == "generate":
+        return typed.plain_text()
+    return [{"role": m.role, "content": m.content} for m in typed.chat_messages()]
+
+
 def point_line(
     point: PointResult,
     *,
     url: str,
     model: str,
-    api: str,
-    prompts: dict[str, str] | None = None,
+    api: ApiKind,
+    prompts: dict[str, str | Prompt] | None = None,
 ) -> dict[str, Any]:
     """One ``--output`` line: the point with every request (warm-up labelled), where it was
     measured, and with ``prompts`` each request's prompt as it was sent."""
@@ -465,7 +526,8 @@ def point_line(
     line.update(_point_summary(point, include_requests=True))
     if prompts is not None:
         for request in line["raw_requests"]:
-            request["prompt"] = prompts.get(request["label"])
+            sent = prompts.get(request["label"])
+            request["prompt"] = None if sent is None else prompt_as_sent(sent, api)
     return line
 
 
@@ -570,7 +632,7 @@ def output_lengths(args: argparse.Namespace) -> OutputLengths:
 
 
 async def _measure(
-    client: BenchClient, prompts: PromptFactory, planned: PlannedPoint, args: argparse.Namespace
+    client: BenchClient, prompts: PromptSource, planned: PlannedPoint, args: argparse.Namespace
 ) -> PointResult:
     """One planned point, closed or open loop, with the run's shared settings."""
     shared: dict[str, Any] = {
@@ -582,6 +644,7 @@ async def _measure(
         "scrape_metrics": args.scrape_metrics,
         "thresholds": QualityThresholds(),
         "slo": args.slo,
+        "workload": args.workload.label,
     }
     if planned.rate is not None:
         return await run_rate_point(
@@ -600,10 +663,33 @@ async def _measure(
     )
 
 
+def load_workload(option: WorkloadOption) -> WorkloadSample | None:
+    """The sample a ``--workload`` names (None for synthetic), read and checked before any
+    request: OSError for an unreadable file, WorkloadFileError listing its bad lines."""
+    if option.kind == "synthetic":
+        return None
+    if option.kind == "builtin":
+        return load_builtin(option.name)
+    text = Path(option.name).read_text(encoding="utf-8")
+    return parse_sample(text, filename=option.name, label=option.label)
+
+
+def prompt_source(
+    client: BenchClient, args: argparse.Namespace, sample: WorkloadSample | None
+) -> PromptSource:
+    """Synthetic prompts (calibrations cached in ``--calibration-cache``) or the sample's."""
+    if sample is None:
+        return PromptFactory(client, cache_path=args.calibration_cache)
+    return WorkloadPrompts(
+        client, sample, workload_output_lengths=output_lengths(args) == "workload"
+    )
+
+
 async def run_async(
     args: argparse.Namespace,
     problems: list[Problem] | None = None,
     output: IO[str] | None = None,
+    sample: WorkloadSample | None = None,
 ) -> tuple[int, dict[str, Any], list[PointResult]]:
     """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
 
@@ -629,6 +715,7 @@ async def run_async(
             "max_concurrency": args.max_concurrency,
             "seed": args.seed,
             "slo": None if args.slo is None else args.slo.to_dict(),
+            "workload": args.workload.label,
             "output_lengths": lengths,
             "rounds": args.rounds,
             "warmup": args.warmup,
@@ -655,7 +742,7 @@ async def run_async(
         continuous_usage_stats=args.continuous_usage,
     )
     async with client:
-        prompts = PromptFactory(client, cache_path=args.calibration_cache)
+        prompts = prompt_source(client, args, sample)
         progress = RequestProgress(sum(p.requests for p in plan), stream=sys.stderr)
         try:
             with progress:
@@ -723,12 +810,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench: problems: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     try:
+        sample = load_workload(args.workload)
+    except OSError as exc:
+        print(f"bench: --workload: {exc.strerror or exc}: {args.workload.name}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UnicodeDecodeError:
+        print(f"bench: --workload: {args.workload.name}: not UTF-8 text", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except WorkloadFileError as exc:
+        for problem in exc.problems:
+            print(f"bench: --workload: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
         output = None if args.output is None else args.output.open("w", encoding="utf-8")
     except OSError as exc:
         print(f"bench: --output: {exc.strerror or exc}: {args.output}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        code, document, points = asyncio.run(run_async(args, problems, output))
+        code, document, points = asyncio.run(run_async(args, problems, output, sample))
     finally:
         if output is not None:
             output.close()

@@ -652,6 +652,52 @@ def test_bench_cli_output_file_has_one_line_per_point_with_its_requests(
     assert message.startswith("bench: --output: No such file or directory")
 
 
+def test_bench_cli_file_workload_with_its_output_lengths(
+    spec_server: SimServer, tmp_path: Path
+) -> None:
+    sample = tmp_path / "traffic.jsonl"
+    lines = [
+        {"messages": [{"role": "user", "content": f"question {i}: " + "why is the sky blue " * 8}],
+         "output_tokens": 4 + i}
+        for i in range(3)
+    ]
+    sample.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    output = tmp_path / "points.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--api", "chat", "--workload", f"file:{sample}", "--contexts", "96",
+            "--concurrency", "1", "--rounds", "4", "--warmup", "0", "--output-lengths",
+            "workload", "--max-tokens", "32", "--no-metrics", "--output", str(output),
+            "--output-prompts",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (point,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert point["workload"] == f"file:{sample}"
+    requests = point["raw_requests"]
+    assert len(requests) == 4
+    # each request asks for its sample line's output length, and gets it (ignore_eos)
+    assert {r["max_tokens"] for r in requests} <= {4, 5, 6}
+    assert all(r["completion_tokens"] == r["max_tokens"] for r in requests)
+    assert all(r["prompt_tokens"] == 96 for r in requests)
+    for request in requests:  # chat: the messages as sent, the sample's question in them
+        assert any("why is the sky blue" in m["content"] for m in request["prompt"])
+    assert point["prompts_distinct"] == 3 and point["prompts_reused"] == 1
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(lines[0]) + "\n" + '{"messages": 3}\n')
+    rejected = subprocess.run(
+        [sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url, "--model",
+         MODEL, "--workload", f"file:{bad}", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert rejected.returncode == 2 and rejected.stdout == ""
+    (message,) = rejected.stderr.splitlines()  # one plain line per bad line, no traceback
+    assert message.startswith(f"bench: --workload: {bad}:2: ")
+
+
 def await_truth(url: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     return asyncio.run(_truth(url, ids))
 

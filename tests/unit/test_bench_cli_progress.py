@@ -11,11 +11,13 @@ import pytest
 from orchestrator.bench.cli import (
     ProgressSnapshot,
     RequestProgress,
+    WorkloadOption,
     clock_duration,
     configure_parser,
     eta_seconds,
     output_lengths,
     parse_slo,
+    parse_workload,
     planned_points,
 )
 from orchestrator.bench.matrix import Slo
@@ -43,16 +45,17 @@ def test_clock_duration(seconds: float, text: str) -> None:
     assert clock_duration(seconds) == text
 
 
-def test_eta_is_the_pace_so_far_none_before_the_first_request_and_zero_at_the_end() -> None:
-    assert eta_seconds(0, 500, 10.0) is None
-    assert eta_seconds(100, 500, 20.0) == pytest.approx(80.0)
+def test_eta_is_the_pace_since_the_first_request_none_before_and_zero_at_the_end() -> None:
+    assert eta_seconds(0, 500, None) is None
+    assert eta_seconds(1, 500, 0.0) is None  # one request: no pace yet
+    assert eta_seconds(101, 500, 20.0) == pytest.approx(20.0 / 100 * 399)
     assert eta_seconds(500, 500, 90.0) == 0.0
     assert eta_seconds(3, 2, 1.0) == 0.0
 
 
 def test_progress_line_names_counts_percent_elapsed_eta_and_point() -> None:
-    snap = ProgressSnapshot(done=120, total=500, elapsed_s=12.0, point="ctx 60 x c4")
-    assert snap.line() == "bench 120/500 requests (24%) elapsed 0:12 ETA 0:38 | ctx 60 x c4"
+    snap = ProgressSnapshot(done=121, total=500, elapsed_s=15.0, point="ctx 60 x c4", paced_s=12.0)
+    assert snap.line() == "bench 121/500 requests (24%) elapsed 0:15 ETA 0:38 | ctx 60 x c4"
     first = ProgressSnapshot(done=0, total=8, elapsed_s=0.5, point="")
     assert first.line() == "bench 0/8 requests (0%) elapsed 0:00 ETA -:--"
 
@@ -61,7 +64,7 @@ def test_plain_progress_prints_at_most_every_few_seconds_and_at_each_point_end()
     clock, out = FakeClock(), io.StringIO()
     with RequestProgress(6, stream=out, live=False, every_s=5.0, clock=clock) as progress:
         progress.start_point("ctx 60 x c1")
-        clock.now += 1.0
+        clock.now += 3.0  # start-up and calibration: not the pace
         progress.advance()  # first request: printed
         clock.now += 1.0
         progress.advance()  # 1 s later: throttled
@@ -74,10 +77,10 @@ def test_plain_progress_prints_at_most_every_few_seconds_and_at_each_point_end()
         progress.advance()
         progress.end_point()  # printed: the last one, so the exit adds nothing
     assert out.getvalue().splitlines() == [
-        "bench 1/6 requests (16%) elapsed 0:01 ETA 0:05 | ctx 60 x c1",
-        "bench 3/6 requests (50%) elapsed 0:02 ETA 0:02 | ctx 60 x c1",
-        "bench 4/6 requests (66%) elapsed 0:08 ETA 0:04 | ctx 60 x c2",
-        "bench 6/6 requests (100%) elapsed 0:08 ETA 0:00 | ctx 60 x c2",
+        "bench 1/6 requests (16%) elapsed 0:03 ETA -:-- | ctx 60 x c1",
+        "bench 3/6 requests (50%) elapsed 0:04 ETA 0:02 | ctx 60 x c1",
+        "bench 4/6 requests (66%) elapsed 0:10 ETA 0:05 | ctx 60 x c2",
+        "bench 6/6 requests (100%) elapsed 0:10 ETA 0:00 | ctx 60 x c2",
     ]
 
 
@@ -86,18 +89,20 @@ def test_plain_progress_of_a_run_cut_short_ends_with_a_line() -> None:
     with RequestProgress(4, stream=out, live=False, clock=clock) as progress:
         progress.advance()
         clock.now += 2.0
-    assert out.getvalue().splitlines()[-1] == "bench 1/4 requests (25%) elapsed 0:02 ETA 0:06"
+        progress.advance()
+    assert out.getvalue().splitlines()[-1] == "bench 2/4 requests (50%) elapsed 0:02 ETA 0:04"
 
 
 def test_live_progress_draws_a_bar_with_the_same_line() -> None:
     clock, out = FakeClock(), io.StringIO()
     with RequestProgress(4, stream=out, live=True, clock=clock) as progress:
         progress.start_point("ctx 1024 x c8")
+        progress.advance()
         clock.now += 4.0
-        progress.advance(2)
+        progress.advance()
     drawn = out.getvalue()
     words = " ".join(drawn.split())  # a narrow console wraps the line
-    assert "bench 2/4 requests (50%) elapsed 0:04 ETA 0:04 | ctx 1024 x c8" in words
+    assert "bench 2/4 requests (50%) elapsed 0:04 ETA 0:08 | ctx 1024 x c8" in words
     assert "━" in drawn  # rich's bar
 
 
@@ -179,3 +184,15 @@ def test_output_lengths_default_fixed_and_no_ignore_eos_means_natural() -> None:
     assert output_lengths(parse("--no-ignore-eos", "--output-lengths", "natural")) == "natural"
     with pytest.raises(ValueError, match="contradicts"):
         output_lengths(parse("--no-ignore-eos", "--output-lengths", "fixed"))
+
+
+def test_workload_labels_are_the_sweep_files() -> None:
+    assert parse_workload("synthetic") == WorkloadOption("synthetic", "synthetic", "")
+    assert parse_workload("builtin:chat") == WorkloadOption("builtin:chat", "builtin", "chat")
+    assert parse_workload("file:a/traffic.jsonl") == WorkloadOption(
+        "file:a/traffic.jsonl", "file", "a/traffic.jsonl"
+    )
+    assert parse().workload.label == "synthetic"
+    for bad in ("builtin:nope", "file:", "traffic.jsonl", "sharegpt:x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_workload(bad)
