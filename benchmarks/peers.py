@@ -1,6 +1,7 @@
-"""The peer load generators for ``client.py --peers``: each installed from PyPI into its own
-virtualenv under ``~/.cache/orchestrator-bench/peers`` (never into the project's), run against
-the same fast simulated server at the same concurrency, and measured the same way.
+"""The peer load generators for ``client.py --peers`` (and SGLang's for ``serving.py``): each
+installed from PyPI into its own virtualenv under ``~/.cache/orchestrator-bench/peers`` (never
+into the project's), run against the same fast simulated server at the same concurrency, and
+measured the same way.
 
 - SGLang's ``bench_serving`` (``sglang.benchmark.serving`` in 0.5.x), ``--backend sglang``
   (``/generate``, as the orchestrator's row), ``--dataset-name random-ids``. The wheel is
@@ -12,6 +13,10 @@ the same fast simulated server at the same concurrency, and measured the same wa
 - GuideLLM (``guidellm run``, chat completions) and AIPerf (``aiperf profile``, chat,
   streaming): their own command lines. AIPerf, offline, resolves any tokenizer name as a hub
   repository (a local folder too), so the folder is laid out as a hub cache snapshot for it.
+
+For ``serving.py``, ``SGLANG_REPLAY_LAUNCHER`` loads the same module and replaces its request
+generator (``get_request``) with one that replays a stored arrival schedule and prompt order
+(``sglang_replay_client``), so bench_serving sends exactly the orchestrator's requests.
 
 All three need a tokenizer: a small BPE trained here with ``tokenizers`` on generated text and
 saved by ``transformers`` as a folder ``AutoTokenizer`` loads (``HF_HUB_OFFLINE=1``).
