@@ -10,9 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.prompts import PromptFactory
-from orchestrator.bench.workloads import WorkloadPrompts, load_builtin, parse_sample
+from orchestrator.bench.prompts import CalibrationError, PromptFactory
+from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
+from orchestrator.bench.workloads.source import WorkloadPrompts
+from orchestrator.engine import ChatMessage, Prompt
 from orchestrator.sim.tokenizer import count_tokens
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, start_server
@@ -133,3 +135,39 @@ async def test_what_cannot_be_exact_is_the_closest_with_its_reason(server: SimSe
         synthetic = PromptFactory(client)
         assert await _sent_lengths(client, synthetic, 512, 2) == [512, 512]
         assert (await synthetic.calibrate(512)).method == "filler"
+
+
+async def test_a_target_inside_a_new_turns_template_cost_is_met_by_shaving(
+    server: SimServer,
+) -> None:
+    # Chat on the simulator: 3 + 5 (nonce) + per message 4 + its units. "Why?" padded with
+    # the other line's question (joined: one user message) is 18 tokens; opening its answer
+    # splits that message in two, so one unit more is 27. 25 lies in the jump.
+    rows = [{"messages": [{"role": "user", "content": "Why?"}]},
+            {"conversations": [{"from": "human", "value": "Name a prime."},
+                               {"from": "gpt", "value": "Seven is prime."}]}]
+    sample = parse_sample("".join(json.dumps(r) + "\n" for r in rows), filename="g.jsonl",
+                          label="file:g.jsonl")
+    async with _client(server) as client:
+        source = WorkloadPrompts(client, sample, max_distinct=1)
+        assert await _sent_lengths(client, source, 25, 1) == [25]
+        prompt = source.prompt(await source.calibrate(25))
+    assert [m.role for m in prompt.messages] == ["user", "assistant", "user"]
+    assert prompt.messages[0].content.endswith("\n\nName a")
+    assert prompt.messages[1:] == (ChatMessage("assistant", "Seven"), ChatMessage("user", "Why?"))
+
+
+async def test_a_prompts_own_output_length_overrides_the_calls(server: SimServer) -> None:
+    async with _client(server) as client:
+        own = await client.send(Prompt(text="Say something.", max_tokens=3), max_tokens=1)
+        plain = await client.send("Say something.", max_tokens=2)
+    assert (own.completion_tokens, plain.completion_tokens) == (3, 2)
+
+
+async def test_a_failed_probe_fails_the_calibration_with_its_record() -> None:
+    async with BenchClient("http://127.0.0.1:1", api="chat", model=MODEL, concurrency=2,
+                           request_timeout=5) as client:
+        source = WorkloadPrompts(client, _traffic())
+        with pytest.raises(CalibrationError, match="calibration probe \\(line 1") as caught:
+            await source.calibrate(512)
+    assert caught.value.record is not None and not caught.value.record.ok

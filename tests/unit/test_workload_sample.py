@@ -47,6 +47,10 @@ def test_sharegpt_is_cut_at_the_last_user_turn_and_keeps_the_reply() -> None:
     assert request.messages[-1].content == "And in reverse?"
     assert request.reply == "Pass reverse=True."
     assert request.output_tokens is None
+    converted = _jsonl({"conversations": [{"role": "user", "content": "Hi"}],
+                        "output_tokens": 7})
+    (plain,) = parse_sample(converted, filename="c.jsonl", label="file:c.jsonl").requests
+    assert (plain.messages, plain.output_tokens) == ((ChatMessage("user", "Hi"),), 7)
 
 
 def test_every_bad_line_is_reported_with_its_number() -> None:

@@ -9,7 +9,8 @@ GuideLLM):
   ...}`` parts, joined. ``output_tokens`` (optional) is the length the real answer had.
 - ShareGPT: ``{"conversations": [{"from": "human", "value": ...}, ...]}``. ``human`` and
   ``user`` are the user; ``gpt``, ``chatgpt``, ``bard``, ``bing``, ``model`` and ``assistant``
-  the model; ``system`` the system prompt (the speakers ShareGPT dumps carry).
+  the model; ``system`` the system prompt (the speakers ShareGPT dumps carry). A turn
+  written with ``role``/``content`` instead, as some conversions do, reads the same.
 
 A request is what is sent, so it must end in a user turn. A conversation that ends in the
 model's turn(s) (every ShareGPT line does) is cut after its last user turn, and the model's
@@ -131,12 +132,14 @@ def _turns(
         where = f"{field}[{index}]"
         if not isinstance(item, dict):
             raise _BadLine(f"{where} must be an object")
-        speaker = item.get(role_key)
+        # Some ShareGPT conversions write OpenAI's keys inside "conversations".
+        converted = role_key not in item and "role" in item
+        who, what = ("role", "content") if converted else (role_key, text_key)
+        speaker = item.get(who)
         if not isinstance(speaker, str) or speaker.lower() not in roles:
             known = ", ".join(sorted(roles))
-            raise _BadLine(f"{where}.{role_key} {speaker!r} is not one of {known}")
-        turns.append(ChatMessage(roles[speaker.lower()], _text(item.get(text_key), where,
-                                                                text_key)))
+            raise _BadLine(f"{where}.{who} {speaker!r} is not one of {known}")
+        turns.append(ChatMessage(roles[speaker.lower()], _text(item.get(what), where, what)))
     return turns
 
 

@@ -352,7 +352,13 @@ class WorkloadPrompts:
             async with gate:
                 return await self._prepare(requests, index, target_tokens)
 
-        prepared += await asyncio.gather(*(one(i) for i in rest))
+        tasks = [asyncio.ensure_future(one(i)) for i in rest]
+        try:
+            prepared += await asyncio.gather(*tasks)
+        finally:  # a failed probe fails the calibration: no other probe left running
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         calibration = self._summarise(target_tokens, prepared,
                                       len(self._model.counts) - probes_before)
         self._memory[key] = calibration
@@ -428,16 +434,18 @@ class WorkloadPrompts:
         if opened is None:
             return None
         index, size = opened
-        taken = max(below) + min(size, 8)
         whole = line.turns[index - 1].size
-        kept: dict[int, int] = {}  # units kept of the whole turn -> measured
-        estimate = self._model.estimate(*line.features(taken))
-        guess: int | None = whole - round((estimate - target) / self._model.tokens_per_unit)
-        while guess is not None and 1 <= guess < whole and len(kept) < self.max_probes:
-            kept[guess] = await self._probe(line, taken, shave=whole - guess)
-            if kept[guess] == target:
-                return line.layout(taken, shave=whole - guess), target
-            guess = next_guess(kept, target, whole - 1)
+        # A few units read better than one; one leaves the most room to shave.
+        for opening in dict.fromkeys((min(size, 8), 1)):
+            taken = max(below) + opening
+            kept: dict[int, int] = {}  # units kept of the whole turn -> measured
+            estimate = self._model.estimate(*line.features(taken))
+            guess: int | None = whole - round((estimate - target) / self._model.tokens_per_unit)
+            while guess is not None and 1 <= guess < whole and len(kept) < self.max_probes:
+                kept[guess] = await self._probe(line, taken, shave=whole - guess)
+                if kept[guess] == target:
+                    return line.layout(taken, shave=whole - guess), target
+                guess = next_guess(kept, target, whole - 1)
         return None
 
     def _first_guess(self, line: _Line, target: int) -> int:
