@@ -139,6 +139,24 @@ SGLANG_REPLAY = textwrap.dedent("""
             yield by_prompt[prompt]
 
     serving.get_request = _replayed
+
+    if os.environ.get("ORCH_KEEPALIVE") == "1":
+        # Control: one keep-alive session for every request, instead of bench_serving's new
+        # session (and TCP connection) per request; its request function, stamps and
+        # metrics are unchanged.
+        _factory = serving._create_bench_client_session
+        _shared = []
+
+        class _Kept:
+            async def __aenter__(self):
+                if not _shared:
+                    _shared.append(_factory())
+                return _shared[0]
+
+            async def __aexit__(self, *exc):
+                return False
+
+        serving._create_bench_client_session = _Kept
 """)
 SGLANG_REPLAY_LAUNCHER = SGLANG_LOADER + SGLANG_REPLAY + SGLANG_MAIN
 
@@ -182,12 +200,14 @@ def sglang_client(
 
 def sglang_replay_client(
     base_url: str, state: Path, *, dataset: Path, replay: Path, output_len: int,
-    max_concurrency: int, rate: float, model: str, output: Path,
+    max_concurrency: int, rate: float, model: str, output: Path, keepalive: bool = False,
 ) -> PeerClient:
     """``sglang.bench_serving`` on a ShareGPT-style ``dataset`` (our prompts, in any order)
     with a fixed output length, sending at the offsets and in the order ``replay`` stores
     (``{"offsets": [...], "prompts": [...]}``; see ``SGLANG_REPLAY``). ``--request-rate`` is
-    passed for its report only: the replayed schedule decides every send."""
+    passed for its report only: the replayed schedule decides every send. ``keepalive``: the
+    control where all requests share one aiohttp session (keep-alive connections, as ours)
+    instead of a new session per request."""
     python = sglang_python()
     folder = tokenizer(python, state)
     launcher = state / "sglang_bench_serving_replay.py"
@@ -201,7 +221,7 @@ def sglang_replay_client(
         "--max-concurrency", str(max_concurrency), "--disable-tqdm", "--warmup-requests", "0",
         "--output-file", str(output),
     ]
-    env = offline_env() | {"ORCH_REPLAY": str(replay)}
+    env = offline_env() | {"ORCH_REPLAY": str(replay), "ORCH_KEEPALIVE": "1" if keepalive else "0"}
     return PeerClient(f"sglang.bench_serving {SGLANG_VERSION}", argv, env, state)
 
 

@@ -79,6 +79,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--context", type=int, default=2048, help="prompt tokens (default 2048)")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens (default 64)")
     parser.add_argument("--seed", type=int, default=15, help="the first round's schedule seed")
+    parser.add_argument("--keepalive", action="store_true",
+                        help="control: bench_serving shares one keep-alive session (its own "
+                        "opens a connection per request)")
     parser.add_argument("--nice", type=int, default=0,
                         help="scheduling priority of the server and both clients (inherited; "
                         "e.g. -10 on a shared machine, root only)")
@@ -251,6 +254,7 @@ async def one_round(args: argparse.Namespace, base_url: str, state: Path, index:
     peer = sglang_replay_client(
         base_url, state, dataset=dataset, replay=replay, output_len=args.max_tokens,
         max_concurrency=MAX_CONCURRENCY, rate=args.rate, model=MODEL, output=theirs_out,
+        keepalive=args.keepalive,
     )
     await flush_cache(base_url)
     load_between = load()
@@ -318,7 +322,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "rate": args.rate, "arrivals": "poisson", "requests": args.requests,
         "context": args.context, "max_tokens": args.max_tokens, "api": "generate",
         "time_scale": args.time_scale, "max_concurrency": MAX_CONCURRENCY, "warmup": 0,
-        "first_seed": args.seed, "rounds": rounds, "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "first_seed": args.seed, "rounds": rounds, "keepalive": args.keepalive,
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }
     return result
 

@@ -47,11 +47,11 @@ from orchestrator.bench.prompts import CalibrationError, PromptFactory, PromptSo
 from orchestrator.bench.workloads import (
     BUILTIN_WORKLOADS,
     WorkloadFileError,
-    WorkloadPrompts,
     WorkloadSample,
     load_builtin,
     parse_sample,
 )
+from orchestrator.bench.workloads.source import WorkloadPrompts
 from orchestrator.engine import Prompt, as_prompt
 from orchestrator.log import get_logger
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind
