@@ -1,6 +1,7 @@
-"""The peer load generators for ``client.py --peers``: each installed from PyPI into its own
-virtualenv under ``~/.cache/orchestrator-bench/peers`` (never into the project's), run against
-the same fast simulated server at the same concurrency, and measured the same way.
+"""The peer load generators for ``client.py --peers`` (and SGLang's for ``serving.py``): each
+installed from PyPI into its own virtualenv under ``~/.cache/orchestrator-bench/peers`` (never
+into the project's), run against the same fast simulated server at the same concurrency, and
+measured the same way.
 
 - SGLang's ``bench_serving`` (``sglang.benchmark.serving`` in 0.5.x), ``--backend sglang``
   (``/generate``, as the orchestrator's row), ``--dataset-name random-ids``. The wheel is
@@ -13,12 +14,17 @@ the same fast simulated server at the same concurrency, and measured the same wa
   streaming): their own command lines. AIPerf, offline, resolves any tokenizer name as a hub
   repository (a local folder too), so the folder is laid out as a hub cache snapshot for it.
 
+For ``serving.py``, ``SGLANG_REPLAY_LAUNCHER`` loads the same module and replaces its request
+generator (``get_request``) with one that replays a stored arrival schedule and prompt order
+(``sglang_replay_client``), so bench_serving sends exactly the orchestrator's requests.
+
 All three need a tokenizer: a small BPE trained here with ``tokenizers`` on generated text and
 saved by ``transformers`` as a folder ``AutoTokenizer`` loads (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -89,7 +95,7 @@ def offline_env() -> dict[str, str]:
                 HF_HUB_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
 
 
-SGLANG_LAUNCHER = textwrap.dedent("""
+SGLANG_LOADER = textwrap.dedent("""
     # Load sglang's serving benchmark without sglang/__init__.py (torch, the runtime).
     import importlib.util, pathlib, re, sys, types
     root = pathlib.Path(importlib.util.find_spec("sglang").submodule_search_locations[0])
@@ -103,10 +109,56 @@ SGLANG_LAUNCHER = textwrap.dedent("""
     utils = types.ModuleType("sglang.srt.disaggregation.utils")
     utils.FAKE_BOOTSTRAP_HOST = re.search(r'^FAKE_BOOTSTRAP_HOST = "([^"]*)"', source, re.M)[1]
     sys.modules[utils.__name__] = utils
+""")
+SGLANG_MAIN = textwrap.dedent("""
     from sglang.benchmark.serving import cli_main
     sys.argv = ["sglang.bench_serving", *sys.argv[1:]]
     cli_main()
 """)
+SGLANG_LAUNCHER = SGLANG_LOADER + SGLANG_MAIN
+SGLANG_REPLAY = textwrap.dedent("""
+    # Replay a stored arrival schedule: bench_serving's request generator (which draws its own
+    # exponential gaps and sleeps each one after the previous yield) is replaced by one that
+    # yields the requests in the file's prompt order, each at its stored offset from the
+    # generator's start (absolute deadlines, as the orchestrator's open loop sends them).
+    import asyncio, json, os, time
+    import sglang.benchmark.serving as serving
+    _replay = json.loads(pathlib.Path(os.environ["ORCH_REPLAY"]).read_text())
+
+    async def _replayed(input_requests, request_rate, use_trace_timestamps=False,
+                        slowdown_factor=1.0):
+        by_prompt = {row.prompt: row for row in input_requests}
+        missing = [i for i, p in enumerate(_replay["prompts"]) if p not in by_prompt]
+        if missing or len(by_prompt) != len(_replay["prompts"]):
+            raise SystemExit(f"replay: dataset and schedule differ (first missing {missing[:1]})")
+        start = time.perf_counter()
+        for offset, prompt in zip(_replay["offsets"], _replay["prompts"], strict=True):
+            delay = start + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            yield by_prompt[prompt]
+
+    serving.get_request = _replayed
+
+    if os.environ.get("ORCH_KEEPALIVE") == "1":
+        # Control: one keep-alive session for every request, instead of bench_serving's new
+        # session (and TCP connection) per request; its request function, stamps and
+        # metrics are unchanged.
+        _factory = serving._create_bench_client_session
+        _shared = []
+
+        class _Kept:
+            async def __aenter__(self):
+                if not _shared:
+                    _shared.append(_factory())
+                return _shared[0]
+
+            async def __aexit__(self, *exc):
+                return False
+
+        serving._create_bench_client_session = _Kept
+""")
+SGLANG_REPLAY_LAUNCHER = SGLANG_LOADER + SGLANG_REPLAY + SGLANG_MAIN
 
 
 @dataclass(frozen=True)
@@ -119,19 +171,23 @@ class PeerClient:
     cwd: Path
 
 
+def sglang_python() -> Path:
+    """The interpreter of the venv holding ``sglang`` (installed once, without its runtime)."""
+    return venv("sglang", [[f"sglang=={SGLANG_VERSION}", "--no-deps"], SGLANG_RUNTIME_DEPS])
+
+
 def sglang_client(
     base_url: str, state: Path, *, concurrency: int, requests: int, max_tokens: int,
     model: str,
 ) -> tuple[PeerClient, Path]:
     """``sglang.bench_serving`` installed and its command line, and the tokenizer folder the
     other peers share."""
-    sglang_python = venv("sglang", [[f"sglang=={SGLANG_VERSION}", "--no-deps"],
-                                    SGLANG_RUNTIME_DEPS])
-    folder = tokenizer(sglang_python, state)
+    sglang_python_path = sglang_python()
+    folder = tokenizer(sglang_python_path, state)
     launcher = state / "sglang_bench_serving.py"
     launcher.write_text(SGLANG_LAUNCHER)
     argv = [
-        str(sglang_python), str(launcher), "--backend", "sglang", "--base-url", base_url,
+        str(sglang_python_path), str(launcher), "--backend", "sglang", "--base-url", base_url,
         "--model", model, "--tokenizer", str(folder), "--dataset-name", "random-ids",
         "--random-input-len", str(INPUT_LEN), "--random-output-len", str(max_tokens),
         "--random-range-ratio", "1.0", "--num-prompts", str(requests),
@@ -140,6 +196,33 @@ def sglang_client(
     ]
     client = PeerClient(f"sglang.bench_serving {SGLANG_VERSION}", argv, offline_env(), state)
     return client, folder
+
+
+def sglang_replay_client(
+    base_url: str, state: Path, *, dataset: Path, replay: Path, output_len: int,
+    max_concurrency: int, rate: float, model: str, output: Path, keepalive: bool = False,
+) -> PeerClient:
+    """``sglang.bench_serving`` on a ShareGPT-style ``dataset`` (our prompts, in any order)
+    with a fixed output length, sending at the offsets and in the order ``replay`` stores
+    (``{"offsets": [...], "prompts": [...]}``; see ``SGLANG_REPLAY``). ``--request-rate`` is
+    passed for its report only: the replayed schedule decides every send. ``keepalive``: the
+    control where all requests share one aiohttp session (keep-alive connections, as ours)
+    instead of a new session per request."""
+    python = sglang_python()
+    folder = tokenizer(python, state)
+    launcher = state / "sglang_bench_serving_replay.py"
+    launcher.write_text(SGLANG_REPLAY_LAUNCHER)
+    requests = len(json.loads(replay.read_text())["prompts"])
+    argv = [
+        str(python), str(launcher), "--backend", "sglang", "--base-url", base_url,
+        "--model", model, "--tokenizer", str(folder), "--dataset-name", "sharegpt",
+        "--dataset-path", str(dataset), "--sharegpt-output-len", str(output_len),
+        "--num-prompts", str(requests), "--request-rate", str(rate),
+        "--max-concurrency", str(max_concurrency), "--disable-tqdm", "--warmup-requests", "0",
+        "--output-file", str(output),
+    ]
+    env = offline_env() | {"ORCH_REPLAY": str(replay), "ORCH_KEEPALIVE": "1" if keepalive else "0"}
+    return PeerClient(f"sglang.bench_serving {SGLANG_VERSION}", argv, env, state)
 
 
 async def run_other_peers(

@@ -1,8 +1,14 @@
 """``orchestrator bench``: the matrix against any running server, no SSH, no journal.
 
-Useful on its own (how fast is this server right now?) and for checking the client against a
-server whose truth is known (the simulator). ``--json`` writes one JSON document to stdout and
-nothing else; logs go to stderr.
+Useful on its own (how fast is this server right now?), for checking the client against a
+server whose truth is known (the simulator), and as a peer of SGLang's ``bench_serving``
+(benchmarks/serving.py runs both on the same requests). ``--json`` writes one JSON document to
+stdout and nothing else; logs and the progress display go to stderr. ``--output FILE`` keeps a
+results file: JSON lines, one per point as soon as it is measured, each with its requests.
+
+The progress display counts the warm-up and measured requests of every point (calibration
+probes and the coding anchor are not counted): a live bar on a terminal, else a plain line at
+most every few seconds and at each point's end, so a log or CI shows it too.
 """
 
 from __future__ import annotations
@@ -10,13 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
 
-from orchestrator.bench.client import BenchClient
+from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import base_url_from_user
-from orchestrator.bench.matrix import FLAG_ERRORS, PointResult, QualityThresholds, run_point
+from orchestrator.bench.matrix import (
+    FLAG_ERRORS,
+    Arrivals,
+    PointResult,
+    QualityThresholds,
+    Slo,
+    run_point,
+)
+from orchestrator.bench.openloop import arrival_schedule, run_rate_point
 from orchestrator.bench.problems import (
     Problem,
     ProblemFileError,
@@ -24,7 +43,16 @@ from orchestrator.bench.problems import (
     load_problem_file,
     select,
 )
-from orchestrator.bench.prompts import CalibrationError, PromptFactory
+from orchestrator.bench.prompts import CalibrationError, PromptFactory, PromptSource
+from orchestrator.bench.workloads import (
+    BUILTIN_WORKLOADS,
+    WorkloadFileError,
+    WorkloadSample,
+    load_builtin,
+    parse_sample,
+)
+from orchestrator.bench.workloads.source import WorkloadPrompts
+from orchestrator.engine import Prompt, as_prompt
 from orchestrator.log import get_logger
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind
 
@@ -32,7 +60,177 @@ if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult
 
 
+OutputLengths = Literal["fixed", "natural", "workload"]
+OUTPUT_LENGTHS: tuple[OutputLengths, ...] = get_args(OutputLengths)
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
+COUNTED_PHASES: frozenset[Phase] = frozenset({"warmup", "measured"})
+"""The requests the progress display counts: every point's warm-up and measured ones."""
+
+
+# --------------------------------------------------------------------------- progress (pure)
+
+
+def clock_duration(seconds: float) -> str:
+    """``0:07``, ``12:34``, ``1:02:03``: elapsed time and ETA as a terminal shows them."""
+    whole = max(round(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def eta_seconds(done: int, total: int, paced_s: float | None) -> float | None:
+    """Time left at the pace since the first request finished (``paced_s`` seconds for the
+    ``done - 1`` after it: the start-up and the first calibration are not the pace); None
+    until there is a pace, 0 once all are done."""
+    if done >= total:
+        return 0.0
+    if done < 2 or paced_s is None or paced_s <= 0:
+        return None
+    return paced_s / (done - 1) * (total - done)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSnapshot:
+    """What the display shows at one moment."""
+
+    done: int
+    total: int
+    elapsed_s: float
+    point: str
+    """The point being measured, e.g. ``ctx 1024 x c8`` or ``ctx 1024 @ 4 req/s``."""
+    paced_s: float | None = None
+    """Seconds since the first request finished (None before)."""
+
+    @property
+    def eta_s(self) -> float | None:
+        return eta_seconds(self.done, self.total, self.paced_s)
+
+    def line(self) -> str:
+        """One plain line: ``bench 120/500 requests (24%) elapsed 0:12 ETA 0:38 | ctx 60 x c4``."""
+        percent = 100 * self.done // self.total if self.total else 100
+        eta = self.eta_s
+        parts = [
+            f"bench {self.done}/{self.total} requests ({percent}%)",
+            f"elapsed {clock_duration(self.elapsed_s)}",
+            f"ETA {'-:--' if eta is None else clock_duration(eta)}",
+        ]
+        text = " ".join(parts)
+        return f"{text} | {self.point}" if self.point else text
+
+
+class RequestProgress:
+    """Requests done of the run's total, with an ETA, on ``stream`` (stderr).
+
+    On a terminal a rich Live line (bar, counts, elapsed, ETA) redrawn four times a second;
+    elsewhere a plain :meth:`ProgressSnapshot.line` at most every ``every_s`` seconds and at each
+    point's end. Safe to call from the event loop while rich's refresh thread draws.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO,
+        live: bool | None = None,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.stream = stream
+        self.live = stream.isatty() if live is None else live
+        self.every_s = every_s
+        self.clock = clock
+        self.started = clock()
+        self.done = 0
+        self.point = ""
+        self.first_done: float | None = None
+        self._printed_at: float | None = None
+        self._printed_final = False
+        self._lock = threading.Lock()
+        self._display: Any = None
+
+    def snapshot(self) -> ProgressSnapshot:
+        now = self.clock()
+        with self._lock:
+            paced = None if self.first_done is None else now - self.first_done
+            return ProgressSnapshot(self.done, self.total, now - self.started, self.point, paced)
+
+    def render(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        snap = self.snapshot()
+        grid = Table.grid(padding=(0, 1))
+        grid.add_row(ProgressBar(total=max(snap.total, 1), completed=snap.done, width=30),
+                     snap.line())
+        return grid
+
+    def __enter__(self) -> RequestProgress:
+        if self.live and self.total > 0:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._display = Live(
+                console=Console(file=self.stream),
+                get_renderable=self.render,
+                refresh_per_second=4,
+                transient=False,
+            )
+            self._display.__enter__()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._display is not None:
+            self._display.refresh()
+            self._display.__exit__(None, None, None)
+            self._display = None
+        elif self.total > 0 and not self._printed_final:
+            self._print()
+
+    def start_point(self, label: str) -> None:
+        with self._lock:
+            self.point = label
+
+    def end_point(self) -> None:
+        if self._display is None:
+            self._print()
+
+    def advance(self, requests: int = 1) -> None:
+        with self._lock:
+            if self.first_done is None:
+                self.first_done = self.clock()
+            self.done += requests
+        if self._display is None:
+            now = self.clock()
+            if self._printed_at is None or now - self._printed_at >= self.every_s:
+                self._print()
+
+    def _print(self) -> None:
+        snap = self.snapshot()
+        self._printed_at = self.clock()
+        self._printed_final = snap.done >= snap.total
+        print(snap.line(), file=self.stream, flush=True)
+
+
+class ObservedClient(BenchClient):
+    """The bench client, telling the progress display of each finished request and keeping
+    each request's prompt by label while ``prompts`` is a dict (``--output-prompts``).
+
+    The matrix sees an ordinary :class:`BenchClient`; only ``stream`` (every request of a point,
+    calibration probes included) is observed.
+    """
+
+    progress: RequestProgress | None = None
+    prompts: dict[str, str | Prompt] | None = None
+
+    async def stream(self, prompt: str | Prompt, **options: Any) -> RawExchange:
+        raw = await super().stream(prompt, **options)
+        if raw.phase in COUNTED_PHASES:
+            if self.prompts is not None:
+                self.prompts[raw.label] = prompt
+            if self.progress is not None:
+                self.progress.advance()
+        return raw
 
 
 def _positive_int(text: str) -> int:
@@ -47,6 +245,64 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+SLO_KEYS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2e_ms": "e2e_s"}
+"""``--slo`` keys (the sweep file's ``slo`` keys, milliseconds) and the :class:`Slo` field
+each sets (seconds)."""
+
+
+def parse_slo(text: str) -> Slo:
+    """``ttft_ms=2000,tpot_ms=100,e2e_ms=60000`` (any of the three, each at most once)."""
+    bounds: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or key not in SLO_KEYS:
+            known = ", ".join(SLO_KEYS)
+            problem = f"{item.strip()!r}: expected KEY=MS, KEY one of {known}"
+            raise argparse.ArgumentTypeError(problem)
+        if SLO_KEYS[key] in bounds:
+            raise argparse.ArgumentTypeError(f"{key} given twice")
+        bounds[SLO_KEYS[key]] = _positive_float(value) / 1000.0
+    return Slo(**bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOption:
+    """``--workload`` as given: its label (the points' ``workload`` field) and what it names."""
+
+    label: str
+    kind: Literal["synthetic", "builtin", "file"]
+    name: str
+    """The built-in set's name or the file's path as written; empty for synthetic."""
+
+
+def parse_workload(text: str) -> WorkloadOption:
+    """``synthetic``, ``builtin:NAME`` (one of the sets that ship with the package) or
+    ``file:PATH`` (a JSONL traffic sample); labels as the sweep file's workloads have them."""
+    if text == "synthetic":
+        return WorkloadOption("synthetic", "synthetic", "")
+    kind, sep, name = text.partition(":")
+    if sep and kind == "file" and name:
+        return WorkloadOption(text, "file", name)
+    if sep and kind == "builtin":
+        if name not in BUILTIN_WORKLOADS:
+            known = ", ".join(BUILTIN_WORKLOADS)
+            raise argparse.ArgumentTypeError(f"no built-in workload {name!r} (built-in: {known})")
+        return WorkloadOption(text, "builtin", name)
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected synthetic, builtin:NAME or file:PATH"
+    )
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -75,8 +331,56 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--concurrency",
         type=_positive_int,
         nargs="+",
-        default=[1, 8],
-        help="requests in flight (space-separated)",
+        default=None,
+        help="closed-loop points: requests in flight (space-separated; default 1 8, none "
+        "when --rate is given alone)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive_float,
+        nargs="+",
+        default=None,
+        help="open-loop points: requests per second (space-separated), measured for --duration",
+    )
+    parser.add_argument(
+        "--arrivals",
+        choices=get_args(Arrivals),
+        default="poisson",
+        help="rate points: Poisson arrivals (exponential gaps from --seed) or evenly spaced",
+    )
+    parser.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=30.0,
+        help="rate points: seconds of arrivals measured after the warm-up (default 30)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=256,
+        help="rate points: most requests in flight (default 256)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="rate points: the schedule's seed")
+    parser.add_argument(
+        "--slo",
+        type=parse_slo,
+        default=None,
+        help="per-request bounds for goodput: ttft_ms=..,tpot_ms=..,e2e_ms=.. (any of them)",
+    )
+    parser.add_argument(
+        "--workload",
+        type=parse_workload,
+        default=parse_workload("synthetic"),
+        help="synthetic (filler prompts), builtin:NAME (" + ", ".join(BUILTIN_WORKLOADS)
+        + ") or file:PATH (a JSONL traffic sample)",
+    )
+    parser.add_argument(
+        "--output-lengths",
+        choices=OUTPUT_LENGTHS,
+        default=None,
+        help="fixed: every request yields --max-tokens (ignore_eos; the default); natural: the "
+        "model stops, --max-tokens caps; workload: each request's output_tokens from the "
+        "workload (ignore_eos), --max-tokens where it has none",
     )
     parser.add_argument(
         "--rounds",
@@ -88,7 +392,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--warmup",
         type=_non_negative_int,
         default=None,
-        help="warm-up requests per point, excluded from metrics (default: the concurrency)",
+        help="warm-up requests per point, excluded from metrics (default: the concurrency; "
+        "for a rate point one second of its arrivals, at most --max-concurrency)",
     )
     parser.add_argument("--max-tokens", type=_positive_int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -96,7 +401,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--no-ignore-eos",
         dest="ignore_eos",
         action="store_false",
-        help="let the model stop early (default: ignore_eos, every request yields max-tokens)",
+        help="let the model stop early: --output-lengths natural",
     )
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument(
@@ -134,9 +439,96 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument(
         "--no-matrix", dest="matrix", action="store_false", help="skip the throughput matrix"
     )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="results file: JSON lines, one per point as it is measured, with its requests",
+    )
+    parser.add_argument(
+        "--output-prompts",
+        action="store_true",
+        help="--output: also keep each request's prompt (to replay the same requests elsewhere)",
+    )
     parser.add_argument("--raw", action="store_true", help="--json: include every request")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPoint:
+    """One point of the run: a closed loop (``concurrency``) or an open one (``rate``), with
+    the requests the progress display counts for it."""
+
+    context: int
+    concurrency: int | None
+    rate: float | None
+    warmup: int
+    measured: int
+
+    @property
+    def requests(self) -> int:
+        return self.warmup + self.measured
+
+    @property
+    def label(self) -> str:
+        load = f"x c{self.concurrency}" if self.rate is None else f"@ {self.rate:g} req/s"
+        return f"ctx {self.context} {load}"
+
+
+def closed_loads(args: argparse.Namespace) -> list[int]:
+    """``--concurrency`` as given; by default ``1 8``, or none when only ``--rate`` is given."""
+    if args.concurrency is not None:
+        return list(args.concurrency)
+    return [] if args.rate else [1, 8]
+
+
+def planned_points(args: argparse.Namespace) -> list[PlannedPoint]:
+    """The matrix's points in run order: per context, the closed points, then the rate
+    points (whose measured requests are their arrival schedule's)."""
+    if not args.matrix:
+        return []
+    plan: list[PlannedPoint] = []
+    for context in args.contexts:
+        for concurrency in closed_loads(args):
+            warmup = concurrency if args.warmup is None else args.warmup
+            plan.append(PlannedPoint(context, concurrency, None, warmup, args.rounds * concurrency))
+        for rate in args.rate or []:
+            schedule = arrival_schedule(rate, args.duration, args.arrivals, args.seed)
+            warmup = args.warmup
+            if warmup is None:  # one second of arrivals, as many as may be in flight
+                warmup = min(math.ceil(rate), args.max_concurrency)
+            plan.append(PlannedPoint(context, None, rate, warmup, len(schedule)))
+    return plan
+
+
+def prompt_as_sent(prompt: str | Prompt, api: ApiKind) -> str | list[dict[str, str]]:
+    """A request's prompt as the server got it: ``/generate``'s one text, or the chat API's
+    messages (``[{"role", "content"}, ...]``)."""
+    typed = as_prompt(prompt)
+    if api == "generate":
+        return typed.plain_text()
+    return [{"role": m.role, "content": m.content} for m in typed.chat_messages()]
+
+
+def point_line(
+    point: PointResult,
+    *,
+    url: str,
+    model: str,
+    api: ApiKind,
+    prompts: dict[str, str | Prompt] | None = None,
+) -> dict[str, Any]:
+    """One ``--output`` line: the point with every request (warm-up labelled), where it was
+    measured, and with ``prompts`` each request's prompt as it was sent."""
+    line: dict[str, Any] = {"url": url, "model": model, "api": api}
+    line.update(_point_summary(point, include_requests=True))
+    if prompts is not None:
+        for request in line["raw_requests"]:
+            sent = prompts.get(request["label"])
+            request["prompt"] = None if sent is None else prompt_as_sent(sent, api)
+    return line
 
 
 def _point_summary(point: PointResult, *, include_requests: bool) -> dict[str, Any]:
@@ -152,8 +544,10 @@ def _print_table(points: list[PointResult]) -> None:
     table = Table(title="bench")
     for header in (
         "ctx",
-        "C",
+        "load",
         "held",
+        "req/s",
+        "goodput",
         "tok/s",
         "TTFT p50",
         "TTFT p99",
@@ -175,10 +569,13 @@ def _print_table(points: list[PointResult]) -> None:
 
     for p in points:
         m = p.metrics
+        load = f"C={p.spec.concurrency}" if p.spec.rate is None else f"{p.spec.rate:g}/s"
         table.add_row(
             str(p.spec.context),
-            str(p.spec.concurrency),
+            load,
             num(m.concurrency_held, 2),
+            num(m.request_s, 2),
+            num(m.goodput, 2),
             num(m.output_tok_s),
             ms(m.ttft.p50),
             ms(m.ttft.p99),
@@ -223,24 +620,108 @@ def _coding_document(results: list[CodingResult]) -> dict[str, Any]:
     }
 
 
+def output_lengths(args: argparse.Namespace) -> OutputLengths:
+    """``--output-lengths``, with ``--no-ignore-eos`` as ``natural`` (ValueError when both
+    are given and disagree)."""
+    chosen: OutputLengths | None = args.output_lengths
+    if not args.ignore_eos:
+        if chosen not in (None, "natural"):
+            raise ValueError(f"--no-ignore-eos contradicts --output-lengths {chosen}")
+        return "natural"
+    return chosen or "fixed"
+
+
+async def _measure(
+    client: BenchClient, prompts: PromptSource, planned: PlannedPoint, args: argparse.Namespace
+) -> PointResult:
+    """One planned point, closed or open loop, with the run's shared settings."""
+    shared: dict[str, Any] = {
+        "context": planned.context,
+        "warmup_requests": planned.warmup,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "ignore_eos": output_lengths(args) != "natural",
+        "scrape_metrics": args.scrape_metrics,
+        "thresholds": QualityThresholds(),
+        "slo": args.slo,
+        "workload": args.workload.label,
+    }
+    if planned.rate is not None:
+        return await run_rate_point(
+            client,
+            prompts,
+            rate=planned.rate,
+            arrivals=args.arrivals,
+            duration_s=args.duration,
+            max_concurrency=args.max_concurrency,
+            seed=args.seed,
+            **shared,
+        )
+    assert planned.concurrency is not None
+    return await run_point(
+        client, prompts, concurrency=planned.concurrency, rounds=args.rounds, **shared
+    )
+
+
+def load_workload(option: WorkloadOption) -> WorkloadSample | None:
+    """The sample a ``--workload`` names (None for synthetic), read and checked before any
+    request: OSError for an unreadable file, WorkloadFileError listing its bad lines."""
+    if option.kind == "synthetic":
+        return None
+    if option.kind == "builtin":
+        return load_builtin(option.name)
+    text = Path(option.name).read_text(encoding="utf-8")
+    return parse_sample(text, filename=option.name, label=option.label)
+
+
+def prompt_source(
+    client: BenchClient, args: argparse.Namespace, sample: WorkloadSample | None
+) -> PromptSource:
+    """Synthetic prompts (calibrations cached in ``--calibration-cache``) or the sample's."""
+    if sample is None:
+        return PromptFactory(client, cache_path=args.calibration_cache)
+    return WorkloadPrompts(
+        client, sample, workload_output_lengths=output_lengths(args) == "workload"
+    )
+
+
 async def run_async(
-    args: argparse.Namespace, problems: list[Problem] | None = None
+    args: argparse.Namespace,
+    problems: list[Problem] | None = None,
+    output: IO[str] | None = None,
+    sample: WorkloadSample | None = None,
 ) -> tuple[int, dict[str, Any], list[PointResult]]:
-    """Run the matrix (and coding when asked): the exit code, the JSON document, the points."""
+    """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
+
+    Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
+    cut short keeps what it measured."""
     log = get_logger(component="bench.cli", url=args.url)
-    concurrency_max = max(args.concurrency)
+    plan = planned_points(args)
+    pool = max(
+        [1, *(p.concurrency for p in plan if p.concurrency is not None)]
+        + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
+    )
+    lengths = output_lengths(args)
     document: dict[str, Any] = {
         "url": args.url,
         "model": args.model,
         "api": args.api,
         "settings": {
             "contexts": list(args.contexts),
-            "concurrency": list(args.concurrency),
+            "concurrency": closed_loads(args),
+            "rate": list(args.rate or []),
+            "arrivals": args.arrivals,
+            "duration_s": args.duration,
+            "max_concurrency": args.max_concurrency,
+            "seed": args.seed,
+            "slo": None if args.slo is None else args.slo.to_dict(),
+            "workload": args.workload.label,
+            "output_lengths": lengths,
             "rounds": args.rounds,
             "warmup": args.warmup,
             "max_tokens": args.max_tokens,
             "temperature": args.temperature,
-            "ignore_eos": args.ignore_eos,
+            "ignore_eos": lengths != "natural",
             "request_timeout_s": args.request_timeout,
             "scrape_metrics": args.scrape_metrics,
             "matrix": args.matrix,
@@ -252,36 +733,39 @@ async def run_async(
         "error": None,
     }
     points: list[PointResult] = []
-    async with BenchClient(
+    client = ObservedClient(
         args.url,
         api=args.api,
         model=args.model,
-        concurrency=concurrency_max,
+        concurrency=pool,
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
-    ) as client:
-        prompts = PromptFactory(client, cache_path=args.calibration_cache)
+    )
+    async with client:
+        prompts = prompt_source(client, args, sample)
+        progress = RequestProgress(sum(p.requests for p in plan), stream=sys.stderr)
         try:
-            for context in args.contexts if args.matrix else []:
-                for concurrency in args.concurrency:
-                    points.append(
-                        await run_point(
-                            client,
-                            prompts,
-                            context=context,
-                            concurrency=concurrency,
-                            rounds=args.rounds,
-                            warmup_requests=concurrency if args.warmup is None else args.warmup,
-                            max_tokens=args.max_tokens,
-                            temperature=args.temperature,
-                            ignore_eos=args.ignore_eos,
-                            scrape_metrics=args.scrape_metrics,
-                            thresholds=QualityThresholds(),
-                        )
-                    )
+            with progress:
+                client.progress = progress
+                for planned in plan:
+                    progress.start_point(planned.label)
+                    client.prompts = {} if args.output_prompts else None
+                    point = await _measure(client, prompts, planned, args)
+                    points.append(point)
+                    if output is not None:
+                        line = point_line(
+                            point, url=args.url, model=args.model, api=args.api,
+                            prompts=client.prompts,
+                        )  # fmt: skip
+                        output.write(json.dumps(line, default=str) + "\n")
+                        output.flush()
+                    progress.end_point()
         except CalibrationError as exc:
             log.error("bench.calibration_failed", error=str(exc))
             document["error"] = f"calibration failed: {exc}"
+        finally:
+            client.progress = None
+            client.prompts = None
         document["points"] = [_point_summary(p, include_requests=args.raw) for p in points]
         if args.coding and document["error"] is None:
             # Imported here, after the entry point configured logging: the module binds its
@@ -305,6 +789,14 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0 or args.request_timeout <= 0:
         print("bench: --temperature must be >= 0 and --request-timeout > 0", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.output_prompts and args.output is None:
+        print("bench: --output-prompts needs --output FILE", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        output_lengths(args)
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         args.url = base_url_from_user(args.url)
     except ValueError as exc:
@@ -317,7 +809,28 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ProblemFileError) as exc:
             print(f"bench: problems: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    code, document, points = asyncio.run(run_async(args, problems))
+    try:
+        sample = load_workload(args.workload)
+    except OSError as exc:
+        print(f"bench: --workload: {exc.strerror or exc}: {args.workload.name}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UnicodeDecodeError:
+        print(f"bench: --workload: {args.workload.name}: not UTF-8 text", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except WorkloadFileError as exc:
+        for problem in exc.problems:
+            print(f"bench: --workload: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        output = None if args.output is None else args.output.open("w", encoding="utf-8")
+    except OSError as exc:
+        print(f"bench: --output: {exc.strerror or exc}: {args.output}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        code, document, points = asyncio.run(run_async(args, problems, output, sample))
+    finally:
+        if output is not None:
+            output.close()
     if args.json:
         json.dump(document, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")

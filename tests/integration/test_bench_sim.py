@@ -599,6 +599,109 @@ def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:
     assert "not scraped" in point["accept_len_metrics_reason"]
 
 
+def test_bench_cli_output_file_has_one_line_per_point_with_its_requests(
+    spec_server: SimServer, tmp_path: Path
+) -> None:
+    output = tmp_path / "points.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--api", "generate", "--contexts", "60", "--concurrency", "1", "2",
+            "--rate", "40", "--duration", "0.2", "--seed", "3", "--slo", "e2e_ms=60000",
+            "--warmup", "1", "--rounds", "1", "--max-tokens", "8", "--no-metrics",
+            "--output", str(output), "--output-prompts",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [(p["context"], p["concurrency"], p["rate"]) for p in lines] == [
+        (60, 1, None), (60, 2, None), (60, None, 40.0)
+    ]  # fmt: skip
+    total = 0
+    for line in lines:
+        assert line["url"] == spec_server.url and line["api"] == "generate"
+        requests = line["raw_requests"]
+        total += len(requests)
+        phases = [r["phase"] for r in requests]
+        assert phases == ["warmup"] + ["measured"] * line["requests"]
+        truth = await_truth(spec_server.url, [r["response_id"] for r in requests])
+        for request in requests:
+            # the prompt kept is the one the server got: its length in the server's tokens
+            assert truth[request["response_id"]]["prompt_tokens"] == request["prompt_tokens"] == 60
+            assert len(request["prompt"].split()) == 60  # the simulator counts words
+        assert len({r["prompt"] for r in requests}) == len(requests)  # each its own nonce
+    rate = lines[2]
+    measured = sorted((r for r in rate["raw_requests"] if r["phase"] == "measured"),
+                      key=lambda r: r["send_time"])
+    assert len(rate["arrival_schedule"]) == len(measured) == rate["requests"] > 1
+    assert rate["goodput"] == pytest.approx(rate["request_s"])  # a 60 s bound: every request
+    # progress: plain lines on stderr (not a terminal), the last one complete
+    progress = [line for line in done.stderr.splitlines() if line.startswith("bench ")]
+    assert progress[-1].startswith(f"bench {total}/{total} requests (100%)")
+
+    unwritable = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--output", str(tmp_path / "no" / "such" / "dir.jsonl"),
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert unwritable.returncode == 2 and unwritable.stdout == ""
+    (message,) = unwritable.stderr.splitlines()
+    assert message.startswith("bench: --output: No such file or directory")
+
+
+def test_bench_cli_file_workload_with_its_output_lengths(
+    spec_server: SimServer, tmp_path: Path
+) -> None:
+    sample = tmp_path / "traffic.jsonl"
+    lines = [
+        {"messages": [{"role": "user", "content": f"question {i}: " + "why is the sky blue " * 8}],
+         "output_tokens": 4 + i}
+        for i in range(3)
+    ]
+    sample.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    output = tmp_path / "points.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url,
+            "--model", MODEL, "--api", "chat", "--workload", f"file:{sample}", "--contexts", "96",
+            "--concurrency", "1", "--rounds", "4", "--warmup", "0", "--output-lengths",
+            "workload", "--max-tokens", "32", "--no-metrics", "--output", str(output),
+            "--output-prompts",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (point,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert point["workload"] == f"file:{sample}"
+    requests = point["raw_requests"]
+    assert len(requests) == 4
+    # each request asks for its sample line's output length, and gets it (ignore_eos)
+    assert {r["max_tokens"] for r in requests} <= {4, 5, 6}
+    assert all(r["completion_tokens"] == r["max_tokens"] for r in requests)
+    assert all(r["prompt_tokens"] == 96 for r in requests)
+    for request in requests:  # chat: the messages as sent, the sample's question in them
+        assert any("why is the sky blue" in m["content"] for m in request["prompt"])
+    assert point["prompts_distinct"] == 3 and point["prompts_reused"] == 1
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(lines[0]) + "\n" + '{"messages": 3}\n')
+    rejected = subprocess.run(
+        [sys.executable, "-m", "orchestrator.bench.cli", "--url", spec_server.url, "--model",
+         MODEL, "--workload", f"file:{bad}", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert rejected.returncode == 2 and rejected.stdout == ""
+    (message,) = rejected.stderr.splitlines()  # one plain line per bad line, no traceback
+    assert message.startswith(f"bench: --workload: {bad}:2: ")
+
+
+def await_truth(url: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    return asyncio.run(_truth(url, ids))
+
+
 def test_bench_cli_coding_only(spec_server: SimServer) -> None:
     argv = [
         sys.executable,
