@@ -145,6 +145,12 @@ def valid_ref(ref: str) -> bool:
     return bool(_REF.fullmatch(ref)) and ref not in (".", "..")
 
 
+OutputLengths = Literal["fixed", "natural", "workload"]
+"""``fixed``: every request runs to ``max_tokens`` (ignore_eos); ``natural``: the model stops
+(``max_tokens`` caps it); ``workload``: each request's ``output_tokens`` from the sample is
+its max_tokens, with ignore_eos (requests without one use ``max_tokens``)."""
+
+
 # --- matrix cells ---------------------------------------------------------------------------
 
 SYNTHETIC_WORKLOAD = "synthetic"

@@ -54,13 +54,12 @@ from orchestrator.bench.workloads import (
 from orchestrator.bench.workloads.source import WorkloadPrompts
 from orchestrator.engine import Prompt, as_prompt
 from orchestrator.log import get_logger
-from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind
+from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind, OutputLengths
 
 if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult
 
 
-OutputLengths = Literal["fixed", "natural", "workload"]
 OUTPUT_LENGTHS: tuple[OutputLengths, ...] = get_args(OutputLengths)
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
 COUNTED_PHASES: frozenset[Phase] = frozenset({"warmup", "measured"})

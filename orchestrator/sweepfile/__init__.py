@@ -41,7 +41,6 @@ from orchestrator.sweepfile.schema import (
     HostSpec,
     KnobMapping,
     Notify,
-    OutputLengths,
     Policy,
     Schedule,
     ServerSpec,
@@ -80,7 +79,7 @@ __all__ = [
     "KnobMapping",
     "NoWorkloadFiles",
     "Notify",
-    "OutputLengths",
+
     "Policy",
     "Problem",
     "Schedule",

@@ -63,6 +63,7 @@ from orchestrator.types import (
     ApiKind,
     MatrixCell,
     MetricsMode,
+    OutputLengths,
     content_hash,
     metric_is_minimized,
 )
@@ -253,10 +254,6 @@ class SloSpec(_Model):
         return None if self.e2e_ms is None else self.e2e_ms / 1000.0
 
 
-OutputLengths = Literal["fixed", "natural", "workload"]
-"""``fixed``: every request runs to ``max_tokens`` (ignore_eos); ``natural``: the model stops
-(``max_tokens`` caps it); ``workload``: each request's ``output_tokens`` from the sample is
-its max_tokens, with ignore_eos (requests without one use ``max_tokens``)."""
 
 _IGNORE_EOS_OF: dict[str, bool] = {"fixed": True, "natural": False, "workload": True}
 """The ``ignore_eos`` each output-length mode sends."""
