@@ -80,8 +80,14 @@ PROPOSED_EVENT = "search.proposed"
 STOPPED_EVENT = "search.exploration_stopped"
 LEADERS = 2
 """How many leading configs share the confirmation reserve."""
-RACE_LEADERS = 3
-"""How many leading configs the race measures again, the least measured first."""
+RACE_Z = 1.96
+"""How far above its mean (in standard errors) a challenger's value may plausibly be: the
+race's upper bounds are 95 % ones, like the answer's intervals."""
+PRIOR_RESTART_CV = 0.05
+"""The restart-to-restart spread the race assumes before it has measured one (the answer's
+assumed spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth
+:data:`PRIOR_DF` degrees of freedom once configs have been repeated."""
+PRIOR_DF = 2
 INVALID_CONFIG_CAUSES = frozenset({"invalid-config"})
 """Causes that condemn a config on every host type (a bad flag condemns it on its own type,
 where the config is paid for already and never proposed again)."""
@@ -145,6 +151,55 @@ def assumed_times(sweep: Sweep, screen: TrialPlan | None) -> TrialTimes:
     return TrialTimes(
         estimate.restart_s, estimate.restart_s + estimate.bench_s * share, full_s, learned=False
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """An explored config and the values it is picked on (larger is better)."""
+
+    config: Config
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+
+def restart_cv(standings: Sequence[Standing]) -> float:
+    """The relative restart-to-restart spread of the configs measured more than once, pooled
+    (a common coefficient of variation, as a per-process speed factor gives), shrunk toward
+    :data:`PRIOR_RESTART_CV` while few restarts were repeated."""
+    squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
+    for standing in standings:
+        if len(standing.values) < 2 or standing.mean == 0:
+            continue
+        mean = standing.mean
+        squares += sum(((v - mean) / mean) ** 2 for v in standing.values)
+        df += len(standing.values) - 1
+    return math.sqrt(squares / df)
+
+
+def race_pick(standings: Sequence[Standing]) -> Config | None:
+    """The config the race measures next: of the leader (the best mean) and its strongest
+    challenger (the highest upper 95 % bound among the others), the one with fewer restarts
+    (the leader on equal counts). This is LUCB's rule for finding the best arm: restarts go
+    where the pick is still in doubt, so a config that got one lucky restart is measured again
+    before it can win, and one whose bound falls below the leader's mean gets no more."""
+    if not standings:
+        return None
+    cv = restart_cv(standings)
+
+    def upper(standing: Standing) -> float:
+        return standing.mean + RACE_Z * cv * abs(standing.mean) / math.sqrt(len(standing.values))
+
+    leader = max(standings, key=lambda s: s.mean)
+    others = [s for s in standings if s is not leader]
+    if not others:
+        return leader.config
+    challenger = max(others, key=upper)
+    if len(challenger.values) < len(leader.values):
+        return challenger.config
+    return leader.config
 
 
 class SearchTrialSource:
@@ -325,9 +380,8 @@ class SearchTrialSource:
             if race_left > 0:
                 # The race: the pick must rest on more than one restart of each leader, or a
                 # 2 % restart noise picks whichever got lucky among configs 1 % apart.
-                leaders = self._leaders(observed, RACE_LEADERS)
-                if leaders:
-                    config = min(leaders, key=lambda c: self._measured(observed, c, host_type))
+                config = race_pick(self._standings(observed))
+                if config is not None:
                     return await self._store_trial(
                         host, config, self._again(observed, config, host_type, "measure")
                     )
@@ -424,21 +478,32 @@ class SearchTrialSource:
         )
         return sourced
 
-    def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
-        """The best ``count`` configs by the mean of their full-fidelity measurements, the
-        race's included (confirmations never count: they must not pick what they report)."""
+    def _standings(self, observed: Sequence[Observation]) -> list[Standing]:
+        """Each explored config's values as the answer picks on them: its full-fidelity
+        restarts (the race's included), else its screens; confirmations never count (they
+        must not pick what they report). Space order of first measurement."""
         baseline = self._baseline_points(observed)
-        values: dict[str, list[float]] = {}
+        full: dict[str, list[float]] = {}
+        screened: dict[str, list[float]] = {}
         configs: dict[str, Config] = {}
         for o in observed:
-            if not o.explores or o.state != "done" or not is_full(o.plan, self.full):
+            if not o.explores or o.state != "done":
                 continue
             score = self._score(o, baseline)
-            if score.feasible and score.value is not None:
-                values.setdefault(o.identity, []).append(score.value)
-                configs.setdefault(o.identity, dict(o.record.config))
-        ranked = sorted(values, key=lambda i: -sum(values[i]) / len(values[i]))
-        return [configs[identity] for identity in ranked[:count]]
+            if not score.feasible or score.value is None:
+                continue
+            into = full if is_full(o.plan, self.full) else screened
+            into.setdefault(o.identity, []).append(score.value)
+            configs.setdefault(o.identity, dict(o.record.config))
+        return [
+            Standing(configs[identity], tuple(full.get(identity) or screened[identity]))
+            for identity in configs
+        ]
+
+    def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
+        """The best ``count`` configs by the mean of what the answer picks them on."""
+        ranked = sorted(self._standings(observed), key=lambda s: -s.mean)
+        return [standing.config for standing in ranked[:count]]
 
     def _exploration_cost(self, timing: TimeBudget) -> float:
         times = timing.times
