@@ -15,10 +15,13 @@ sweep's stored trials and results and answers, in this order:
    asks :meth:`extend` once the screen is measured, and a promising config (in the top
    ``promote_fraction`` of the type's screens: successive halving's rung) goes on with the
    full matrix and the coding anchor on the same server;
-4. a confirmation of a leader (purpose ``confirm``, full matrix, its own restart): the reserve
-   spent on the two configs with the best full-fidelity results, alternately, so their
-   estimates come from restarts that did not pick them;
-5. nothing: the host is done.
+4. the race (purpose ``measure``, full matrix, its own restart): the reserve's ``race``
+   restarts on the leader or its strongest challenger, whichever has fewer restarts
+   (:func:`race_pick`, LUCB), so the answer's pick rests on more than one lucky restart;
+5. a confirmation of a leader (purpose ``confirm``, full matrix, its own restart): the rest of
+   the reserve spent on the two configs with the best means after the race, alternately, so
+   their estimates come from restarts that did not pick them;
+6. nothing: the host is done.
 
 Nothing is kept only in memory: a fresh source over the same store answers the same.
 """
@@ -80,6 +83,10 @@ PROPOSED_EVENT = "search.proposed"
 STOPPED_EVENT = "search.exploration_stopped"
 LEADERS = 2
 """How many leading configs share the confirmation reserve."""
+RACE_SHARE = 3
+"""Without ``search.race``, the race gets ``max_restarts // RACE_SHARE`` restarts: on the
+benchmark's `default` surface (2 % restart noise, the top two 0.6 % apart), a fifth left the
+pick on too few restarts of each leader, and a half left too few screens to find them."""
 RACE_Z = 1.96
 """How far above its mean (in standard errors) a challenger's value may plausibly be: the
 race's upper bounds are 95 % ones, like the answer's intervals."""
@@ -163,6 +170,13 @@ class Standing:
     @property
     def mean(self) -> float:
         return sum(self.values) / len(self.values)
+
+
+def race_restarts(sweep: Sweep) -> int:
+    """The race's restarts per host type: ``search.race``, else a third of ``max_restarts``."""
+    if sweep.search.race is not None:
+        return sweep.search.race
+    return (sweep.search.max_restarts or 0) // RACE_SHARE
 
 
 def restart_cv(standings: Sequence[Standing]) -> float:
@@ -362,9 +376,15 @@ class SearchTrialSource:
         confirms = [o for o in observed if o.plan.purpose == "confirm"]
         raced = [o for o in observed if o.explores and o.plan.repeat > 1]
         confirm_left = max(0, self.sweep.search.confirmations - len(confirms))
-        race_left = max(0, self.sweep.search.race_restarts - len(raced))
+        race_left = max(0, race_restarts(self.sweep) - len(raced))
         reserve = confirm_left + race_left
-        timing = await self._time_budget(host_type, observed, reserve)
+        # Under a deadline the time held back covers the confirmations and a race of at most
+        # half the configs screened so far: a short night still explores, and races what it
+        # found with the time that is left.
+        screened = sum(1 for o in observed if o.explores and o.plan.repeat == 1)
+        timing = await self._time_budget(
+            host_type, observed, confirm_left + min(race_left, screened // 2)
+        )
         candidates = self._candidates(host_type, everything, observed)
         reason = None
         if not candidates:
@@ -377,7 +397,12 @@ class SearchTrialSource:
             return await self._explore(host, host_type, observed, candidates)
         await self._stop_exploring(host_type, reason, observed)
         if reserve > 0 and (timing is None or timing.may_confirm()):
-            if race_left > 0:
+            if race_left > 0 and (
+                timing is None
+                or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
+                    timing.times.full_s
+                )
+            ):
                 # The race: the pick must rest on more than one restart of each leader, or a
                 # 2 % restart noise picks whichever got lucky among configs 1 % apart.
                 config = race_pick(self._standings(observed))
