@@ -528,6 +528,8 @@ async def fast(seeds: int, replications: int) -> dict[str, Any]:
 
 
 E2E_TIME_SCALE = 0.25
+E2E_CUT_MIN_S = 180.0
+"""The cut sweep's ``finish_by`` is the first whole minute at least this far away."""
 E2E_SERVER: dict[str, Any] = {"load_s": 2.0, "warmup_s": 0.2, "stop_delay_s": 0.1}
 E2E_BENCHMARK: dict[str, Any] = {**BENCHMARK, "max_tokens": 128, "rounds": 2}
 E2E_TIMEOUTS = {"connect": 10, "stop": 20, "memory_release": 15, "ready": 60, "probe": 10,
@@ -652,7 +654,10 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
         runs.append(("cut", {}))
         for label, schedule in runs:
             if schedule is not None:
-                finish_by, away = finish_by_soon(90.0)
+                # At least 180 s away: after the baseline (a full trial, ~40 s at this time
+                # scale) the next screen, the 2 confirmations and the restore must fit, or
+                # the cut sweep answers with the baseline alone (as it did with 90 s).
+                finish_by, away = finish_by_soon(E2E_CUT_MIN_S)
                 schedule = {"finish_by": finish_by}
                 out["cut_finish_by_s"] = round(away, 1)
             document = e2e_document(

@@ -15,10 +15,13 @@ sweep's stored trials and results and answers, in this order:
    asks :meth:`extend` once the screen is measured, and a promising config (in the top
    ``promote_fraction`` of the type's screens: successive halving's rung) goes on with the
    full matrix and the coding anchor on the same server;
-4. a confirmation of a leader (purpose ``confirm``, full matrix, its own restart): the reserve
-   spent on the two configs with the best full-fidelity results, alternately, so their
-   estimates come from restarts that did not pick them;
-5. nothing: the host is done.
+4. the race (purpose ``measure``, full matrix, its own restart): the reserve's ``race``
+   restarts on the leader or its strongest challenger, whichever has fewer restarts
+   (:func:`race_pick`, LUCB), so the answer's pick rests on more than one lucky restart;
+5. a confirmation of a leader (purpose ``confirm``, full matrix, its own restart): the rest of
+   the reserve spent on the two configs with the best means after the race, alternately, so
+   their estimates come from restarts that did not pick them;
+6. nothing: the host is done.
 
 Nothing is kept only in memory: a fresh source over the same store answers the same.
 """
@@ -79,8 +82,18 @@ PROPOSED_EVENT = "search.proposed"
 STOPPED_EVENT = "search.exploration_stopped"
 LEADERS = 2
 """How many leading configs share the confirmation reserve."""
-RACE_LEADERS = 3
-"""How many leading configs the race measures again, the least measured first."""
+RACE_SHARE = 3
+"""Without ``search.race``, the race gets ``max_restarts // RACE_SHARE`` restarts: on the
+benchmark's `default` surface (2 % restart noise, the top two 0.6 % apart), a fifth left the
+pick on too few restarts of each leader, and a half left too few screens to find them."""
+RACE_Z = 1.96
+"""How far above its mean (in standard errors) a challenger's value may plausibly be: the
+race's upper bounds are 95 % ones, like the answer's intervals."""
+PRIOR_RESTART_CV = 0.05
+"""The restart-to-restart spread the race assumes before it has measured one (the answer's
+assumed spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth
+:data:`PRIOR_DF` degrees of freedom once configs have been repeated."""
+PRIOR_DF = 2
 INVALID_CONFIG_CAUSES = frozenset({"invalid-config"})
 """Causes that condemn a config on every host type (a bad flag condemns it on its own type,
 where the config is paid for already and never proposed again)."""
@@ -144,6 +157,62 @@ def assumed_times(sweep: Sweep, screen: TrialPlan | None) -> TrialTimes:
     return TrialTimes(
         estimate.restart_s, estimate.restart_s + estimate.bench_s * share, full_s, learned=False
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """An explored config and the values it is picked on (larger is better)."""
+
+    config: Config
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+
+def race_restarts(sweep: Sweep) -> int:
+    """The race's restarts per host type: ``search.race``, else a third of ``max_restarts``."""
+    if sweep.search.race is not None:
+        return sweep.search.race
+    return (sweep.search.max_restarts or 0) // RACE_SHARE
+
+
+def restart_cv(standings: Sequence[Standing]) -> float:
+    """The relative restart-to-restart spread of the configs measured more than once, pooled
+    (a common coefficient of variation, as a per-process speed factor gives), shrunk toward
+    :data:`PRIOR_RESTART_CV` while few restarts were repeated."""
+    squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
+    for standing in standings:
+        if len(standing.values) < 2 or standing.mean == 0:
+            continue
+        mean = standing.mean
+        squares += sum(((v - mean) / mean) ** 2 for v in standing.values)
+        df += len(standing.values) - 1
+    return math.sqrt(squares / df)
+
+
+def race_pick(standings: Sequence[Standing]) -> Config | None:
+    """The config the race measures next: of the leader (the best mean) and its strongest
+    challenger (the highest upper 95 % bound among the others), the one with fewer restarts
+    (the leader on equal counts). This is LUCB's rule for finding the best arm: restarts go
+    where the pick is still in doubt, so a config that got one lucky restart is measured again
+    before it can win, and one whose bound falls below the leader's mean gets no more."""
+    if not standings:
+        return None
+    cv = restart_cv(standings)
+
+    def upper(standing: Standing) -> float:
+        return standing.mean + RACE_Z * cv * abs(standing.mean) / math.sqrt(len(standing.values))
+
+    leader = max(standings, key=lambda s: s.mean)
+    others = [s for s in standings if s is not leader]
+    if not others:
+        return leader.config
+    challenger = max(others, key=upper)
+    if len(challenger.values) < len(leader.values):
+        return challenger.config
+    return leader.config
 
 
 class SearchTrialSource:
@@ -306,9 +375,15 @@ class SearchTrialSource:
         confirms = [o for o in observed if o.plan.purpose == "confirm"]
         raced = [o for o in observed if o.explores and o.plan.repeat > 1]
         confirm_left = max(0, self.sweep.search.confirmations - len(confirms))
-        race_left = max(0, self.sweep.search.race_restarts - len(raced))
+        race_left = max(0, race_restarts(self.sweep) - len(raced))
         reserve = confirm_left + race_left
-        timing = await self._time_budget(host_type, observed, reserve)
+        # Under a deadline the time held back covers the confirmations and a race of at most
+        # half the configs screened so far: a short night still explores, and races what it
+        # found with the time that is left.
+        screened = sum(1 for o in observed if o.explores and o.plan.repeat == 1)
+        timing = await self._time_budget(
+            host_type, observed, confirm_left + min(race_left, screened // 2)
+        )
         candidates = self._candidates(host_type, everything, observed)
         reason = None
         if not candidates:
@@ -321,12 +396,16 @@ class SearchTrialSource:
             return await self._explore(host, host_type, observed, candidates)
         await self._stop_exploring(host_type, reason, observed)
         if reserve > 0 and (timing is None or timing.may_confirm()):
-            if race_left > 0:
+            if race_left > 0 and (
+                timing is None
+                or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
+                    timing.times.full_s
+                )
+            ):
                 # The race: the pick must rest on more than one restart of each leader, or a
                 # 2 % restart noise picks whichever got lucky among configs 1 % apart.
-                leaders = self._leaders(observed, RACE_LEADERS)
-                if leaders:
-                    config = min(leaders, key=lambda c: self._measured(observed, c, host_type))
+                config = race_pick(self._standings(observed))
+                if config is not None:
                     return await self._store_trial(
                         host, config, self._again(observed, config, host_type, "measure")
                     )
@@ -423,21 +502,32 @@ class SearchTrialSource:
         )
         return sourced
 
-    def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
-        """The best ``count`` configs by the mean of their full-fidelity measurements, the
-        race's included (confirmations never count: they must not pick what they report)."""
+    def _standings(self, observed: Sequence[Observation]) -> list[Standing]:
+        """Each explored config's values as the answer picks on them: its full-fidelity
+        restarts (the race's included), else its screens; confirmations never count (they
+        must not pick what they report). Space order of first measurement."""
         baseline = self._baseline_points(observed)
-        values: dict[str, list[float]] = {}
+        full: dict[str, list[float]] = {}
+        screened: dict[str, list[float]] = {}
         configs: dict[str, Config] = {}
         for o in observed:
-            if not o.explores or o.state != "done" or not is_full(o.plan, self.full):
+            if not o.explores or o.state != "done":
                 continue
             score = self._score(o, baseline)
-            if score.feasible and score.value is not None:
-                values.setdefault(o.identity, []).append(score.value)
-                configs.setdefault(o.identity, dict(o.record.config))
-        ranked = sorted(values, key=lambda i: -sum(values[i]) / len(values[i]))
-        return [configs[identity] for identity in ranked[:count]]
+            if not score.feasible or score.value is None:
+                continue
+            into = full if is_full(o.plan, self.full) else screened
+            into.setdefault(o.identity, []).append(score.value)
+            configs.setdefault(o.identity, dict(o.record.config))
+        return [
+            Standing(configs[identity], tuple(full.get(identity) or screened[identity]))
+            for identity in configs
+        ]
+
+    def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
+        """The best ``count`` configs by the mean of what the answer picks them on."""
+        ranked = sorted(self._standings(observed), key=lambda s: -s.mean)
+        return [standing.config for standing in ranked[:count]]
 
     def _exploration_cost(self, timing: TimeBudget) -> float:
         times = timing.times

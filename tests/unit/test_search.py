@@ -352,6 +352,36 @@ async def test_under_finish_by_exploring_stops_when_only_the_reserve_is_left(
         assert "finish_by" in stopped[0].fields["reason"]
 
 
+async def test_under_finish_by_a_long_race_does_not_keep_a_short_night_from_exploring(
+    tmp_path: Path,
+) -> None:
+    """The same clock with a race of 20 restarts: the time held back is the confirmations
+    and a race of at most half the configs screened so far, so the night explores, races
+    while a race trial and the confirmations still fit, then confirms."""
+    sweep, text = _sweep(
+        max_restarts=50,
+        search={"confirmations": 2, "race": 20},
+        schedule={"finish_by": "23:59"},
+        estimate={"restart": 50},
+    )
+    now = [1_800_000_000.0]
+    async with await Store.open(tmp_path / "s.db", clock=lambda: now[0]) as store:
+        record = await _open(store, sweep, text)
+        source = await SearchTrialSource.open(store, record, sweep, clock=lambda: now[0])
+        assert source.finish_at is not None
+        now[0] = source.finish_at - 1000
+        purposes = []
+        while (trial := await source.next_trial("h1")) is not None:
+            assert trial.record.plan is not None
+            purposes.append(trial.record.plan.purpose)
+            await _run_one(store, record, source, trial, clock=now)
+        # 5 screens (after them 500 s left: a 6th, 2 confirmations, 2 race trials and the
+        # restore no longer fit), 2 race trials while one more and the confirmations fit
+        # (500 s, 400 s left), the 2 confirmations, and the restore before the deadline.
+        assert purposes == ["screen"] * 5 + ["measure"] * 2 + ["confirm"] * 2
+        assert now[0] == source.finish_at - 100
+
+
 def test_the_objective_value_negates_a_minimized_metric_and_penalty_ranks_last() -> None:
     sweep, _ = _sweep(objective={"metric": "ttft_p99_s", "context": 60, "concurrency": 1})
     assert sweep_objective(sweep).minimized
