@@ -79,7 +79,6 @@ __all__ = [
     "KnobMapping",
     "NoWorkloadFiles",
     "Notify",
-
     "Policy",
     "Problem",
     "Schedule",

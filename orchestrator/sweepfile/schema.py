@@ -609,7 +609,7 @@ class SearchSpec(_Model):
         default=None,
         description="restarts (random, adaptive) spent measuring the leading configs again once "
         "exploring stops, before the confirmations, so the pick rests on more than one restart "
-        "of each leader (default: a fifth of max_restarts)",
+        "of each leader (default: a third of max_restarts)",
     )
     screen_rounds: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None,
@@ -621,13 +621,6 @@ class SearchSpec(_Model):
         description="a screened config continues to the full matrix when its screening score "
         "is in this top fraction of the type's screened configs (successive halving's rung)",
     )
-
-    @property
-    def race_restarts(self) -> int:
-        """The race's restarts: as given, else a fifth of ``max_restarts``."""
-        if self.race is not None:
-            return self.race
-        return (self.max_restarts or 0) // 5
 
     @model_validator(mode="after")
     def _needs_a_budget(self) -> SearchSpec:
