@@ -100,7 +100,13 @@ async def test_a_screen_continues_on_its_server_and_the_cap_holds_against_retrie
         # trial in flight is re-run once (the same attempt, resumed), and its restart counts.
         text = _with(
             sweep_yaml(host, "search-resume", [HEALTHY], benchmark={"concurrency": [1, 2]}),
-            search={"strategy": "random", "max_restarts": 3, "seed": 1, "confirmations": 0},
+            search={
+                "strategy": "random",
+                "max_restarts": 3,
+                "seed": 1,
+                "confirmations": 0,
+                "race": 0,  # one proposal: what is resumed is its attempt, nothing after it
+            },
         )
         sweep = parse_sweep(text, "search-resume.yaml")
         async with await Store.open(tmp_path / "orchestrator.db") as store:
