@@ -18,20 +18,18 @@ import random
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from typing import TYPE_CHECKING, Literal
 
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
 
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
 Strategy = Literal["random", "adaptive"]
 TPE_STARTUP_MAX = 10
 """Random proposals before TPE models (Optuna's default), fewer for a small budget."""
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def derive_seed(seed: int, *parts: str | int) -> int:
@@ -77,12 +75,19 @@ def propose(
 
 
 def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    from optuna.distributions import CategoricalDistribution
+
     return {knob: CategoricalDistribution(space.levels[knob]) for knob in space.knobs}
 
 
 def _tpe_point(
     space: SearchSpace, seen: Sequence[Seen], draw_seed: int, n_startup: int
 ) -> dict[str, str]:
+    # Imported here: Optuna costs every `run` and `daemon` start a third of a CPU-second to
+    # import, and only an adaptive search that gets this far uses it.
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = _distributions(space)
     sampler = optuna.samplers.TPESampler(seed=draw_seed, n_startup_trials=n_startup)
     study = optuna.create_study(direction="maximize", sampler=sampler)
