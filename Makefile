@@ -7,16 +7,19 @@ STAMP_DEV := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck install dev clean bench bench-peers
 
+# One pip call per install (pip upgrades itself in the same run): each call re-reads the
+# environment and asks the index again, and the version check would ask once more.
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(STAMP_RUN)
 
 install: $(STAMP_RUN)
@@ -35,13 +38,20 @@ typecheck: lint
 # compute, so twice as many workers as cores keep the cores busy. Each worker has a private network
 # (tests/parallel.py), which needs root; elsewhere the suite runs in one process. Override with
 # `make test TEST_WORKERS=N` (0: one process). Tests go out one at a time in the order of
-# tests/conftest.py (the longest folders first), so no worker is handed a queue of long ones.
+# tests/conftest.py (the longest files first), so no worker is handed a queue of long ones.
 TEST_WORKERS ?= $(if $(filter 0,$(shell id -u)),$(shell echo $$(( 2 * $$(nproc) ))),0)
 
+# The suite starts hundreds of `python -m orchestrator...` processes. Where PYTHONDONTWRITEBYTECODE
+# is set (as in many CI images), none of them leaves bytecode behind and each one compiles the
+# package again; compileall writes it once, whatever that variable says, and every process
+# reads it. Tests go out longest first by tests/timings.json (tests/conftest.py); refresh it
+# with `make test PYTEST_ARGS=--record-timings` after adding slow tests.
 test: $(STAMP_DEV)
 	$(BIN)/ruff check orchestrator tests $(wildcard benchmarks)
 	$(BIN)/mypy orchestrator
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10 tests
+	$(BIN)/python -m compileall -q orchestrator tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10 \
+		$(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -9,14 +9,22 @@ two workers fight over 127.0.0.41:2241; ``make test`` then runs the suite in one
 Process ids, the file system and cgroups stay shared between workers: a test names what it
 started by its own pid, its own directory (``tmp_path``) or a unique name, never by a fixed one.
 
-The run starts with the folders whose tests take tens of seconds each and ends with the unit
-tests, so that at the end idle workers take many short tests (``--dist worksteal``) instead of
-waiting for one long test that started last.
+The run starts with the test files whose longest test took longest when the timings in
+tests/timings.json were recorded, and ends with the quick ones, so that at the end idle workers
+take many short tests instead of waiting for one long test that started last (``make test``
+hands tests out one at a time: ``--dist load --maxschedchunk 1``). A file keeps its tests
+together and in their own order, so its module-scoped fixtures are set up once per worker. A
+file with no recorded timings goes among its folder's files of typical length, or after every
+recorded one while most of its folder is not recorded, and then by folder
+(:data:`LONGEST_FIRST`). ``--record-timings`` writes what this run measured into that file.
 """
 
 from __future__ import annotations
 
+import json
 import resource
+import statistics
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,18 @@ LONGEST_FIRST = ("soak", "realhost", "faults", "security", "integration", "hosti
 """The folders under tests/, from the longest tests to the shortest (a new folder goes between
 integration and hostile until it says otherwise)."""
 _TESTS = Path(__file__).resolve().parent
+
+
+TIMINGS = _TESTS / "timings.json"
+"""nodeid -> {"s": wall seconds (setup, call, teardown), "cpu": CPU seconds} of a recorded run."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-timings",
+        action="store_true",
+        help=f"write each test's wall and CPU seconds into {TIMINGS.relative_to(_TESTS.parent)}",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,14 +62,48 @@ def pytest_configure(config: pytest.Config) -> None:
             )
 
 
-def _rank(item: pytest.Item) -> int:
-    path = item.path.resolve()
+def _folder(item: pytest.Item) -> str:
+    return _folder_of(item.path)
+
+
+def _folder_of(path: Path) -> str:
+    path = path.resolve()
     folder = path.relative_to(_TESTS).parts[0] if path.is_relative_to(_TESTS) else ""
-    return LONGEST_FIRST.index(folder if folder in LONGEST_FIRST else "hostile")
+    return folder if folder in LONGEST_FIRST else "hostile"
+
+
+def _recorded() -> dict[str, dict[str, float]]:
+    try:
+        loaded = json.loads(TIMINGS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_rank)  # stable: each folder keeps its own order
+    """Files by their longest recorded test, longest first; tests stay in their file's order."""
+    recorded = _recorded()
+    longest: dict[Path, float] = {}
+    for item in items:
+        seconds = recorded.get(item.nodeid, {}).get("s")
+        if isinstance(seconds, (int, float)):
+            longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
+    typical: dict[str, list[float]] = defaultdict(list)
+    files: dict[str, set[Path]] = defaultdict(set)
+    for item in items:
+        files[_folder(item)].add(item.path)
+    for path, seconds in longest.items():
+        typical[_folder_of(path)].append(seconds)
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        folder = _folder(item)
+        known = longest.get(item.path)
+        # a file not yet recorded: as long as its folder's typical file, once most are known
+        known_most = 2 * len(typical[folder]) >= len(files[folder])
+        guess = statistics.median(typical[folder]) if known_most else 0.0
+        return (-(guess if known is None else known), LONGEST_FIRST.index(folder))
+
+    items.sort(key=key)  # stable: each file keeps its own order
 
 
 def _cpu_s() -> float:
@@ -82,18 +136,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 _CPU: dict[str, float] = {}
+_WALL: dict[str, float] = defaultdict(float)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _WALL[report.nodeid] += report.duration
     for name, value in report.user_properties:
         if name == "cpu_s" and isinstance(value, float):
             _CPU[report.nodeid] = value
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def _record_timings() -> None:
+    timings = _recorded()
+    for nodeid, cpu in _CPU.items():
+        timings[nodeid] = {"s": round(_WALL[nodeid], 2), "cpu": round(cpu, 2)}
+    kept = {nodeid: timings[nodeid] for nodeid in sorted(timings) if _exists(nodeid)}
+    lines = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in kept.items())
+    TIMINGS.write_text("{\n" + lines + "\n}\n", encoding="utf-8")  # one test a line
+
+
+def _exists(nodeid: str) -> bool:
+    return (_TESTS.parent / nodeid.split("::", 1)[0]).exists()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """The ten tests that took the most CPU, after pytest's own ten slowest (``--durations``)."""
     if not _CPU:
         return
+    if config.getoption("record_timings"):
+        _record_timings()
     terminalreporter.write_sep("=", f"most CPU: {sum(_CPU.values()):.0f} s in all")
     for nodeid, seconds in sorted(_CPU.items(), key=lambda kv: -kv[1])[:10]:
         terminalreporter.write_line(f"{seconds:8.2f}s cpu  {nodeid}")

@@ -49,6 +49,12 @@ from orchestrator.log import get_logger
 
 T = TypeVar("T")
 
+_PREFERRED_CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+"""AES-GCM first, then asyncssh's default list (which starts with chacha20-poly1305): with
+AES-NI, asyncssh spends well under half the CPU per packet on AES-GCM that it spends on
+chacha20-poly1305, which builds two cipher contexts for every packet. Every OpenSSH server
+offers both; a server without AES-GCM still gets the rest of the defaults."""
+
 # How long a remote command gets between SIGTERM and SIGKILL, and SIGKILL and giving up on it.
 _TERMINATE_GRACE_S = 2.0
 _KILL_GRACE_S = 1.0
@@ -56,6 +62,10 @@ _KILL_GRACE_S = 1.0
 _KILL_COMMAND_TIMEOUT_S = 5.0
 # Waits before re-opening a channel the host refused while the connection stayed up.
 _REFUSED_CHANNEL_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+# The codes of a session refused while the connection has its MaxSessions: OpenSSH 9.2's
+# serverloop.c answers "open failed" with SSH2_OPEN_CONNECT_FAILED, the simulated sshd with
+# ADMINISTRATIVELY_PROHIBITED. No exec request went out, so waiting and asking again is safe.
+_REFUSED_WHILE_FULL = (asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, asyncssh.OPEN_CONNECT_FAILED)
 # How long a finished command's channel may take to close before its slot is given back.
 _CHANNEL_CLOSE_WAIT_S = 2.0
 # Run by the remote login shell before every command: report the process group, then exec.
@@ -330,7 +340,7 @@ class SSHTransport:
                 if conn.is_closed():
                     # No exec request went out, so even a non-idempotent command may be retried.
                     raise _Reconnectable(self.name, f"connection closed: {exc.reason}") from exc
-                if exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED or wait_s is None:
+                if exc.code not in _REFUSED_WHILE_FULL or wait_s is None:
                     raise TransportError(
                         self.name, f"the host refused a channel: {exc.reason}"
                     ) from exc
@@ -625,6 +635,7 @@ class SSHTransport:
                 agent_path=None,
                 password=None,
                 kbdint_auth=False,
+                encryption_algs=_PREFERRED_CIPHERS,
                 keepalive_interval=settings.keepalive_interval,
                 keepalive_count_max=settings.keepalive_count_max,
                 connect_timeout=settings.connect_timeout,

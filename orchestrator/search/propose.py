@@ -21,20 +21,18 @@ import random
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from typing import TYPE_CHECKING, Literal
 
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
 
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
 Strategy = Literal["random", "adaptive"]
 TPE_STARTUP_MAX = 10
 """Random proposals before TPE models (Optuna's default), fewer for a small budget."""
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def derive_seed(seed: int, *parts: str | int) -> int:
@@ -105,6 +103,8 @@ def good_share(n: int) -> int:
 
 
 def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
     out: dict[str, BaseDistribution] = {}
     for knob in space.knobs:
         ordered = ordered_levels(space.levels[knob])
@@ -118,11 +118,16 @@ def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
 def _tpe_point(
     space: SearchSpace, seen: Sequence[Seen], draw_seed: int, n_startup: int
 ) -> dict[str, str]:
+    # Imported here: Optuna costs every `run` and `daemon` start a third of a CPU-second to
+    # import, and only an adaptive search that gets this far uses it.
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = _distributions(space)
     ordered = {
         knob: order
         for knob in space.knobs
-        if isinstance(distributions[knob], IntDistribution)
+        if isinstance(distributions[knob], optuna.distributions.IntDistribution)
         and (order := ordered_levels(space.levels[knob])) is not None
     }
     with warnings.catch_warnings():

