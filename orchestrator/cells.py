@@ -4,8 +4,9 @@ The runner walks a trial's planned cells; this module turns one cell and the swe
 ``benchmark`` section into a call of the benchmark layer (:func:`~orchestrator.bench.matrix.
 run_point` for a concurrency, :func:`~orchestrator.bench.openloop.run_rate_point` for a rate),
 with the prompt source of the cell's workload. Samples are parsed once per sweep
-(:class:`WorkloadSamples`); prompt sources are made per trial, since their calibration probes
-the trial's own server.
+(:class:`WorkloadSamples`); a sample's calibrated prompts are kept per host from one trial to
+the next (the host serves the same model throughout), and the synthetic prompts, cheap to
+calibrate, are made afresh per trial.
 
 An open-loop cell's arrival schedule is drawn from a seed derived from ``search.seed``, the
 cell's workload and its context: every config meets the same arrivals at the same cell, so a
@@ -35,11 +36,35 @@ mean; a shortfall only means some prompts go out twice, marked reused)."""
 
 
 class WorkloadSamples:
-    """Each workload's parsed sample (file or built-in), read once for the whole sweep."""
+    """Each workload's parsed sample (file or built-in), read once for the whole sweep, and
+    each host's calibrated prompt sources, kept from one trial to the next.
+
+    A sample's prompts cost one prefill probe each per context to make exact; a host serves
+    the same model through every trial of a sweep, so a later trial reuses them
+    (:meth:`WorkloadPrompts.rebound`) instead of probing a long context hundreds of times
+    again after each restart."""
 
     def __init__(self, bench: BenchmarkSpec) -> None:
         self._bench = bench
         self._samples: dict[str, WorkloadSample] = {}
+        self._calibrated: dict[tuple[str, str, int], WorkloadPrompts] = {}
+
+    def prompts(
+        self, host: str, label: str, sample: WorkloadSample, client: BenchClient, distinct: int
+    ) -> WorkloadPrompts:
+        """``host``'s source of ``label``'s prompts on this trial's ``client``."""
+        key = (host, label, distinct)
+        known = self._calibrated.get(key)
+        if known is not None:
+            return known.rebound(client)
+        made = WorkloadPrompts(
+            client,
+            sample,
+            max_distinct=distinct,
+            workload_output_lengths=self._bench.output_lengths == "workload",
+        )
+        self._calibrated[key] = made
+        return made
 
     def sample(self, label: str) -> WorkloadSample | None:
         """The sample behind ``label``; None for the synthetic prompts."""
@@ -75,12 +100,14 @@ class PromptSources:
 
     def __init__(
         self,
+        host: str,
         client: BenchClient,
         bench: BenchmarkSpec,
         samples: WorkloadSamples,
         cells: Sequence[MatrixCell],
         rounds: int,
     ) -> None:
+        self._host = host
         self._client = client
         self._bench = bench
         self._samples = samples
@@ -99,12 +126,8 @@ class PromptSources:
         if sample is None:
             made = PromptFactory(self._client)
         else:
-            made = WorkloadPrompts(
-                self._client,
-                sample,
-                max_distinct=min(len(sample.requests), self._needed.get(workload, 1)),
-                workload_output_lengths=self._bench.output_lengths == "workload",
-            )
+            distinct = min(len(sample.requests), self._needed.get(workload, 1))
+            made = self._samples.prompts(self._host, workload, sample, self._client, distinct)
         self._sources[workload] = made
         return made
 

@@ -810,7 +810,7 @@ async def _measure(
         concurrency=client_connections(bench),
         request_timeout=sweep.timeouts.request,
     ) as client:
-        sources = PromptSources(client, bench, run.samples, plan.cells, plan.rounds)
+        sources = PromptSources(session.name, client, bench, run.samples, plan.cells, plan.rounds)
         for cell in plan.cells:
             if cell_point_key(cell) in committed:
                 continue

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from orchestrator.bench.client import BenchClient
+from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
@@ -171,3 +172,36 @@ async def test_a_failed_probe_fails_the_calibration_with_its_record() -> None:
         with pytest.raises(CalibrationError, match="calibration probe \\(line 1") as caught:
             await source.calibrate(512)
     assert caught.value.record is not None and not caught.value.record.ok
+
+
+class _Counting:
+    """A prompt sender that counts the probes it forwards (the next trial's client)."""
+
+    def __init__(self, client: BenchClient) -> None:
+        self.client = client
+        self.base_url, self.model, self.api = client.base_url, client.model, client.api
+        self.sent = 0
+
+    async def send(self, prompt: str | Prompt, **kwargs: Any) -> RequestRecord:
+        self.sent += 1
+        return await self.client.send(prompt, **kwargs)
+
+
+async def test_a_later_trial_on_the_host_reuses_the_calibrated_prompts(server: SimServer) -> None:
+    async with _client(server) as first:
+        source = WorkloadPrompts(first, _traffic())
+        calibration = await source.calibrate(512)
+        issued = [source.prompt(calibration) for _ in range(5)]
+        assert issued[-1].reused  # 4 lines, 5 prompts: the fifth comes round again
+    async with _client(server) as second:
+        counting = _Counting(second)
+        again = source.rebound(counting)
+        assert await again.calibrate(512) == calibration
+        assert counting.sent == 0  # no probe repeated after the restart
+        prompts = [again.prompt(calibration) for _ in range(4)]
+        assert not any(p.reused for p in prompts)  # this trial's reuse is its own
+        assert {p.origin for p in prompts} == {p.origin for p in issued[:4]}
+        records = [await second.send(p, max_tokens=1) for p in prompts]
+        assert [r.prompt_tokens for r in records] == [512] * 4
+        await again.calibrate(4096)  # what the new trial learns is probed on its client
+        assert counting.sent > 0

@@ -45,6 +45,7 @@ length; ``bench_serving`` uses it the same way). Lines with neither use the poin
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import itertools
 import os
@@ -308,6 +309,21 @@ class WorkloadPrompts:
     @property
     def workload(self) -> str:
         return self.sample.label
+
+    def rebound(self, sender: PromptSender) -> WorkloadPrompts:
+        """This source for another client of the same server, model and API (the next trial
+        on a host): the calibrations and prepared prompts are shared, and so is what either
+        learns later; nonces and issue counts start afresh, so each trial's reuse is its own.
+
+        A calibration stays valid across restarts while the served model and its chat
+        template do not change; every point still reads back the server's own prompt counts
+        (``prompt_tokens_tolerance``), so a stale one would show, never pass unseen."""
+        other = copy.copy(self)
+        other.sender = sender
+        other._nonce_base = int.from_bytes(os.urandom(8), "big")
+        other._nonces = 0
+        other._issued = {}
+        return other
 
     def _key(self, target_tokens: int) -> str:
         return calibration_key(
