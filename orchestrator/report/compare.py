@@ -98,7 +98,7 @@ def _config_key(trial: TrialView) -> str:
 
 def _config_point(group: HostTypeGroup, key: str, ctx: int, conc: int) -> ThroughputPoint | None:
     for trial in group.trials:
-        if _config_key(trial) == key and (point := trial.point(ctx, conc)) is not None:
+        if _config_key(trial) == key and (point := group.point(trial, ctx, conc)) is not None:
             return point
     return None
 

@@ -183,11 +183,12 @@ def throughput_figure(group: HostTypeGroup, colors: dict[str, str]) -> str:
                 marks=tuple(
                     svg.Mark(
                         x=float(conc),
-                        y=p.output_tok_s if (p := trial.point(context, conc)) is not None else None,
-                        status=_status(trial, trial.point(context, conc)),
-                        title=_point_title(group, trial, trial.point(context, conc)),
+                        y=p.output_tok_s if p is not None else None,
+                        status=_status(trial, p),
+                        title=_point_title(group, trial, p),
                     )
                     for conc in group.concurrencies
+                    for p in (group.point(trial, context, conc),)
                 ),
             )
             for trial in group.trials
@@ -216,7 +217,7 @@ def speedup_figure(group: HostTypeGroup) -> str | None:
     for trial in trials:
         row = []
         for ctx, conc in cells:
-            point = trial.point(ctx, conc)
+            point = group.point(trial, ctx, conc)
             value = group.speedup(trial, ctx, conc)
             if value is None:
                 failed = point is None and trial.state == "failed"
@@ -286,7 +287,7 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                 value = trial.config.get(knob)
                 if not isinstance(value, int | float) or isinstance(value, bool):
                     continue
-                points = [trial.point(context, c) for c in group.concurrencies]
+                points = [group.point(trial, context, c) for c in group.concurrencies]
                 values = [p.accept_len for p in points if p is not None and p.accept_len]
                 flagged = any(p.flags for p in points if p is not None)
                 mean = sum(values) / len(values) if values else None
@@ -328,7 +329,7 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                     p.accept_len, p.output_tok_s, _status(trial, p), _point_title(group, trial, p)
                 )
                 for conc in group.concurrencies
-                if (p := trial.point(context, conc)) is not None
+                if (p := group.point(trial, context, conc)) is not None
                 and p.accept_len is not None
                 and p.output_tok_s is not None
             )
@@ -362,7 +363,7 @@ def ttft_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
         for conc in group.concurrencies:
             boxes = []
             for trial in group.trials:
-                point = trial.point(context, conc)
+                point = group.point(trial, context, conc)
                 samples = point.ttft_samples_s if point is not None else ()
                 boxes.append(
                     svg.Box(

@@ -263,8 +263,6 @@ class TrialView:
     plan: TrialPlan | None = None
     never_run_state: TrialState = "queued"
     """What a trial without an attempt is: ``queued``, or ``cancelled`` when its sweep was."""
-    main_workload: str = SYNTHETIC_WORKLOAD
-    """The workload the closed-loop grid (contexts x concurrencies) shows."""
 
     @property
     def latest(self) -> AttemptView | None:
@@ -300,10 +298,6 @@ class TrialView:
             if attempt.lifecycle is not None:
                 return attempt.lifecycle
         return None
-
-    def point(self, context: int, concurrency: int) -> ThroughputPoint | None:
-        """The closed-loop point at (context, concurrency) on the report's main workload."""
-        return self.point_at(MatrixCell(context, concurrency, workload=self.main_workload))
 
     def point_at(self, cell: MatrixCell) -> ThroughputPoint | None:
         for point in self.throughput:
@@ -386,6 +380,10 @@ class HostTypeGroup:
 
     def grid_cell(self, context: int, concurrency: int) -> MatrixCell:
         return MatrixCell(context, concurrency, workload=self.main_workload)
+
+    def point(self, trial: TrialView, context: int, concurrency: int) -> ThroughputPoint | None:
+        """``trial``'s closed-loop point at (context, concurrency) on the grid's workload."""
+        return trial.point_at(self.grid_cell(context, concurrency))
 
     def speedup(self, trial: TrialView, context: int, concurrency: int) -> float | None:
         return self.speedup_at(trial, self.grid_cell(context, concurrency))
@@ -860,14 +858,10 @@ def build_report(
         _short_labels(members)
         # The planned cells of every trial, with what was measured (a trial planned before
         # plans were stored shows what it measured).
-        cells = {c for v in members if v.plan is not None for c in v.plan.cells}
-        cells |= {p.measured.cell for v in members for p in v.throughput}
-        main = main_workload(
-            [c for v in members if v.plan is not None for c in v.plan.cells]
-            + [p.measured.cell for v in members for p in v.throughput]
-        )
-        for member in members:
-            member.main_workload = main
+        ordered = [c for v in members if v.plan is not None for c in v.plan.cells]
+        ordered += [p.measured.cell for v in members for p in v.throughput]
+        cells = set(ordered)
+        main = main_workload(ordered)
         grid = [c for c in cells if c.concurrency is not None and c.workload == main]
         contexts = sorted({c.context for c in grid})
         concurrencies = sorted({c.concurrency for c in grid if c.concurrency is not None})

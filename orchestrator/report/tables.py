@@ -96,7 +96,7 @@ def throughput_tables(group: HostTypeGroup) -> list[Table]:
         for trial in group.trials:
             row = [_trial_cell(group, trial)]
             for conc in group.concurrencies:
-                point = trial.point(context, conc)
+                point = group.point(trial, context, conc)
                 row += _point_cells(point, trial, winners.get(conc) == trial.key)
             rows.append(tuple(row))
         title = f"Context {context} tokens"
@@ -128,18 +128,20 @@ def rate_tables(group: HostTypeGroup) -> list[Table]:
         )
         headers = ["config"]
         for cell in cells:
-            name = f"{format_rate(cell.rate)}/s" if cell.rate is not None else ""
+            assert cell.rate is not None  # the cells above are rate cells
+            name = f"{format_rate(cell.rate)}/s"
             headers += [
                 f"{name} sent/s",
                 f"{name} goodput",
                 f"{name} TTFT p99 / TPOT p50 ms",
                 f"{name} accept_len",
             ]
+        winners = [_best_goodput(group, cell) for cell in cells]
         rows = []
         for trial in group.trials:
             row = [_trial_cell(group, trial)]
-            for cell in cells:
-                row += _rate_cells(trial.point_at(cell), trial, _best_goodput(group, cell))
+            for cell, winner in zip(cells, winners, strict=True):
+                row += _rate_cells(trial.point_at(cell), trial, winner)
             rows.append(tuple(row))
         title = f"Open loop, context {context} tokens"
         if workload != SYNTHETIC_WORKLOAD:
@@ -192,7 +194,7 @@ def workload_table(group: HostTypeGroup) -> Table | None:
     for workload in workloads:
         closed = sorted(c for c in group.all_cells if c.workload == workload and c.rate is None)
         reference[workload] = closed[-1] if closed else None
-        at = f" @ {fmt.cell_label(closed[-1]).split(' ')[-1]}" if closed else ""
+        at = f" @ {closed[-1].context}/{closed[-1].load}" if closed else ""
         headers += [f"{workload} accept_len", f"{workload} tok/s{at}", f"{workload} out len"]
     rows = []
     for trial in group.trials:
@@ -252,7 +254,7 @@ def speedup_table(group: HostTypeGroup) -> Table:
         row = [_trial_cell(group, trial)]
         for ctx, conc in cells:
             value = group.speedup(trial, ctx, conc)
-            point = trial.point(ctx, conc)
+            point = group.point(trial, ctx, conc)
             if value is None:
                 failed = trial.state == "failed" and point is None
                 row.append(
@@ -509,7 +511,7 @@ def pooled_cell(
     none (then its flagged points, flags kept)."""
     by_config: dict[str, list[tuple[TrialView, ThroughputPoint]]] = {}
     for trial in group.trials:
-        point = trial.point(context, concurrency)
+        point = group.point(trial, context, concurrency)
         if trial.host in left_out or point is None or point.output_tok_s is None:
             continue
         by_config.setdefault(_config_key(trial.config), []).append((trial, point))

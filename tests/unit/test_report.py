@@ -86,13 +86,13 @@ def test_groups_by_host_type_with_short_labels(report: SweepReport) -> None:
 
 def test_flagged_points_keep_their_flags_and_never_win_a_cell(report: SweepReport) -> None:
     group = report.groups[0]
-    faulty = _trial(report, "budget=16").point(4096, 16)
+    faulty = _trial(report, "budget=16").point_at(MatrixCell(4096, 16))
     assert faulty is not None
     assert {"errors", "truncated"} <= set(faulty.flags)
     assert not faulty.trusted
-    short = _trial(report, "budget=12").point(4096, 4)
+    short = _trial(report, "budget=12").point_at(MatrixCell(4096, 4))
     assert short is not None and "concurrency_short" in short.flags
-    disagree = _trial(report, "budget=8").point(1024, 16)
+    disagree = _trial(report, "budget=8").point_at(MatrixCell(1024, 16))
     assert disagree is not None and "accept_len_disagree" in disagree.flags
     for ctx, conc in group.cells:
         best = group.best(ctx, conc)
@@ -100,7 +100,7 @@ def test_flagged_points_keep_their_flags_and_never_win_a_cell(report: SweepRepor
         trusted = [
             p.output_tok_s
             for t in group.trials
-            if (p := t.point(ctx, conc)) is not None and p.trusted and p.output_tok_s
+            if (p := t.point_at(MatrixCell(ctx, conc))) is not None and p.trusted and p.output_tok_s
         ]
         assert best[1].output_tok_s == max(trusted)
         assert best[1].trusted
@@ -118,7 +118,7 @@ def test_baseline_without_speculation_is_not_flagged_for_missing_accept_len(
 def test_speedup_is_the_ratio_to_the_same_hosts_baseline(report: SweepReport) -> None:
     group = report.groups[0]
     trial, baseline = _trial(report, "budget=8"), _trial(report, "baseline")
-    mine, theirs = trial.point(60, 4), baseline.point(60, 4)
+    mine, theirs = trial.point_at(MatrixCell(60, 4)), baseline.point_at(MatrixCell(60, 4))
     assert mine is not None and theirs is not None
     assert mine.output_tok_s is not None and theirs.output_tok_s is not None
     assert group.speedup(trial, 60, 4) == pytest.approx(mine.output_tok_s / theirs.output_tok_s)
