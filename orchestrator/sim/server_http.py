@@ -1,4 +1,4 @@
-"""The simulated server's HTTP API (aiohttp), shaped like SGLang's responses.
+"""The simulated server's HTTP API, shaped like SGLang's responses.
 
 Readiness phases: LOADING (weights loading; the HTTP port is not bound yet, as in SGLang, so
 nothing answers), WARMING (the scheduler runs and HTTP is up: ``/v1/models``, ``/model_info``,
@@ -14,19 +14,18 @@ import dataclasses
 import enum
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-
 from orchestrator.sim.content import profile_tokens
+from orchestrator.sim.http_server import EventStream, HttpRequest, HttpResponse, Router, reason
 from orchestrator.sim.perfmodel import expected_accept_len
 from orchestrator.sim.server_args import ServerArgs, shape_dict
 from orchestrator.sim.server_engine import Chunk, Request, Scheduler
 from orchestrator.sim.server_log import SglangLog
 from orchestrator.sim.settings import ServerSimSettings
-from orchestrator.sim.stamped import arrival_of, sent_of
+from orchestrator.sim.stamped import sent_of
 from orchestrator.sim.thinking import (
     ParserKind,
     ReasoningSplitter,
@@ -39,9 +38,6 @@ EOS_TOKEN_ID = 163586
 """``matched_stop`` when a request ends on its own (the EOS token id of the simulated model)."""
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 
-
-ARRIVAL_KEY = "sim.arrival_kernel"
-"""The kernel's receive stamp of the request (monotonic seconds), when the socket keeps one."""
 
 WARMUP_HEADER = "X-Sim-Server-Warmup"
 """Marks the simulated server's own warm-up request to itself."""
@@ -71,11 +67,10 @@ class ServerState:
     """Long-running tasks (the scheduler loop), held so they are not garbage-collected."""
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(data), status=status, content_type="application/json")
+_json = HttpResponse.json
 
 
-def _error(message: str, status: int) -> web.Response:
+def _error(message: str, status: int) -> HttpResponse:
     return _json({"object": "error", "message": message, "type": "BadRequestError",
                   "param": None, "code": status}, status)
 
@@ -86,63 +81,53 @@ class SimServerApp:
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
-    def build(self) -> web.Application:
-        app = web.Application(middlewares=[self._access_log])
-        r = app.router
-        r.add_get("/health", self.health)
-        r.add_get("/health_generate", self.health_generate)
-        r.add_get("/v1/models", self.models)
-        r.add_get("/model_info", self.model_info)
-        r.add_get("/get_model_info", self.model_info)
-        r.add_get("/server_info", self.server_info)
-        r.add_get("/get_server_info", self.server_info)
-        r.add_post("/generate", self.generate)
-        r.add_post("/v1/chat/completions", self.chat)
-        r.add_post("/flush_cache", self.flush_cache)
-        r.add_get("/flush_cache", self.flush_cache)
-        r.add_get("/metrics", self.metrics)
-        r.add_get("/sim/requests", self.sim_requests)
-        r.add_get("/sim/truth", self.sim_truth)
-        return app
+    def router(self) -> Router:
+        r = Router()
+        r.add("GET", "/health", self.health)
+        r.add("GET", "/health_generate", self.health_generate)
+        r.add("GET", "/v1/models", self.models)
+        r.add("GET", "/model_info", self.model_info)
+        r.add("GET", "/get_model_info", self.model_info)
+        r.add("GET", "/server_info", self.server_info)
+        r.add("GET", "/get_server_info", self.server_info)
+        r.add("POST", "/generate", self.generate)
+        r.add("POST", "/v1/chat/completions", self.chat)
+        r.add("POST", "/flush_cache", self.flush_cache)
+        r.add("GET", "/flush_cache", self.flush_cache)
+        r.add("GET", "/metrics", self.metrics)
+        r.add("GET", "/sim/requests", self.sim_requests)
+        r.add("GET", "/sim/truth", self.sim_truth)
+        return r
 
-    @web.middleware
-    async def _access_log(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        # Claimed by every request, so a keep-alive connection's next one gets its own stamp.
-        sock = request.transport.get_extra_info("socket") if request.transport else None
-        request[ARRIVAL_KEY] = arrival_of(sock)
-        response = await handler(request)
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        where = f"{peer[0]}:{peer[1]}" if peer else "-"
-        reason = response.reason or ""
+    def access_log(self, request: HttpRequest, status: int) -> None:
+        """uvicorn's access line, once the response is complete."""
+        where = f"{request.peer[0]}:{request.peer[1]}" if request.peer else "-"
         self.state.log.write_raw(
-            f'INFO:     {where} - "{request.method} {request.path_qs} HTTP/1.1" '
-            f"{response.status} {reason}"
+            f'INFO:     {where} - "{request.method} {request.target} HTTP/1.1" '
+            f"{status} {reason(status)}"
         )
-        return response
 
     # --- readiness and info -----------------------------------------------------------------
 
-    async def health(self, _request: web.Request) -> web.Response:
+    async def health(self, _request: HttpRequest) -> HttpResponse:
         if self.state.phase is not Phase.READY:
-            return web.Response(status=503)
-        return web.Response(status=200)
+            return HttpResponse(503)
+        return HttpResponse(200)
 
-    async def health_generate(self, _request: web.Request) -> web.Response:
+    async def health_generate(self, _request: HttpRequest) -> HttpResponse:
         sched = self.state.scheduler
         if self.state.phase is not Phase.READY or sched is None:
-            return web.Response(status=503)
+            return HttpResponse(503)
         plan = plan_completion("health", max_new_tokens=1, ignore_eos=True, seed=0, wrong_rate=0)
         req = sched.submit(tokenize("health"), plan, internal=True)
         try:
             await asyncio.wait_for(req.queue.get(), HEALTH_GENERATE_TIMEOUT_S)
         except TimeoutError:
             sched.abort(req)
-            return web.Response(status=503)
-        return web.Response(status=200)
+            return HttpResponse(503)
+        return HttpResponse(200)
 
-    async def models(self, _request: web.Request) -> web.Response:
+    async def models(self, _request: HttpRequest) -> HttpResponse:
         args = self.state.args
         return _json({"object": "list", "data": [{
             "id": args.served_model_name, "object": "model",
@@ -151,7 +136,7 @@ class SimServerApp:
             "max_model_len": args.get("context_length") or 262144,
         }]})
 
-    async def model_info(self, _request: web.Request) -> web.Response:
+    async def model_info(self, _request: HttpRequest) -> HttpResponse:
         args = self.state.args
         return _json({
             "model_path": args.model_path,
@@ -165,7 +150,7 @@ class SimServerApp:
             "architectures": ["SimForCausalLM"],
         })
 
-    async def server_info(self, _request: web.Request) -> web.Response:
+    async def server_info(self, _request: HttpRequest) -> HttpResponse:
         st = self.state
         info: dict[str, Any] = dict(st.args.values)
         internal: dict[str, Any] = {
@@ -187,30 +172,30 @@ class SimServerApp:
         })
         return _json(info)
 
-    async def flush_cache(self, _request: web.Request) -> web.Response:
+    async def flush_cache(self, _request: HttpRequest) -> HttpResponse:
         sched = self.state.scheduler
         if sched is not None and (sched.running or sched.waiting):
-            return web.Response(
-                status=400,
-                text="Cache not flushed. Please check backend logs for more details. "
+            return HttpResponse.text(
+                "Cache not flushed. Please check backend logs for more details. "
                 "(When there are running or waiting requests, the operation will not be "
                 "performed.)\n",
+                400,
             )
         if sched is not None:
             sched.flush_cache()
         self.state.log.rank("Cache flushed successfully!")
-        return web.Response(
-            text="Cache flushed.\nPlease check backend logs for more details. (When there are "
+        return HttpResponse.text(
+            "Cache flushed.\nPlease check backend logs for more details. (When there are "
             "running or waiting requests, the operation will not be performed.)\n"
         )
 
-    async def metrics(self, _request: web.Request) -> web.Response:
+    async def metrics(self, _request: HttpRequest) -> HttpResponse:
         st = self.state
         if not st.args.get("enable_metrics"):
-            return web.Response(status=404, text="Not Found")
-        return web.Response(text=render_metrics(st), content_type="text/plain")
+            return HttpResponse.text("Not Found", 404)
+        return HttpResponse.text(render_metrics(st))
 
-    async def sim_requests(self, request: web.Request) -> web.Response:
+    async def sim_requests(self, request: HttpRequest) -> HttpResponse:
         sched = self.state.scheduler
         if sched is None:
             return _json([])
@@ -218,7 +203,7 @@ class SimServerApp:
         ids = [i for i in raw.split(",") if i] if raw else None
         return _json([r.as_dict() for r in sched.lookup(ids)])
 
-    async def sim_truth(self, _request: web.Request) -> web.Response:
+    async def sim_truth(self, _request: HttpRequest) -> HttpResponse:
         st = self.state
         sched = st.scheduler
         c = sched.counters if sched is not None else None
@@ -245,7 +230,7 @@ class SimServerApp:
 
     def _admit(self, prompt: list[str], text: str, params: dict[str, Any], *,
                content: Sequence[str], seed_text: str | None = None,
-               internal: bool = False, arrival: float | None = None) -> Request | web.Response:
+               internal: bool = False, arrival: float | None = None) -> Request | HttpResponse:
         """Plan and queue one generation. ``prompt``: the templated tokens (what is counted
         and prefilled); ``text``: where a coding task is looked for; ``content``: the tokens
         of the request's own text, which its content class is read from; ``seed_text``:
@@ -282,9 +267,9 @@ class SimServerApp:
             prompt, plan, content=kind, internal=internal, hang=hang, arrival=arrival
         )
 
-    async def generate(self, request: web.Request) -> web.StreamResponse:
+    async def generate(self, request: HttpRequest) -> HttpResponse | EventStream:
         try:
-            body = await request.json()
+            body = request.json()
         except json.JSONDecodeError:
             return _error("invalid JSON body", 400)
         text = body.get("text")
@@ -292,12 +277,13 @@ class SimServerApp:
             return _error("the simulated server takes 'text' as a single string", 400)
         params = body.get("sampling_params") or {}
         # The server's own warm-up request (sent to itself) is not a client's request.
-        own = request.headers.get(WARMUP_HEADER) == "1" and self.state.phase is Phase.WARMING
+        own = (request.headers.get(WARMUP_HEADER.lower()) == "1"
+               and self.state.phase is Phase.WARMING)
         tokens = tokenize(text)
         admitted = self._admit(
-            tokens, text, params, content=tokens, internal=own, arrival=request.get(ARRIVAL_KEY)
+            tokens, text, params, content=tokens, internal=own, arrival=request.arrival
         )
-        if isinstance(admitted, web.Response):
+        if isinstance(admitted, HttpResponse):
             return admitted
         req = admitted
         if body.get("stream"):
@@ -343,10 +329,9 @@ class SimServerApp:
         if self.state.scheduler is not None:
             self.state.scheduler.abort(req)
 
-    async def _generate_stream(self, request: web.Request, req: Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        sock = request.transport.get_extra_info("socket") if request.transport else None
+    async def _generate_stream(self, request: HttpRequest, req: Request) -> EventStream:
+        resp = request.stream()
+        sock = request.socket
         text = ""
         try:
             while True:
@@ -367,9 +352,9 @@ class SimServerApp:
             self._abort(req)
         return resp
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: HttpRequest) -> HttpResponse | EventStream:
         try:
-            body = await request.json()
+            body = request.json()
         except json.JSONDecodeError:
             return _error("invalid JSON body", 400)
         messages = body.get("messages")
@@ -392,9 +377,9 @@ class SimServerApp:
             template_tokens(texts), last_user, params,
             content=[token for _, tokens in texts for token in tokens],
             seed_text="\0".join(content for _, content in pairs),
-            arrival=request.get(ARRIVAL_KEY),
+            arrival=request.arrival,
         )
-        if isinstance(admitted, web.Response):
+        if isinstance(admitted, HttpResponse):
             return admitted
         req = admitted
         model = str(body.get("model") or self.state.args.served_model_name)
@@ -426,11 +411,10 @@ class SimServerApp:
                 "reasoning_tokens": 0}
 
     async def _chat_stream(
-        self, request: web.Request, req: Request, model: str, splitter: ReasoningSplitter,
+        self, request: HttpRequest, req: Request, model: str, splitter: ReasoningSplitter,
         include_usage: bool,
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+    ) -> EventStream:
+        resp = request.stream()
         created = int(time.time())
 
         def event(delta: dict[str, Any] | None, finish: str | None = None,

@@ -21,10 +21,10 @@ import socket
 import sys
 from collections.abc import Mapping, Sequence
 
-import aiohttp
-from aiohttp import web
+import h11
 
 from orchestrator.sim import server_faults, stamped
+from orchestrator.sim.http_server import HttpServer
 from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.server_args import (
     DFLASH_FAMILY,
@@ -46,6 +46,7 @@ from orchestrator.sim.server_log import (
 from orchestrator.sim.settings import ServerSimSettings
 
 WARMUP_PROMPT = "The capital city of France is"
+WARMUP_TIMEOUT_S = 600.0
 
 
 def _log_ms(environ: Mapping[str, str]) -> bool:
@@ -106,7 +107,7 @@ class _Http:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self.runner: web.AppRunner | None = None
+        self.server: HttpServer | None = None
 
     async def start(self, crash: str | None) -> int | None:
         """Bind and serve; an exit code when the port is taken (or the fault says so)."""
@@ -128,17 +129,15 @@ class _Http:
             log.write_raw("INFO:     Waiting for application shutdown.")
             log.write_raw("INFO:     Application shutdown complete.")
             return 1
-        self.runner = web.AppRunner(
-            SimServerApp(state).build(), access_log=None, handle_signals=False
-        )
-        await self.runner.setup()
-        await web.SockSite(self.runner, sock).start()
+        app = SimServerApp(state)
+        self.server = HttpServer(app.router().dispatch, on_answer=app.access_log)
+        await self.server.start(sock)
         log.write_raw(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         return None
 
     async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+        if self.server is not None:
+            await self.server.close()
 
 
 async def _serve(state: ServerState, crash: str | None) -> int:
@@ -265,20 +264,51 @@ async def _warm_up(args: ServerArgs) -> str | None:
     host = str(args.get("host"))
     if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
-    url = f"http://{host}:{args.get('port')}/generate"
-    body = {"text": WARMUP_PROMPT,
-            "sampling_params": {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}}
+    port = int(args.get("port"))
+    body = json.dumps({
+        "text": WARMUP_PROMPT,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True},
+    }).encode()
     try:
-        async with aiohttp.ClientSession() as session, session.post(
-            url, json=body, headers={WARMUP_HEADER: "1"}, timeout=aiohttp.ClientTimeout(total=600)
-        ) as resp:
-            text = await resp.text()
-            if resp.status != 200:
-                return f"HTTP {resp.status}: {text[:200]}"
-            json.loads(text)
-    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+        async with asyncio.timeout(WARMUP_TIMEOUT_S):
+            status, text = await _post(host, port, "/generate", body)
+        if status != 200:
+            return f"HTTP {status}: {text[:200]}"
+        json.loads(text)
+    except (OSError, TimeoutError, h11.ProtocolError, json.JSONDecodeError) as exc:
         return repr(exc)
     return None
+
+
+async def _post(host: str, port: int, path: str, body: bytes) -> tuple[int, str]:
+    """One POST on a fresh connection: the status and the body as text."""
+    reader, writer = await asyncio.open_connection(host, port)
+    conn = h11.Connection(h11.CLIENT)
+    try:
+        writer.write(b"".join(conn.send(event) or b"" for event in (
+            h11.Request(method="POST", target=path, headers=[
+                ("host", f"{host}:{port}"), ("content-type", "application/json"),
+                ("content-length", str(len(body))), (WARMUP_HEADER, "1"),
+                ("connection", "close"),
+            ]),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        )))
+        await writer.drain()
+        status = 0
+        received = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                received += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status, received.decode("utf-8", "replace")
+    finally:
+        writer.close()
 
 
 def run() -> None:
