@@ -101,7 +101,7 @@ from orchestrator.store import (
 )
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.trialsource import TrialSource
-from orchestrator.types import KnobValue
+from orchestrator.types import KnobValue, MatrixCell
 
 SURFACES: dict[str, dict[str, float]] = {
     "default": {},
@@ -359,7 +359,7 @@ class Score:
 
 def pooled_pick(results: SweepResults) -> dict[str, Any] | None:
     """The config with the highest mean objective value over all its done restarts."""
-    cell = (int(OBJECTIVE["context"]), int(OBJECTIVE["concurrency"]))
+    cell = MatrixCell(int(OBJECTIVE["context"]), concurrency=int(OBJECTIVE["concurrency"]))
     values: dict[str, list[float]] = {}
     configs: dict[str, dict[str, Any]] = {}
     for outcome in results.trials:
