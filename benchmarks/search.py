@@ -101,7 +101,7 @@ from orchestrator.store import (
 )
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.trialsource import TrialSource
-from orchestrator.types import KnobValue
+from orchestrator.types import KnobValue, MatrixCell
 
 SURFACES: dict[str, dict[str, float]] = {
     "default": {},
@@ -359,7 +359,7 @@ class Score:
 
 def pooled_pick(results: SweepResults) -> dict[str, Any] | None:
     """The config with the highest mean objective value over all its done restarts."""
-    cell = (int(OBJECTIVE["context"]), int(OBJECTIVE["concurrency"]))
+    cell = MatrixCell(int(OBJECTIVE["context"]), concurrency=int(OBJECTIVE["concurrency"]))
     values: dict[str, list[float]] = {}
     configs: dict[str, dict[str, Any]] = {}
     for outcome in results.trials:
@@ -480,11 +480,17 @@ def _label(config: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={config.get(k)}" for k in ("budget", "topk", "window"))
 
 
-async def fast(seeds: int, replications: int) -> dict[str, Any]:
+async def fast(
+    seeds: Sequence[int],
+    replications: int,
+    strategies: Sequence[str] = STRATEGIES,
+    surfaces: Sequence[str] = tuple(SURFACES),
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="orch-bench-search-"))
     out: dict[str, Any] = {}
     try:
-        for name, perf in SURFACES.items():
+        for name in surfaces:
+            perf = SURFACES[name]
             started = time.monotonic()
             world = surface(name, perf, replications)
             grid_n = grid_restarts(world.truth)
@@ -505,14 +511,12 @@ async def fast(seeds: int, replications: int) -> dict[str, Any]:
             }
             note(f"{name}: optimum {entry['optimum']} ({entry['optimum_output_tok_s']} tok/s), "
                  f"top-2 gap {entry['top_two_gap']:.2%}; budget {cut} of {grid_n} restarts")
-            for strategy in STRATEGIES:
+            for strategy in strategies:
                 t0 = time.monotonic()
                 cap = None if strategy == "grid" else cut
-                scores = [
-                    await one_run(world, strategy, seed, cap, workdir) for seed in range(seeds)
-                ]
+                scores = [await one_run(world, strategy, seed, cap, workdir) for seed in seeds]
                 row = summarize(scores, grid_n)
-                row["s_per_seed"] = round((time.monotonic() - t0) / seeds, 2)
+                row["s_per_seed"] = round((time.monotonic() - t0) / len(seeds), 2)
                 row["goals"] = goals_met(row, entry["top_two_gap"] <= 0.01)
                 entry["strategies"][strategy] = row
                 note(f"  {strategy:9} median {row['median_regret']} p95 {row['p95_regret']} "
@@ -699,6 +703,12 @@ async def main() -> None:
             ("--seeds", {"type": int, "default": None, "help": "seeds per surface"}),
             ("--e2e", {"action": "store_true", "help": "the end-to-end run on simulated hosts"}),
             ("--seed", {"type": int, "default": 1, "help": "the end-to-end run's search seed"}),
+            ("--seed-start", {"type": int, "default": 0,
+                              "help": "the first search seed of the fast form (a held-out range)"}),
+            ("--strategies", {"default": ",".join(STRATEGIES),
+                              "help": "comma-separated strategies of the fast form"}),
+            ("--surfaces", {"default": ",".join(SURFACES),
+                            "help": "comma-separated response surfaces of the fast form"}),
         ],
     )
     result: dict[str, Any] = {"benchmark": "search", "machine": machine()}
@@ -706,10 +716,18 @@ async def main() -> None:
     if args.e2e:
         result["e2e"] = await e2e(args.seed, args.keep)
     else:
-        seeds = args.seeds or (10 if args.quick else 50)
-        result["seeds"] = seeds
+        count = args.seeds or (10 if args.quick else 50)
+        strategies = [s for s in args.strategies.split(",") if s]
+        names = [s for s in args.surfaces.split(",") if s]
+        unknown = sorted(set(strategies) - set(STRATEGIES)) + sorted(set(names) - set(SURFACES))
+        if unknown:
+            raise SystemExit(f"unknown strategy or surface: {', '.join(unknown)}")
+        result["seeds"] = count
+        result["seed_range"] = [args.seed_start, args.seed_start + count - 1]
         result["goals"] = GOALS
-        result["surfaces"] = await fast(seeds, replications=12)
+        result["surfaces"] = await fast(
+            range(args.seed_start, args.seed_start + count), 12, strategies, names
+        )
     result["wall_s"] = round(time.monotonic() - started, 1)
     emit(result, args.json)
 

@@ -118,8 +118,9 @@ def _host_values(runs: Sequence[Run], view: ObjectiveView) -> dict[str, dict[str
 def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
     groups: list[list[float]] = []
     for config in grouped.values():
-        groups.append([s.value for s in _samples(config.measured + config.confirmed)])
-        groups.append([s.value for s in _samples(config.screened)])
+        groups.append(
+            [s.value for s in _samples(config.measured + config.screened + config.confirmed)]
+        )
     return pooled_restart_variance(groups)
 
 
@@ -203,7 +204,8 @@ def _convergence(
             key, kind, value = found
             kinds = so_far.setdefault(key, {})
             kinds.setdefault(kind, []).append(value)
-            values = kinds.get("measured") or kinds.get("screened") or kinds["confirmed"]
+            values = kinds.get("measured", []) + kinds.get("screened", [])
+            values = values or kinds["confirmed"]
             current[key] = sum(values) / len(values)
             pick = min if minimized else max
             leader = pick(current, key=lambda k: current[k])

@@ -179,9 +179,11 @@ class ConfigRuns:
 
     @property
     def selection(self) -> tuple[tuple[Run, Sample], ...]:
-        """What the config was picked on: full measurements, else screening ones, else (a
-        config only ever confirmed) its confirmations."""
-        return self.measured or self.screened or self.confirmed
+        """What the config was picked on: every restart that explored or raced it, full
+        measurements and screens pooled (a screen measures the objective's own cells, so its
+        value is one more restart of the same quantity, and restart-to-restart noise dwarfs
+        the fewer rounds' request noise); a config only ever confirmed, its confirmations."""
+        return (self.measured + self.screened) or self.confirmed
 
     @property
     def reported(self) -> tuple[tuple[Run, Sample], ...]:

@@ -503,12 +503,12 @@ class SearchTrialSource:
         return sourced
 
     def _standings(self, observed: Sequence[Observation]) -> list[Standing]:
-        """Each explored config's values as the answer picks on them: its full-fidelity
-        restarts (the race's included), else its screens; confirmations never count (they
-        must not pick what they report). Space order of first measurement."""
+        """Each explored config's values as the answer picks on them: every restart that
+        screened, measured or raced it, pooled (a screen is a restart of the objective's own
+        cells); confirmations never count (they must not pick what they report). Space order
+        of first measurement."""
         baseline = self._baseline_points(observed)
-        full: dict[str, list[float]] = {}
-        screened: dict[str, list[float]] = {}
+        values: dict[str, list[float]] = {}
         configs: dict[str, Config] = {}
         for o in observed:
             if not o.explores or o.state != "done":
@@ -516,13 +516,9 @@ class SearchTrialSource:
             score = self._score(o, baseline)
             if not score.feasible or score.value is None:
                 continue
-            into = full if is_full(o.plan, self.full) else screened
-            into.setdefault(o.identity, []).append(score.value)
+            values.setdefault(o.identity, []).append(score.value)
             configs.setdefault(o.identity, dict(o.record.config))
-        return [
-            Standing(configs[identity], tuple(full.get(identity) or screened[identity]))
-            for identity in configs
-        ]
+        return [Standing(configs[identity], tuple(values[identity])) for identity in configs]
 
     def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
         """The best ``count`` configs by the mean of what the answer picks them on."""

@@ -508,3 +508,22 @@ def test_a_one_restart_gap_far_beyond_any_restart_spread_is_better() -> None:
     answer = only(answer_sweep(_one_restart_each({"8": 150.0, "16": 100.0}), make_sweep()))
     assert answer.verdict == "better"
     assert answer.best is not None and answer.best.config == B8
+
+
+def test_a_configs_screens_and_full_restarts_are_pooled_for_the_pick() -> None:
+    """A screen measures the objective's cells, so it is one more restart of the pick's value:
+    budget 8 (a 96 screen, then 104 and 105 raced) averages 101.7 and loses to budget 16's
+    steady 103, where dropping its screen (the old rule) made it win on 104.5."""
+    bench = Bench()
+    for value in (80.0, 81.0):
+        bench.run("a", {}, value)
+    bench.run("a", B8, 96.0, purpose="screen")
+    bench.run("a", B8, 104.0)
+    bench.run("a", B8, 105.0)
+    for value in (103.0, 103.0, 103.0):
+        bench.run("a", B16, value)
+    answer = only(answer_sweep(bench.results(), make_sweep()))
+    assert answer.best is not None and answer.best.config == B16
+    by = {json.dumps(c.config): c for c in answer.contenders}
+    assert by['{"budget": 8}'].estimate.value == pytest.approx((96.0 + 104.0 + 105.0) / 3)
+    assert by['{"budget": 8}'].estimate.restarts == 3

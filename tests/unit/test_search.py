@@ -21,7 +21,12 @@ from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.deadline import TimeBudget, TimedTrial, TrialTimes, learn_times
 from orchestrator.search.propose import Seen, propose, startup_trials
 from orchestrator.search.score import objective_value, penalty, sweep_objective
-from orchestrator.search.source import PROPOSED_EVENT, SearchTrialSource, trial_source_for
+from orchestrator.search.source import (
+    PROPOSED_EVENT,
+    SearchTrialSource,
+    race_restarts,
+    trial_source_for,
+)
 from orchestrator.search.space import search_space, server_identity
 from orchestrator.store import HostEntry, NewPoint, Store, SweepRecord
 from orchestrator.sweepfile import Sweep, parse_sweep
@@ -427,3 +432,11 @@ async def test_a_screen_is_promoted_only_in_the_top_fraction_of_its_types_screen
             assert promoted[-1] == expected, (row.config, values)
             values.append(value)
         assert promoted[0] and not all(promoted)
+
+
+def test_the_random_start_is_an_eighth_of_the_budget_and_the_race_a_third() -> None:
+    """The proposals step from the leaders once TPE's random start is over, so the start is
+    short: 25 restarts start with 3 random screens (a quarter, 6, before) and race 8."""
+    assert startup_trials(25) == 3 and startup_trials(80) == 10 and startup_trials(8) == 3
+    assert race_restarts(_sweep(max_restarts=25)[0]) == 8
+    assert race_restarts(_sweep(max_restarts=25, search={"race": 9})[0]) == 9

@@ -10,8 +10,19 @@ from __future__ import annotations
 import math
 import random
 
-from orchestrator.search.propose import nearest, ordered_levels
-from orchestrator.search.source import PRIOR_RESTART_CV, Standing, race_pick, restart_cv
+from orchestrator.search.propose import (
+    Seen,
+    local_candidates,
+    nearest,
+    ordered_levels,
+    propose,
+)
+from orchestrator.search.source import (
+    PRIOR_RESTART_CV,
+    Standing,
+    race_pick,
+    restart_cv,
+)
 from orchestrator.search.space import Config, SearchSpace
 
 
@@ -110,3 +121,45 @@ def test_a_point_already_paid_for_moves_to_a_neighbouring_level_not_across_the_s
     # budget 8 is paid for; 32 comes first in space order but is two levels away.
     assert nearest(space, [0, 1, 2], {"budget": "8"}) == 1
     assert nearest(space, [0, 2], {"budget": "8"}) == 2
+
+
+def _grid_space() -> SearchSpace:
+    budgets, topks = (4, 8, 16, 32), (2, 4, 6)
+    configs: tuple[Config, ...] = tuple({"budget": b, "topk": k} for b in budgets for k in topks)
+    return SearchSpace(
+        configs=configs,
+        knobs=("budget", "topk"),
+        levels={"budget": tuple(map(str, budgets)), "topk": tuple(map(str, topks))},
+        baseline=False,
+    )
+
+
+def test_after_the_random_start_proposals_step_from_the_leader() -> None:
+    space = _grid_space()
+    index = {(c["budget"], c["topk"]): i for i, c in enumerate(space.configs)}
+    seen = [  # budget 8 / topk 4 leads; the others are well below it
+        Seen({"budget": 8, "topk": 4}, 100.0),
+        Seen({"budget": 32, "topk": 2}, 60.0),
+        Seen({"budget": 4, "topk": 6}, 80.0),
+        Seen({"budget": 32, "topk": 6}, 55.0),
+    ]
+    paid = {index[(int(str(c.config["budget"])), int(str(c.config["topk"])))] for c in seen}
+    candidates = [i for i in range(len(space.configs)) if i not in paid]
+    neighbours = {index[p] for p in [(4, 4), (16, 4), (8, 2), (8, 6)]}
+    assert set(local_candidates(space, candidates, seen)) == neighbours
+    for seed in range(8):  # whatever TPE's point, the proposal is one step from the leader
+        chosen = propose(
+            "adaptive", space, candidates, seen, seed=seed, host_type="t", k=5, n_startup=4
+        )
+        assert chosen in neighbours
+
+
+def test_when_the_leaders_neighbours_are_paid_the_next_leaders_are_stepped_from() -> None:
+    space = _grid_space()
+    seen = [Seen({"budget": 4, "topk": 2}, 100.0), Seen({"budget": 32, "topk": 6}, 50.0)]
+    index = {(c["budget"], c["topk"]): i for i, c in enumerate(space.configs)}
+    paid = {index[(4, 2)], index[(8, 2)], index[(4, 4)], index[(32, 6)]}
+    candidates = [i for i in range(len(space.configs)) if i not in paid]
+    assert set(local_candidates(space, candidates, seen)) == {index[(16, 6)], index[(32, 4)]}
+    assert local_candidates(space, [], seen) == []
+    assert local_candidates(space, candidates, [Seen({"budget": 4, "topk": 2}, None)]) == []
