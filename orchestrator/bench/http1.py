@@ -19,8 +19,11 @@ Arrival stamps from the kernel. With 64 streams, one event loop reads a burst of
 in turn, so a read's ``time.monotonic()`` says when the loop got to it, not when the bytes
 arrived (p99 3.6 ms of error at concurrency 64). On Linux each plain-TCP connection asks for
 ``SO_TIMESTAMPNS`` and is read by :class:`StampedTransport`, which calls ``recvmsg`` itself
-from the loop's reader callback (no asyncio transport between: its per-read layers cost more
-than ``recvmsg`` adds over ``recv_into``), so each read carries the kernel's receive stamp.
+(no asyncio transport between: its per-read layers cost more than ``recvmsg`` adds over
+``recv_into``), so each read carries the kernel's receive stamp. Because the stamp no longer
+depends on when the read happens, the stamped sockets are read in bursts (:class:`ReadPoller`:
+one look at all ready sockets, then the next look 1 ms later), which takes most of the
+per-wakeup CPU out of a read at high concurrency.
 That stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the offset between the
 two clocks, read together at each request's start (the offset moves only when the wall clock
 is stepped: NTP's slewing moves both clocks alike). Where the platform lacks it (or for TLS,
