@@ -360,7 +360,9 @@ class BenchClient:
         try:
             async with asyncio.timeout(self.request_timeout):
                 response = await self._pool.post(path, payload, started=raw.send_time)
-            raw.send_time = response.started  # later only when resent (see the class doc)
+            # The send itself on an open connection, a fresh stamp when resent (see the
+            # class doc); the stamp above when a connection had to be opened first.
+            raw.send_time = response.started
             raw.http_status = response.status
             if response.status != 200:
                 text = response.body().decode("utf-8", errors="replace")

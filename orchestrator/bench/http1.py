@@ -19,8 +19,11 @@ Arrival stamps from the kernel. With 64 streams, one event loop reads a burst of
 in turn, so a read's ``time.monotonic()`` says when the loop got to it, not when the bytes
 arrived (p99 3.6 ms of error at concurrency 64). On Linux each plain-TCP connection asks for
 ``SO_TIMESTAMPNS`` and is read by :class:`StampedTransport`, which calls ``recvmsg`` itself
-from the loop's reader callback (no asyncio transport between: its per-read layers cost more
-than ``recvmsg`` adds over ``recv_into``), so each read carries the kernel's receive stamp.
+(no asyncio transport between: its per-read layers cost more than ``recvmsg`` adds over
+``recv_into``), so each read carries the kernel's receive stamp. Because the stamp no longer
+depends on when the read happens, the stamped sockets are read in bursts (:class:`ReadPoller`:
+one look at all ready sockets, then the next look 1 ms later), which takes most of the
+per-wakeup CPU out of a read at high concurrency.
 That stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the offset between the
 two clocks, read together at each request's start (the offset moves only when the wall clock
 is stepped: NTP's slewing moves both clocks alike). Where the platform lacks it (or for TLS,
@@ -60,14 +63,16 @@ it was measured. Any other failure is raised; a measurement is never retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import re
+import select
 import socket
 import ssl
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -80,6 +85,7 @@ _HEAD_LIMIT = 64 * 1024
 _READ_BUFFER = 64 * 1024
 _CRLF2 = b"\r\n\r\n"
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 _monotonic = time.monotonic
 
@@ -89,6 +95,10 @@ _TIMESPEC = struct.Struct("@qq")
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
 _unpack_timespec = _TIMESPEC.unpack_from
 Ancillary = list[tuple[int, int, bytes]]
+_HAVE_EPOLL = hasattr(select, "epoll")
+COALESCE_S = 0.001
+"""How long the kernel-stamped sockets are left to fill after a burst was read (see
+:class:`ReadPoller`): well below a decode step, and the resolution of the loop's timers."""
 
 
 def realtime_offset_ns() -> int:
@@ -144,8 +154,12 @@ class StampedTransport(asyncio.Transport):
         self._recvmsg = sock.recvmsg
         self._closing = False
         self._unsent = b""
+        self._poller = read_poller(loop)
         protocol.connection_made(self)
-        loop.add_reader(self._fd, self._read_ready)
+        if self._poller is not None:
+            self._poller.add(self._fd, self._read_ready)
+        else:
+            loop.add_reader(self._fd, self._read_ready)
 
     def _read_ready(self) -> None:
         try:
@@ -206,12 +220,97 @@ class StampedTransport(asyncio.Transport):
         if self._closing:
             return
         self._closing = True
-        self._loop.remove_reader(self._fd)
+        if self._poller is not None:
+            self._poller.remove(self._fd)
+        else:
+            self._loop.remove_reader(self._fd)
         if self._unsent:
             self._loop.remove_writer(self._fd)
             self._unsent = b""
         self._sock.close()
         self._loop.call_soon(self._protocol.connection_lost, exc)
+
+
+class ReadPoller:
+    """The kernel-stamped sockets of one event loop in one epoll set, read in bursts at most
+    every :data:`COALESCE_S`.
+
+    Why: the client's CPU per token was mostly per wakeup (the loop's ``epoll_wait``, its
+    dispatch of a handle per ready socket, caches gone cold while other processes ran), and a
+    client that reads each chunk the moment it lands wakes once or twice per chunk. A read's
+    stamp is the kernel's, so when the read happens changes nothing, provided the stream's
+    next chunk has not arrived meanwhile (TCP would merge the two and keep the newer stamp,
+    see the module's docstring): a decode step is several milliseconds, so a read up to 1 ms
+    late keeps every stamp. So: while idle, the loop watches the set as one reader; when it
+    is readable, every ready socket is read (one ``epoll_wait`` with no timeout), then the
+    set is looked at again after ``COALESCE_S`` instead of on the next arrival; a look that
+    finds nothing ready goes back to watching. Level-triggered, as asyncio's own: a socket
+    left unread is reported again. The set lives while a socket is in it (:func:`read_poller`).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._epoll = select.epoll()
+        self._fd = self._epoll.fileno()
+        self._readers: dict[int, Callable[[], None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        loop.add_reader(self._fd, self._readable)
+
+    def add(self, fd: int, callback: Callable[[], None]) -> None:
+        self._epoll.register(fd, select.EPOLLIN)
+        self._readers[fd] = callback
+
+    def remove(self, fd: int) -> None:
+        """Stop watching ``fd`` (before it is closed); the last one closes the set."""
+        if self._readers.pop(fd, None) is None:
+            return
+        with contextlib.suppress(OSError):  # already closed: the kernel dropped it
+            self._epoll.unregister(fd)
+        if not self._readers:
+            self._closed = True
+            _pollers.pop(self._loop, None)
+            if self._timer is not None:
+                self._timer.cancel()
+            self._loop.remove_reader(self._fd)
+            self._epoll.close()
+
+    def _readable(self) -> None:
+        self._loop.remove_reader(self._fd)
+        self._read_ready()
+
+    def _read_ready(self) -> None:
+        """Read every ready socket; look again after ``COALESCE_S``, or (none was ready)
+        watch the set."""
+        self._timer = None
+        ready: list[tuple[int, int]] = []
+        try:
+            ready = self._epoll.poll(0)
+            readers = self._readers
+            for fd, _events in ready:
+                callback = readers.get(fd)  # None: closed by an earlier read of this burst
+                if callback is not None:
+                    callback()
+        finally:
+            if not self._closed:
+                if ready:
+                    self._timer = self._loop.call_later(COALESCE_S, self._read_ready)
+                else:
+                    self._loop.add_reader(self._fd, self._readable)
+
+
+_pollers: dict[asyncio.AbstractEventLoop, ReadPoller] = {}
+
+
+def read_poller(loop: asyncio.AbstractEventLoop) -> ReadPoller | None:
+    """The loop's :class:`ReadPoller` (made on first use), or None without epoll (the
+    transport then registers its socket with the loop itself)."""
+    if not _HAVE_EPOLL:
+        return None
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = ReadPoller(loop)
+    return poller
 
 
 class _HeapFreeze:
@@ -407,34 +506,34 @@ class ChunkedDecoder:
         self._line = b""  # the start of a line cut by a read boundary
 
     def feed(self, reads: Sequence[Read]) -> bool:
-        """Take the reads not seen yet; True once the body is complete."""
+        """Take the reads not seen yet; True once the body is complete. A read that is
+        exactly one whole chunk (what a server writing one event per chunk gives a reader in
+        time) is taken here, inline: this runs inside the measurement, once per read."""
+        blocks = self.blocks
         for index in range(self.reads_fed, len(reads)):
             stamp, data = reads[index]
             if self.complete:
                 self.extra += len(data)
-            elif not self._whole_chunk(stamp, data):
-                self._read(stamp, data)
+                continue
+            if self._state == _SIZE_LINE and not self._left and not self._line:
+                eol = data.find(b"\r\n", 0, 18)
+                if eol > 0:
+                    size_text = data[:eol]
+                    if not size_text.strip(_HEX_DIGITS):
+                        start = eol + 2
+                        stop = start + int(size_text, 16)
+                        if start < stop == len(data) - 2 and data.endswith(b"\r\n"):
+                            blocks.append((stamp, data[start:stop]))
+                            continue
+            self._read(stamp, data)
         self.reads_fed = len(reads)
         return self.complete
 
-    def _whole_chunk(self, stamp: float, data: bytes) -> bool:
-        """The common case, cheaply: this read is exactly one chunk (size line, data, CRLF)."""
-        if self._state != _SIZE_LINE or self._left or self._line:
-            return False
-        eol = data.find(b"\r\n", 0, 18)
-        if eol <= 0 or not data[:eol].isalnum():
-            return False
-        try:
-            size = int(data[:eol], 16)
-        except ValueError:
-            return False
-        if size == 0 or len(data) != eol + size + 4 or not data.endswith(b"\r\n"):
-            return False
-        self.blocks.append((stamp, data[eol + 2 : -2]))
-        return True
-
     def _read(self, stamp: float, data: bytes) -> None:
-        """Any read: the chunked framing as a state machine over lines and data runs."""
+        """One read: whole chunks at a chunk boundary are taken by a ``find`` and a slice
+        each (the common case: a read holds one chunk, or several when the client was late);
+        anything else (a cut line or chunk, the last chunk, trailers, chunk extensions) goes
+        through the state machine over lines and data runs."""
         pos, end = 0, len(data)
         pieces: list[bytes] = []
         while pos < end:
@@ -447,6 +546,17 @@ class ChunkedDecoder:
                 if not self._left:
                     self._state = _DATA_END
                 continue
+            if self._state == _SIZE_LINE and not self._line:
+                eol = data.find(b"\r\n", pos, pos + 18)
+                if eol > pos:
+                    size_text = data[pos:eol]
+                    if not size_text.strip(_HEX_DIGITS):
+                        start = eol + 2
+                        stop = start + int(size_text, 16)
+                        if start < stop and data.startswith(b"\r\n", stop):
+                            pieces.append(data[start:stop])
+                            pos = stop + 2
+                            continue
             eol = data.find(b"\n", pos)
             if eol < 0:
                 self._line += data[pos:]
@@ -502,7 +612,7 @@ class Http1Response:
 
     head: ResponseHead
     blocks: list[Read]
-    started: float  # the send stamp of the attempt that was answered
+    started: float  # the send stamp of the attempt that was answered (see Http1Pool.post)
     completed: float  # arrival of the read that completed the response
     retried: bool = False
 
@@ -543,6 +653,8 @@ class Http1Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.reusable = True
         self.requests = 0
+        self.sent = 0.0
+        """When the current request was handed to the socket (``time.monotonic()``)."""
         self._waiter: asyncio.Future[_Outcome] | None = None
         self._head_buffer = b""
         self._head_bytes = 0
@@ -642,6 +754,7 @@ class Http1Connection(asyncio.BufferedProtocol):
         self._received, self._decoder = 0, None
         self._offset_s, self._offset_ns = divmod(realtime_offset_ns(), 1_000_000_000)
         self.requests += 1
+        self.sent = _monotonic()
         transport.write(request)
         return self._waiter
 
@@ -780,7 +893,11 @@ class Http1Pool:
     ) -> Http1Response:
         """One POST, answered completely (any status), or an exception:
         ``HttpConnectionError``/``OSError`` (refused, reset, ended early, bad HTTP),
-        ``ConnectTimeoutError``; cancellation (the caller's timeout) aborts the connection."""
+        ``ConnectTimeoutError``; cancellation (the caller's timeout) aborts the connection.
+
+        The response's ``started`` is the moment the request was handed to the socket when it
+        went out on a keep-alive connection at once, else the caller's ``started`` (a connect,
+        or a wait for a free connection, is then part of the exchange's time)."""
         request = request_bytes(self.endpoint, path, body, accept=accept)
         _heap_freeze.hold()
         try:
@@ -789,10 +906,16 @@ class Http1Pool:
             _heap_freeze.release()
 
     async def _post(self, request: bytes, started: float) -> Http1Response:
+        waited = self._slots.locked()
         async with self._slots:
             connection, reused = await self._acquire()
+            # On an open connection taken without waiting, nothing between the caller's
+            # stamp and the socket's send belongs to the request: stamp the send itself, so a
+            # preemption of this process in between is not a TTFT error. A connect (or a
+            # wait for a pool slot) stays in, from the caller's stamp, as before.
+            stamp = None if reused and not waited else started
             try:
-                return await self._exchange(connection, request, started, retried=False)
+                return await self._exchange(connection, request, stamp, retried=False)
             except (HttpConnectionError, OSError) as exc:
                 if (
                     not reused
@@ -872,15 +995,22 @@ class Http1Pool:
         raise error or OSError(f"no address for {self.endpoint.host_header}")
 
     async def _exchange(
-        self, connection: Http1Connection, request: bytes, started: float, *, retried: bool
+        self,
+        connection: Http1Connection,
+        request: bytes,
+        started: float | None,
+        *,
+        retried: bool,
     ) -> Http1Response:
+        """One request on ``connection``; ``started``: the send stamp to report (None: the
+        moment the request was handed to the socket)."""
         try:
             outcome = await connection.start(request)
         except BaseException:
             connection.abort()
             raise
         self._release(connection)
-        return _response(outcome, started, retried)
+        return _response(outcome, connection.sent if started is None else started, retried)
 
     def _release(self, connection: Http1Connection) -> None:
         transport = connection.transport

@@ -268,7 +268,12 @@ def test_chunked_decoder_on_random_cuts() -> None:
 
 
 def test_chunked_decoder_rejects_bad_framing() -> None:
-    for wire in (b"zz\r\nabc\r\n0\r\n\r\n", b"3\r\nabcX\r\n0\r\n\r\n", b"3\nabc\r\n"):
+    for wire in (
+        b"zz\r\nabc\r\n0\r\n\r\n",
+        b"3\r\nabcX\r\n0\r\n\r\n",
+        b"3\nabc\r\n",
+        b"0x3\r\nabc\r\n",  # int(..., 16) takes a 0x prefix; HTTP's chunk-size does not
+    ):
         with pytest.raises(HttpProtocolError):
             ChunkedDecoder().feed([(0.0, wire)])
     decoder = ChunkedDecoder()
@@ -380,6 +385,28 @@ async def test_sequential_requests_share_one_connection() -> None:
             await pool.close()
     assert len(server.connections) == 1 and pool.connections_opened == 1
     assert [r.body for r in server.connections[0].requests] == [b"one", b"two", b"three"]
+
+
+async def test_the_send_stamp_is_the_send_itself_on_an_open_connection() -> None:
+    """The caller's stamp holds for a request that needed a connect; on a keep-alive
+    connection the response's ``started`` is when the request went to the socket, so time
+    this process spent between the two (a preemption on a busy host) is no TTFT error."""
+
+    async def handler(conn: Connection) -> None:
+        while await conn.read_request() is not None:
+            await conn.send(stream_response(b"ok"))
+
+    async with RawServer(handler, "127.0.0.236") as server:
+        pool = Http1Pool(server.url, size=1, connect_timeout=2.0)
+        try:
+            first = await pool.post("/generate", b"1", started=-1.0)
+            before = time.monotonic()
+            second = await pool.post("/generate", b"2", started=-1.0)
+        finally:
+            await pool.close()
+    assert pool.connections_opened == 1
+    assert first.started == -1.0  # the connect is part of the first exchange
+    assert before <= second.started <= second.completed
 
 
 async def test_idle_connection_closed_by_server_is_not_reused_nor_double_sent() -> None:

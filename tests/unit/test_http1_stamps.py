@@ -123,6 +123,78 @@ async def test_a_late_reader_gets_one_stamp_for_merged_segments() -> None:
     assert stamp - sent[0][1] > GAP_S / 2
 
 
+def burst_server(
+    listener: socket.socket, streams: int, rounds: int, sent: dict[bytes, tuple[float, float]]
+) -> None:
+    """Answer ``streams`` requests, then ``rounds`` times one chunk to every stream back to
+    back (one decode step of a batch), 20 ms apart. ``sent``: each payload's clock before
+    and after its send."""
+    conns = [listener.accept()[0] for _ in range(streams)]
+    for conn in conns:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(HEAD)
+    for step in range(rounds):
+        time.sleep(0.02)
+        for index, conn in enumerate(conns):
+            payload = b"%02d/%d;" % (index, step)
+            before = time.monotonic()
+            conn.sendall(b"%x\r\n%s\r\n" % (len(payload), payload))
+            sent[payload] = (before, time.monotonic())
+    for conn in conns:
+        conn.sendall(b"0\r\n\r\n")
+        conn.close()
+
+
+@linux_only
+async def test_a_burst_over_many_streams_is_read_in_few_wakeups_and_keeps_its_stamps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client's CPU per token is mostly per wakeup. With kernel stamps the moment of a
+    read changes no stamp, so a burst of chunks landing on many sockets is read in a couple
+    of looks at the ready set (one when the first lands, one ``COALESCE_S`` later for the
+    rest), not one wakeup per socket, and every chunk keeps its own arrival."""
+    looks: list[int] = []
+    reads: list[int] = []
+    look, read = http1.ReadPoller._read_ready, http1.StampedTransport._read_ready
+
+    def counted_look(self: http1.ReadPoller) -> None:
+        looks.append(1)
+        look(self)
+
+    def counted_read(self: http1.StampedTransport) -> None:
+        reads.append(1)
+        read(self)
+
+    monkeypatch.setattr(http1.ReadPoller, "_read_ready", counted_look)
+    monkeypatch.setattr(http1.StampedTransport, "_read_ready", counted_read)
+    streams, rounds = 16, 4
+    listener = socket.create_server((ADDRESS, 0), backlog=streams)
+    sent: dict[bytes, tuple[float, float]] = {}
+    thread = threading.Thread(
+        target=burst_server, args=(listener, streams, rounds, sent), daemon=True
+    )
+    thread.start()
+    url = f"http://{ADDRESS}:{listener.getsockname()[1]}"
+    pool = Http1Pool(url, size=streams, connect_timeout=5)
+    try:
+        responses = await asyncio.gather(
+            *(pool.post("/generate", b"{}", started=0.0) for _ in range(streams))
+        )
+    finally:
+        await pool.close()
+        thread.join(5)
+        listener.close()
+    blocks = [block for response in responses for block in response.blocks]
+    assert sorted(data for _stamp, data in blocks) == sorted(sent)  # a read per chunk
+    for stamp, data in blocks:
+        before, after = sent[data]
+        assert before - SLACK_S <= stamp <= after + SLACK_S, (data, stamp, sent[data])
+    assert len(reads) > 2 * len(looks), (len(reads), len(looks))
+
+
 async def test_without_kernel_stamps_the_loop_stamps_reads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
