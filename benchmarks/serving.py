@@ -1,13 +1,26 @@
 """``orchestrator bench`` beside SGLang's ``bench_serving`` on the same simulated server, with the
-same fixed arrival schedule and the same prompts: do they report the same req/s, output tok/s,
-TTFT median and ITL median (goal: within 2 %)?
+same fixed arrival schedule, the same prompts and the same connection policy: do they report
+the same req/s, output tok/s, TTFT median and ITL median (goal: within 2 %)?
 
-Each round:
+The connection policy is part of the traffic, not of the measurement: bench_serving as it
+ships opens a new aiohttp session, so a new TCP connection, for every request, and its TTFT
+clock (``st``, stamped before ``session.post``, which connects) includes the connect and the
+server's accept; a pooled client (the OpenAI SDK's httpx pool) reuses keep-alive connections.
+So each round measures two like-with-like pairs (``--connections``):
+
+- ``per-request`` (the issue's comparison): ``orchestrator bench --connections per-request``
+  (a fresh connection per request, its clock started before the connect, as ``st``) beside
+  bench_serving as it ships;
+- ``keep-alive`` (the control): ``orchestrator bench`` as by default beside bench_serving with
+  one shared keep-alive session (``peers.SGLANG_REPLAY``'s ``ORCH_KEEPALIVE``).
+
+Each pair, in each round (the pairs' order alternates between rounds):
 
 1. the server's prefix cache is flushed, then ``orchestrator bench`` runs one open-loop point
    (``--rate R --arrivals poisson --seed S --duration D``, ``/generate``, fixed output length,
-   no warm-up) as its own process, with ``--output FILE --output-prompts``: the point's line
-   holds the arrival schedule it drew and every request with the prompt it sent;
+   no warm-up, the pair's ``--connections``) as its own process, with ``--output FILE
+   --output-prompts``: the point's line holds the arrival schedule it drew and every request
+   with the prompt it sent;
 2. those prompts are exported as a ShareGPT-style JSON dataset (``conversations``, the human
    turn the prompt; ``--sharegpt-output-len`` fixes the output length, ``ignore_eos`` is
    bench_serving's default) and the schedule, with the prompts in send order, as a replay file;
@@ -23,18 +36,23 @@ Each round:
 
 The server's own record (``/sim/requests``) is read after each run: the arrivals as it saw
 them (the same schedule, up to the clients' send jitter) and its own TTFT and ITL medians, so a
-TTFT difference splits into what each client adds (its way in and out: bench_serving opens a
-connection per request) and what the server did differently.
+TTFT difference splits into what each client adds (its way in and out) and what the server did
+differently (a new connection costs it an accept and a connection handler).
 
-A round's ratios (ours / bench_serving's) compare two runs under the same background load; the
-figure is the median over the paired rounds. The server runs at real speed (``time_scale`` 1:
-15 ms decode steps, a 2048-token prefill 174 ms) at 2.5 requests/s, below its prefill capacity
-so that latencies are the server's and not a queue's, not at the capacity benchmark's 1e-4:
-there every latency would be the clients' own overhead. ``--nice -10`` (root) lets the server
-and both clients, alike, wake promptly on a machine shared with other work.
+A round's ratios (ours / bench_serving's) compare two runs of the same pair under the same
+background load; the figure is each pair's median over the rounds. Beside it,
+``ttft_ratio_server_adjusted`` divides each tool's TTFT by the server's own for the same run
+first, which takes out what the server did differently between the two runs (on a shared
+machine, several ms either way). The server runs at real
+speed (``time_scale`` 1: 15 ms decode steps, a 2048-token prefill 174 ms) at 2.5 requests/s,
+below its prefill capacity so that latencies are the server's and not a queue's, not at the
+capacity benchmark's 1e-4: there every latency would be the clients' own overhead. ``--nice
+-10`` (root) lets the server and both clients, alike, wake promptly on a machine shared with
+other work.
 
     python benchmarks/serving.py [--quick] [--json] [--keep] [--rounds N] [--requests N]
                                  [--rate R] [--context N] [--nice N]
+                                 [--connections per-request keep-alive]
 """
 
 from __future__ import annotations
@@ -48,12 +66,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 from client import ADDRESS, server_truth, start_server, wait_healthy
 from common import PYTHON, REPO, emit, machine, note, percentile, run_main, summary
 
+from orchestrator.bench.http1 import ConnectionPolicy
 from orchestrator.bench.openloop import arrival_schedule
 from orchestrator.bench.stats import spread_gaps
 
@@ -79,9 +98,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--context", type=int, default=2048, help="prompt tokens (default 2048)")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens (default 64)")
     parser.add_argument("--seed", type=int, default=15, help="the first round's schedule seed")
-    parser.add_argument("--keepalive", action="store_true",
-                        help="control: bench_serving shares one keep-alive session (its own "
-                        "opens a connection per request)")
+    parser.add_argument("--connections", nargs="+", choices=get_args(ConnectionPolicy),
+                        default=["per-request", "keep-alive"],
+                        help="the pairs measured each round (default both): per-request, ours "
+                        "with a fresh connection per request beside bench_serving as shipped; "
+                        "keep-alive, both on kept connections (bench_serving's session shared)")
     parser.add_argument("--nice", type=int, default=0,
                         help="scheduling priority of the server and both clients (inherited; "
                         "e.g. -10 on a shared machine, root only)")
@@ -127,7 +148,8 @@ def duration_for(rate: float, seed: int, requests: int) -> float:
     return (long[requests - 1] + long[requests]) / 2
 
 
-def ours_argv(args: argparse.Namespace, base_url: str, seed: int, output: Path) -> list[str]:
+def ours_argv(args: argparse.Namespace, base_url: str, seed: int, output: Path,
+              connections: ConnectionPolicy) -> list[str]:
     return [
         PYTHON, "-m", "orchestrator.cli", "bench", "--url", base_url, "--model", MODEL,
         "--api", "generate", "--contexts", str(args.context), "--rate", f"{args.rate:g}",
@@ -135,7 +157,7 @@ def ours_argv(args: argparse.Namespace, base_url: str, seed: int, output: Path) 
         "--duration", repr(duration_for(args.rate, seed, args.requests)),
         "--max-concurrency", str(MAX_CONCURRENCY), "--warmup", "0",
         "--max-tokens", str(args.max_tokens), "--no-metrics", "--output", str(output),
-        "--output-prompts", "--json",
+        "--output-prompts", "--connections", connections, "--json",
     ]
 
 
@@ -216,6 +238,16 @@ async def server_record(base_url: str, since: float, requests: int) -> dict[str,
     }
 
 
+def server_adjusted_ttft(row: dict[str, Any]) -> float:
+    """Ours / bench_serving's TTFT median, each first divided by the server's own TTFT median
+    of the same run: what the two measurements differ by once what the server did differently
+    between the two runs (on a shared machine, ±5 % from one run to the next) is taken out."""
+    server = row["server"]
+    ours = row["orchestrator"]["ttft_p50_ms"] / server["orchestrator_run"]["ttft_p50_ms"]
+    theirs = row["bench_serving"]["ttft_p50_ms"] / server["bench_serving_run"]["ttft_p50_ms"]
+    return round(ours / theirs, 4)
+
+
 def rebase(stamps: list[float]) -> list[float]:
     return [x - stamps[0] for x in stamps] if stamps else []
 
@@ -233,20 +265,25 @@ def schedule_gap_ms(ours: list[float], theirs: list[float]) -> dict[str, Any]:
     }
 
 
-async def one_round(args: argparse.Namespace, base_url: str, state: Path, index: int,
-                    seed: int) -> dict[str, Any]:
+async def one_pair(args: argparse.Namespace, base_url: str, state: Path, index: int,
+                   seed: int, connections: ConnectionPolicy) -> dict[str, Any]:
+    """One paired run: ours with ``connections``, then bench_serving with the same policy
+    (``per-request`` is bench_serving as shipped) on our prompts and schedule."""
     from peers import sglang_replay_client
 
-    where = state / f"round-{index}"
+    where = state / f"round-{index}-{connections}"
     where.mkdir()
     ours_out = where / "ours.jsonl"
     await flush_cache(base_url)
     load_before = load()
-    note(f"round {index}: orchestrator bench, rate {args.rate:g}/s, seed {seed}")
+    note(f"round {index} {connections}: orchestrator bench, rate {args.rate:g}/s, seed {seed}")
     started = time.monotonic()
-    await run_process("orchestrator bench", ours_argv(args, base_url, seed, ours_out), cwd=REPO)
+    await run_process("orchestrator bench",
+                      ours_argv(args, base_url, seed, ours_out, connections), cwd=REPO)
     ours_wall = time.monotonic() - started
     point = our_point(ours_out)
+    if point.get("connections") != connections:
+        raise RuntimeError(f"our point says connections {point.get('connections')!r}")
     requests = len(point["arrival_schedule"])
     ours_server = await server_record(base_url, started, requests)
     dataset, replay, requests = export_requests(point, where)
@@ -254,11 +291,12 @@ async def one_round(args: argparse.Namespace, base_url: str, state: Path, index:
     peer = sglang_replay_client(
         base_url, state, dataset=dataset, replay=replay, output_len=args.max_tokens,
         max_concurrency=MAX_CONCURRENCY, rate=args.rate, model=MODEL, output=theirs_out,
-        keepalive=args.keepalive,
+        keepalive=connections == "keep-alive",
     )
     await flush_cache(base_url)
     load_between = load()
-    note(f"round {index}: {peer.name}, the same {requests} requests at the same offsets")
+    note(f"round {index} {connections}: {peer.name}, the same {requests} requests at the "
+         "same offsets")
     started = time.monotonic()
     await run_process(peer.name, peer.argv, env=peer.env, cwd=peer.cwd)
     theirs_wall = time.monotonic() - started
@@ -268,8 +306,8 @@ async def one_round(args: argparse.Namespace, base_url: str, state: Path, index:
         raise RuntimeError(f"completed: ours {ours['requests']}, bench_serving "
                            f"{theirs['requests']}, of {requests}")
     ratios = {m: round(ours[m] / theirs[m], 4) for m in METRICS}
-    return {
-        "round": index, "seed": seed, "requests": requests,
+    row = {
+        "round": index, "connections": connections, "seed": seed, "requests": requests,
         "orchestrator": ours, "bench_serving": theirs, "ratio": ratios,
         "arrival_gap_ms": schedule_gap_ms(
             rebase(ours_server.pop("arrivals")), rebase(theirs_server.pop("arrivals"))
@@ -283,6 +321,8 @@ async def one_round(args: argparse.Namespace, base_url: str, state: Path, index:
         "load": [load_before, load_between, load()],
         "wall_s": {"orchestrator": round(ours_wall, 1), "bench_serving": round(theirs_wall, 1)},
     }
+    row["ttft_ratio_server_adjusted"] = server_adjusted_ttft(row)
+    return row
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -303,8 +343,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"machine": machine()}
     try:
         await wait_healthy(base_url)
-        rows = [await one_round(args, base_url, state, i + 1, args.seed + i)
-                for i in range(rounds)]
+        rows = []
+        for i in range(rounds):
+            # the pairs' order alternates, so neither always runs first in a round
+            order = args.connections if i % 2 == 0 else list(reversed(args.connections))
+            for connections in order:
+                rows.append(await one_pair(args, base_url, state, i + 1, args.seed + i,
+                                           connections))
     finally:
         server.terminate()
         try:
@@ -313,16 +358,26 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             server.kill()
         if not args.keep:
             shutil.rmtree(state, ignore_errors=True)
-    medians = {m: round(percentile([r["ratio"][m] for r in rows], 50) or 0.0, 4)
-               for m in METRICS}
-    result["ratio_median"] = medians
-    result["agree_within_2pct"] = all(abs(v - 1) <= GOAL for v in medians.values())
+    result["ratio_median"] = {}
+    result["agree_within_2pct"] = {}
+    result["ttft_ratio_server_adjusted_median"] = {}
+    for connections in args.connections:
+        pair = [r for r in rows if r["connections"] == connections]
+        medians = {m: round(percentile([r["ratio"][m] for r in pair], 50) or 0.0, 4)
+                   for m in METRICS}
+        result["ratio_median"][connections] = medians
+        result["agree_within_2pct"][connections] = all(
+            abs(v - 1) <= GOAL for v in medians.values()
+        )
+        result["ttft_ratio_server_adjusted_median"][connections] = round(
+            percentile([r["ttft_ratio_server_adjusted"] for r in pair], 50) or 0.0, 4
+        )
     result["rounds"] = rows
     result["settings"] = {
         "rate": args.rate, "arrivals": "poisson", "requests": args.requests,
         "context": args.context, "max_tokens": args.max_tokens, "api": "generate",
         "time_scale": args.time_scale, "max_concurrency": MAX_CONCURRENCY, "warmup": 0,
-        "first_seed": args.seed, "rounds": rounds, "keepalive": args.keepalive,
+        "first_seed": args.seed, "rounds": rounds, "connections": args.connections,
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }
     return result

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 from orchestrator.bench.client import BenchClient, Phase, RawExchange
-from orchestrator.bench.http1 import base_url_from_user
+from orchestrator.bench.http1 import ConnectionPolicy, base_url_from_user
 from orchestrator.bench.matrix import (
     FLAG_ERRORS,
     Arrivals,
@@ -404,6 +404,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument(
+        "--connections",
+        choices=get_args(ConnectionPolicy),
+        default="keep-alive",
+        help="keep-alive: reuse pooled connections, as pooled clients (OpenAI SDK, httpx) do "
+        "(the default); per-request: a fresh connection for every request, closed after its "
+        "response, as bench_serving and clients that connect per call do (its TTFT includes "
+        "the connect)",
+    )
+    parser.add_argument(
         "--no-metrics",
         dest="scrape_metrics",
         action="store_false",
@@ -517,11 +526,13 @@ def point_line(
     url: str,
     model: str,
     api: ApiKind,
+    connections: ConnectionPolicy = "keep-alive",
     prompts: dict[str, str | Prompt] | None = None,
 ) -> dict[str, Any]:
-    """One ``--output`` line: the point with every request (warm-up labelled), where it was
-    measured, and with ``prompts`` each request's prompt as it was sent."""
-    line: dict[str, Any] = {"url": url, "model": model, "api": api}
+    """One ``--output`` line: the point with every request (warm-up labelled), where and
+    how (``connections``) it was measured, and with ``prompts`` each request's prompt as it
+    was sent."""
+    line: dict[str, Any] = {"url": url, "model": model, "api": api, "connections": connections}
     line.update(_point_summary(point, include_requests=True))
     if prompts is not None:
         for request in line["raw_requests"]:
@@ -722,6 +733,7 @@ async def run_async(
             "temperature": args.temperature,
             "ignore_eos": lengths != "natural",
             "request_timeout_s": args.request_timeout,
+            "connections": args.connections,
             "scrape_metrics": args.scrape_metrics,
             "matrix": args.matrix,
             "coding": args.coding,
@@ -739,6 +751,7 @@ async def run_async(
         concurrency=pool,
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
+        connections=args.connections,
     )
     async with client:
         prompts = prompt_source(client, args, sample)
@@ -754,7 +767,7 @@ async def run_async(
                     if output is not None:
                         line = point_line(
                             point, url=args.url, model=args.model, api=args.api,
-                            prompts=client.prompts,
+                            connections=args.connections, prompts=client.prompts,
                         )  # fmt: skip
                         output.write(json.dumps(line, default=str) + "\n")
                         output.flush()

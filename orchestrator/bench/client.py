@@ -23,7 +23,12 @@ from typing import Any, Literal
 
 import aiohttp
 
-from orchestrator.bench.http1 import ConnectTimeoutError, Http1Pool, HttpConnectionError
+from orchestrator.bench.http1 import (
+    ConnectionPolicy,
+    ConnectTimeoutError,
+    Http1Pool,
+    HttpConnectionError,
+)
 from orchestrator.bench.stats import spread_gaps
 from orchestrator.engine import (
     Answer,
@@ -246,7 +251,10 @@ def parse_exchange(raw: RawExchange, reader: Dialect | None = None) -> RequestRe
 
 
 class BenchClient:
-    """One server's streaming client: a keep-alive connection pool sized to the concurrency.
+    """One server's streaming client: a connection pool sized to the concurrency, its
+    connections kept alive (the default) or, with ``connections="per-request"``, one fresh
+    connection per request whose connect falls inside the request's clock, as with
+    ``bench_serving`` (see ``orchestrator.bench.http1``).
 
     ``request_timeout`` bounds each request from send to the end of its stream; a request
     past it is cancelled and recorded as ``ErrorKind.TIMEOUT``, never retried (a measurement
@@ -268,6 +276,7 @@ class BenchClient:
         continuous_usage_stats: bool = False,
         extra_body: dict[str, Any] | None = None,
         reader: Dialect | None = None,
+        connections: ConnectionPolicy = "keep-alive",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -280,7 +289,8 @@ class BenchClient:
         self.connect_timeout = connect_timeout
         self.continuous_usage_stats = continuous_usage_stats
         self.extra_body = dict(extra_body or {})
-        self._pool = Http1Pool(self.base_url, size=concurrency, connect_timeout=connect_timeout)
+        self.connections: ConnectionPolicy = connections
+        self._pool = self._new_pool()
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BenchClient:
@@ -288,6 +298,14 @@ class BenchClient:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+    def _new_pool(self) -> Http1Pool:
+        return Http1Pool(
+            self.base_url,
+            size=self.concurrency,
+            connect_timeout=self.connect_timeout,
+            connections=self.connections,
+        )
 
     def _metrics_session(self) -> aiohttp.ClientSession:
         """aiohttp for ``/metrics`` only: off the timed path, two connections of its own."""
@@ -301,9 +319,7 @@ class BenchClient:
     async def close(self) -> None:
         """Close the idle connections (a stream still running closes its own when it ends)."""
         await self._pool.close()
-        self._pool = Http1Pool(
-            self.base_url, size=self.concurrency, connect_timeout=self.connect_timeout
-        )
+        self._pool = self._new_pool()
         if self._session is not None:
             await self._session.close()
             self._session = None

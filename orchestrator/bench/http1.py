@@ -53,6 +53,16 @@ collection during a measurement scans only what the measurement allocated. Nothi
 frozen objects are still freed by reference counting, and cycles among them are found again
 after the unfreeze. A process that froze its heap itself is left as it is.
 
+Connection policy. ``keep-alive`` (the default) reuses a pooled connection for the next
+request, as pooled clients do (the OpenAI SDK's httpx pool, aiohttp sessions kept open);
+``per-request`` opens a fresh TCP connection for every request and closes it, from this side,
+once the response has ended, as SGLang's ``bench_serving`` does (a new aiohttp session per
+request) and as clients that connect per call do. Either way the caller's clock starts before
+the connection is acquired, so a per-request TTFT includes the connect, exactly where
+bench_serving's ``st`` (stamped before ``session.post``, which connects) puts it. A numeric
+host is turned into its address without the event loop's resolver thread (as aiohttp and
+asyncio's ``create_connection`` do), so a connect costs no thread hop.
+
 Reuse and retries. A pooled connection whose transport is closing (the server closed it while
 idle) is discarded before anything is sent on it. If a request sent on a *reused* connection
 fails before a single byte of the answer arrived (the server closed or reset it at the moment
@@ -74,12 +84,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 from orchestrator.log import get_logger
 
 Read = tuple[float, bytes]
+ConnectionPolicy = Literal["keep-alive", "per-request"]
+"""How requests use connections (see the module's docstring); ``keep-alive`` is the default."""
 
 _HEAD_LIMIT = 64 * 1024
 _READ_BUFFER = 64 * 1024
@@ -873,15 +885,24 @@ def _response(outcome: _Outcome, started: float, retried: bool) -> Http1Response
 
 
 class Http1Pool:
-    """Keep-alive connections to one endpoint, at most ``size`` at once (callers beyond that
-    wait for one, as with aiohttp's connector limit)."""
+    """Connections to one endpoint, at most ``size`` at once (callers beyond that wait for
+    one, as with aiohttp's connector limit): kept alive and reused, or with ``connections``
+    ``per-request`` one fresh connection per request, closed after its response."""
 
-    def __init__(self, base_url: str, *, size: int, connect_timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        size: int,
+        connect_timeout: float,
+        connections: ConnectionPolicy = "keep-alive",
+    ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
         self.endpoint = parse_base_url(base_url)
         self.size = size
         self.connect_timeout = connect_timeout
+        self.connections: ConnectionPolicy = connections
         self.connections_opened = 0
         self._idle: list[Http1Connection] = []
         self._slots = asyncio.Semaphore(size)
@@ -937,6 +958,8 @@ class Http1Pool:
             connection.close()
 
     async def _acquire(self) -> tuple[Http1Connection, bool]:
+        if self.connections == "per-request":
+            return await self._connect(), False
         while self._idle:
             connection = self._idle.pop()
             transport = connection.transport
@@ -973,9 +996,17 @@ class Http1Pool:
     ) -> socket.socket | None:
         """A connected socket keeping kernel receive stamps (the first address that answers,
         as ``create_connection`` would try them), or None where the platform cannot."""
-        addresses = await loop.getaddrinfo(
-            self.endpoint.host, self.endpoint.port, type=socket.SOCK_STREAM
-        )
+        try:  # a numeric host: no lookup, so no hop through the resolver's thread
+            addresses = socket.getaddrinfo(
+                self.endpoint.host,
+                self.endpoint.port,
+                type=socket.SOCK_STREAM,
+                flags=socket.AI_NUMERICHOST,
+            )
+        except socket.gaierror:
+            addresses = await loop.getaddrinfo(
+                self.endpoint.host, self.endpoint.port, type=socket.SOCK_STREAM
+            )
         error: OSError | None = None
         for family, _type, _proto, _name, address in addresses:
             sock = stamped_socket(family)
@@ -1016,6 +1047,7 @@ class Http1Pool:
         transport = connection.transport
         if (
             self._closed
+            or self.connections == "per-request"
             or not connection.reusable
             or transport is None
             or transport.is_closing()

@@ -7,8 +7,10 @@ and the server run on the same machine, so their ``time.monotonic()`` clocks agr
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
+import io
 import itertools
 import json
 import subprocess
@@ -17,11 +19,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
 from orchestrator.bench.acceptlen import decode_samples_from_messages, from_journal
+from orchestrator.bench.cli import configure_parser, run_async
 from orchestrator.bench.client import BenchClient, ErrorKind, RequestRecord, TokenSource
 from orchestrator.bench.matrix import (
     FLAG_CONCURRENCY_SHORT,
@@ -37,7 +41,7 @@ from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate
 from orchestrator.bench.prompts import Calibration, PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
 from orchestrator.engine import Prompt
-from orchestrator.types import ApiKind
+from orchestrator.types import EXIT_OK, ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
 MODEL = "bench-model"
@@ -776,3 +780,73 @@ def test_bench_unusable_url_is_one_plain_line_and_exit_2(url: str, why: str) -> 
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()  # one plain line, no traceback
     assert line.startswith(f"bench: --url: base URL {url!r}") and why in line
+
+
+class CountingProxy:
+    """A TCP forwarder in front of the simulated server that counts the connections it
+    accepts and the requests sent on each (the simulator's own HTTP layer is not asked)."""
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        assert parts.hostname is not None and parts.port is not None
+        self.target = (parts.hostname, parts.port)
+        self.posts: list[int] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CountingProxy:
+        self._server = await asyncio.start_server(self._forward, "127.0.0.241", 0)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.241:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = len(self.posts)
+        self.posts.append(0)
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pipe(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, count: bool
+        ) -> None:
+            try:
+                while data := await source.read(65536):
+                    if count:
+                        self.posts[index] += data.count(b"POST /generate ")
+                    sink.write(data)
+                    await sink.drain()
+            finally:
+                sink.close()
+
+        await asyncio.gather(
+            pipe(reader, up_writer, True), pipe(up_reader, writer, False), return_exceptions=True
+        )
+
+
+@pytest.mark.parametrize("connections", ["per-request", "keep-alive"])
+async def test_bench_connections_option_decides_the_connections_on_the_wire(
+    spec_server: SimServer, connections: str
+) -> None:
+    """``--connections per-request``: every request (calibration probes too) on a connection
+    of its own, as bench_serving sends; keep-alive (the default): all on one, at
+    concurrency 1. The results file and the settings say which."""
+    async with CountingProxy(spec_server.url) as proxy:
+        args = configure_parser(argparse.ArgumentParser()).parse_args([
+            "--url", proxy.url, "--model", MODEL, "--api", "generate", "--contexts", "60",
+            "--concurrency", "1", "--rounds", "3", "--warmup", "0", "--max-tokens", "4",
+            "--no-metrics", "--connections", connections,
+        ])  # fmt: skip
+        output = io.StringIO()
+        code, document, points = await run_async(args, None, output, None)
+    assert code == EXIT_OK and points[0].metrics.requests_ok == 3
+    assert document["settings"]["connections"] == connections
+    assert json.loads(output.getvalue())["connections"] == connections
+    sent = sum(proxy.posts)
+    assert sent >= 3  # the calibration's probes, then the 3 measured
+    assert proxy.posts == ([1] * sent if connections == "per-request" else [sent])
