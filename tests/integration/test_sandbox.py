@@ -30,8 +30,31 @@ CONTAINED = (RunOutcome.ERROR, RunOutcome.TIMEOUT)
 FAST = SandboxConfig(wall_timeout_s=4.0, cpu_s=2, processes=32)
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def _ours_or_orphaned(pid: int) -> bool:
+    """Started by this test process, or left behind by anyone's sandbox (reparented to init).
+    Other xdist workers' sandboxes, still under their own runner, are theirs to check."""
+    me = os.getpid()
+    parent = _parent(pid)
+    if parent in (None, 0, 1):
+        return parent is not None
+    while parent not in (None, 0, 1):
+        if parent == me:
+            return True
+        parent = _parent(parent)
+    return False
+
+
 def sandbox_pids() -> list[int]:
-    """Processes that look like a sandboxed interpreter (`python -I -`) still alive."""
+    """Processes that look like a sandboxed interpreter (`python -I -`) still alive, of this
+    test or orphaned."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -40,7 +63,7 @@ def sandbox_pids() -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == [b"-I", b"-"]:
+        if argv[1:3] == [b"-I", b"-"] and _ours_or_orphaned(int(entry.name)):
             found.append(int(entry.name))
     return found
 
