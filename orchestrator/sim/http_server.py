@@ -198,13 +198,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self.socket = transport.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
+        self.socket = sock
         # As uvicorn's sockets are: asyncio sets it only where the socket's proto says TCP,
         # which an accepted StampedConnection's does not; without it a chunk written after the
         # headers waits out the client's delayed ACK (tens of ms on loopback).
         with contextlib.suppress(OSError, AttributeError):
-            transport.get_extra_info("socket").setsockopt(
-                socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.peer = (str(peer[0]), int(peer[1])) if peer else None
         self._server.connections.add(self)

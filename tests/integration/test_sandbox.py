@@ -11,7 +11,7 @@ import os
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from orchestrator.bench.sandbox import (
     resolve_containment,
     run_candidate,
 )
+from orchestrator.sim.procscan import ProcInfo, scan_processes
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
@@ -30,41 +31,32 @@ CONTAINED = (RunOutcome.ERROR, RunOutcome.TIMEOUT)
 FAST = SandboxConfig(wall_timeout_s=4.0, cpu_s=2, processes=32)
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def _ours_or_orphaned(pid: int) -> bool:
+def _ours_or_orphaned(pid: int, procs: Mapping[int, ProcInfo]) -> bool:
     """Started by this test process, or left behind by anyone's sandbox (reparented to init).
     Other xdist workers' sandboxes, still under their own runner, are theirs to check."""
     me = os.getpid()
-    parent = _parent(pid)
-    if parent in (None, 0, 1):
-        return parent is not None
-    while parent not in (None, 0, 1):
+    parent = procs[pid].ppid
+    if parent in (0, 1):
+        return True
+    while parent in procs and parent not in (0, 1):
         if parent == me:
             return True
-        parent = _parent(parent)
+        parent = procs[parent].ppid
     return False
 
 
 def sandbox_pids() -> list[int]:
     """Processes that look like a sandboxed interpreter (`python -I -`) still alive, of this
     test or orphaned."""
+    procs = scan_processes()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in procs:
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == [b"-I", b"-"] and _ours_or_orphaned(int(entry.name)):
-            found.append(int(entry.name))
+        if argv[1:3] == [b"-I", b"-"] and _ours_or_orphaned(pid, procs):
+            found.append(pid)
     return found
 
 
