@@ -74,6 +74,23 @@ async def write_dropin(client: Client, name: str, text: str) -> None:
         await sftp.posix_rename(f"{DROPIN_DIR}/.{name}.tmp", f"{DROPIN_DIR}/{name}")
 
 
+async def journal_shows(client: Client, *texts: str) -> None:
+    """Wait until the unit's journal holds ``texts`` in that order: the child's own word
+    that it got that far, where a fixed sleep would race a loaded machine."""
+    deadline = time.monotonic() + 30
+    while True:
+        journal = await client.text(f"journalctl -u {UNIT} -o cat")
+        at = 0
+        for text in texts:
+            at = journal.find(text, at)
+            if at < 0:
+                break
+        else:
+            return
+        assert time.monotonic() < deadline, journal
+        await asyncio.sleep(0.05)
+
+
 async def test_show_prints_requested_properties_in_systemds_order(client: Client) -> None:
     asked = "Job,NRestarts,ExecMainStatus,ExecMainCode,ExecMainStartTimestampMonotonic,Result,"
     asked += "SubState,ActiveState,InvocationID,MainPID"
@@ -250,7 +267,8 @@ async def test_killmode_process_leaves_children_running(tmp_path: Path, program:
         await write_dropin(client, "50-kill.conf", "[Service]\nKillMode=process\n")
         await client.run("systemctl daemon-reload")
         await client.run(f"systemctl restart {UNIT}")
-        await asyncio.sleep(0.5)
+        pid = (await client.show("MainPID"))["MainPID"]
+        await journal_shows(client, f"child {pid} up", "spawned ")
         assert (await client.run(f"systemctl stop {UNIT}")).exit_status == 0
         journal = await client.text(f"journalctl -u {UNIT} -o cat --no-pager")
         leftovers = [
@@ -270,7 +288,7 @@ async def test_stop_timeout_kills_with_sigkill(tmp_path: Path, program: Path) ->
     client = await _host(tmp_path, program, env={"IGNORE_TERM": "1"}, timeout_stop_s=1)
     try:
         pid = int((await client.show("MainPID"))["MainPID"])
-        await asyncio.sleep(0.3)
+        await journal_shows(client, f"child {pid} up")  # before it, SIGTERM meets the default
         started = time.monotonic()
         assert (await client.run(f"systemctl stop {UNIT}")).exit_status == 0
         assert time.monotonic() - started >= 1.0

@@ -25,6 +25,21 @@ _ADDRESSES = itertools.count(101)
 CHILD_PROGRAM = r"""
 import http.server, json, os, signal, subprocess, sys, threading, time
 
+# The handler is in place before the child says it is up, so a test that
+# waited for that line knows how SIGTERM will be met.
+delay = float(os.environ.get("STOP_DELAY_S", "0"))
+
+def on_term(*_):
+    if os.environ.get("IGNORE_TERM"):
+        print("ignoring SIGTERM", flush=True)
+        return
+    print("stopping", flush=True)
+    def later():
+        time.sleep(delay)
+        os._exit(0)
+    threading.Thread(target=later).start()
+
+signal.signal(signal.SIGTERM, on_term)
 print(f"child {os.getpid()} up", flush=True)
 if os.environ.get("EXIT_AT_START"):
     sys.exit(int(os.environ["EXIT_AT_START"]))
@@ -38,7 +53,8 @@ if os.environ.get("REGISTER_MIB"):
     os.replace(os.path.join(state, f".{os.getpid()}.tmp"),
                os.path.join(state, f"{os.getpid()}.json"))
 if os.environ.get("SPAWN_CHILD"):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    spawned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print(f"spawned {spawned.pid}", flush=True)
 if os.environ.get("CHILD_PORT"):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -58,19 +74,6 @@ if os.environ.get("NOISE"):
     sys.stdout.write("y" * (48 * 1024 + 10) + "\n")
     sys.stdout.buffer.write(b"bad \xff byte\n")
     sys.stdout.flush()
-delay = float(os.environ.get("STOP_DELAY_S", "0"))
-
-def on_term(*_):
-    if os.environ.get("IGNORE_TERM"):
-        print("ignoring SIGTERM", flush=True)
-        return
-    print("stopping", flush=True)
-    def later():
-        time.sleep(delay)
-        os._exit(0)
-    threading.Thread(target=later).start()
-
-signal.signal(signal.SIGTERM, on_term)
 while True:
     signal.pause()
 """
