@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
@@ -46,13 +46,13 @@ from orchestrator.store import (
     count_states,
 )
 from orchestrator.store.results import config_label
+from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body; a sweep file is limited to the same size."""
 
-MAX_WORKLOADS_PER_SWEEP = 16
 MAX_SUBMIT_JSON_BYTES = 2 * (MAX_FILE_BYTES + MAX_WORKLOAD_BYTES)
 """Largest JSON submission: a sweep file and its workload files (together about one
 sample's limit; JSON escaping may double ordinary text). Each file's own limit is checked
@@ -70,17 +70,6 @@ async def _read_capped(request: web.Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-class SubmitBody(BaseModel):
-    """``POST /sweeps`` as JSON: the sweep file's text with the workload files it names (the
-    daemon never reads the submitter's disk)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    sweep: str
-    filename: str = "submitted.yaml"
-    workloads: dict[str, str] = Field(default_factory=dict, max_length=MAX_WORKLOADS_PER_SWEEP)
 
 
 _FILENAME = re.compile(r"[^\x00-\x1f\x7f]{1,512}")

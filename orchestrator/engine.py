@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.types import ApiKind, FailureCause, KnobValue
+
+if TYPE_CHECKING:  # only named in signatures: the sweep-file verbs need not import it
+    import aiohttp
 
 # --------------------------------------------------------------------------------------------
 # Requests and answers (the dialect's data)

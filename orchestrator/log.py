@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
-from aiohttp.http_exceptions import HttpProcessingError
 
 # Whole words at the end of a key: ``api_token`` is a secret, ``completion_tokens`` is not.
 _SECRET_KEYS = re.compile(
@@ -60,7 +59,10 @@ class _MalformedRequestFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError):
+        # The server that logs this has imported aiohttp; every other process (each CLI verb
+        # imports this module) need not pay a third of a second to import it for this check.
+        http_exceptions = sys.modules.get("aiohttp.http_exceptions")
+        if http_exceptions is not None and isinstance(error, http_exceptions.HttpProcessingError):
             record.msg = "http.malformed_request"
             record.args = ()
             record.levelno, record.levelname = logging.WARNING, "WARNING"

@@ -17,9 +17,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator.engine import (
     Answer,
@@ -55,6 +53,9 @@ from orchestrator.engine import (
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "SGLANG",
@@ -771,6 +772,10 @@ async def served_models(
 ) -> tuple[str, ...] | None:
     """The model ids ``/v1/models`` lists (it answers before warm-up), or None when the server
     does not answer it or lists none: then nothing is known."""
+    # aiohttp is imported here, not at the top: this module is also the sweep file's
+    # dialect (plan, validate, report), and those verbs never talk HTTP.
+    import aiohttp
+
     try:
         async with session.get(
             base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
@@ -815,6 +820,8 @@ async def probe_generation(
     On the chat API the name sent as ``model`` is first checked against ``/v1/models``: a
     server that does not serve it is a config mismatch no later probe cures.
     """
+    import aiohttp  # at first use, as in served_models
+
     started = time.monotonic()
     if api == "chat" and model:
         served = await served_models(session, base_url, timeout)

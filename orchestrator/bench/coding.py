@@ -20,11 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import aiohttp
-
-from orchestrator.bench.client import Phase, RawExchange, read_exchange
 from orchestrator.bench.problems import Problem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
 from orchestrator.engine import Answer, Dialect, Generation
@@ -32,6 +29,15 @@ from orchestrator.log import get_logger
 from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
 from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from orchestrator.bench.client import Phase, RawExchange
+
+# The HTTP side (aiohttp, the benchmark's client) is imported where a request is made: the
+# report, the answers and the daemon's API read this module's results and outcomes, and a
+# CLI verb that only reads the store should not pay half a second to import a client.
 
 _log = get_logger(component="coding")
 
@@ -318,6 +324,8 @@ class HttpCompleter:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> HttpCompleter:
+        import aiohttp
+
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         return self
 
@@ -398,6 +406,8 @@ class BenchClientCompleter:
             label="coding",
             phase="probe",
         )
+        from orchestrator.bench.client import read_exchange
+
         record, answer = read_exchange(raw, self.client.dialect)
         if record.error is not None:
             raise CompletionError(
@@ -554,6 +564,8 @@ async def _run_all(
     sandbox: SandboxConfig | None,
     concurrency: int,
 ) -> list[CodingResult]:
+    from aiohttp import ClientError
+
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(problem: Problem) -> CodingResult:
@@ -563,7 +575,7 @@ async def _run_all(
                 completion = await asyncio.wait_for(
                     complete(problem.prompt, max_tokens, temperature), timeout=timeout_s
                 )
-            except (CompletionError, aiohttp.ClientError, TimeoutError) as exc:
+            except (CompletionError, ClientError, TimeoutError) as exc:
                 _log.warning("coding.request_failed", problem=problem.id, error=repr(exc))
                 return _request_failed(problem, exc, time.monotonic() - started)
         result = await evaluate_completion(problem, completion, sandbox=sandbox)

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from orchestrator.api import SubmitBody
+from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import CheckedSweep, SweepFileError, check_sweep
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, emit_json, report_problems
