@@ -127,8 +127,9 @@ def burst_server(
     listener: socket.socket, streams: int, rounds: int, sent: dict[bytes, tuple[float, float]]
 ) -> None:
     """Answer ``streams`` requests, then ``rounds`` times one chunk to every stream back to
-    back (one decode step of a batch), 20 ms apart. ``sent``: each payload's clock before
-    and after its send."""
+    back (one decode step of a batch), 100 ms apart: far enough that a loaded machine's
+    stall does not leave two of a stream's chunks waiting for one read. ``sent``: each
+    payload's clock before and after its send."""
     conns = [listener.accept()[0] for _ in range(streams)]
     for conn in conns:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -137,7 +138,7 @@ def burst_server(
             data += conn.recv(65536)
         conn.sendall(HEAD)
     for step in range(rounds):
-        time.sleep(0.02)
+        time.sleep(0.1)
         for index, conn in enumerate(conns):
             payload = b"%02d/%d;" % (index, step)
             before = time.monotonic()
