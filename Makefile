@@ -53,13 +53,19 @@ TEST_WORKERS ?= $(if $(filter 0,$(shell id -u)),$(shell echo $$(( 3 * $$(nproc) 
 # The suite starts hundreds of `python -m orchestrator...` processes. Where PYTHONDONTWRITEBYTECODE
 # is set (as in many CI images), none of them leaves bytecode behind and each one compiles the
 # package again; compileall writes it once, whatever that variable says, and every process
-# reads it. Tests go out longest first by tests/timings.json (tests/conftest.py); refresh it
-# with `make test PYTEST_ARGS=--record-timings` after adding slow tests.
+# reads it. pytest's own cache of each test module with its asserts rewritten is not written
+# under that variable either, so every worker would rewrite every test module again (9 s of CPU
+# each, half its collection): one collection in one process, with the variable emptied for it,
+# writes that cache (beside mypy), and the workers read it. Tests go out longest first by
+# tests/timings.json (tests/conftest.py); refresh it with
+# `make test PYTEST_ARGS=--record-timings` after adding slow tests.
 test: $(STAMP_DEV)
 	$(BIN)/ruff check orchestrator tests $(wildcard benchmarks)
 	$(BIN)/python -m compileall -q orchestrator tests
 	@echo "mypy orchestrator (beside the tests; its report follows theirs)"
 	@$(BIN)/mypy orchestrator > $(VENV)/mypy.out 2>&1 & typecheck=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --collect-only -p no:xdist tests \
+		> /dev/null || true; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 1 --durations=10 \
 		$(PYTEST_ARGS) tests; tests=$$?; \
 	wait $$typecheck; typed=$$?; cat $(VENV)/mypy.out; \
