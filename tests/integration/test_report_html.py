@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -117,6 +116,8 @@ def test_report_from_a_real_simulated_sweep(
     """Every format from a store the real runner filled on the simulated host (the sweep
     ``sim up`` writes, cut to a baseline and one config with one coding problem: every
     section of the report, a quarter of the work)."""
+    import pandas as pd  # here: importing it costs every worker's collection 0.5 s
+
     db = tmp_path / "real.db"
     sweep = yaml.safe_load(Path(str(sim_host["sweep_file"])).read_text())
     sweep["configs"] = sweep["configs"][:1]

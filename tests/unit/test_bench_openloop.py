@@ -8,7 +8,6 @@ import itertools
 import math
 
 import pytest
-from scipy import stats as sps
 
 from orchestrator.bench.client import ErrorKind, RequestRecord
 from orchestrator.bench.matrix import (
@@ -37,6 +36,8 @@ def _gaps(offsets: tuple[float, ...]) -> list[float]:
 
 
 def test_poisson_mean_gap_lies_in_its_confidence_interval_as_often_as_it_should() -> None:
+    from scipy import stats as sps  # here: it costs every worker's collection 1 s
+
     # n exponential gaps of rate r: their sum is Gamma(n, 1/r), so the mean gap's 99%
     # interval is exact. Over 200 seeds about 2 fall outside; a binomial test says whether
     # the count is what a 1% miss rate gives.
@@ -56,6 +57,8 @@ def test_poisson_mean_gap_lies_in_its_confidence_interval_as_often_as_it_should(
 
 
 def test_poisson_gaps_are_exponential_by_ks_test_and_the_test_has_power() -> None:
+    from scipy import stats as sps  # here: it costs every worker's collection 1 s
+
     gaps = _gaps(arrival_schedule(10.0, 200.0, "poisson", seed=20261201))
     assert len(gaps) > 1500
     assert sps.kstest(gaps, "expon", args=(0.0, 1 / 10.0)).pvalue > 0.01

@@ -9,7 +9,6 @@ import re
 import shlex
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from orchestrator.cli import main
@@ -200,6 +199,8 @@ def test_markdown_shows_tables_failures_and_flags(report: SweepReport) -> None:
 
 
 def test_csv_round_trips_through_pandas(report: SweepReport) -> None:
+    import pandas as pd  # here: importing it costs every worker's collection 0.5 s
+
     frame = pd.read_csv(io.StringIO(render([report], "csv")))
     for column in (
         *BASE_COLUMNS,
@@ -298,6 +299,8 @@ async def test_render_report_reads_the_store_and_refuses_unknown_sweeps(db: Path
 def test_report_verb_writes_each_format(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import pandas as pd  # here: importing it costs every worker's collection 0.5 s
+
     for suffix, marker in ((".md", "# Sweep report"), (".html", "<!DOCTYPE html>"), (".json", "{")):
         out = tmp_path / f"report{suffix}"
         assert main(["report", NVLINK, "--db", str(db), "-o", str(out)]) == 0
