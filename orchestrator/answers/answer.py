@@ -38,6 +38,7 @@ from orchestrator.answers.runs import (
     runs_of_type,
     type_order,
 )
+from orchestrator.answers.smooth import Axes, smooth
 from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
     Constraints,
@@ -84,14 +85,18 @@ def objective_views(sweep: Sweep) -> list[ObjectiveView]:
 def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
     """One answer per host type for the sweep's objective; without an objective, one per
     (host type, matrix cell) for ``output_tok_s`` there."""
-    space = len(expand_configs(sweep))
+    configs = expand_configs(sweep)
+    space = len(configs)
+    axes = Axes.of([normalize_config(c) for c in configs if normalize_config(c)])
     types = host_types(results, sweep)
     answers: list[Answer] = []
     for host_type in type_order(results, sweep):
         hosts = [name for name, kind in types.items() if kind == host_type]
         runs = runs_of_type(results, sweep, host_type)
         for view in objective_views(sweep):
-            answers.append(_answer(host_type, hosts, runs, view, sweep, space, results.state))
+            answers.append(
+                _answer(host_type, hosts, runs, view, sweep, space, axes, results.state)
+            )
     return tuple(answers)
 
 
@@ -124,8 +129,28 @@ def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
     return pooled_restart_variance(groups)
 
 
-def _standings(grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep) -> list[Standing]:
+def _smoothed(grouped: dict[str, ConfigRuns], scope: _Scope, axes: Axes) -> dict[str, float]:
+    """Each config's selection value shrunk toward a smooth surface over the space's configs
+    (the baseline, outside the space, stands on its own), weighted by the type's measured
+    restart variance (else the assumed spread)."""
+    keys = [key for key in grouped if key != BASELINE_ID]
+    if not keys:
+        return {}
+    log_var = scope.variance.log_var if scope.variance is not None else ASSUMED_RESTART_CV**2
+    fits = smooth(
+        axes,
+        [grouped[key].config for key in keys],
+        [[s.value for s in _samples(grouped[key].selection)] for key in keys],
+        log_var,
+    )
+    return {key: fit.value for key, fit in zip(keys, fits, strict=True) if fit.shrunk}
+
+
+def _standings(
+    grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep, axes: Axes
+) -> list[Standing]:
     rules = Constraints(dict(sweep.constraints), scope.view.cells, grouped.get(BASELINE_ID))
+    smoothed = _smoothed(grouped, scope, axes)
     out = []
     for key, config in grouped.items():
         selection = spread(_samples(config.selection), scope.variance)
@@ -139,6 +164,7 @@ def _standings(grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep) -> l
                 selection,
                 reported,
                 violations(config, key == BASELINE_ID, rules),
+                smoothed.get(key),
             )
         )
     return rank(out, minimized=scope.view.minimized)
@@ -306,13 +332,14 @@ def _answer(
     view: ObjectiveView,
     sweep: Sweep,
     space: int,
+    axes: Axes,
     state: str,
 ) -> Answer:
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
     grouped = group_runs(runs, view, pool.excluded)
     scope = _Scope(host_type, view, pool, _variance(grouped))
-    ranked = _standings(grouped, scope, sweep)
+    ranked = _standings(grouped, scope, sweep, axes)
     decision = decide(ranked, minimized=view.minimized)
     baseline = next((s.reported for s in ranked if s.key == BASELINE_ID), None)
     contenders = {s.key: _contender(s, baseline, view.minimized) for s in ranked}

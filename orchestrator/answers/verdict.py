@@ -175,17 +175,24 @@ class Standing:
     selection: Spread
     reported: Spread
     violations: tuple[str, ...] = ()
+    smoothed: float | None = None
+    """The selection's value shrunk toward its neighbours' (:mod:`.smooth`), when fitted."""
 
     @property
     def valid(self) -> bool:
         return not self.violations
+
+    @property
+    def pick(self) -> float:
+        """What the config is ranked on: its smoothed selection value, else the selection's."""
+        return self.selection.value if self.smoothed is None else self.smoothed
 
 
 def rank(standings: Sequence[Standing], *, minimized: bool) -> list[Standing]:
     """Valid configs first, each group best first by what it was picked on."""
 
     def key(s: Standing) -> tuple[bool, float]:
-        return (not s.valid, s.selection.value if minimized else -s.selection.value)
+        return (not s.valid, s.pick if minimized else -s.pick)
 
     return sorted(standings, key=key)
 

@@ -10,7 +10,8 @@ type, k) for one point, and takes the unpaid config nearest to it (levels apart 
 knobs, knobs differing on the others, then space order): a sampled point outside the space,
 or one already paid for, never costs a restart. Once TPE's random start is over, the configs
 it may take are those one step from a leader (:func:`local_candidates`, a trust region around
-the best configs seen), while any are left unpaid. Because nothing is carried from one proposal to
+the best configs seen, ranked by their values smoothed over their neighbours), while any are
+left unpaid. Because nothing is carried from one proposal to
 the next, a fresh strategy over the same store asks exactly what a killed one would have.
 """
 
@@ -21,10 +22,11 @@ import json
 import math
 import random
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from orchestrator.answers.smooth import Axes, ordered_levels, smooth
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
@@ -86,6 +88,27 @@ def propose(
     return nearest(space, local or candidates, wanted)
 
 
+PRIOR_RESTART_CV = 0.05
+"""The restart-to-restart spread the search assumes before it has measured one (the answer's
+assumed spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth
+:data:`PRIOR_DF` degrees of freedom once configs have been repeated."""
+PRIOR_DF = 2
+
+
+def restart_spread(groups: Iterable[Sequence[float]]) -> float:
+    """The relative restart-to-restart spread of the configs measured more than once (each a
+    group of values), pooled (a common coefficient of variation, as a per-process speed
+    factor gives), shrunk toward :data:`PRIOR_RESTART_CV` while few restarts were repeated."""
+    squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
+    for values in groups:
+        mean = sum(values) / len(values) if values else 0.0
+        if len(values) < 2 or mean == 0:
+            continue
+        squares += sum(((v - mean) / mean) ** 2 for v in values)
+        df += len(values) - 1
+    return math.sqrt(squares / df)
+
+
 LOCAL_LEADERS = 3
 """How many of the best configs seen so far :func:`local_candidates` may step from."""
 
@@ -94,7 +117,9 @@ def local_candidates(
     space: SearchSpace, candidates: Sequence[int], seen: Sequence[Seen]
 ) -> list[int]:
     """The candidates one step from a leader: of the :data:`LOCAL_LEADERS` configs with the
-    best mean seen value, the first that has unpaid neighbours (one level apart on one
+    best seen values, smoothed over their neighbours
+    (:func:`orchestrator.answers.smooth.smooth`, with the restart spread of
+    :func:`restart_spread`), the first that has unpaid neighbours (one level apart on one
     ordered knob, or another level of one unordered knob); empty when none has.
 
     A trust region around the incumbent, as a careful experimenter narrows in: under a 2 %
@@ -112,7 +137,16 @@ def local_candidates(
         key = json.dumps(levels, sort_keys=True)
         values.setdefault(key, []).append(result.value)
         centres[key] = levels
-    ranked = sorted(values, key=lambda key: -sum(values[key]) / len(values[key]))
+    keys = list(values)
+    cv = restart_spread(values.values())
+    fits = smooth(
+        Axes.of(space.configs),
+        [{knob: json.loads(text) for knob, text in centres[key].items()} for key in keys],
+        [values[key] for key in keys],
+        cv * cv,
+    )
+    estimate = {key: fit.value for key, fit in zip(keys, fits, strict=True)}
+    ranked = sorted(keys, key=lambda key: -estimate[key])
     for key in ranked[:LOCAL_LEADERS]:
         near = [
             index
@@ -122,18 +156,6 @@ def local_candidates(
         if near:
             return near
     return []
-
-
-def ordered_levels(levels: Sequence[str]) -> tuple[str, ...] | None:
-    """A knob's levels in numeric order when every level is a number (a budget, a top-k), so
-    the model may learn that neighbouring levels perform alike; None for a knob whose levels
-    are words or include absent (a window of none/2048/4096 stays categorical), or too few to
-    order."""
-    values = [json.loads(text) for text in levels]
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    if len(values) < 3 or not numeric:
-        return None
-    return tuple(text for _, text in sorted(zip(values, levels, strict=True)))
 
 
 GOOD_FRACTION = 0.25

@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.answers.smooth import knob_levels, level
 from orchestrator.host.dropin import ExtraFlagConflict, UnknownKnobError, apply_knobs
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
@@ -33,11 +34,6 @@ _REPORTED_AS = {"NEXTN": "EAGLE"}
 _PLACEHOLDER = "<ExecStart>"
 
 Config = dict[str, KnobValue]
-
-
-def level(value: KnobValue) -> str:
-    """A knob value as a category: canonical JSON, so ``1``, ``true`` and ``"1"`` differ."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def config_identity(config: Mapping[str, KnobValue]) -> str:
@@ -66,15 +62,7 @@ class SearchSpace:
 
 def search_space(sweep: Sweep) -> SearchSpace:
     configs = tuple(config for config in expand_configs(sweep) if config)
-    knobs = tuple(sorted({name for config in configs for name in config}))
-    levels: dict[str, tuple[str, ...]] = {}
-    for knob in knobs:
-        seen: list[str] = []
-        for config in configs:
-            text = level(config.get(knob))
-            if text not in seen:
-                seen.append(text)
-        levels[knob] = tuple(seen)
+    knobs, levels = knob_levels(configs)
     listed = {config_identity(c) for c in sweep.configs if normalize_config(c)}
     explicit = sum(1 for config in configs if config_identity(config) in listed)
     return SearchSpace(

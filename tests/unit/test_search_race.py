@@ -11,6 +11,7 @@ import math
 import random
 
 from orchestrator.search.propose import (
+    PRIOR_RESTART_CV,
     Seen,
     local_candidates,
     nearest,
@@ -18,7 +19,6 @@ from orchestrator.search.propose import (
     propose,
 )
 from orchestrator.search.source import (
-    PRIOR_RESTART_CV,
     Standing,
     race_pick,
     restart_cv,
