@@ -18,13 +18,17 @@ PIP_INSTALL := $(BIN)/python -m uv pip install --quiet --python $(BIN)/python --
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+# Its own target, so that a venv made before installs went through uv gets it too.
+UV := $(VENV)/bin/uv
+$(UV): | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
+$(STAMP_RUN): pyproject.toml | $(UV)
 	$(PIP_INSTALL) -e .
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
+$(STAMP_DEV): pyproject.toml | $(UV)
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(STAMP_RUN)
 
