@@ -87,7 +87,7 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
     (host type, matrix cell) for ``output_tok_s`` there."""
     configs = expand_configs(sweep)
     space = len(configs)
-    axes = Axes.of([normalize_config(c) for c in configs if normalize_config(c)])
+    axes = Axes.of([normal for c in configs if (normal := normalize_config(c))])
     types = host_types(results, sweep)
     answers: list[Answer] = []
     for host_type in type_order(results, sweep):

@@ -74,12 +74,7 @@ def knob_levels(
     knobs = tuple(sorted({name for config in configs for name in config}))
     levels: dict[str, tuple[str, ...]] = {}
     for knob in knobs:
-        seen: list[str] = []
-        for config in configs:
-            text = level(config.get(knob))
-            if text not in seen:
-                seen.append(text)
-        levels[knob] = tuple(seen)
+        levels[knob] = tuple(dict.fromkeys(level(config.get(knob)) for config in configs))
     return knobs, levels
 
 
@@ -93,11 +88,15 @@ class Axes:
     @classmethod
     def of(cls, configs: Sequence[Mapping[str, KnobValue]]) -> Axes:
         """The axes of the space ``configs`` span (absent is a level of a knob too)."""
-        knobs, levels = knob_levels(configs)
+        return cls.of_levels(*knob_levels(configs))
+
+    @classmethod
+    def of_levels(cls, knobs: Sequence[str], levels: Mapping[str, Sequence[str]]) -> Axes:
+        """The axes of a space whose levels are known already (:func:`knob_levels`)."""
         ordered = {
             knob: order for knob in knobs if (order := ordered_levels(levels[knob])) is not None
         }
-        return cls(knobs, ordered)
+        return cls(tuple(knobs), ordered)
 
     def squared_distances(self, configs: Sequence[Mapping[str, KnobValue]]) -> np.ndarray:
         """``d**2`` between every two of ``configs``: squared rank differences on ordered
@@ -168,7 +167,7 @@ def _krige(
 
     ones = np.ones_like(y)
     both = np.stack([y, ones], axis=1)
-    best: tuple[float, np.ndarray, float] | None = None
+    best: tuple[float, np.ndarray, float, tuple[np.ndarray, bool], float] | None = None
     for length in LENGTH_SCALES:
         correlation = np.exp(-d2 / (2.0 * length * length))
         for ratio in SIGNAL_RATIOS:
@@ -184,12 +183,10 @@ def _krige(
             logdet = float(np.sum(np.log(np.diag(factor[0]))))
             loglik = -0.5 * quad - logdet - 0.5 * math.log(info)
             if best is None or loglik > best[0]:
-                best = (loglik, k, mu)
+                best = (loglik, k, mu, factor, info)
     if best is None:  # no grid point was positive definite: nothing smoothed
         return y, noise
-    _, k, mu = best
-    factor = cho_factor(k + np.diag(noise), lower=True, check_finite=False)
-    info = float(ones @ cho_solve(factor, ones, check_finite=False))
+    _, k, mu, factor, info = best
     weights = cho_solve(factor, k, check_finite=False)  # C^-1 K, column j for point j
     mean = mu + weights.T @ (y - mu)
     explained = np.einsum("ij,ij->j", k, weights)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator.answers.smooth import Axes, ordered_levels, smooth
+from orchestrator.answers.smooth import smooth
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
@@ -140,7 +140,7 @@ def local_candidates(
     keys = list(values)
     cv = restart_spread(values.values())
     fits = smooth(
-        Axes.of(space.configs),
+        space.axes,
         [{knob: json.loads(text) for knob, text in centres[key].items()} for key in keys],
         [values[key] for key in keys],
         cv * cv,
@@ -176,7 +176,7 @@ def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
 
     out: dict[str, BaseDistribution] = {}
     for knob in space.knobs:
-        ordered = ordered_levels(space.levels[knob])
+        ordered = space.axes.ordered.get(knob)
         if ordered is None:
             out[knob] = CategoricalDistribution(space.levels[knob])
         else:
@@ -197,7 +197,7 @@ def _tpe_point(
         knob: order
         for knob in space.knobs
         if isinstance(distributions[knob], optuna.distributions.IntDistribution)
-        and (order := ordered_levels(space.levels[knob])) is not None
+        and (order := space.axes.ordered.get(knob)) is not None
     }
     with warnings.catch_warnings():
         # Optuna 4.9 deprecates `gamma` (removal planned for 6.0) without a replacement yet.
@@ -237,7 +237,7 @@ def levels_apart(space: SearchSpace, have: Mapping[str, str], want: Mapping[str,
     apart they are, any other knob (or a level outside the space) one when they differ."""
     total = 0
     for knob in space.knobs:
-        order = ordered_levels(space.levels[knob])
+        order = space.axes.ordered.get(knob)
         a, b = have.get(knob), want.get(knob)
         if order is None or a not in order or b not in order:
             total += int(a != b)

@@ -257,7 +257,6 @@ class SearchTrialSource:
         self.strategy: Strategy = "adaptive" if sweep.search.strategy == "adaptive" else "random"
         self.clock = clock
         self.space: SearchSpace = search_space(sweep)
-        self.axes = Axes.of(self.space.configs)
         self.objective = sweep_objective(sweep)
         self.full = trial_plan(sweep)
         self.screen = screen_plan(sweep, self.objective) if self.strategy == "adaptive" else None
@@ -431,7 +430,7 @@ class SearchTrialSource:
             ):
                 # The race: the pick must rest on more than one restart of each leader, or a
                 # 2 % restart noise picks whichever got lucky among configs 1 % apart.
-                config = race_pick(smoothed(self._standings(observed), self.axes))
+                config = race_pick(smoothed(self._standings(observed), self.space.axes))
                 if config is not None:
                     return await self._store_trial(
                         host, config, self._again(observed, config, host_type, "measure")
@@ -549,7 +548,7 @@ class SearchTrialSource:
 
     def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
         """The best ``count`` configs by the smoothed estimate the answer picks them on."""
-        ranked = sorted(smoothed(self._standings(observed), self.axes), key=lambda s: -s.pick)
+        ranked = sorted(smoothed(self._standings(observed), self.space.axes), key=lambda s: -s.pick)
         return [standing.config for standing in ranked[:count]]
 
     def _exploration_cost(self, timing: TimeBudget) -> float:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from orchestrator.answers.smooth import knob_levels, level
+from orchestrator.answers.smooth import Axes, knob_levels, level
 from orchestrator.host.dropin import ExtraFlagConflict, UnknownKnobError, apply_knobs
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
@@ -52,6 +52,12 @@ class SearchSpace:
     explicit: int = 0
     """The first ``explicit`` configs are the sweep's own ``configs:`` list: the operator's
     candidates, measured before the strategy proposes from the ``grid``."""
+    axes: Axes = field(init=False)
+    """The knobs' numeric orders, derived once from ``levels``: every proposal measures
+    distances in them."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", Axes.of_levels(self.knobs, self.levels))
 
     def levels_of(self, config: Mapping[str, KnobValue]) -> dict[str, str]:
         return {knob: level(config.get(knob)) for knob in self.knobs}

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import random
 
+from orchestrator.answers.smooth import ordered_levels
 from orchestrator.search.propose import (
     PRIOR_RESTART_CV,
     Seen,
     local_candidates,
     nearest,
-    ordered_levels,
     propose,
 )
 from orchestrator.search.source import (
