@@ -38,7 +38,7 @@ from orchestrator.answers.runs import (
     runs_of_type,
     type_order,
 )
-from orchestrator.answers.smooth import Axes, smooth
+from orchestrator.answers.smooth import Axes, restart_spread, smooth
 from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
     Constraints,
@@ -129,20 +129,17 @@ def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
     return pooled_restart_variance(groups)
 
 
-def _smoothed(grouped: dict[str, ConfigRuns], scope: _Scope, axes: Axes) -> dict[str, float]:
+def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
     """Each config's selection value shrunk toward a smooth surface over the space's configs
-    (the baseline, outside the space, stands on its own), weighted by the type's measured
-    restart variance (else the assumed spread)."""
+    (the baseline, outside the space, stands on its own), each restart weighted by the spread
+    the search picked with (:func:`~orchestrator.answers.smooth.restart_spread` of the same
+    selection restarts), so the answer names the config the search raced and confirmed."""
     keys = [key for key in grouped if key != BASELINE_ID]
     if not keys:
         return {}
-    log_var = scope.variance.log_var if scope.variance is not None else ASSUMED_RESTART_CV**2
-    fits = smooth(
-        axes,
-        [grouped[key].config for key in keys],
-        [[s.value for s in _samples(grouped[key].selection)] for key in keys],
-        log_var,
-    )
+    selections = [[s.value for s in _samples(grouped[key].selection)] for key in keys]
+    cv = restart_spread(selections)
+    fits = smooth(axes, [grouped[key].config for key in keys], selections, cv * cv)
     return {key: fit.value for key, fit in zip(keys, fits, strict=True) if fit.shrunk}
 
 
@@ -150,7 +147,7 @@ def _standings(
     grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep, axes: Axes
 ) -> list[Standing]:
     rules = Constraints(dict(sweep.constraints), scope.view.cells, grouped.get(BASELINE_ID))
-    smoothed = _smoothed(grouped, scope, axes)
+    smoothed = _smoothed(grouped, axes)
     out = []
     for key, config in grouped.items():
         selection = spread(_samples(config.selection), scope.variance)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +113,34 @@ class Axes:
                 codes = np.array([distinct.index(text) for text in texts])
                 total += codes[:, None] != codes[None, :]
         return total
+
+
+PRIOR_RESTART_CV = 0.05
+"""The restart-to-restart spread a pick assumes before one was measured (the verdict's assumed
+spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth :data:`PRIOR_DF`
+degrees of freedom once configs have been repeated."""
+PRIOR_DF = 2
+
+
+def restart_spread(groups: Iterable[Sequence[float]]) -> float:
+    """The relative restart-to-restart spread of the configs measured more than once (each a
+    group of values), pooled (a common coefficient of variation, as a per-process speed
+    factor gives), shrunk toward :data:`PRIOR_RESTART_CV` while few restarts were repeated.
+
+    What :func:`smooth` weighs each restart by whenever a config is picked: by the search
+    (its steps, its race, its confirmations) and by the answer alike, so that the answer
+    names the config the search raced and confirmed. (The answer's intervals use the measured
+    variance alone, :func:`orchestrator.answers.estimate.pooled_restart_variance`: a pick
+    must not lean on a handful of repeats that happened to agree, an interval must say what
+    was measured.)"""
+    squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
+    for values in groups:
+        mean = sum(values) / len(values) if values else 0.0
+        if len(values) < 2 or mean == 0:
+            continue
+        squares += sum(((v - mean) / mean) ** 2 for v in values)
+        df += len(values) - 1
+    return math.sqrt(squares / df)
 
 
 @dataclass(frozen=True, slots=True)

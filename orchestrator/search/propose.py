@@ -22,11 +22,11 @@ import json
 import math
 import random
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator.answers.smooth import smooth
+from orchestrator.answers.smooth import restart_spread, smooth
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
@@ -86,27 +86,6 @@ def propose(
     wanted = _tpe_point(space, seen, draw_seed, n_startup)
     local = local_candidates(space, candidates, seen) if len(seen) >= n_startup else []
     return nearest(space, local or candidates, wanted)
-
-
-PRIOR_RESTART_CV = 0.05
-"""The restart-to-restart spread the search assumes before it has measured one (the answer's
-assumed spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth
-:data:`PRIOR_DF` degrees of freedom once configs have been repeated."""
-PRIOR_DF = 2
-
-
-def restart_spread(groups: Iterable[Sequence[float]]) -> float:
-    """The relative restart-to-restart spread of the configs measured more than once (each a
-    group of values), pooled (a common coefficient of variation, as a per-process speed
-    factor gives), shrunk toward :data:`PRIOR_RESTART_CV` while few restarts were repeated."""
-    squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
-    for values in groups:
-        mean = sum(values) / len(values) if values else 0.0
-        if len(values) < 2 or mean == 0:
-            continue
-        squares += sum(((v - mean) / mean) ** 2 for v in values)
-        df += len(values) - 1
-    return math.sqrt(squares / df)
 
 
 LOCAL_LEADERS = 3

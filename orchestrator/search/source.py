@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.answers.smooth import Axes, smooth
+from orchestrator.answers.smooth import Axes, restart_spread, smooth
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
 from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
 from orchestrator.search.deadline import (
@@ -52,7 +52,6 @@ from orchestrator.search.propose import (
     Seen,
     Strategy,
     propose,
-    restart_spread,
     startup_trials,
 )
 from orchestrator.search.score import (
@@ -210,7 +209,7 @@ def race_restarts(sweep: Sweep) -> int:
 
 def restart_cv(standings: Sequence[Standing]) -> float:
     """The relative restart-to-restart spread of the configs measured more than once, pooled
-    and shrunk toward the prior (:func:`~orchestrator.search.propose.restart_spread`)."""
+    and shrunk toward the prior (:func:`~orchestrator.answers.smooth.restart_spread`)."""
     return restart_spread([standing.values for standing in standings])
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 import random
 
-from orchestrator.answers.smooth import ordered_levels
+from orchestrator.answers.smooth import PRIOR_RESTART_CV, ordered_levels
 from orchestrator.search.propose import (
-    PRIOR_RESTART_CV,
     Seen,
     local_candidates,
     nearest,

@@ -21,7 +21,8 @@ from orchestrator.store import (
     TrialOutcome,
     TrialPlan,
 )
-from orchestrator.sweepfile import parse_sweep
+from orchestrator.search.source import Standing, smoothed
+from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.types import KnobValue
 
 BUDGETS = (4, 8, 12, 16, 20, 24, 32)
@@ -125,12 +126,9 @@ def _outcome(n: int, config: dict[str, KnobValue], value: float, purpose: str) -
     )
 
 
-def test_the_answer_picks_on_smoothed_estimates_and_reports_confirmations_alone() -> None:
-    """One restart per budget under a 2-3 % restart noise: a peak at 12-16 whose neighbours
-    agree, and budget 28 one restart above it between neighbours 6-7 % below (a lucky
-    restart, by the noise). Raw means would name 28; the smoothed pick names the peak's best,
-    and its estimate is still its confirmation restart's alone."""
-    sweep = parse_sweep(
+def _budget_sweep() -> Sweep:
+    """One host type, a budget line of 8 configs and a baseline, the objective its one cell."""
+    return parse_sweep(
         "\n".join(
             [
                 "name: t",
@@ -148,6 +146,14 @@ def test_the_answer_picks_on_smoothed_estimates_and_reports_confirmations_alone(
         + "\n",
         "t.yaml",
     )
+
+
+def test_the_answer_picks_on_smoothed_estimates_and_reports_confirmations_alone() -> None:
+    """One restart per budget under a 2-3 % restart noise: a peak at 12-16 whose neighbours
+    agree, and budget 28 one restart above it between neighbours 6-7 % below (a lucky
+    restart, by the noise). Raw means would name 28; the smoothed pick names the peak's best,
+    and its estimate is still its confirmation restart's alone."""
+    sweep = _budget_sweep()
     screens = {4: 95.0, 8: 99.0, 12: 101.0, 16: 100.5, 20: 98.0, 24: 95.0, 28: 101.5, 32: 94.0}
     trials = [_outcome(0, {}, 80.0, "measure"), _outcome(1, {}, 82.5, "measure")]
     for n, (budget, value) in enumerate(screens.items(), start=2):
@@ -161,3 +167,29 @@ def test_the_answer_picks_on_smoothed_estimates_and_reports_confirmations_alone(
     assert answer.best.estimate.value == 99.0  # the confirmation alone, not the smoothed 100+
     raw_best = max(screens, key=lambda b: screens[b])
     assert raw_best == 28  # what the pick on raw means would have named
+
+
+def test_the_answer_names_the_config_the_search_led_with() -> None:
+    """The same screens, and budget 4 restarted twice with values that agree to the digit: the
+    measured restart variance is nil. The search weighs each restart by a spread shrunk
+    toward its prior (two agreeing restarts are not proof of a quiet host) and leads with the
+    peak, budget 12, which it then races and confirms. The answer must pick with the same
+    weights: on the measured variance alone nothing is smoothed, and it would name budget 28's
+    one lucky restart, a config the search never raced."""
+    sweep = _budget_sweep()
+    screens = {4: 95.0, 8: 99.0, 12: 101.0, 16: 100.5, 20: 98.0, 24: 95.0, 28: 101.5, 32: 94.0}
+    trials = [_outcome(0, {}, 80.0, "measure")]
+    for n, (budget, value) in enumerate(screens.items(), start=1):
+        trials.append(_outcome(n, {"budget": budget}, value, "screen"))
+    trials.append(_outcome(10, {"budget": 4}, 95.0, "measure"))
+    results = SweepResults(
+        sweep="t", id=1, state="done", hosts=(HostOutcome("a", "gpu"),), trials=tuple(trials)
+    )
+    values = {budget: [value] for budget, value in screens.items()}
+    values[4].append(95.0)
+    axes = Axes.of([{"budget": budget} for budget in screens])
+    standings = [Standing({"budget": b}, tuple(v)) for b, v in values.items()]
+    led = max(smoothed(standings, axes), key=lambda s: s.pick)
+    assert led.config == {"budget": 12}
+    (answer,) = answer_sweep(results, sweep)
+    assert answer.best is not None and answer.best.config == led.config
