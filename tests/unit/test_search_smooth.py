@@ -12,6 +12,7 @@ import random
 
 from orchestrator.answers import answer_sweep
 from orchestrator.answers.smooth import Axes, smooth
+from orchestrator.search.source import Standing, smoothed
 from orchestrator.store import (
     HostOutcome,
     MatrixCell,
@@ -21,7 +22,6 @@ from orchestrator.store import (
     TrialOutcome,
     TrialPlan,
 )
-from orchestrator.search.source import Standing, smoothed
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.types import KnobValue
 
