@@ -38,7 +38,7 @@ from orchestrator.answers.runs import (
     runs_of_type,
     type_order,
 )
-from orchestrator.answers.smooth import Axes, restart_spread, smooth
+from orchestrator.answers.smooth import Axes, smooth_picks
 from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
     Constraints,
@@ -132,14 +132,13 @@ def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
 def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
     """Each config's selection value shrunk toward a smooth surface over the space's configs
     (the baseline, outside the space, stands on its own), each restart weighted by the spread
-    the search picked with (:func:`~orchestrator.answers.smooth.restart_spread` of the same
+    the search picked with (:func:`~orchestrator.answers.smooth.smooth_picks` of the same
     selection restarts), so the answer names the config the search raced and confirmed."""
     keys = [key for key in grouped if key != BASELINE_ID]
     if not keys:
         return {}
     selections = [[s.value for s in _samples(grouped[key].selection)] for key in keys]
-    cv = restart_spread(selections)
-    fits = smooth(axes, [grouped[key].config for key in keys], selections, cv * cv)
+    fits = smooth_picks(axes, [grouped[key].config for key in keys], selections)
     return {key: fit.value for key, fit in zip(keys, fits, strict=True) if fit.shrunk}
 
 

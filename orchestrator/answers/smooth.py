@@ -221,3 +221,15 @@ def _krige(
     leftover = 1.0 - ones @ weights  # how much of the constant each estimate still leans on
     var = np.diag(k) - explained + leftover**2 / info
     return mean, var
+
+
+def smooth_picks(
+    axes: Axes,
+    configs: Sequence[Mapping[str, KnobValue]],
+    values: Sequence[Sequence[float]],
+) -> list[Smoothed]:
+    """:func:`smooth` with each restart weighed by :func:`restart_spread` of the same values:
+    the estimates every pick ranks by, the search's and the answer's alike, so that the two
+    cannot weigh the same restarts differently and name different configs."""
+    cv = restart_spread(values)
+    return smooth(axes, configs, values, cv * cv)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator.answers.smooth import restart_spread, smooth
+from orchestrator.answers.smooth import smooth_picks
 from orchestrator.search.score import penalty
 from orchestrator.search.space import Config, SearchSpace
 from orchestrator.types import KnobValue
@@ -97,9 +97,9 @@ def local_candidates(
 ) -> list[int]:
     """The candidates one step from a leader: of the :data:`LOCAL_LEADERS` configs with the
     best seen values, smoothed over their neighbours
-    (:func:`orchestrator.answers.smooth.smooth`, with the restart spread of
-    :func:`restart_spread`), the first that has unpaid neighbours (one level apart on one
-    ordered knob, or another level of one unordered knob); empty when none has.
+    (:func:`orchestrator.answers.smooth.smooth_picks`), the first that has unpaid neighbours
+    (one level apart on one ordered knob, or another level of one unordered knob); empty when
+    none has.
 
     A trust region around the incumbent, as a careful experimenter narrows in: under a 2 %
     restart noise and a dozen or two of screens, TPE's samples scatter over configs it
@@ -108,6 +108,7 @@ def local_candidates(
     other's neighbours. TPE still chooses which neighbour (the one nearest its point); once
     the leaders' neighbourhoods are all paid for, the search is global again."""
     values: dict[str, list[float]] = {}
+    configs: dict[str, Mapping[str, KnobValue]] = {}
     centres: dict[str, dict[str, str]] = {}
     for result in seen:
         if result.value is None:
@@ -115,15 +116,9 @@ def local_candidates(
         levels = space.levels_of(result.config)
         key = json.dumps(levels, sort_keys=True)
         values.setdefault(key, []).append(result.value)
-        centres[key] = levels
+        configs[key], centres[key] = result.config, levels
     keys = list(values)
-    cv = restart_spread(values.values())
-    fits = smooth(
-        space.axes,
-        [{knob: json.loads(text) for knob, text in centres[key].items()} for key in keys],
-        [values[key] for key in keys],
-        cv * cv,
-    )
+    fits = smooth_picks(space.axes, [configs[k] for k in keys], [values[k] for k in keys])
     estimate = {key: fit.value for key, fit in zip(keys, fits, strict=True)}
     ranked = sorted(keys, key=lambda key: -estimate[key])
     for key in ranked[:LOCAL_LEADERS]:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.answers.smooth import Axes, restart_spread, smooth
+from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
 from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
 from orchestrator.search.deadline import (
@@ -48,12 +48,7 @@ from orchestrator.search.deadline import (
     learn_times,
     local_deadline,
 )
-from orchestrator.search.propose import (
-    Seen,
-    Strategy,
-    propose,
-    startup_trials,
-)
+from orchestrator.search.propose import Seen, Strategy, propose, startup_trials
 from orchestrator.search.score import (
     Objective,
     TrialScore,
@@ -188,12 +183,11 @@ class Standing:
 
 def smoothed(standings: Sequence[Standing], axes: Axes) -> list[Standing]:
     """``standings`` with each config's estimate shrunk toward a smooth surface fitted over
-    all of them (:func:`orchestrator.answers.smooth.smooth`), weighted by the restart spread
-    the search measured (:func:`restart_cv`), as the answer picks."""
+    all of them (:func:`orchestrator.answers.smooth.smooth_picks`, weighted by the restart
+    spread the search measured, :func:`restart_cv`), as the answer picks."""
     if not standings:
         return []
-    cv = restart_cv(standings)
-    fits = smooth(axes, [s.config for s in standings], [s.values for s in standings], cv * cv)
+    fits = smooth_picks(axes, [s.config for s in standings], [s.values for s in standings])
     return [
         dataclasses.replace(s, estimate=fit.value, rel_se=fit.rel_se)
         for s, fit in zip(standings, fits, strict=True)
