@@ -609,7 +609,7 @@ class SearchSpec(_Model):
         default=None,
         description="restarts (random, adaptive) spent measuring the leading configs again once "
         "exploring stops, before the confirmations, so the pick rests on more than one restart "
-        "of each leader (default: a third of max_restarts)",
+        "of each leader (default: a quarter of max_restarts)",
     )
     screen_rounds: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None,
