@@ -92,7 +92,7 @@ from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.source import trial_source_for
 from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.settings import ServerSimSettings
-from orchestrator.sim.truth import SweepTruth, sweep_truth
+from orchestrator.sim.truth import CellTruth, SweepTruth, sweep_truth
 from orchestrator.store import (
     HostEntry,
     PointProvenance,
@@ -264,6 +264,16 @@ def _rng(*parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
+def measured_output_tok_s(
+    truth: CellTruth, speed: float, noise: random.Random, rounds: int, full_rounds: int
+) -> tuple[float, float]:
+    """One restart's ``output_tok_s`` at a cell and its request sd: the truth over the
+    process's speed factor, plus normal request noise whose sd is the truth's, scaled by
+    sqrt(full rounds / the plan's rounds) for a screen."""
+    sd = truth.output_tok_s_sd * math.sqrt(full_rounds / rounds)
+    return truth.output_tok_s / speed + noise.gauss(0.0, sd), sd
+
+
 async def model_host(
     store: Store,
     record: SweepRecord,
@@ -308,8 +318,9 @@ async def model_host(
                     committed = await store.committed_point_keys(attempt.id)
                     for cell in plan.cells:
                         truth = entry.cell(cell.context, cell.concurrency)
-                        sd = truth.output_tok_s_sd * math.sqrt(full_rounds / plan.rounds)
-                        value = truth.output_tok_s / speed + noise.gauss(0.0, sd)
+                        value, sd = measured_output_tok_s(
+                            truth, speed, noise, plan.rounds, full_rounds
+                        )
                         now = time.time()
                         point = ThroughputPoint(
                             context=cell.context,

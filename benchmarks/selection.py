@@ -25,14 +25,22 @@ confirmations) given an explorer that found the 24 best configs, more than the 1
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from common import emit, machine, note, parse_args, percentile, run_main
-from search import BENCHMARK, OBJECTIVE, SURFACES, Surface, config_key, parsed, surface
+from search import (
+    BENCHMARK,
+    OBJECTIVE,
+    SURFACES,
+    Surface,
+    config_key,
+    measured_output_tok_s,
+    parsed,
+    surface,
+)
 from search import sweep_document as search_sweep
 
 from orchestrator.answers.smooth import Axes
@@ -58,8 +66,9 @@ class Measurer:
         settings = self.world.settings
         speed = restart_speed_factor(settings.seed, invocation, settings.restart_jitter)
         truth = self.world.truth.of(config).cell(*self.cell)
-        sd = truth.output_tok_s_sd * math.sqrt(self.full_rounds / rounds)
-        return truth.output_tok_s / speed + random.Random(invocation).gauss(0.0, sd)
+        noise = random.Random(invocation)
+        value, _ = measured_output_tok_s(truth, speed, noise, rounds, self.full_rounds)
+        return value
 
 
 def select(

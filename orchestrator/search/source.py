@@ -183,8 +183,9 @@ class Standing:
 
 def smoothed(standings: Sequence[Standing], axes: Axes) -> list[Standing]:
     """``standings`` with each config's estimate shrunk toward a smooth surface fitted over
-    all of them (:func:`orchestrator.answers.smooth.smooth_picks`, weighted by the restart
-    spread the search measured, :func:`restart_cv`), as the answer picks."""
+    all of them (:func:`orchestrator.answers.smooth.smooth_picks`: each restart weighed by
+    the restart spread of the same standings, as :func:`restart_cv` gives it), as the answer
+    picks."""
     if not standings:
         return []
     fits = smooth_picks(axes, [s.config for s in standings], [s.values for s in standings])
