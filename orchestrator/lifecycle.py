@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import re
 import time
 import traceback
@@ -55,6 +56,9 @@ from orchestrator.types import ApiKind, FailureCause, MetricsMode
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 
 EXCERPT_LINES = 60
+STREAM_GRACE_S = 0.5
+"""How long after systemd's line that the process ended a dying server's own last lines may
+still arrive through its stdout stream (a separate path into journald)."""
 EXCERPT_HEAD_LINES = 20
 
 
@@ -70,7 +74,7 @@ def excerpt(lines: Sequence[str]) -> list[str]:
         *lines[-EXCERPT_LINES:],
     ]
 # systemd's own journal line when a unit's main process is gone (PID-1 hosts log it under the
-# unit; it ends the wait for a dying server's last lines).
+# unit; it shortens the wait for a dying server's last lines to STREAM_GRACE_S).
 _ACCESS_LOG = re.compile(r'"(GET|POST|PUT|DELETE|HEAD) \S+ HTTP/[\d.]+" \d{3}')
 _UNIT_ENDED = re.compile(
     r"Main process exited, code=|Failed with result '|Deactivated successfully"
@@ -832,8 +836,13 @@ async def _excerpt(
     settle: float = 0.0,
 ) -> list[str]:
     """The journal lines of one invocation after ``cursor``; waits up to ``settle`` seconds
-    for a failure line, since journald can lag behind a process's death."""
-    deadline = time.monotonic() + settle
+    for a failure line, since journald can lag behind a process's death. systemd's own line
+    that the process ended shortens the wait to :data:`STREAM_GRACE_S` after it, not to
+    nothing: it reaches the journal from PID 1, the process's last lines through its stdout
+    stream, and journald may store the first before the second (a ValueError read as a plain
+    exit would lose the ``invalid-config`` cause)."""
+    now = time.monotonic()
+    deadline, ended_by = now + settle, math.inf
     while True:
         entries = await journal.read_entries(
             session.transport, session.unit, cursor, timeout=session.timeouts.command
@@ -843,12 +852,13 @@ async def _excerpt(
             for e in entries
             if e.message is not None and e.invocation_id in (None, invocation_id)
         ]
-        found = any(
-            isinstance(session.engine.parse_log_line(line), FailureEvent)
-            or _UNIT_ENDED.search(line)
-            for line in lines[-EXCERPT_LINES:]
-        )
-        if found or time.monotonic() >= deadline:
+        last = lines[-EXCERPT_LINES:]
+        if any(isinstance(session.engine.parse_log_line(line), FailureEvent) for line in last):
+            return excerpt(lines)
+        now = time.monotonic()
+        if ended_by == math.inf and any(_UNIT_ENDED.search(line) for line in last):
+            ended_by = now + STREAM_GRACE_S
+        if now >= min(deadline, ended_by):
             return excerpt(lines)
         await asyncio.sleep(0.2)
 

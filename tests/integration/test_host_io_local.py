@@ -280,6 +280,40 @@ async def test_read_entries_and_malformed_cursor(
     assert caught.value.exit_status == 1 and "cursor" in caught.value.stderr
 
 
+async def test_a_failure_line_that_lands_after_systemds_exit_line_still_names_the_cause(
+    journal_host: tuple[SubprocessTransport, Path, Path],
+) -> None:
+    """journald takes PID 1's "Main process exited" and the server's own stderr by different
+    paths, so the traceback's last line can be stored after it. The excerpt waits a grace for
+    it instead of ending at systemd's line, and the cause stays ``invalid-config``."""
+    from types import SimpleNamespace
+
+    from orchestrator.lifecycle import LifecycleTimeouts, _classify, _excerpt
+    from orchestrator.sglang import SGLANG
+
+    transport, entries_file, _ = journal_host
+    _append(
+        entries_file,
+        _journal_entry(0, "Loading weights"),
+        _journal_entry(1, "sglang.service: Main process exited, code=exited, status=1/FAILURE"),
+    )
+    session: Any = SimpleNamespace(
+        transport=transport, unit="sglang.service", timeouts=LifecycleTimeouts(), engine=SGLANG
+    )
+
+    async def late_traceback() -> None:
+        await asyncio.sleep(0.25)
+        _append(entries_file, _journal_entry(2, "ValueError: window 8 is below the block 16"))
+
+    writer = asyncio.create_task(late_traceback())
+    lines = await _excerpt(session, None, None, settle=2.0)
+    await writer
+    assert "ValueError: window 8 is below the block 16" in lines
+    state: Any = SimpleNamespace(exec_main_status=1, result="exit-code")
+    cause, _ = _classify(SGLANG, lines, state)
+    assert cause == "invalid-config"
+
+
 # --- GPU memory ------------------------------------------------------------------------------
 
 NVIDIA_SMI = """
