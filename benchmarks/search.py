@@ -48,7 +48,9 @@ highest estimate); restarts used (every unit start, as the answer counts them); 
 the chosen one; far ties: ``tie`` claimed while every tied config is truly more than 3 % worse.
 The p95 regret comes with a 95 % bootstrap interval over the seeds (:func:`quantile_ci95`)
 and the count of seeds over 3 %: over 50 seeds the p95 is set by the two or three worst, so
-use ``--seeds 200`` (or more) before reading a p95 near the goal as met or missed.
+use ``--seeds 1000`` before reading a p95 near the goal as met or missed (``--jobs 2`` runs
+the seeds in two worker processes, with the same scores: about 9 minutes a surface on 2
+cores for the adaptive strategy).
 benchmarks/selection.py says how much of that tail the selection alone leaves.
 """
 
@@ -60,12 +62,14 @@ import datetime as dt
 import hashlib
 import json
 import math
+import multiprocessing
 import random
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -518,11 +522,45 @@ def _label(config: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={config.get(k)}" for k in ("budget", "topk", "window"))
 
 
+_WORKER: dict[str, Any] = {}
+"""A worker process's surface and scratch directory (:func:`_start_worker`)."""
+
+
+def _start_worker(world: Surface, workdir: Path) -> None:
+    _WORKER["world"] = world
+    _WORKER["workdir"] = Path(tempfile.mkdtemp(prefix="worker-", dir=workdir))
+
+
+def _seed_in_worker(strategy: str, seed: int, cap: int | None) -> Score:
+    return asyncio.run(one_run(_WORKER["world"], strategy, seed, cap, _WORKER["workdir"]))
+
+
+async def _scores(
+    world: Surface, strategy: str, seeds: Sequence[int], cap: int | None, workdir: Path,
+    jobs: int,
+) -> list[Score]:
+    """One score per seed, in seed order: here, or over ``jobs`` worker processes (each seed's
+    run depends only on the surface, the strategy and the seed, so the scores are the same)."""
+    if jobs <= 1:
+        return [await one_run(world, strategy, seed, cap, workdir) for seed in seeds]
+    # spawn, not fork: a forked child would inherit this process's running event loop.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_start_worker, initargs=(world, workdir)
+    ) as pool:
+        loop = asyncio.get_running_loop()
+        runs = [
+            loop.run_in_executor(pool, _seed_in_worker, strategy, seed, cap) for seed in seeds
+        ]
+        return list(await asyncio.gather(*runs))
+
+
 async def fast(
     seeds: Sequence[int],
     replications: int,
     strategies: Sequence[str] = STRATEGIES,
     surfaces: Sequence[str] = tuple(SURFACES),
+    jobs: int = 1,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="orch-bench-search-"))
     out: dict[str, Any] = {}
@@ -552,7 +590,7 @@ async def fast(
             for strategy in strategies:
                 t0 = time.monotonic()
                 cap = None if strategy == "grid" else cut
-                scores = [await one_run(world, strategy, seed, cap, workdir) for seed in seeds]
+                scores = await _scores(world, strategy, seeds, cap, workdir, jobs)
                 row = summarize(scores, grid_n)
                 row["s_per_seed"] = round((time.monotonic() - t0) / len(seeds), 2)
                 row["goals"] = goals_met(row, entry["top_two_gap"] <= 0.01)
@@ -570,8 +608,9 @@ async def fast(
 
 
 E2E_TIME_SCALE = 0.25
-E2E_CUT_MIN_S = 180.0
-"""The cut sweep's ``finish_by`` is the first whole minute at least this far away."""
+E2E_CUT_S = 180.0
+"""The cut sweep starts this long before its ``finish_by`` (a whole minute: ``HH:MM``), well
+inside the full sweep's time (about 220 s on 2 cores), so the deadline cuts it."""
 E2E_SERVER: dict[str, Any] = {"load_s": 2.0, "warmup_s": 0.2, "stop_delay_s": 0.1}
 E2E_BENCHMARK: dict[str, Any] = {**BENCHMARK, "max_tokens": 128, "rounds": 2}
 E2E_TIMEOUTS = {"connect": 10, "stop": 20, "memory_release": 15, "ready": 60, "probe": 10,
@@ -625,12 +664,14 @@ def truth_values(document: Mapping[str, Any]) -> dict[str, float]:
     return values
 
 
-def finish_by_soon(min_s: float) -> tuple[str, float]:
-    """The first whole minute at least ``min_s`` from now, as ``HH:MM`` (local time), and how
-    many seconds away it is."""
+async def finish_by_in(seconds: float) -> tuple[str, float]:
+    """``finish_by`` (``HH:MM``, local time) ``seconds`` from now and how far away it is:
+    the first whole minute at least that far, reached by waiting until it is exactly that far
+    (up to a minute), since a sweep file's deadline has no seconds."""
     now = dt.datetime.now()
-    target = (now + dt.timedelta(seconds=min_s + 59)).replace(second=0, microsecond=0)
-    return target.strftime("%H:%M"), (target - now).total_seconds()
+    target = (now + dt.timedelta(seconds=seconds + 59.999)).replace(second=0, microsecond=0)
+    await asyncio.sleep(max(0.0, (target - now).total_seconds() - seconds))
+    return target.strftime("%H:%M"), (target - dt.datetime.now()).total_seconds()
 
 
 def e2e_answer(answer: Answer, values: Mapping[str, float], grid_n: int) -> dict[str, Any]:
@@ -696,10 +737,11 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
         runs.append(("cut", {}))
         for label, schedule in runs:
             if schedule is not None:
-                # At least 180 s away: after the baseline (a full trial, ~40 s at this time
-                # scale) the next screen, the 2 confirmations and the restore must fit, or
-                # the cut sweep answers with the baseline alone (as it did with 90 s).
-                finish_by, away = finish_by_soon(E2E_CUT_MIN_S)
+                # 180 s: after the baseline (a full trial, ~40 s at this time scale) the
+                # next screen, the 2 confirmations and the restore must fit, or the cut sweep
+                # answers with the baseline alone (as it did with 90 s); exactly 180 s, or a
+                # deadline rounded up to the minute may not cut the sweep at all.
+                finish_by, away = await finish_by_in(E2E_CUT_S)
                 schedule = {"finish_by": finish_by}
                 out["cut_finish_by_s"] = round(away, 1)
             document = e2e_document(
@@ -714,6 +756,7 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
                 stopped = await store.events(
                     outcome.sweep_id, kinds=("search.exploration_stopped",)
                 )
+                finished = await store.events(outcome.sweep_id, kinds=("sweep.finished",))
             answers = answer_sweep(outcome.sweep_results, sweep)
             row: dict[str, Any] = (
                 e2e_answer(answers[0], values, grid_n) if answers else {"answers": 0}
@@ -722,6 +765,7 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
             row["wall_s"] = round(time.monotonic() - t0, 1)
             row["trials"] = len(outcome.sweep_results.trials)
             row["exploration_stopped"] = [e.fields.get("reason") for e in stopped]
+            row["stopped"] = finished[-1].fields.get("stopped") if finished else None
             out[label] = row
             note(f"e2e {label}: {row.get('verdict')} {row.get('best')} regret "
                  f"{row.get('regret')} restarts {row.get('restarts_used')} in {row['wall_s']} s")
@@ -730,6 +774,9 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
         "within_3pct": bool(full.get("within_3pct")),
         "restarts": full.get("restart_fraction", 1.0) <= BUDGET_FRACTION + 1e-9,
         "cut_answers": out["cut"].get("best") is not None,
+        # the deadline, not max_restarts, ended the cut sweep's exploration (or the sweep)
+        "cut_by_deadline": out["cut"]["stopped"] is not None
+        or any("finish_by" in str(reason) for reason in out["cut"]["exploration_stopped"]),
     }
     return out
 
@@ -747,6 +794,8 @@ async def main() -> None:
                               "help": "comma-separated strategies of the fast form"}),
             ("--surfaces", {"default": ",".join(SURFACES),
                             "help": "comma-separated response surfaces of the fast form"}),
+            ("--jobs", {"type": int, "default": 1,
+                        "help": "worker processes for the fast form's seeds (same scores)"}),
         ],
     )
     result: dict[str, Any] = {"benchmark": "search", "machine": machine()}
@@ -764,7 +813,7 @@ async def main() -> None:
         result["seed_range"] = [args.seed_start, args.seed_start + count - 1]
         result["goals"] = GOALS
         result["surfaces"] = await fast(
-            range(args.seed_start, args.seed_start + count), 12, strategies, names
+            range(args.seed_start, args.seed_start + count), 12, strategies, names, args.jobs
         )
     result["wall_s"] = round(time.monotonic() - started, 1)
     emit(result, args.json)
