@@ -780,8 +780,10 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
         "restarts": full.get("restart_fraction", 1.0) <= BUDGET_FRACTION + 1e-9,
         "cut_answers": out["cut"].get("best") is not None,
         # the deadline, not max_restarts, ended the cut sweep's exploration (or the sweep)
-        "cut_by_deadline": out["cut"]["stopped"] is not None
-        or any("finish_by" in str(reason) for reason in out["cut"]["exploration_stopped"]),
+        "cut_by_deadline": any(
+            "finish_by" in str(reason)
+            for reason in [out["cut"]["stopped"], *out["cut"]["exploration_stopped"]]
+        ),
     }
     return out
 
