@@ -92,7 +92,10 @@ def listener(family: int = socket.AF_INET) -> socket.socket:
 
     The option is set on the listener itself: accepted connections inherit it, and the kernel
     stamps packets only once some socket asks, so a request sent with the connection's
-    handshake would otherwise arrive unstamped."""
+    handshake would otherwise arrive unstamped. Linux turns stamping on for the machine from a
+    work queue when no other socket had asked, so the first packets after a fresh listener can
+    still arrive unstamped; their requests keep the handler's stamp (the first request a
+    server sees is a readiness probe, long before any benchmark)."""
     if _SO_TIMESTAMPNS is None:
         return socket.socket(family, socket.SOCK_STREAM)
     sock = StampedListener(family, socket.SOCK_STREAM)

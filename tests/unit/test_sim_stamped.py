@@ -16,10 +16,31 @@ from orchestrator.sim import stamped
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
 
 
+def _wait_until_the_kernel_stamps(listener: socket.socket) -> None:
+    """Linux turns receive stamping on for the whole machine only from a work queue
+    (``net_enable_timestamp`` defers the static key to ``netstamp_work`` when no other socket
+    had asked), so on a busy machine the first packets after the listener asked can arrive
+    unstamped. The simulated server then keeps its handler's stamp; this test, which is about
+    the stamp itself, waits until stamping is live (while the listener stays open it stays so).
+    """
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        with socket.create_connection(listener.getsockname()) as probe:
+            probe.sendall(b"x")
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(10)
+                if stamped.arrival_of(conn) is not None:
+                    return
+        time.sleep(0.01)
+    pytest.fail("the kernel did not stamp a loopback arrival within 10 s")
+
+
 def test_arrival_is_the_kernel_stamp_and_send_is_when_the_socket_took_the_bytes() -> None:
     listener = stamped.listener()
     listener.bind(("127.0.0.233", 0))
     listener.listen()
+    _wait_until_the_kernel_stamps(listener)
     with listener, socket.create_connection(listener.getsockname()) as client:
         sent = time.monotonic()
         client.sendall(b"POST / HTTP/1.1\r\n\r\n")
