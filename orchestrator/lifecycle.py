@@ -911,6 +911,32 @@ async def restore(session: HostSession, policy: RestorePolicy) -> list[str]:
     return foreign
 
 
+RESTORE_ATTEMPTS = 3
+RESTORE_RETRY_S = 1.0
+
+
+async def restore_retrying(
+    session: HostSession, policy: RestorePolicy, *, attempts: int = RESTORE_ATTEMPTS
+) -> list[str]:
+    """:func:`restore`, tried again on any host failure, ``reset-failed`` between tries: it
+    is the last thing between the host and the morning, and idempotent. Such failures are a
+    journal read or daemon-reload that failed, a stop job past its bound, and a start refused
+    by systemd's start rate limit, which deliberate starts fill as crashes do (a sweep's last
+    trials, an adopt and a restore within ``StartLimitIntervalSec``) and ``reset-failed``
+    clears. Raises the last :class:`TrialFailed`; a bug of ours is not one and propagates."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await restore(session, policy)
+        except TrialFailed as exc:
+            if attempt == attempts:
+                raise
+            await session.events("restore.retry", attempt=attempt, cause=exc.cause, error=str(exc))
+            await asyncio.sleep(RESTORE_RETRY_S * attempt)
+            with contextlib.suppress(HostError):
+                await session.control.reset_failed(session.unit, timeout=session.timeouts.command)
+    raise AssertionError("unreachable: attempts >= 1")
+
+
 async def _restart_as_found(session: HostSession) -> None:
     """The unit back on its own files, restarted cleanly. Running but not (yet) serving a
     generation within ``timeouts.ready`` is reported, not a failure of the restore, whose job

@@ -33,6 +33,7 @@ from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
 from orchestrator.lifecycle import (
+    RESTORE_ATTEMPTS,
     EventSink,
     HostSession,
     LifecycleTimeouts,
@@ -41,7 +42,7 @@ from orchestrator.lifecycle import (
     TrialFailed,
     failure_from,
     reconfigure,
-    restore,
+    restore_retrying,
     trial_config,
 )
 from orchestrator.log import get_logger
@@ -88,8 +89,6 @@ DETERMINISTIC_CAUSES = frozenset(
 )
 JOURNAL_SETTLE_S = 0.2
 JOURNAL_SETTLE_MAX_S = 3.0
-RESTORE_ATTEMPTS = 3
-RESTORE_RETRY_S = 1.0
 
 
 class Progress(Protocol):
@@ -515,32 +514,20 @@ async def _restore_host(
     if run.stop.reason == "shutdown":
         return  # the daemon stops; the sweep resumes later, so the host keeps its trial
     run.progress.update(session.name, step="restore", trial=None, config=None)
-    for attempt in range(1, attempts + 1):
-        try:
-            foreign = await restore(session, run.sweep.policy.restore)
-            break
-        except TrialFailed as exc:
-            # Restore is idempotent and the last thing between the host and the morning: any
-            # host failure (a start refused by systemd's start rate limit after repeated
-            # crashes, a journal read or daemon-reload that failed, a stop job past its
-            # bound) is tried again, reset-failed between tries (it clears the rate limit).
-            # A bug of ours is not a TrialFailed: it propagates.
-            if attempt == attempts:
-                # e.g. memory-not-released: the files are back, the unit is not started over
-                # held memory; the host stays pending for a later restore.
-                await session.events("restore.failed", cause=exc.cause, error=exc.message)
-                reason = (
-                    f"unreachable: {exc.message}"
-                    if exc.cause == "host-unreachable"
-                    else f"restore incomplete: {exc.cause}"
-                )
-                await run.store.set_host_aside(run.record.id, session.name, reason)
-                run.unrestored.append(session.name)
-                return
-            await session.events("restore.retry", attempt=attempt, cause=exc.cause, error=str(exc))
-            await asyncio.sleep(RESTORE_RETRY_S * attempt)
-            with contextlib.suppress(HostError):
-                await session.control.reset_failed(session.unit, timeout=session.timeouts.command)
+    try:
+        foreign = await restore_retrying(session, run.sweep.policy.restore, attempts=attempts)
+    except TrialFailed as exc:
+        # e.g. memory-not-released: the files are back, the unit is not started over held
+        # memory; the host stays pending for a later restore.
+        await session.events("restore.failed", cause=exc.cause, error=exc.message)
+        reason = (
+            f"unreachable: {exc.message}"
+            if exc.cause == "host-unreachable"
+            else f"restore incomplete: {exc.cause}"
+        )
+        await run.store.set_host_aside(run.record.id, session.name, reason)
+        run.unrestored.append(session.name)
+        return
     await run.store.mark_restored(run.record.id, session.name)
     if foreign:
         await session.events("restore.foreign_changes", paths=foreign)

@@ -19,7 +19,7 @@ from orchestrator.daemon.adopt import ADOPTED_MARK
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
-from orchestrator.lifecycle import restore
+from orchestrator.lifecycle import restore_retrying
 from orchestrator.log import get_logger
 from orchestrator.runner import backup_to_snapshot, host_session
 from orchestrator.store import Store, SweepRecord, UnitBackup
@@ -61,7 +61,7 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
         session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
         # Undoing an adopt puts the unit back running as adopt found it.
         policy = "as-found" if ADOPTED_MARK in backup.state else sweep.policy.restore
-        foreign = await restore(session, policy)
+        foreign = await restore_retrying(session, policy)
     finally:
         await handle.close()
     await store.mark_restored(record.id, backup.host)

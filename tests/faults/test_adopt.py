@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tests.faults.harness import (
     fault_host,
     run,
     sweep_yaml,
+    unit_text,
 )
 
 ADDRESS = "127.0.0.149"
@@ -45,7 +47,12 @@ async def orchestrator(*args: str) -> tuple[int, str, str]:
 
 
 async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -> None:
-    async with fault_host(tmp_path, ADDRESS) as host:
+    """The unit keeps systemd's default burst (5 starts) in a window every start of this test
+    falls in, as a real unit's 10 s window does when the host is fast: the sim's first start,
+    two trials, the sweep's restore and the adopt fill it, so the operator's restore is refused
+    by the rate limit and must clear it (``reset-failed``) and start again."""
+    unit = unit_text(ADDRESS, extra_unit=("StartLimitBurst=5", "StartLimitIntervalSec=600"))
+    async with fault_host(tmp_path, ADDRESS, unit=unit) as host:
         document: dict[str, Any] = yaml.safe_load(
             sweep_yaml(host, "adopt-sim", [HEALTHY, OTHER], benchmark={"concurrency": [1]})
         )
@@ -77,6 +84,11 @@ async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -
         code, out, err = await orchestrator("restore", "--all", "--db", db, "--json")
         assert code == 0, err
         assert [entry["ok"] for entry in json.loads(out)["restored"]] == [True]
+        with sqlite3.connect(db) as conn:
+            retries = conn.execute(
+                "SELECT json_extract(fields, '$.cause') FROM events WHERE kind = 'restore.retry'"
+            ).fetchall()
+        assert retries == [("start-limit",)], err
         await assert_restored(host)
 
 
