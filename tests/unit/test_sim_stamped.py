@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS 
 def _wait_until_the_kernel_stamps(listener: socket.socket) -> None:
     """Linux turns receive stamping on for the whole machine only from a work queue
     (``net_enable_timestamp`` defers the static key to ``netstamp_work`` when no other socket
-    had asked), so on a busy machine the first packets after the listener asked can arrive
-    unstamped. The simulated server then keeps its handler's stamp; this test, which is about
+    had asked), so on a quiet machine the first packets after the listener asked usually
+    arrive unstamped. The simulated server then keeps its handler's stamp; this test, which is about
     the stamp itself, waits until stamping is live (while the listener stays open it stays so).
     """
     deadline = time.monotonic() + 10.0
