@@ -23,6 +23,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Listens on the real-systemd host's fixed address, reports, then waits to be told to stop.
+# SO_REUSEADDR as sshd sets it: the connections a real-systemd test closed on that address sit
+# in TIME-WAIT for a minute after, and block a plain bind (a live listener still refuses).
 WORKER = textwrap.dedent(
     """
     import os, socket, sys
@@ -30,6 +32,7 @@ WORKER = textwrap.dedent(
     if sys.argv[1] == "private":
         enter_private_network()
     sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.41", 2241))
         sock.listen()
