@@ -73,6 +73,8 @@ def excerpt(lines: Sequence[str]) -> list[str]:
         f"[... {left_out} lines left out ...]",
         *lines[-EXCERPT_LINES:],
     ]
+
+
 _ACCESS_LOG = re.compile(r'"(GET|POST|PUT|DELETE|HEAD) \S+ HTTP/[\d.]+" \d{3}')
 # systemd's own journal line when a unit's main process is gone (PID-1 hosts log it under the
 # unit; it shortens the wait for a dying server's last lines to STREAM_GRACE_S).
