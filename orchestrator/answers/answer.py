@@ -10,9 +10,11 @@ luck that put it first is not in its number (no winner's curse).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator.answers.ending import STOPPED_CAUSE, cut_short
 from orchestrator.answers.estimate import (
     RestartVariance,
     Sample,
@@ -35,9 +37,11 @@ from orchestrator.answers.runs import (
     config_id,
     group_runs,
     host_types,
+    point_at,
     runs_of_type,
     type_order,
 )
+from orchestrator.answers.saturation import CAP_TOLERANCE, at_cap, offered_cap
 from orchestrator.answers.smooth import Axes, smooth_picks
 from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
@@ -45,6 +49,7 @@ from orchestrator.answers.verdict import (
     Decision,
     Standing,
     decide,
+    for_verdict,
     rank,
     violations,
 )
@@ -93,10 +98,9 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
     for host_type in type_order(results, sweep):
         hosts = [name for name, kind in types.items() if kind == host_type]
         runs = runs_of_type(results, sweep, host_type)
+        stopped = cut_short(results, host_type, types)
         for view in objective_views(sweep):
-            answers.append(
-                _answer(host_type, hosts, runs, view, sweep, space, axes, results.state)
-            )
+            answers.append(_answer(host_type, hosts, runs, view, sweep, space, axes, stopped))
     return tuple(answers)
 
 
@@ -166,14 +170,34 @@ def _standings(
     return rank(out, minimized=scope.view.minimized)
 
 
-def _contender(standing: Standing, baseline: Spread | None, minimized: bool) -> Contender:
+def _flags(config: ConfigRuns, view: ObjectiveView) -> tuple[str, ...]:
+    """The quality flags of the points its reported estimate rests on, at the objective's
+    cells, in the order first seen."""
+    flags: dict[str, None] = {}
+    for run, _ in config.reported:
+        for cell in view.cells:
+            point = point_at(run.outcome, cell)
+            if point is not None:
+                flags.update(dict.fromkeys(point.flags))
+    return tuple(flags)
+
+
+def _contender(
+    standing: Standing, baseline: Spread | None, decision: Decision, view: ObjectiveView
+) -> Contender:
+    """A standing as the answer shows it. Its speedup is read with the same spreads as the
+    margins (:func:`~orchestrator.answers.verdict.for_verdict`), so the baseline's margin
+    against the best and the best's speedup are one interval, and the tie rule and the
+    speedup column can never disagree."""
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     if baseline is not None:
         if standing.key == BASELINE_ID:
             speedup = 1.0
         else:
-            factor, speedup_ci = improvement(standing.reported, baseline, minimized=minimized)
+            factor, speedup_ci = improvement(
+                for_verdict(standing.reported), for_verdict(baseline), minimized=view.minimized
+            )
             speedup = factor if factor == factor else None  # NaN: a value was not positive
     return Contender(
         config=dict(standing.runs.config),
@@ -183,12 +207,19 @@ def _contender(standing: Standing, baseline: Spread | None, minimized: bool) -> 
         speedup_ci95=speedup_ci,
         violations=standing.violations,
         screened_only=standing.runs.screened_only,
+        ranked_on=standing.pick,
+        vs_best=decision.margins.get(standing.key),
+        flags=_flags(standing.runs, view),
     )
 
 
 def _failed(runs: Sequence[Run]) -> tuple[FailedConfig, ...]:
+    """Configs tried and never measured. A trial stopped by a cancel or a deadline did not
+    fail: it is not one of them."""
     by_config: dict[str, list[Run]] = {}
     for run in runs:
+        if run.outcome.cause == STOPPED_CAUSE:
+            continue
         by_config.setdefault(run.config_id, []).append(run)
     failed = []
     for tried in by_config.values():
@@ -201,37 +232,20 @@ def _failed(runs: Sequence[Run]) -> tuple[FailedConfig, ...]:
 
 
 def _convergence(
-    runs: Sequence[Run], grouped: dict[str, ConfigRuns], valid: dict[str, str], minimized: bool
+    runs: Sequence[Run], scope: _Scope, sweep: Sweep, axes: Axes
 ) -> tuple[ConvergenceStep, ...]:
-    """After each restart (in the order they finished), the best valid config's estimate from
-    the restarts so far (what it would have been picked on then)."""
-    measured: dict[int, tuple[str, str, float]] = {}
-    for key, config in grouped.items():
-        if key not in valid:
-            continue
-        for kind, pairs in (
-            ("measured", config.measured),
-            ("screened", config.screened),
-            ("confirmed", config.confirmed),
-        ):
-            for run, sample in pairs:
-                measured[run.order] = (key, kind, sample.value)
-    so_far: dict[str, dict[str, list[float]]] = {}
-    current: dict[str, float] = {}
+    """After each restart (in the order they finished), the config the answer would have
+    named from the restarts so far, and its estimate as the answer reports it: the same rank,
+    the same quantity, so the last step is the answer's own best and number."""
     steps: list[ConvergenceStep] = []
     best: tuple[float, str] | None = None
-    for run in runs:
-        found = measured.get(run.order)
-        if found is not None:
-            key, kind, value = found
-            kinds = so_far.setdefault(key, {})
-            kinds.setdefault(kind, []).append(value)
-            values = kinds.get("measured", []) + kinds.get("screened", [])
-            values = values or kinds["confirmed"]
-            current[key] = sum(values) / len(values)
-            pick = min if minimized else max
-            leader = pick(current, key=lambda k: current[k])
-            best = (current[leader], valid[leader])
+    for index, run in enumerate(runs):
+        if run.done and run.host not in scope.pool.excluded:
+            grouped = group_runs(runs[: index + 1], scope.view, scope.pool.excluded)
+            now = dataclasses.replace(scope, variance=_variance(grouped))
+            ranked = _standings(grouped, now, sweep, axes)
+            leader = decide(ranked, minimized=scope.view.minimized).best
+            best = None if leader is None else (leader.reported.value, leader.label)
         steps.append(
             ConvergenceStep(
                 len(steps) + 1, None if best is None else best[0], None if best is None else best[1]
@@ -261,23 +275,10 @@ def _basis_note(standing: Standing, host_type: str) -> str | None:
 
 
 def _notes(
-    decision: Decision,
-    ranked: Sequence[Standing],
-    scope: _Scope,
-    *,
-    explored: int,
-    space: int,
-    state: str,
-    flagged_only: Sequence[str],
+    decision: Decision, ranked: Sequence[Standing], scope: _Scope, flagged_only: Sequence[str]
 ) -> list[str]:
     notes: list[str] = []
     host_type = scope.host_type
-    if state != "done":
-        notes.append(f"the sweep is {state}: this is the answer from what was measured so far")
-    if explored < space:
-        notes.append(
-            f"{space - explored} of the space's {space} configs were not measured on {host_type}"
-        )
     best = decision.best
     if best is not None:
         confirmed = len(best.runs.confirmed)
@@ -302,11 +303,11 @@ def _notes(
                 notes.append(note)
         if decision.runner_up is None:
             notes.append(f"{best.label} is the only valid config measured on {host_type}")
-    for standing in decision.reversed:
-        notes.append(
-            f"confirmation restarts put {standing.label} ahead of {best.label if best else '?'} "
-            "beyond the uncertainty: the pick is not confirmed"
-        )
+        for standing in decision.overturned:
+            notes.append(
+                f"{standing.label} ranked first on what it was picked on, but its own restarts "
+                f"lose to {best.label}'s beyond the uncertainty: {best.label} is named instead"
+            )
     for standing in ranked:
         if standing.reported.noisy and standing.reported.cv is not None:
             notes.append(
@@ -321,6 +322,29 @@ def _notes(
     return notes
 
 
+def _capped(decision: Decision, view: ObjectiveView) -> str | None:
+    """Why the objective cannot tell the leaders apart, when the offered load caps it: the
+    best and every config tied with it sit at the cap."""
+    cap = offered_cap(view.metric, view.cells)
+    best = decision.best
+    if cap is None or best is None or view.minimized:
+        return None
+    leaders = [best, *decision.tied]
+    if len(leaders) < 2 or not all(at_cap(s.reported.value, cap) for s in leaders):
+        return None  # a best alone at the cap kept up where the others did not: it is told
+    offered = ", ".join(f"{cell.rate:g} req/s" for cell in view.cells if cell.rate is not None)
+    return (
+        f"{view.metric} is capped by the offered load ({offered}): "
+        f"{_count(len(leaders), 'config')} reach it within {CAP_TOLERANCE:.0%}, so it cannot "
+        "tell them apart; offer more (a higher benchmark rate) or rank on a latency "
+        "(objective metric tpot_p50_s) to separate them"
+    )
+
+
+def _count(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _answer(
     host_type: str,
     hosts: Sequence[str],
@@ -329,7 +353,7 @@ def _answer(
     sweep: Sweep,
     space: int,
     axes: Axes,
-    state: str,
+    stopped: str | None,
 ) -> Answer:
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
@@ -338,34 +362,27 @@ def _answer(
     ranked = _standings(grouped, scope, sweep, axes)
     decision = decide(ranked, minimized=view.minimized)
     baseline = next((s.reported for s in ranked if s.key == BASELINE_ID), None)
-    contenders = {s.key: _contender(s, baseline, view.minimized) for s in ranked}
-    valid = {s.key: s.label for s in ranked if s.valid}
+    contenders = {s.key: _contender(s, baseline, decision, view) for s in decision.order}
     flagged_only = [
         config_label(config.config) for key, config in everything.items() if key not in grouped
     ]
-    notes = _notes(
-        decision,
-        ranked,
-        scope,
-        explored=len(grouped),
-        space=space,
-        state=state,
-        flagged_only=flagged_only,
-    )
+    best, runner_up = decision.best, decision.runner_up
     return Answer(
         host_type=host_type,
         objective=view,
         verdict=decision.verdict,
-        best=None if decision.best is None else contenders[decision.best.key],
-        runner_up=None if decision.runner_up is None else contenders[decision.runner_up.key],
+        best=None if best is None else contenders[best.key],
+        runner_up=None if runner_up is None else contenders[runner_up.key],
         tied=tuple(contenders[s.key] for s in decision.tied),
         margin=decision.margin,
         explored=len(grouped),
         space=space,
         restarts_used=len(runs),
-        contenders=tuple(contenders[s.key] for s in ranked),
+        contenders=tuple(contenders.values()),
         failed=_failed(runs),
-        convergence=_convergence(runs, grouped, valid, view.minimized),
+        convergence=_convergence(runs, scope, sweep, axes),
         flags=pool.flags,
-        notes=tuple(notes),
+        notes=tuple(_notes(decision, ranked, scope, flagged_only)),
+        stopped=stopped,
+        capped=_capped(decision, view),
     )

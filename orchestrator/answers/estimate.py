@@ -17,8 +17,12 @@ What an interval covers depends on what was measured, and each :class:`Spread` s
   variance is not in it, so it is too narrow wherever restarts differ; it is labelled so.
 - ``none``: nothing to build an interval from.
 
-Intervals use Student's t quantiles (scipy); ratios (speedup, margin) are t intervals on the
-log ratio (:func:`ratio_interval`).
+Intervals use Student's t quantiles (scipy) on the log scale: the metrics are positive and
+their noise multiplicative (a speed factor per process), so an interval is ``value *
+exp(+-t * rel_se)``, never below zero however few and spread the restarts. Ratios (speedup,
+margin) are t intervals on the log ratio (:func:`ratio_interval`). No relative error is
+taken below :data:`MIN_RESTART_CV` per restart: identical values (a metric capped by the
+offered load, a rounding) say the noise was not seen, not that there is none.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ from orchestrator.answers.model import Estimate, IntervalBasis
 CONFIDENCE = 0.95
 NOISY_CV = 0.05
 """A config whose restarts vary by more than this (coefficient of variation) is noisy."""
+MIN_RESTART_CV = 0.005
+"""The least restart-to-restart spread an interval assumes (0.5 %, a quarter of what the
+benchmark's hosts show): two restarts that agree to the digit, or a type whose repeated
+configs all hit the same cap, would otherwise give an interval of zero width."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -50,6 +58,18 @@ def t_interval(value: float, scale: float, df: float) -> tuple[float, float]:
     """``value`` +- the 95 % t quantile times ``scale``."""
     half = t_quantile(df) * scale
     return (value - half, value + half)
+
+
+def log_interval(value: float, rel_se: float, df: float) -> tuple[float, float]:
+    """The 95 % t interval of a positive ``value`` on the log scale: ``value * exp(+-t *
+    rel_se)`` (the relative error is the log value's standard error, to first order)."""
+    low, high = t_interval(math.log(value), rel_se, df)
+    return (math.exp(low), math.exp(high))
+
+
+def floored(rel_se: float, restarts: int) -> float:
+    """``rel_se`` no smaller than :data:`MIN_RESTART_CV` over ``restarts`` restarts."""
+    return max(rel_se, MIN_RESTART_CV / math.sqrt(restarts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +110,11 @@ class Spread:
 
     @property
     def ci95(self) -> tuple[float, float] | None:
-        if self.rel_se is None or self.df is None:
+        """The 95 % interval on the log scale (:func:`log_interval`); None without an error
+        or for a value that is not positive (no scale to build it on)."""
+        if self.rel_se is None or self.df is None or not self.value > 0:
             return None
-        return t_interval(self.value, abs(self.value) * self.rel_se, self.df)
+        return log_interval(self.value, self.rel_se, self.df)
 
     @property
     def noisy(self) -> bool:
@@ -149,22 +171,22 @@ def spread(samples: Sequence[Sample], pooled: RestartVariance | None) -> Spread 
     if len(samples) >= 2:
         sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
         cv = sd / abs(mean) if mean != 0 else None
-        rel = sd / math.sqrt(len(samples)) / abs(mean) if mean != 0 else None
+        rel = floored(sd / math.sqrt(len(samples)) / mean, len(samples)) if mean > 0 else None
         return Spread(mean, rel, len(samples) - 1, "restarts", len(samples), hosts, cv)
     (sample,) = samples
     if pooled is not None and mean > 0:
         return Spread(
             mean,
-            math.sqrt(pooled.log_var),
+            floored(math.sqrt(pooled.log_var), 1),
             pooled.df,
             "borrowed-restart-variance",
             1,
             hosts,
             borrowed_from=pooled.configs,
         )
-    if sample.within_se is not None and sample.within_df and mean != 0:
+    if sample.within_se is not None and sample.within_df and mean > 0:
         return Spread(
-            mean, sample.within_se / abs(mean), sample.within_df, "within-run-only", 1, hosts
+            mean, floored(sample.within_se / mean, 1), sample.within_df, "within-run-only", 1, hosts
         )
     return Spread(mean, None, None, "none", 1, hosts)
 

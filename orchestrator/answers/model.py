@@ -23,6 +23,12 @@ narrow for a deploy decision), ``none`` (nothing to build an interval from)."""
 
 Verdict = Literal["better", "tie", "no-valid-config"]
 
+RANK_WORDS = (
+    "ranked on each config's restarts it was picked on (measuring and screening, never its "
+    "confirmations), shrunk toward its neighbours' where a smooth surface fits the space"
+)
+"""What ``contenders`` are ordered by, in words every reader of an answer shows."""
+
 
 def _interval(ci: tuple[float, float] | None) -> list[float] | None:
     return None if ci is None else [ci[0], ci[1]]
@@ -69,6 +75,16 @@ class Contender:
     """Constraints it breaks, in words (``"ttft_p99_s 2.41 > 2.0"``): it cannot win."""
     screened_only: bool = False
     """Measured only at screening fidelity (fewer rounds, the objective's cells)."""
+    ranked_on: float | None = None
+    """The value the answer ranked it by (:data:`RANK_WORDS`): its estimate shrunk toward its
+    neighbours' when a surface was fitted, else the mean of the restarts it was picked on;
+    differs from ``estimate.value`` where either applies."""
+    vs_best: Margin | None = None
+    """How much the answer's best beats it (positive = the best is better), with the
+    interval the tie rule reads; None for the best itself and for configs that cannot win."""
+    flags: tuple[str, ...] = ()
+    """Quality flags (``client_saturated``, ``accept_len_disagree``, ...) of the points its
+    estimate rests on, at the objective's cells."""
 
     def to_json(self) -> JsonObject:
         return {
@@ -85,6 +101,9 @@ class Contender:
             "speedup_ci95": _interval(self.speedup_ci95),
             "violations": list(self.violations),
             "screened_only": self.screened_only,
+            "ranked_on": self.ranked_on,
+            "vs_best": None if self.vs_best is None else self.vs_best.to_json(),
+            "flags": list(self.flags),
         }
 
 
@@ -181,6 +200,13 @@ class Answer:
     flags: tuple[HostFlag, ...] = ()
     notes: tuple[str, ...] = ()
     """What the reader must know to trust it (borrowed variance, a cut-short search, ...)."""
+    stopped: str | None = None
+    """Why the sweep (or the search on this type) ended before its plan or search did, in
+    words (``"the finish_by deadline stopped it"``); None when it ran to its end. A cut-short
+    answer is what was measured so far, never a deploy advice."""
+    capped: str | None = None
+    """Why the objective cannot tell the leaders apart (the offered load caps it), with what
+    to change; None when it can."""
 
     def to_json(self) -> JsonObject:
         return {
@@ -199,4 +225,7 @@ class Answer:
             "convergence": [step.to_json() for step in self.convergence],
             "flags": [f.to_json() for f in self.flags],
             "notes": list(self.notes),
+            "rank": RANK_WORDS,
+            "stopped": self.stopped,
+            "capped": self.capped,
         }

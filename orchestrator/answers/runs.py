@@ -91,6 +91,7 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
         and types.get(outcome.host) == host_type
         and outcome.cause not in NEVER_STARTED
         and outcome.state != "skipped"  # the runner skips only before a start
+        and outcome.state != "cancelled"  # a cancel records the trials it kept from starting
         and not _failed_before_start(outcome)
     ]
     ordered = sorted(attempts, key=_finish_key)

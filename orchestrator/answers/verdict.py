@@ -225,32 +225,75 @@ def margin(best: Standing, other: Standing, *, minimized: bool) -> Margin:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """The verdict over one answer's configs, in the order the answer shows them."""
+
     verdict: Verdict
-    best: Standing | None = None
-    runner_up: Standing | None = None
+    order: tuple[Standing, ...] = ()
+    """Every config, the best first: the rank (valid first, each group by what it was picked
+    on), with the best moved to the front where confirmation overturned the pick."""
+    margins: Mapping[str, Margin] = dataclasses.field(default_factory=dict)
+    """Each other valid config's key -> how much the best beats it (the margin shown)."""
     tied: tuple[Standing, ...] = ()
-    margin: Margin | None = None
-    reversed: tuple[Standing, ...] = ()
-    """Configs whose reported estimate beats the best's beyond the uncertainty (confirmation
-    restarts overturned the pick): tied, and named in the notes."""
+    """Exactly the valid configs whose margin interval holds 0 (or that have none)."""
+    overturned: tuple[Standing, ...] = ()
+    """Configs ranked above the best whose own restarts the best's lose to beyond the
+    uncertainty: the pick they were ranked on is not confirmed (named in the notes)."""
+
+    @property
+    def best(self) -> Standing | None:
+        return self.order[0] if self.order and self.order[0].valid else None
+
+    @property
+    def runner_up(self) -> Standing | None:
+        valid = [s for s in self.order if s.valid]
+        return valid[1] if len(valid) > 1 else None
+
+    @property
+    def margin(self) -> Margin | None:
+        runner = self.runner_up
+        return None if runner is None else self.margins[runner.key]
+
+
+def holds_zero(margin: Margin) -> bool:
+    """The margin's interval, as shown, does not exclude 0 (or there is none): a tie."""
+    ci = margin.ci95
+    return ci is None or ci[0] <= 0.0 <= ci[1]
+
+
+def _beaten_by(best: Standing, others: Sequence[Standing], minimized: bool) -> Standing | None:
+    """The config whose own restarts beat ``best``'s beyond the uncertainty by the widest
+    estimate, if any."""
+    beaten = [s for s in others if (ci := margin(best, s, minimized=minimized).ci95) and ci[1] < 0]
+    if not beaten:
+        return None
+    return (min if minimized else max)(beaten, key=lambda s: s.reported.value)
 
 
 def decide(ranked: Sequence[Standing], *, minimized: bool) -> Decision:
-    """The verdict over configs ranked by :func:`rank`."""
+    """The verdict over configs ranked by :func:`rank`.
+
+    The best is the first by rank, unless another valid config's reported estimate beats the
+    best's beyond the uncertainty (confirmation restarts overturned the pick): then that one
+    leads instead, until none does (each step strictly improves the reported estimate, so it
+    ends). ``tied`` is then exactly the valid configs whose margin interval holds 0, and the
+    verdict ``better`` exactly when there are none."""
     valid = [s for s in ranked if s.valid]
     if not valid:
-        return Decision("no-valid-config")
-    best, others = valid[0], valid[1:]
-    if not others:
-        return Decision("better", best)
-    margins = {s.key: margin(best, s, minimized=minimized) for s in others}
-    tied = tuple(s for s in others if (ci := margins[s.key].ci95) is None or ci[0] <= 0.0)
-    overturned = tuple(s for s in others if (ci := margins[s.key].ci95) is not None and ci[1] < 0.0)
+        return Decision("no-valid-config", tuple(ranked))
+    best = valid[0]
+    overturned: list[Standing] = []
+    while (
+        challenger := _beaten_by(best, [s for s in valid if s is not best], minimized)
+    ) is not None:
+        overturned.append(best)
+        best = challenger
+    order = (best, *(s for s in ranked if s is not best))
+    margins = {s.key: margin(best, s, minimized=minimized) for s in valid if s is not best}
+    tied = tuple(s for s in order[1:] if s.valid and holds_zero(margins[s.key]))
     return Decision(
         "tie" if tied else "better",
-        best,
-        others[0],
+        order,
+        margins,
         tied,
-        margins[others[0].key],
-        overturned,
+        tuple(overturned),
     )

@@ -403,7 +403,9 @@ def _figure(panels: Sequence[str], caption: str, *, prefix: str = "") -> str:
 
 
 def convergence_figure(answer: Answer) -> str | None:
-    """Best-so-far against restarts spent on the host type (a cross while nothing valid)."""
+    """The answer so far against restarts spent on the host type (a cross while nothing
+    valid): the config the answer would have named after each, with its estimate; the last
+    mark is the answer's own number."""
     if not answer.convergence:
         return None
     metric = answer.objective.metric
@@ -423,17 +425,19 @@ def convergence_figure(answer: Answer) -> str | None:
     )
     unit = fmt.metric_unit(metric).strip()
     panel = svg.xy_panel(
-        [svg.Series("best so far", svg.color_for(0), marks)],
-        title=f"Best so far vs restarts, {answer.host_type}",
+        [svg.Series("the answer so far", svg.color_for(0), marks)],
+        title=f"The answer so far vs restarts, {answer.host_type}",
         x_label=f"restarts on {answer.host_type}",
-        y_label=f"best {metric}" + (f" ({unit})" if unit else ""),
+        y_label=f"{metric} of the config named" + (f" ({unit})" if unit else ""),
         y_zero=False,
         x_zero=True,
     )
     return _figure(
         [panel],
-        f"The best valid {metric} estimate at {where(answer.objective)} after each restart "
-        "on the host type, in the order restarts happened; a cross: no valid config yet.",
+        f"After each restart on the host type (in the order restarts happened), the config "
+        f"the answer would have named from the restarts so far and its {metric} estimate at "
+        f"{where(answer.objective)}, as the contenders table shows it; a cross: no valid "
+        "config yet.",
     )
 
 

@@ -79,7 +79,6 @@ UNTRUSTED_FLAGS = frozenset(
 """A point with one of these is not a clean server measurement: it wins a cell only when the
 cell has no clean point, and then shows its flags."""
 
-_ACCEPT_FLAG_NAMES = {"disagree": "accept_len_disagree", "no_decode_lines": "no_decode_lines"}
 
 
 def flag_info(flag: str) -> FlagInfo:
@@ -506,15 +505,7 @@ def _attempt_events(
 
 
 def _point_flags(point: StoredThroughput) -> tuple[str, ...]:
-    flags = list(point.quality)
-    for flag in point.accept.flags:
-        name = _ACCEPT_FLAG_NAMES.get(flag, f"accept_len_{flag}")
-        # Without speculative decoding no decode line has an accept len: that is expected,
-        # not a lost journal. Only flag it when another source shows drafts were verified.
-        if name == "no_decode_lines" and not point.accept.speculative:
-            continue
-        if name not in flags:
-            flags.append(name)
+    flags = point.flags
     order = list(FLAGS)
     return tuple(sorted(flags, key=lambda f: (order.index(f) if f in order else len(order), f)))
 
@@ -586,34 +577,33 @@ def _planned(trials: Sequence[TrialRecord]) -> list[TrialPlan]:
     return [t.plan for t in trials if t.plan is not None]
 
 
-def short_labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each config in its own words without the knob values most of them share: ``budget=8``
-    reads faster than four knobs of which three never change. Falls back to full labels if two
-    different configs would read the same. The report's tables and the live display use it."""
+def shared_knobs(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The knobs every config that sets any knob sets to the same value (the baseline, which
+    sets none, aside): said once for all (``every config: algorithm=DDTREE``), left out of
+    each config's name. Empty with fewer than two such configs (nothing to compare)."""
     varied = [config for config in configs if config]
-    counts: dict[tuple[str, str], int] = {}
-    for config in varied:
-        for name, value in config.items():
-            pair = (name, json.dumps(value, sort_keys=True))
-            counts[pair] = counts.get(pair, 0) + 1
-    shared = {pair for pair, count in counts.items() if len(varied) > 1 and count * 2 > len(varied)}
-    labels = [
-        config_label(
-            config,
-            omit=frozenset(
-                name
-                for name, value in config.items()
-                if (name, json.dumps(value, sort_keys=True)) in shared
-            ),
-        )
-        for config in configs
-    ]
-    by_label: dict[str, set[str]] = {}
-    for label, config in zip(labels, configs, strict=True):
-        by_label.setdefault(label, set()).add(config_label(config))
-    if any(len(full) > 1 for full in by_label.values()):
-        return [config_label(config) for config in configs]
-    return labels
+    if len(varied) < 2:
+        return {}
+    first = varied[0]
+    return {
+        name: value
+        for name, value in first.items()
+        if all(name in config and _same(config[name], value) for config in varied[1:])
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def short_labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each config named by every knob that varies among ``configs`` and no other: the knobs
+    they all share are said once (:func:`shared_knobs`). Two different configs differ on some
+    knob, which is then shown in both names, so no two read alike; a knob that varies is
+    always shown, so ``topk=4`` never stands for ``budget=4 topk=4`` beside ``budget=8
+    topk=2``. The report's tables, its answers and the live display use it."""
+    omit = frozenset(shared_knobs(configs))
+    return [config_label(config, omit=omit) for config in configs]
 
 
 def _short_labels(trials: Sequence[TrialView]) -> None:

@@ -3,11 +3,12 @@
 The two knobs are the ones with the most distinct values among the answer's contenders
 (ties: by name; the baseline, which sets no knob, is not drawn), rows for the first and
 columns for the second; with one varied knob the grid is one row. The other knobs are folded
-in: a cell shows the best contender among the configs that share its two values (valid ones
-first: a config that breaks a constraint shows only when nothing in the cell is valid), and
-says how many configs it stands for. A cell that no contender reached is ``failed`` when a
-config tried there never produced a measurement, and ``unexplored`` (drawn blank) when
-nothing was tried there at all.
+in: a cell shows the contender the answer ranks first among the configs that share its two
+values (valid ones first: a config that breaks a constraint shows only when nothing in the
+cell is valid; the answer's own config wherever it is one of them), with the estimate the
+contenders table shows, and says how many configs it stands for. A cell that no contender
+reached is ``failed`` when a config tried there never produced a measurement, and
+``unexplored`` (drawn blank) when nothing was tried there at all.
 """
 
 from __future__ import annotations
@@ -75,13 +76,11 @@ def _varied(configs: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
 
 
 def _better(answer: Answer, a: Contender, b: Contender) -> bool:
-    """Whether ``a`` should stand for a cell rather than ``b``: valid before invalid, then
-    the better estimate in the objective's direction."""
-    if bool(a.violations) != bool(b.violations):
-        return not a.violations
-    if answer.objective.minimized:
-        return a.estimate.value < b.estimate.value
-    return a.estimate.value > b.estimate.value
+    """Whether ``a`` should stand for a cell rather than ``b``: the one the answer ranks
+    first (valid before invalid, the answer's best before all), so the cell that holds the
+    answer's config shows it, with the number the contenders table shows."""
+    order = [c.label for c in answer.contenders]
+    return order.index(a.label) < order.index(b.label)
 
 
 def explored_space(answer: Answer) -> SpaceGrid | None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.answers import Answer
+from orchestrator.answers import Answer, Contender
 from orchestrator.report import fmt, words
 from orchestrator.report.compare import Comparison
 from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, ThroughputPoint, TrialView
@@ -631,21 +631,49 @@ def best_tables(group: HostTypeGroup, answers: Sequence[Answer]) -> list[Table]:
     ]
 
 
+def _standing_note(answer: Answer, contender: Contender, tied: set[str]) -> str | None:
+    """The row's place in the answer, in words that never call a row "best" or "highest"
+    unless it tops the column shown."""
+    best = answer.best
+    if best is not None and contender.label == best.label:
+        if answer.stopped:
+            return "first by rank (cut short)"
+        if answer.verdict == "tie":
+            return "first by rank, tied"
+        return "deploy" if answer.runner_up is not None else "only valid config"
+    if contender.label in tied:
+        return "tied"
+    return None
+
+
+def _margin_cell(contender: Contender) -> Cell:
+    margin = contender.vs_best
+    if margin is None:
+        return Cell(fmt.MISSING, kind="missing")
+    return Cell(
+        fmt.percent(margin.relative) + fmt.interval(margin.ci95, fmt.percent),
+        title="how much the answer's config beats it (positive = better); tied when the "
+        "interval holds 0",
+    )
+
+
 def contenders_table(answer: Answer) -> Table:
-    """Every measured config of one answer, best first, with its interval and standing."""
+    """Every measured config of one answer in the answer's rank order (its config first),
+    with its interval, its margin to the answer's config and its standing."""
     objective = answer.objective
     metric = objective.metric
     best_label = answer.best.label if answer.best is not None else None
     tied = {c.label for c in answer.tied}
+    ranked_column = any(words.ranked_differently(c) for c in answer.contenders)
+    top = _top(answer)
     rows = []
     for contender in answer.contenders:
         estimate = contender.estimate
         notes: list[str] = []
         kind: CellKind = ""
-        if contender.label == best_label:
-            notes.append("tied, highest" if answer.verdict == "tie" else "best")
-        elif contender.label in tied:
-            notes.append("tied")
+        standing = _standing_note(answer, contender, tied)
+        if standing:
+            notes.append(standing)
         if contender.violations:
             notes.append("breaks " + ", ".join(contender.violations))
             kind = "bad"
@@ -654,53 +682,77 @@ def contenders_table(answer: Answer) -> Table:
             kind = kind or "flagged"
         if contender.screened_only:
             notes.append("screened only")
-        rows.append(
-            (
-                Cell(contender.label, title=config_label(contender.config)),
-                Cell(
-                    fmt.metric_number(metric, estimate.value),
-                    kind="best" if contender.label == best_label else "",
-                ),
-                Cell(
-                    fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
-                    or fmt.MISSING,
-                    kind="" if estimate.ci95 else "missing",
-                    title=words.basis_words(estimate.basis, estimate.restarts),
-                ),
-                Cell(estimate.basis),
-                Cell(str(estimate.restarts)),
-                Cell(", ".join(estimate.hosts) or fmt.MISSING),
-                Cell(fmt.percent(estimate.cv)),
-                Cell(
-                    fmt.ratio(contender.speedup_vs_baseline)
-                    + fmt.interval(contender.speedup_ci95, fmt.factor)
-                ),
-                Cell("; ".join(notes), kind=kind),
-            )
-        )
+        row = [
+            Cell(contender.label, contender.flags, title=config_label(contender.config)),
+            Cell(
+                fmt.metric_number(metric, estimate.value),
+                kind="best" if contender.label == top else "",
+            ),
+            Cell(
+                fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
+                or fmt.MISSING,
+                kind="" if estimate.ci95 else "missing",
+                title=words.basis_words(estimate.basis, estimate.restarts),
+            ),
+        ]
+        if ranked_column:
+            row.append(Cell(fmt.metric_number(metric, contender.ranked_on)))
+        row += [
+            Cell(estimate.basis),
+            Cell(str(estimate.restarts)),
+            Cell(", ".join(estimate.hosts) or fmt.MISSING),
+            Cell(fmt.percent(estimate.cv)),
+            Cell(
+                fmt.ratio(contender.speedup_vs_baseline)
+                + fmt.interval(contender.speedup_ci95, fmt.factor)
+            ),
+            _margin_cell(contender),
+            Cell("; ".join(notes), kind=kind),
+        ]
+        rows.append(tuple(row))
     unit = fmt.metric_unit(metric).strip()
+    headers = [
+        "config",
+        f"estimate{f' ({unit})' if unit else ''}",
+        "95% interval",
+        *(["ranked on"] if ranked_column else []),
+        "interval basis",
+        "restarts",
+        "hosts",
+        "cv",
+        "vs baseline",
+        f"{best_label or 'first'} ahead by",
+        "notes",
+    ]
+    ranked_words = (
+        " Ranked on: the restarts each config was picked on, shrunk toward its neighbours' in "
+        "the space (docs/answers.md); the estimate is the mean of its own restarts."
+        if ranked_column
+        else " Rank: by the estimate."
+    )
     return Table(
-        f"Contenders: {metric} at {words.where(objective)}",
-        (
-            "config",
-            f"estimate{f' ({unit})' if unit else ''}",
-            "95% interval",
-            "interval basis",
-            "restarts",
-            "hosts",
-            "cv",
-            "vs baseline",
-            "notes",
-        ),
+        f"Contenders: {metric} at {words.where(objective)}, in the answer's rank order",
+        tuple(headers),
         tuple(rows),
         note="One row per config on the host type, its restarts on every host of the type "
-        "pooled; cv: spread across its restarts (noisy above 5%).",
+        "pooled; cv: spread across its restarts (noisy above 5%). Bold: the highest estimate "
+        "(the lowest for a minimized metric)." + ranked_words,
     )
 
 
+def _top(answer: Answer) -> str | None:
+    """The label of the contender whose estimate tops the estimate column (valid ones)."""
+    valid = [c for c in answer.contenders if not c.violations] or list(answer.contenders)
+    if not valid:
+        return None
+    pick = min if answer.objective.minimized else max
+    return pick(valid, key=lambda c: c.estimate.value).label
+
+
 def convergence_table(answer: Answer) -> Table:
-    """Best-so-far against restarts: the steps where the best config changed, and the last
-    one (its estimate moves a little with every restart of it; the config is the news)."""
+    """The answer so far against restarts: the steps where the named config changed, and the
+    last one (its estimate moves a little with every restart of it; the config is the news).
+    The last row is the answer's own config and estimate."""
     rows = []
     steps = answer.convergence
     previous: tuple[str | None] | None = None
@@ -718,9 +770,11 @@ def convergence_table(answer: Answer) -> Table:
         )
     return Table(
         f"Convergence on {answer.host_type}, {words.where(answer.objective)}",
-        ("restarts", f"best so far ({answer.objective.metric})", "config"),
+        ("restarts", f"estimate of the config named so far ({answer.objective.metric})", "config"),
         tuple(rows),
-        note="Restarts: unit starts on the host type, in the order they happened.",
+        note="Restarts: unit starts on the host type, in the order they happened. After each, "
+        "the config the answer would have named from the restarts so far (the same rank) and "
+        "its estimate as the contenders table shows it.",
     )
 
 
@@ -754,7 +808,8 @@ def space_table(grid: SpaceGrid, answer: Answer) -> Table:
 
 def space_note(grid: SpaceGrid, answer: Answer) -> str:
     folded = (
-        f" Other knobs ({', '.join(grid.other_knobs)}): each cell shows the best config over them."
+        f" Other knobs ({', '.join(grid.other_knobs)}): each cell shows the config the answer "
+        "ranks first over them."
         if grid.other_knobs
         else ""
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
 from orchestrator.report import fmt
-from orchestrator.report.model import short_labels
+from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
 
 
@@ -145,24 +145,68 @@ def basis_words(basis: IntervalBasis, restarts: int) -> str:
     return "no interval: too little data to build one"
 
 
+def _flag_words(contenders: Sequence[Contender]) -> str:
+    """``budget=8: the client's CPU or event loop was saturated (S)``: the flagged points the
+    named configs' estimates rest on; empty when they are clean."""
+    parts = []
+    for contender in contenders:
+        if contender.flags:
+            meanings = ", ".join(
+                f"{flag_info(flag).meaning} ({flag_info(flag).code})" for flag in contender.flags
+            )
+            parts.append(f"{contender.label}: {meanings}")
+    return "; ".join(parts)
+
+
+def _lead(answer: Answer, best: Contender, at: str) -> str:
+    """What the measured configs say, when they cannot be a deploy advice (cut short)."""
+    objective = answer.objective
+    if answer.runner_up is None:
+        return f"only {best.label} was measured validly at {at}, nothing to compare it with"
+    if answer.verdict == "tie":
+        return (
+            f"of what was measured at {at}, the data cannot tell {best.label} from "
+            f"{_names(answer.tied)}"
+        )
+    return (
+        f"of what was measured at {at}, {best.label} leads ({_standing(objective, best)}; "
+        f"ahead of {answer.runner_up.label} by {_margin(answer)})"
+    )
+
+
 def _headline(answer: Answer) -> str:
     objective = answer.objective
     at = where(objective)
     best = answer.best
-    if answer.verdict == "better" and best is not None:
-        text = f"Deploy {best.label} on {answer.host_type}: {_standing(objective, best)} at {at}"
-        runner = answer.runner_up
-        if runner is None:
-            return text + "; the only valid config measured."
-        margin = _margin(answer)
-        return text + f"; beats {runner.label}" + (f" by {margin}." if margin else ".")
-    if answer.verdict == "tie" and best is not None:
-        tied = (best, *answer.tied)
+    if best is None:
+        text = f"No config to deploy on {answer.host_type} at {at}: {_no_valid_reason(answer)}."
+        return f"Cut short ({answer.stopped}). {text}" if answer.stopped else text
+    if answer.stopped:
         return (
-            f"No single winner on {answer.host_type} at {at}: {_names(tied)} are tied on "
-            f"{objective.metric} (the differences are within the uncertainty)."
+            f"Cut short on {answer.host_type} ({answer.stopped}): {_lead(answer, best, at)}. "
+            "Not a deploy advice: the sweep did not compare what it set out to."
         )
-    return f"No config to deploy on {answer.host_type} at {at}: {_no_valid_reason(answer)}."
+    runner = answer.runner_up
+    if runner is None:
+        return (
+            f"Only {best.label} was measured validly on {answer.host_type} at {at} "
+            f"({value_text(objective, best)}): nothing to compare it with, so no deploy advice."
+        )
+    if answer.verdict == "tie":
+        capped = f" {answer.capped[0].upper()}{answer.capped[1:]}." if answer.capped else ""
+        return (
+            f"No single winner on {answer.host_type} at {at}: the data cannot tell "
+            f"{best.label} from {_names(answer.tied)} on {objective.metric} (the differences "
+            f"are within the uncertainty).{capped}"
+        )
+    text = (
+        f"Deploy {best.label} on {answer.host_type}: {_standing(objective, best)} at {at}; "
+        f"beats {runner.label} by {_margin(answer)}"
+    )
+    flagged = _flag_words([best, runner])
+    if flagged:
+        text += f", on flagged measurements ({flagged}): check them before deploying"
+    return text + "."
 
 
 def _no_valid_reason(answer: Answer) -> str:
@@ -170,7 +214,12 @@ def _no_valid_reason(answer: Answer) -> str:
     if contenders and all(c.violations for c in contenders):
         return f"every measured config ({len(contenders)}) breaks a constraint"
     if not contenders and answer.failed:
-        return f"none of the {len(answer.failed)} configs tried produced a measurement"
+        count = len(answer.failed)
+        return (
+            f"the only config tried ({answer.failed[0].label}) produced no measurement"
+            if count == 1
+            else f"none of the {count} configs tried produced a measurement"
+        )
     if not contenders:
         return "nothing was measured on this host type"
     return "no measured config qualifies"
@@ -182,28 +231,55 @@ def _is_faster(objective: ObjectiveView, a: Contender, than: Contender) -> bool:
     return a.estimate.value > than.estimate.value
 
 
+def ranked_differently(contender: Contender) -> bool:
+    """The value the answer ranked it by is not its estimate (shrunk toward its neighbours,
+    or its estimate comes from confirmation restarts), by more than rounding."""
+    ranked = contender.ranked_on
+    value = contender.estimate.value
+    return ranked is not None and abs(ranked - value) > 5e-4 * max(abs(value), 1e-12)
+
+
+def _best_lines(answer: Answer, best: Contender) -> list[str]:
+    objective = answer.objective
+    hosts = ", ".join(best.estimate.hosts)
+    on = f" on {hosts}" if hosts else ""
+    restarts = best.estimate.restarts
+    plural = "" if restarts == 1 else "s"
+    leader = "First by rank" if answer.verdict == "tie" or answer.stopped else "Estimate"
+    full = config_label(best.config)
+    spelled = f" ({full})" if full != best.label else ""
+    lines = [
+        f"{leader}: {best.label}{spelled}, {objective.metric} {value_text(objective, best)}, "
+        f"from {restarts} restart{plural}{on}."
+    ]
+    if ranked_differently(best) and best.ranked_on is not None:
+        lines.append(
+            f"Ranked on {fmt.metric(objective.metric, best.ranked_on)}: the restarts it was "
+            "picked on, shrunk toward its neighbours' in the space. The estimate above is "
+            "the mean of its own restarts (its confirmations, where it has them): the number "
+            "every table and plot shows for it."
+        )
+    lines.append(f"Interval basis: {basis_words(best.estimate.basis, best.estimate.restarts)}.")
+    if best.screened_only:
+        lines.append(
+            f"{best.label} was measured at screening fidelity only (fewer rounds, the "
+            "objective's cells): confirm it before deploying."
+        )
+    return lines
+
+
 def _details(answer: Answer) -> list[str]:
     objective = answer.objective
     best = answer.best
     lines: list[str] = []
+    configs = [c.config for c in answer.contenders] + [f.config for f in answer.failed]
+    shared = shared_knobs(configs)
+    if shared:
+        lines.append(f"Every config sets {config_label(shared)} (left out of the names).")
     if best is not None:
-        hosts = ", ".join(best.estimate.hosts)
-        on = f" on {hosts}" if hosts else ""
-        restarts = best.estimate.restarts
-        plural = "" if restarts == 1 else "s"
-        leader = "Highest estimate" if answer.verdict == "tie" else "Estimate"
-        full = config_label(best.config)
-        spelled = f" ({full})" if full != best.label else ""
-        lines.append(
-            f"{leader}: {best.label}{spelled}, {objective.metric} {value_text(objective, best)}, "
-            f"from {restarts} restart{plural}{on}."
-        )
-        lines.append(f"Interval basis: {basis_words(best.estimate.basis, best.estimate.restarts)}.")
-        if best.screened_only:
-            lines.append(
-                f"{best.label} was measured at screening fidelity only (fewer rounds, the "
-                "objective's cells): confirm it before deploying."
-            )
+        lines.extend(_best_lines(answer, best))
+    if answer.capped:
+        lines.append(f"Capped objective: {answer.capped}.")
     if answer.verdict == "tie" and best is not None:
         runner = answer.runner_up
         margin = _margin(answer)
@@ -213,6 +289,9 @@ def _details(answer: Answer) -> list[str]:
             "What would break the tie: more repeats of the tied configs (raise "
             "benchmark.repeats, each repeat is its own restart), so their intervals narrow."
         )
+    flagged = _flag_words([c for c in answer.contenders if c.flags])
+    if flagged:
+        lines.append(f"Flagged measurements under the estimates: {flagged}.")
     noisy = [c for c in answer.contenders if c.estimate.noisy]
     if noisy:
         items = ", ".join(

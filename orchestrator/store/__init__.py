@@ -46,10 +46,12 @@ from orchestrator.store.records import (
     point_key,
 )
 from orchestrator.store.results import (
+    EXPLORATION_STOPPED_EVENT,
     TRIAL_STATES,
     AcceptEstimate,
     AcceptLength,
     CodingPoint,
+    ExplorationStop,
     HostOutcome,
     LatencySummary,
     Point,
@@ -70,6 +72,7 @@ from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
 __all__ = [
     "ATTEMPT_STATES",
     "DEFAULT_BUSY_TIMEOUT_S",
+    "EXPLORATION_STOPPED_EVENT",
     "MIGRATIONS",
     "POINT_KINDS",
     "SWEEP_STATES",
@@ -84,6 +87,7 @@ __all__ = [
     "BackupPending",
     "CodingPoint",
     "EventRecord",
+    "ExplorationStop",
     "HostEntry",
     "HostOutcome",
     "HostRecord",

@@ -49,6 +49,8 @@ from orchestrator.store.records import (
     UnitBackup,
 )
 from orchestrator.store.results import (
+    EXPLORATION_STOPPED_EVENT,
+    ExplorationStop,
     Point,
     SweepResults,
     TrialState,
@@ -887,7 +889,16 @@ def sweep_results(conn: sqlite3.Connection, ref: str | int) -> SweepResults:
         attempts = attempts_of(conn, sweep.id)
         points = points_of(conn, sweep_id=sweep.id)
         hosts = hosts_of(conn, sweep.id)
-    return build_results(sweep, trials, attempts, points, hosts)
+        stops = events_of(
+            conn,
+            sweep.id,
+            host=None,
+            attempt_id=None,
+            kinds=(EXPLORATION_STOPPED_EVENT,),
+            after_id=None,
+        )
+    exploration = [ExplorationStop.from_json(event.fields) for event in stops]
+    return build_results(sweep, trials, attempts, points, hosts, exploration)
 
 
 def trial_states(conn: sqlite3.Connection, sweep_id: int) -> dict[tuple[str, str], TrialState]:

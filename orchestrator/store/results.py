@@ -293,6 +293,10 @@ _ACCEPT_SOURCES = {
 }
 
 
+_ACCEPT_FLAG_NAMES = {"disagree": "accept_len_disagree", "no_decode_lines": "no_decode_lines"}
+"""An accept-length flag's name among a point's quality flags."""
+
+
 @dataclass(frozen=True, slots=True)
 class AcceptLength:
     """A point's accept length by source (journal decode lines, meta_info, /metrics).
@@ -377,6 +381,20 @@ class ThroughputPoint:
 
     def __post_init__(self) -> None:
         self.cell  # noqa: B018 - validates concurrency xor rate
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every quality flag of the point by name: the benchmark's, then the accept length's
+        (``accept_len_disagree``, ``no_decode_lines``). A missing decode line counts only when
+        another source saw drafts verified: without speculative decoding none is expected."""
+        flags = list(self.quality)
+        for flag in self.accept.flags:
+            name = _ACCEPT_FLAG_NAMES.get(flag, f"accept_len_{flag}")
+            if name == "no_decode_lines" and not self.accept.speculative:
+                continue
+            if name not in flags:
+                flags.append(name)
+        return tuple(flags)
 
     @property
     def cell(self) -> MatrixCell:
@@ -686,6 +704,37 @@ class HostOutcome:
         return cls(str(data["name"]), str(data["type"]), _text(data.get("set_aside")))
 
 
+EXPLORATION_STOPPED_EVENT = "search.exploration_stopped"
+"""The event a search stores when it stops exploring a host type, with why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExplorationStop:
+    """A search stopped proposing new configs on a host type: why, and how far it got."""
+
+    host_type: str
+    reason: str
+    explored: int | None = None
+    space: int | None = None
+
+    def to_json(self) -> JsonObject:
+        return {
+            "host_type": self.host_type,
+            "reason": self.reason,
+            "explored": self.explored,
+            "space": self.space,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExplorationStop:
+        return cls(
+            str(data.get("host_type", "")),
+            str(data.get("reason", "")),
+            _int(data.get("explored")),
+            _int(data.get("space")),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SweepResults:
     """A sweep and every attempt of its trials, in plan order then attempt number."""
@@ -701,6 +750,8 @@ class SweepResults:
     summary: JsonObject | None = None
     hosts: tuple[HostOutcome, ...] = ()
     trials: tuple[TrialOutcome, ...] = ()
+    exploration_stops: tuple[ExplorationStop, ...] = ()
+    """Where an adaptive search stopped exploring, per host type (none for a plan)."""
 
     def latest(self) -> list[TrialOutcome]:
         return latest_outcomes(self.trials)
@@ -730,6 +781,7 @@ class SweepResults:
             "summary": self.summary,
             "hosts": [host.to_json() for host in self.hosts],
             "trials": [trial.to_json() for trial in self.trials],
+            "exploration_stops": [stop.to_json() for stop in self.exploration_stops],
         }
 
     @classmethod
@@ -750,6 +802,9 @@ class SweepResults:
             summary=dict(summary) if isinstance(summary, Mapping) else None,
             hosts=tuple(HostOutcome.from_json(h) for h in data.get("hosts") or ()),
             trials=tuple(TrialOutcome.from_json(t) for t in data.get("trials") or ()),
+            exploration_stops=tuple(
+                ExplorationStop.from_json(e) for e in data.get("exploration_stops") or ()
+            ),
         )
 
 
@@ -814,6 +869,7 @@ def build_results(
     attempts: Sequence[Attempt],
     points: Sequence[PointRecord],
     hosts: Sequence[HostRecord] = (),
+    exploration_stops: Sequence[ExplorationStop] = (),
 ) -> SweepResults:
     return SweepResults(
         sweep=sweep.name,
@@ -827,6 +883,7 @@ def build_results(
         summary=sweep.summary,
         hosts=tuple(HostOutcome(h.name, h.type, h.set_aside_reason) for h in hosts),
         trials=tuple(trial_outcomes(trials, attempts, points, sweep.state)),
+        exploration_stops=tuple(exploration_stops),
     )
 
 

@@ -61,6 +61,15 @@ def report(db: Path) -> SweepReport:
     return _load(db, NVLINK)
 
 
+# The fixture's configs as the report names them: every knob that varies among them (the
+# DFLASH config sets another algorithm and window) is shown.
+DDTREE_4 = "algorithm=DDTREE budget=4 topk=4 window=2048"
+DDTREE_8 = "algorithm=DDTREE budget=8 topk=4 window=2048"
+DDTREE_12 = "algorithm=DDTREE budget=12 topk=4 window=2048"
+DDTREE_16 = "algorithm=DDTREE budget=16 topk=4 window=2048"
+DDTREE_8_LEGACY = "algorithm=DDTREE budget=8 legacy_window=2048 topk=4"
+
+
 def _trial(report: SweepReport, short: str):  # type: ignore[no-untyped-def]
     return next(t for t in report.trials if t.short_label == short)
 
@@ -73,11 +82,13 @@ def test_groups_by_host_type_with_short_labels(report: SweepReport) -> None:
     assert group.host_type == "h200-nvlink"
     assert [t.short_label for t in group.trials] == [
         "baseline",
-        "budget=4",
-        "budget=8",
-        "budget=12",
-        "budget=16",
-        "budget=8 legacy_window=2048",
+        # Every knob that varies among the configs is shown (the DFLASH config sets another
+        # algorithm and window), so no config reads like another (issue 22).
+        "algorithm=DDTREE budget=4 topk=4 window=2048",
+        "algorithm=DDTREE budget=8 topk=4 window=2048",
+        "algorithm=DDTREE budget=12 topk=4 window=2048",
+        "algorithm=DDTREE budget=16 topk=4 window=2048",
+        "algorithm=DDTREE budget=8 legacy_window=2048 topk=4",
         "algorithm=DFLASH block_size=16 window=8",
     ]
     assert group.contexts == (60, 1024, 4096) and group.concurrencies == (1, 4, 16)
@@ -85,13 +96,13 @@ def test_groups_by_host_type_with_short_labels(report: SweepReport) -> None:
 
 def test_flagged_points_keep_their_flags_and_never_win_a_cell(report: SweepReport) -> None:
     group = report.groups[0]
-    faulty = _trial(report, "budget=16").point_at(MatrixCell(4096, 16))
+    faulty = _trial(report, DDTREE_16).point_at(MatrixCell(4096, 16))
     assert faulty is not None
     assert {"errors", "truncated"} <= set(faulty.flags)
     assert not faulty.trusted
-    short = _trial(report, "budget=12").point_at(MatrixCell(4096, 4))
+    short = _trial(report, DDTREE_12).point_at(MatrixCell(4096, 4))
     assert short is not None and "concurrency_short" in short.flags
-    disagree = _trial(report, "budget=8").point_at(MatrixCell(1024, 16))
+    disagree = _trial(report, DDTREE_8).point_at(MatrixCell(1024, 16))
     assert disagree is not None and "accept_len_disagree" in disagree.flags
     for ctx, conc in group.cells:
         best = group.best(ctx, conc)
@@ -116,16 +127,16 @@ def test_baseline_without_speculation_is_not_flagged_for_missing_accept_len(
 
 def test_speedup_is_the_ratio_to_the_same_hosts_baseline(report: SweepReport) -> None:
     group = report.groups[0]
-    trial, baseline = _trial(report, "budget=8"), _trial(report, "baseline")
+    trial, baseline = _trial(report, DDTREE_8), _trial(report, "baseline")
     mine, theirs = trial.point_at(MatrixCell(60, 4)), baseline.point_at(MatrixCell(60, 4))
     assert mine is not None and theirs is not None
     assert mine.output_tok_s is not None and theirs.output_tok_s is not None
     assert group.speedup(trial, 60, 4) == pytest.approx(mine.output_tok_s / theirs.output_tok_s)
-    assert group.speedup(_trial(report, "budget=8 legacy_window=2048"), 60, 4) is None
+    assert group.speedup(_trial(report, DDTREE_8_LEGACY), 60, 4) is None
 
 
 def test_failed_trials_keep_cause_and_evidence(report: SweepReport) -> None:
-    bad_flag = _trial(report, "budget=8 legacy_window=2048")
+    bad_flag = _trial(report, DDTREE_8_LEGACY)
     assert bad_flag.state == "failed" and bad_flag.cause == "bad-flag"
     assert not bad_flag.throughput
     assert bad_flag.latest is not None
@@ -137,10 +148,10 @@ def test_failed_trials_keep_cause_and_evidence(report: SweepReport) -> None:
 
 
 def test_lossless_check_finds_the_drifting_config(report: SweepReport) -> None:
-    drift = _trial(report, "budget=16").lossless
+    drift = _trial(report, DDTREE_16).lossless
     assert drift is not None and drift.drifted
     assert "merge_sorted" in drift.differing
-    clean = _trial(report, "budget=4").lossless
+    clean = _trial(report, DDTREE_4).lossless
     assert clean is not None and not clean.drifted and clean.exact_matches == clean.compared
 
 
@@ -160,7 +171,7 @@ def test_warnings_name_every_problem(report: SweepReport) -> None:
 
 
 def test_lifecycle_and_provenance_come_from_the_done_attempt(report: SweepReport) -> None:
-    trial = _trial(report, "budget=4")
+    trial = _trial(report, DDTREE_4)
     life = trial.lifecycle
     assert life is not None and life.source == "timeline"
     assert life.memory_release_s == pytest.approx(5.7, abs=0.01)
@@ -187,7 +198,7 @@ def test_markdown_shows_tables_failures_and_flags(report: SweepReport) -> None:
         "## Warnings",
     ):
         assert heading in text
-    row = next(line for line in text.splitlines() if line.startswith("| budget=8 legacy_window"))
+    row = next(line for line in text.splitlines() if line.startswith(f"| {DDTREE_8_LEGACY}"))
     assert "FAILED" in row
     assert "[E,T]" in text and "[C]" in text and "[A]" in text
     assert "word_count: TRUNCATED" in text and "gcd: FAIL" in text
@@ -274,7 +285,7 @@ def test_two_sweeps_compare_side_by_side(db: Path) -> None:
     ratio = cell.ratios[1]
     assert ratio is not None and 0.6 < ratio < 0.8  # the PCIe host runs at 0.7x
     labels = [c.label for c in comparison.configs]
-    assert labels[0] == "baseline" and "budget=8" in labels
+    assert labels[0] == "baseline" and DDTREE_8 in labels
     text = render([nvlink, pcie], "md")
     assert "## Comparison: nightly-ddtree / h200-nvlink vs nightly-pcie / h100-pcie" in text
     assert "nightly-pcie ÷ nightly-ddtree" in text

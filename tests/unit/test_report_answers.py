@@ -138,11 +138,14 @@ def test_a_clear_winner_reads_as_the_issue_asks() -> None:
 def test_a_tie_lists_the_tied_configs_and_what_would_break_it() -> None:
     said = answer_words(better(verdict="tie", tied=(RUNNER,), margin=Margin(0.004, (-0.012, 0.02))))
     assert said.headline == (
-        "No single winner on b300 at context 4096 / concurrency 32: budget=16 topk=4 and "
-        "budget=12 topk=4 are tied on output_tok_s (the differences are within the uncertainty)."
+        "No single winner on b300 at context 4096 / concurrency 32: the data cannot tell "
+        "budget=16 topk=4 from budget=12 topk=4 on output_tok_s (the differences are within "
+        "the uncertainty)."
     )
     details = "\n".join(said.details)
-    assert "Highest estimate: budget=16 topk=4" in details
+    # "Highest" only for the top of a column shown: the leader of a tie is first by rank.
+    assert "First by rank: budget=16 topk=4" in details
+    assert "highest" not in (said.headline + details).lower()
     assert "lead over budget=12 topk=4 is 0.4% [-1.2%, 2.0%]" in details
     assert "more repeats" in details and "benchmark.repeats" in details
 
@@ -175,7 +178,9 @@ def test_no_valid_config_says_why() -> None:
             convergence=(),
         )
     )
-    assert nothing.headline.endswith(": none of the 1 configs tried produced a measurement.")
+    assert nothing.headline.endswith(
+        ": the only config tried (budget=32 topk=8) produced no measurement."
+    )
     coverage = "Explored 0 of 84 configs (2 restarts used); 1 failed; 83 not explored."
     assert coverage in nothing.details
 
@@ -232,9 +237,11 @@ def test_a_minimized_metric_over_several_cells_reads_in_its_unit() -> None:
         speedup_vs_baseline=None,
     )
     said = answer_words(better(objective=objective, best=best, runner_up=None, margin=None))
+    # One valid config is compared with nothing: no deploy advice.
     assert said.headline == (
-        "Deploy budget=16 topk=4 on b300: 412 ms [398, 431] at the geomean of 2 cells "
-        "(1024/c8, 4096/c32); the only valid config measured."
+        "Only budget=16 topk=4 was measured validly on b300 at the geomean of 2 cells "
+        "(1024/c8, 4096/c32) (412 ms [398, 431]): nothing to compare it with, so no deploy "
+        "advice."
     )
 
 
@@ -261,7 +268,9 @@ def test_configs_read_by_the_knobs_that_vary_and_keep_their_full_config() -> Non
     said = answer_words(shown)
     assert said.headline.startswith("Deploy budget=16 topk=4 on b300:")
     assert "beats budget=12 topk=4 by" in said.headline
-    assert said.details[0].startswith(
+    # The knob every config shares is said once, then the config to deploy in full.
+    assert said.details[0] == "Every config sets algorithm=DDTREE (left out of the names)."
+    assert said.details[1].startswith(
         "Estimate: budget=16 topk=4 (algorithm=DDTREE budget=16 topk=4), output_tok_s"
     )
     assert shown.notes == (
@@ -285,12 +294,13 @@ def _texts(root: ET.Element) -> list[str]:
     return [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
 
 
-def test_convergence_plot_is_best_so_far_against_restarts() -> None:
+def test_convergence_plot_is_the_answer_so_far_against_restarts() -> None:
     figure = convergence_figure(better())
     assert figure is not None
     (root,) = _svgs(figure)
     texts = _texts(root)
-    assert "restarts on b300" in texts and "best output_tok_s (tok/s)" in texts
+    assert "restarts on b300" in texts
+    assert "output_tok_s of the config named (tok/s)" in texts
     # The first restart found nothing valid: a cross in the no-result strip, not a zero.
     failed = root.findall(".//s:g[@class='mark failed']", NS)
     assert len(failed) == 1
