@@ -145,6 +145,20 @@ def repeat_key(key: str, repeat: int) -> str:
     return key if repeat == 1 else f"{key}{REPEAT_SEPARATOR}{repeat}"
 
 
+def first_key(key: str) -> str:
+    """The key of the first measurement of the config that ``key`` measures (the inverse of
+    :func:`repeat_key`)."""
+    head, separator, tail = key.rpartition(REPEAT_SEPARATOR)
+    return head if separator and tail.isdigit() else key
+
+
+def space_trials(sweep: Sweep, host: str) -> list[tuple[str, dict[str, KnobValue]]]:
+    """Every config of the sweep's space on ``host``, under its first measurement's key: what
+    the preflight parses, since a search may propose any of them (the plan's own trials are
+    only the grid's order cut to ``search.max_restarts``)."""
+    return [(trial_key(host, sweep.server.unit, c), c) for c in expand_configs(sweep)]
+
+
 def expand_configs(sweep: Sweep) -> list[dict[str, KnobValue]]:
     """Baseline (when asked) first, then the explicit list, then the grid's product, in
     normalized form with duplicates (same values) removed, first occurrence kept."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +44,16 @@ from orchestrator.host.dropin import (
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
+from orchestrator.plan import first_key
 from orchestrator.sglang import METRICS_FLAG, SGLANG, metrics_flags
-from orchestrator.sglang_parser import ParserUnavailable, ParseVerdict, parse_command, read_answer
+from orchestrator.sglang_parser import (
+    ParseCommand,
+    ParserUnavailable,
+    ParseVerdict,
+    batch_command,
+    parse_command,
+    read_answers,
+)
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
@@ -53,7 +62,6 @@ LOG_DIR = "/var/log"
 
 
 ParserKind = Literal["sglang", "help"]
-PARSE_CONCURRENCY = 4  # each parse imports SGLang on the host: seconds of CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,11 @@ class HostCheck:
     rejected: Mapping[str, ParseVerdict] = field(default_factory=dict)
     """Trials (by key) whose argv the host's SGLang refused for other than an unknown flag
     (a bad value or choice, a resolution error): each fails with its verdict's cause."""
+
+    def refusal(self, key: str) -> ParseVerdict | None:
+        """The parser's refusal of trial ``key``'s config, whichever measurement of it the
+        key names (the preflight parses each config once, under its first key)."""
+        return self.rejected.get(first_key(key))
 
     @property
     def ok(self) -> bool:
@@ -248,42 +261,93 @@ def _trial_invocations(
     return out
 
 
+MAX_BATCH_CHARS = 60_000
+"""The argv text one parse process carries at most: an SSH command reaches the host as one
+argument of its shell's ``-c``, which Linux caps at 128 KiB (``MAX_ARG_STRLEN``)."""
+PARSE_S_PER_ARGV = 10.0
+"""What each argv adds to its batch's timeout, beyond the import's: resolution may read the
+model's config from disk."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParseBatch:
+    """Argvs asked of one process: one interpreter and environment (``prefix``), one import."""
+
+    prefix: tuple[str, ...]
+    argvs: tuple[tuple[str, ...], ...]
+
+
+def parse_batches(
+    commands: Iterable[ParseCommand], *, max_chars: int = MAX_BATCH_CHARS
+) -> list[ParseBatch]:
+    """The distinct argvs of ``commands``, grouped by prefix in first-seen order, each group
+    cut into batches whose argv text fits ``max_chars`` (an argv alone always makes one)."""
+    groups: dict[tuple[str, ...], dict[tuple[str, ...], None]] = {}
+    for command in commands:
+        groups.setdefault(command.prefix, {})[command.argv] = None
+    batches: list[ParseBatch] = []
+    for prefix, argvs in groups.items():
+        current: list[tuple[str, ...]] = []
+        size = 0
+        for argv in argvs:
+            cost = len(json.dumps(list(argv))) + 3  # quoting and the separating space
+            if current and size + cost > max_chars:
+                batches.append(ParseBatch(prefix, tuple(current)))
+                current, size = [], 0
+            current.append(argv)
+            size += cost
+        batches.append(ParseBatch(prefix, tuple(current)))
+    return batches
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    verdicts: dict[str, ParseVerdict]
+    processes: int
+
+
 async def _parse_all(
     host: HostHandle,
     service: systemd.ServiceConfig,
     invocations: Mapping[str, TrialInvocation],
     *,
     timeout: float,
-) -> dict[str, ParseVerdict] | ParserUnavailable:
-    """Every distinct invocation parsed once by the host's SGLang; the first alone, so that a
-    host without it (the import fails) costs one run before the ``--help`` fallback."""
+) -> _Parsed | ParserUnavailable:
+    """Every distinct argv parsed by the host's SGLang, as few processes as the command line's
+    size allows (each imports SGLang: tens of seconds). The first batch runs alone, so that a
+    host without SGLang (the import fails) costs one run before the ``--help`` fallback."""
     directories = service.settings.get("WorkingDirectory", ())
     directory = next((d for d in reversed(directories) if d), None)
-    keys: dict[tuple[str, ...], list[str]] = {}
+    commands: dict[str, ParseCommand] = {}
     for key, invocation in invocations.items():
         command = parse_command(service.exec_start, invocation, directory)
         if command is None:
             return ParserUnavailable("the unit's program is not run as PYTHON -m MODULE")
-        keys.setdefault(tuple(command), []).append(key)
-    gate = asyncio.Semaphore(PARSE_CONCURRENCY)
+        commands[key] = command
+    batches = parse_batches(commands.values())
 
-    async def parse(command: tuple[str, ...]) -> ParseVerdict | ParserUnavailable:
-        async with gate:
-            result = await host.transport.run(list(command), timeout=timeout, privileged=True)
-        return read_answer(result.stdout_text(), result.stderr_text())
+    async def ask(batch: ParseBatch) -> list[ParseVerdict] | ParserUnavailable:
+        result = await host.transport.run(
+            batch_command(batch.prefix, batch.argvs),
+            timeout=timeout + PARSE_S_PER_ARGV * len(batch.argvs),
+            privileged=True,
+        )
+        return read_answers(result.stdout_text(), result.stderr_text(), len(batch.argvs))
 
-    distinct = list(keys)
-    first = await parse(distinct[0])
+    first = await ask(batches[0])
     if isinstance(first, ParserUnavailable):
         return first
-    rest = await asyncio.gather(*(parse(argv) for argv in distinct[1:]))
-    verdicts: dict[str, ParseVerdict] = {}
-    for argv, answer in zip(distinct, [first, *rest], strict=True):
-        if isinstance(answer, ParserUnavailable):
-            answer = ParseVerdict(ok=None, kind="unchecked", error=answer.reason)
-        for key in keys[argv]:
-            verdicts[key] = answer
-    return verdicts
+    rest = await asyncio.gather(*(ask(batch) for batch in batches[1:]))
+    verdict_of: dict[ParseCommand, ParseVerdict] = {}
+    for batch, answers in zip(batches, [first, *rest], strict=True):
+        if isinstance(answers, ParserUnavailable):
+            answers = [ParseVerdict(ok=None, kind="unchecked", error=answers.reason)] * len(
+                batch.argvs
+            )
+        for argv, verdict in zip(batch.argvs, answers, strict=True):
+            verdict_of[ParseCommand(batch.prefix, argv)] = verdict
+    verdicts = {key: verdict_of[command] for key, command in commands.items()}
+    return _Parsed(verdicts, processes=len(batches))
 
 
 def check_metrics(
@@ -326,6 +390,136 @@ class _Checks:
         return ok
 
 
+@dataclass(frozen=True, slots=True)
+class _Reached:
+    """What the first checks found of a host that can take part."""
+
+    service: systemd.ServiceConfig
+    running: bool
+    gpus: tuple[int, ...]
+
+
+class _SetAside(Exception):
+    """A check found the host cannot take part: why (and the ExecStart, once it was read)."""
+
+    def __init__(self, reason: str, exec_start: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason, self.exec_start = reason, exec_start
+
+
+async def _reach(
+    host: HostHandle, checks: _Checks, *, unit: str, gpus: Sequence[int] | None, timeout: float
+) -> _Reached:
+    """SSH, privileges, the unit and its ExecStart, the GPUs: in that order, each needing the
+    one before. Raises :class:`_SetAside` at the first that fails."""
+    transport = host.transport
+    whoami = await transport.run(["id", "-u"], timeout=timeout, check=True)
+    uid = whoami.stdout_text().strip()
+    checks.add("ssh", True, "reachable, host key verified")
+    if uid != "0":
+        sudo = await transport.run(["true"], timeout=timeout, privileged=True)
+        if not checks.add("privileges", sudo.ok, f"uid {uid}, sudo -n: rc {sudo.exit_status}"):
+            raise _SetAside("not root and sudo -n fails")
+    else:
+        checks.add("privileges", True, "root")
+    state = await host.control.show(unit, timeout=timeout)
+    if not checks.add("unit", state.load_state == "loaded", f"LoadState={state.load_state}"):
+        raise _SetAside(f"{unit}: LoadState={state.load_state}")
+    service = systemd.merged_service(await host.control.cat(unit, timeout=timeout))
+    if not checks.add("exec_start", bool(service.exec_start), " ".join(service.exec_start)):
+        raise _SetAside(f"{unit} has no ExecStart")
+    try:
+        snapshot = await host.gpu.snapshot()
+    except GpuQueryError as exc:
+        checks.add("gpus", False, str(exc))
+        raise _SetAside(f"GPU query failed: {exc}") from exc
+    access = host.access
+    checks.add("access", True, access.detail or f"{access.unit_control}, {access.gpu_reader}")
+    present = tuple(g.index for g in snapshot.gpus)
+    missing = sorted(set(gpus or ()) - set(present))
+    detail = f"{len(present)} GPUs: {list(present)}; {release_method_text(snapshot, gpus)}"
+    if not checks.add("gpus", bool(present) and not missing, detail):
+        raise _SetAside(f"GPUs {missing or 'none'} not present")
+    return _Reached(service, state.active_state == "active", present)
+
+
+@dataclass(frozen=True, slots=True)
+class _FlagFindings:
+    parser: ParserKind
+    unknown: frozenset[str] = frozenset()
+    suggestions: Mapping[str, str] = field(default_factory=dict)
+    refused: Mapping[str, ParseVerdict] = field(default_factory=dict)
+
+
+async def _by_parser(
+    host: HostHandle,
+    checks: _Checks,
+    service: systemd.ServiceConfig,
+    invocations: Mapping[str, TrialInvocation],
+    *,
+    timeout: float,
+) -> _FlagFindings | None:
+    """The host's own parser's verdict on every invocation; None where it cannot be asked
+    (the ``--help`` fallback's turn)."""
+    parsed = (
+        await _parse_all(host, service, invocations, timeout=timeout)
+        if invocations
+        else ParserUnavailable("no trial argv to parse")
+    )
+    if isinstance(parsed, ParserUnavailable):
+        checks.add("sglang_parser", True, f"not used ({parsed.reason}): flags checked by --help")
+        return None
+    rejected = {key: v for key, v in parsed.verdicts.items() if v.ok is False}
+    distinct = len({i.argv for i in invocations.values()})
+    checks.add(
+        "sglang_parser",
+        True,
+        f"the host's SGLang parsed {len(parsed.verdicts)} configs' argv ({distinct} distinct) "
+        f"in {parsed.processes} process(es) (prepare_server_args, the unit's interpreter, "
+        f"environment and working directory): {len(rejected)} rejected",
+    )
+    unknown = frozenset(flag for verdict in rejected.values() for flag in verdict.unknown_flags)
+    suggestions: dict[str, str] = {}
+    if unknown:
+        shown = await host.transport.run(
+            help_argv(service.exec_start), timeout=timeout, privileged=True
+        )
+        suggestions = suggest_flags(shown.stdout_text(), unknown) if shown.ok else {}
+        checks.add("flags", False, flag_problem(unknown, suggestions))
+    refused = {k: v for k, v in rejected.items() if not v.unknown_flags}
+    if refused:
+        detail = "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items()))
+        checks.add("argv", False, detail)
+    return _FlagFindings("sglang", unknown, suggestions, refused)
+
+
+async def _by_help(
+    host: HostHandle,
+    checks: _Checks,
+    service: systemd.ServiceConfig,
+    flags: Iterable[str],
+    *,
+    timeout: float,
+) -> _FlagFindings:
+    """The fallback: the sweep's flags looked up in the program's ``--help``. Raises
+    :class:`_SetAside` when the program does not answer it."""
+    wanted = sorted(set(flags))
+    if not wanted:
+        return _FlagFindings("help")
+    shown = await host.transport.run(
+        help_argv(service.exec_start), timeout=timeout, privileged=True
+    )
+    text = shown.stdout_text() + shown.stderr_text()
+    if not checks.add("sglang_help", shown.ok, f"--help exited {shown.exit_status}"):
+        raise _SetAside("the unit's program does not answer --help", service.exec_start)
+    unknown = flags_known(text, wanted)
+    suggestions = suggest_flags(text, unknown)
+    checks.add(
+        "flags", not unknown, flag_problem(unknown, suggestions) if unknown else "all known"
+    )
+    return _FlagFindings("help", unknown, suggestions)
+
+
 async def check_host(
     host: HostHandle,
     *,
@@ -351,149 +545,44 @@ async def check_host(
     part in what the server will serve; ``base_url`` is where a running server answers.
 
     ``trials`` (key, config) are parsed by the host's own SGLang, each as the trial would run
-    (``knobs``, ``extra_flags``, ``environment``, ``metrics`` as the trial's drop-in has them):
-    a rejected argv fails its trial before anything restarts. Where that parser cannot be
-    asked (its import fails), ``flags`` are checked against ``--help`` instead; the
-    ``sglang_parser`` check says which."""
-    name, transport, probe = host.name, host.transport, host.gpu
+    (``knobs``, ``extra_flags``, ``environment``, ``metrics`` as the trial's drop-in has them),
+    in one process per batch: a rejected argv fails its trial before anything restarts. Where
+    that parser cannot be asked (its import fails), ``flags`` are checked against ``--help``
+    instead; the ``sglang_parser`` check says which."""
+    name = host.name
     checks = _Checks()
+    model_mismatch: str | None = None
     try:
-        whoami = await transport.run(["id", "-u"], timeout=command_timeout, check=True)
-        uid = whoami.stdout_text().strip()
-        checks.add("ssh", True, "reachable, host key verified")
-        if uid != "0":
-            sudo = await transport.run(["true"], timeout=command_timeout, privileged=True)
-            if not checks.add("privileges", sudo.ok, f"uid {uid}, sudo -n: rc {sudo.exit_status}"):
-                return HostCheck(name, tuple(checks.items), reason="not root and sudo -n fails")
-        else:
-            checks.add("privileges", True, "root")
-
-        state = await host.control.show(unit, timeout=command_timeout)
-        if not checks.add("unit", state.load_state == "loaded", f"LoadState={state.load_state}"):
-            return HostCheck(
-                name, tuple(checks.items), reason=f"{unit}: LoadState={state.load_state}"
-            )
-        service = systemd.merged_service(await host.control.cat(unit, timeout=command_timeout))
-        if not checks.add("exec_start", bool(service.exec_start), " ".join(service.exec_start)):
-            return HostCheck(name, tuple(checks.items), reason=f"{unit} has no ExecStart")
-
-        try:
-            snapshot = await probe.snapshot()
-        except GpuQueryError as exc:
-            checks.add("gpus", False, str(exc))
-            return HostCheck(name, tuple(checks.items), reason=f"GPU query failed: {exc}")
-        access = host.access
-        checks.add("access", True, access.detail or f"{access.unit_control}, {access.gpu_reader}")
-        present = tuple(g.index for g in snapshot.gpus)
-        missing = sorted(set(gpus or ()) - set(present))
-        detail = f"{len(present)} GPUs: {list(present)}; {release_method_text(snapshot, gpus)}"
-        if not checks.add("gpus", bool(present) and not missing, detail):
-            return HostCheck(
-                name, tuple(checks.items), reason=f"GPUs {missing or 'none'} not present"
-            )
-
-        model_mismatch: str | None = None
+        reached = await _reach(host, checks, unit=unit, gpus=gpus, timeout=command_timeout)
+        service = reached.service
+        command_line = [*service.exec_start, *extra_flags]
         if model and api == "chat":
             model_check = await check_model(
                 model,
-                [*service.exec_start, *extra_flags],
-                running=state.active_state == "active",
+                command_line,
+                running=reached.running,
                 base_url=base_url,
                 timeout=command_timeout,
                 engine=engine,
             )
             checks.items.append(model_check)
             model_mismatch = None if model_check.ok else model_check.detail
-
-        metrics_check, metrics_warning = check_metrics(
-            [*service.exec_start, *extra_flags], metrics, api
-        )
+        metrics_check, metrics_warning = check_metrics(command_line, metrics, api)
         checks.items.append(metrics_check)
-        warnings = () if metrics_warning is None else (metrics_warning,)
-
-        df = await transport.run(["df", "-P", "-B1", LOG_DIR], timeout=command_timeout)
-        free = _free_bytes(df.stdout_text()) if df.ok else None
-        checks.add(
-            "disk",
-            free is None or free >= MIN_FREE_BYTES,
-            "unknown" if free is None else f"{free / (1 << 30):.1f} GiB free in {LOG_DIR}",
-        )
-
+        await _check_disk(host, checks, timeout=command_timeout)
         invocations = _trial_invocations(
             service, trials, knobs, extra_flags, environment, metrics
         )
-        parsed = (
-            await _parse_all(host, service, invocations, timeout=help_timeout)
-            if invocations
-            else ParserUnavailable("no trial argv to parse")
-        )
-        rejected: dict[str, ParseVerdict] = {}
-        parser: ParserKind = "help"
-        if isinstance(parsed, ParserUnavailable):
-            checks.add(
-                "sglang_parser", True, f"not used ({parsed.reason}): flags checked by --help"
-            )
-        else:
-            parser = "sglang"
-            rejected = {key: verdict for key, verdict in parsed.items() if verdict.ok is False}
-            checks.add(
-                "sglang_parser",
-                True,
-                f"the host's SGLang parsed {len(parsed)} trials' argv "
-                "(prepare_server_args, the unit's interpreter, environment and working "
-                f"directory): {len(rejected)} rejected",
-            )
-        wanted = sorted(set(flags)) if parser == "help" else []
-        unknown: frozenset[str] = frozenset(
-            flag for verdict in rejected.values() for flag in verdict.unknown_flags
-        )
-        suggestions: dict[str, str] = {}
-        if unknown:
-            shown = await transport.run(
-                help_argv(service.exec_start), timeout=help_timeout, privileged=True
-            )
-            suggestions = suggest_flags(shown.stdout_text(), unknown) if shown.ok else {}
-            checks.add("flags", False, flag_problem(unknown, suggestions))
-        refused = {k: v for k, v in rejected.items() if not v.unknown_flags}
-        if refused:
-            checks.add(
-                "argv",
-                False,
-                "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items())),
-            )
-        if wanted:
-            shown = await transport.run(
-                help_argv(service.exec_start), timeout=help_timeout, privileged=True
-            )
-            text = shown.stdout_text() + shown.stderr_text()
-            if not checks.add("sglang_help", shown.ok, f"--help exited {shown.exit_status}"):
-                return HostCheck(
-                    name,
-                    tuple(checks.items),
-                    reason="the unit's program does not answer --help",
-                    exec_start=service.exec_start,
-                    model_mismatch=model_mismatch,
-                )
-            unknown = flags_known(text, wanted)
-            suggestions = suggest_flags(text, unknown)
-            checks.add(
-                "flags",
-                not unknown,
-                flag_problem(unknown, suggestions) if unknown else "all known",
-            )
+        found = await _by_parser(
+            host, checks, service, invocations, timeout=help_timeout
+        ) or await _by_help(host, checks, service, flags, timeout=help_timeout)
+    except _SetAside as aside:
         return HostCheck(
             name,
             tuple(checks.items),
-            unknown_flags=unknown,
-            exec_start=service.exec_start,
-            gpus=present,
-            suggestions=suggestions,
+            reason=aside.reason,
+            exec_start=aside.exec_start,
             model_mismatch=model_mismatch,
-            unit_control=access.unit_control,
-            gpu_reader=access.gpu_reader,
-            warnings=warnings,
-            parser=parser,
-            rejected=refused,
         )
     except TransportError as exc:
         checks.add("ssh", False, exc.message)
@@ -501,6 +590,32 @@ async def check_host(
     except (systemd.SystemdError, systemd.UnitFileError) as exc:
         checks.add("unit", False, str(exc))
         return HostCheck(name, tuple(checks.items), reason=str(exc))
+    access = host.access
+    return HostCheck(
+        name,
+        tuple(checks.items),
+        unknown_flags=found.unknown,
+        exec_start=service.exec_start,
+        gpus=reached.gpus,
+        suggestions=found.suggestions,
+        model_mismatch=model_mismatch,
+        unit_control=access.unit_control,
+        gpu_reader=access.gpu_reader,
+        warnings=() if metrics_warning is None else (metrics_warning,),
+        parser=found.parser,
+        rejected=found.refused,
+    )
+
+
+async def _check_disk(host: HostHandle, checks: _Checks, *, timeout: float) -> None:
+    """Free space where the journal and logs go (a full disk kills a server mid-night)."""
+    df = await host.transport.run(["df", "-P", "-B1", LOG_DIR], timeout=timeout)
+    free = _free_bytes(df.stdout_text()) if df.ok else None
+    checks.add(
+        "disk",
+        free is None or free >= MIN_FREE_BYTES,
+        "unknown" if free is None else f"{free / (1 << 30):.1f} GiB free in {LOG_DIR}",
+    )
 
 
 def mapped_flags(knobs: Mapping[str, Any], extra_flags: Sequence[str]) -> set[str]:

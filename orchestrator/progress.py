@@ -300,6 +300,12 @@ def failure_words(cause: str | None, evidence: Mapping[str, Any] | None) -> str:
             else ""
         )
         return f"{meaning}: {' '.join(str(f) for f in flags)}{where}"
+    if evidence.get("found_by") == "preflight":
+        # The parser refused the argv before anything started: nothing "at startup".
+        meaning = (
+            "the host's SGLang parser refused the config (found by the preflight, before any "
+            "restart)"
+        )
     detail = ""
     excerpt = evidence.get("excerpt")
     if isinstance(excerpt, list):

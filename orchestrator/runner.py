@@ -46,7 +46,7 @@ from orchestrator.lifecycle import (
     trial_config,
 )
 from orchestrator.log import get_logger
-from orchestrator.plan import Trial, plan_sweep
+from orchestrator.plan import Trial, space_trials
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.deadline import local_deadline
@@ -376,7 +376,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             base_url=session.base_url,
             extra_flags=sweep.server.extra_flags,
             metrics=sweep.server.metrics,
-            trials=[(t.key, t.config) for t in plan_sweep(sweep).for_host(host.name)],
+            trials=space_trials(sweep, host.name),
             knobs=knobs,
             environment=sweep.server.environment,
         )
@@ -572,7 +572,7 @@ async def _run_trial(
         _warn_failed(planned, "bad-flag", f"unknown to this build: {' '.join(unknown)}")
         await _after_failure(run)
         return None
-    refused = check.rejected.get(planned.key)
+    refused = check.refusal(planned.key)
     if refused is not None and refused.cause is not None:
         # The host's own SGLang parser refused this argv (a bad value or choice, a resolution
         # error): it would die at startup the same way, so nothing is restarted for it.

@@ -1,7 +1,8 @@
 """The simulated host's SGLang asked to parse an argv, as the real one answers it.
 
-A preflight runs ``PYTHON -c SCRIPT ARGV...`` with the unit's interpreter, where SCRIPT imports
-``sglang.srt.server_args.prepare_server_args``, parses ARGV and prints one JSON line. The
+A preflight runs ``PYTHON -c SCRIPT ARGV_JSON...`` with the unit's interpreter, where SCRIPT
+imports ``sglang.srt.server_args.prepare_server_args`` once, parses each ARGV_JSON (one argv as
+a JSON list) and prints one JSON line per argv, with its ``index``. The
 simulated host has no ``sglang`` package (nothing of that name is ever installed here: it would
 shadow a real install), so its shell answers a script that makes that import from the simulated
 server's own parser and resolution (``server_args.build_parser`` + ``resolve``), with the same
@@ -34,13 +35,25 @@ def is_parse_script(args: Sequence[str]) -> bool:
     return len(args) >= 2 and args[0] == "-c" and SGLANG_IMPORT in args[1]
 
 
-def answer(argv: Sequence[str], environ: Mapping[str, str]) -> str:
-    """The script's output line for ``argv`` under ``environ`` (whose ``ORCH_SIM_CONFIG``
-    names the simulated build: version, DDTree)."""
+def answer(batch: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The script's output for ``batch`` (each one argv as a JSON list) under ``environ``
+    (whose ``ORCH_SIM_CONFIG`` names the simulated build: version, DDTree): one line per argv,
+    as one process that imported SGLang once answers them."""
+    lines = []
+    for index, text in enumerate(batch):
+        try:
+            argv = json.loads(text)
+        except ValueError:
+            break  # the script dies here (a traceback): the rest go unanswered
+        lines.append(_answer_one(index, [str(word) for word in argv], environ))
+    return "".join(lines)
+
+
+def _answer_one(index: int, argv: Sequence[str], environ: Mapping[str, str]) -> str:
     try:
         settings = ServerSimSettings.from_env(environ)
     except SimSettingsError as exc:
-        return _line(ok=None, kind="unchecked", error=f"SimSettingsError: {exc}")
+        return _line(index=index, ok=None, kind="unchecked", error=f"SimSettingsError: {exc}")
     parser = build_parser(settings.sglang_version, settings.ddtree)
 
     def error(message: str) -> NoReturn:
@@ -50,16 +63,18 @@ def answer(argv: Sequence[str], environ: Mapping[str, str]) -> str:
     try:
         namespace: argparse.Namespace = parser.parse_args(list(argv))
     except _ArgparseError as exc:
-        return _line(ok=False, kind="argparse", error=str(exc))
+        return _line(index=index, ok=False, kind="argparse", error=str(exc))
     try:
         resolved = resolve(
             namespace, argv, version=settings.sglang_version, ddtree=settings.ddtree,
             environ=environ,
         )  # fmt: skip
     except (ValueError, AssertionError) as exc:
-        return _line(ok=False, kind="resolution", error=f"{type(exc).__name__}: {exc}")
+        return _line(
+            index=index, ok=False, kind="resolution", error=f"{type(exc).__name__}: {exc}"
+        )
     speculative = {k: v for k, v in resolved.values.items() if k.startswith("speculative_")}
-    return _line(ok=True, speculative=speculative)
+    return _line(index=index, ok=True, speculative=speculative)
 
 
 def _line(**fields: Any) -> str:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.host.connect import open_host
-from orchestrator.plan import plan_sweep
+from orchestrator.plan import space_trials
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.verbs.common import (
@@ -43,7 +43,7 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             base_url=str(host.base_url),
             extra_flags=sweep.server.extra_flags,
             metrics=sweep.server.metrics,
-            trials=[(t.key, t.config) for t in plan_sweep(sweep).for_host(host.name)],
+            trials=space_trials(sweep, host.name),
             knobs=knobs,
             environment=sweep.server.environment,
         )

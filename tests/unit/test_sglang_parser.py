@@ -12,10 +12,12 @@ from orchestrator.host.dropin import TrialInvocation
 from orchestrator.sglang_parser import (
     MARKER,
     PARSE_SCRIPT,
+    ParseCommand,
     ParserUnavailable,
     ParseVerdict,
+    batch_command,
     parse_command,
-    read_answer,
+    read_answers,
 )
 from orchestrator.sim import parse_check
 
@@ -25,7 +27,7 @@ ARGV = (PY, "-m", "sglang.launch_server", "--model-path", "/m", "--speculative-a
 # prepare_server_args as SGLang defines it (an argparse parser, prog "sglang serve", then
 # resolution), put in place in memory only: nothing named sglang exists on disk here.
 _STUB = """\
-import argparse, sys, types
+import argparse, os, sys, types
 def prepare_server_args(argv):
     parser = argparse.ArgumentParser(prog="sglang serve")
     parser.add_argument("--model-path", required=True)
@@ -34,6 +36,9 @@ def prepare_server_args(argv):
     parser.add_argument("--speculative-dflash-draft-window-size", type=int,
                         dest="speculative_draft_window_size", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if os.environ.get("STUB_RESOLVED"):  # resolution leaves state behind, as SGLang's may
+        raise ValueError("an earlier argv's resolution leaked into this one")
+    os.environ["STUB_RESOLVED"] = "1"
     block, window = args.speculative_num_draft_tokens, args.speculative_draft_window_size
     if window is not None and block is not None and window < block:
         raise ValueError(f"draft window {window} < block size {block}")
@@ -47,13 +52,21 @@ sys.modules["sglang.srt.server_args"] = module
 """
 
 
-def _run_script(*argv: str, stub: bool = True) -> ParseVerdict | ParserUnavailable:
-    code = (_STUB if stub else "") + PARSE_SCRIPT
-    done = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
-    )
+def _run_batch(
+    *argvs: tuple[str, ...], stub: bool = True
+) -> list[ParseVerdict] | ParserUnavailable:
+    """One process of the script, as the preflight runs it, asked every argv of ``argvs``."""
+    command = batch_command([sys.executable], argvs)
+    assert command[1:3] == ["-c", PARSE_SCRIPT]
+    command[2] = (_STUB if stub else "") + PARSE_SCRIPT
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return read_answer(done.stdout)
+    return read_answers(done.stdout, done.stderr, len(argvs))
+
+
+def _run_script(*argv: str, stub: bool = True) -> ParseVerdict | ParserUnavailable:
+    answers = _run_batch(argv, stub=stub)
+    return answers if isinstance(answers, ParserUnavailable) else answers[0]
 
 
 def test_the_script_reports_a_missing_sglang_as_unavailable() -> None:
@@ -98,21 +111,50 @@ def test_the_command_runs_the_units_interpreter_with_its_environment() -> None:
         argv=ARGV, environment={"B": "2", "A": "x y"}, unset_environment=("SGLANG_DDTREE_MAX_TOPK",)
     )
     command = parse_command(ARGV, invocation, "/srv/sglang")
-    assert command == [
-        "env", "-C", "/srv/sglang", "-u", "SGLANG_DDTREE_MAX_TOPK", "A=x y", "B=2",
-        PY, "-c", PARSE_SCRIPT, "--model-path", "/m", "--speculative-algorithm", "X",
+    assert command == ParseCommand(
+        ("env", "-C", "/srv/sglang", "-u", "SGLANG_DDTREE_MAX_TOPK", "A=x y", "B=2", PY),
+        ("--model-path", "/m", "--speculative-algorithm", "X"),
+    )  # fmt: skip
+    plain = parse_command(ARGV, TrialInvocation(argv=ARGV), None)
+    assert plain is not None and plain.prefix == ("env", PY)
+    assert batch_command(plain.prefix, [plain.argv, ("--model-path", "/n")]) == [
+        "env", PY, "-c", PARSE_SCRIPT,
+        '["--model-path", "/m", "--speculative-algorithm", "X"]', '["--model-path", "/n"]',
     ]  # fmt: skip
-    assert parse_command(ARGV, TrialInvocation(argv=ARGV), None)[:2] == ["env", PY]  # type: ignore[index]
     wrapper = ("/usr/local/bin/sglang-serve", "--model-path", "/m")
     assert parse_command(wrapper, TrialInvocation(argv=wrapper), None) is None
 
 
 def test_an_answer_without_the_marker_line_is_unavailable() -> None:
-    missing = read_answer("", "env: '/opt/venv/bin/python': No such file or directory\n")
+    missing = read_answers("", "env: '/opt/venv/bin/python': No such file or directory\n", 1)
     assert isinstance(missing, ParserUnavailable) and "No such file" in missing.reason
-    assert isinstance(read_answer(MARKER + "{not json\n"), ParserUnavailable)
-    noisy = "warning: x\n" + MARKER + json.dumps({"ok": None, "kind": "unchecked"}) + "\n"
-    assert read_answer(noisy) == ParseVerdict(ok=None, kind="unchecked")
+    assert isinstance(read_answers(MARKER + "{not json\n", "", 1), ParserUnavailable)
+    line = MARKER + json.dumps({"index": 0, "ok": None, "kind": "unchecked"}) + "\n"
+    assert read_answers("warning: x\n" + line, "", 1) == [ParseVerdict(ok=None, kind="unchecked")]
+
+
+def test_one_process_answers_a_batch_in_order_each_argv_from_the_same_environment() -> None:
+    """The whole space is one import of SGLang, and one argv's resolution (which may set
+    environment variables) never decides the next one's verdict."""
+    answers = _run_batch(
+        ("--model-path", "/m", "--speculative-window", "8"),
+        ("--model-path", "/m", "--speculative-num-draft-tokens", "4"),
+        ("--model-path", "/m", "--speculative-num-draft-tokens", "5"),
+    )
+    assert isinstance(answers, list) and len(answers) == 3
+    assert answers[0].unknown_flags == ("--speculative-window",)
+    assert [a.ok for a in answers[1:]] == [True, True]
+    assert answers[2].speculative["speculative_num_draft_tokens"] == 5
+
+
+def test_an_argv_the_batch_never_answered_goes_unchecked() -> None:
+    """A script that died on the way (killed, out of memory) leaves its later argvs without a
+    verdict: they run, not fail."""
+    first = MARKER + json.dumps({"index": 0, "ok": False, "kind": "argparse", "error": "x"})
+    answers = read_answers(first + "\n", "Killed\n", 2)
+    assert isinstance(answers, list)
+    assert answers[0] == ParseVerdict(False, "argparse", "x")
+    assert answers[1] == ParseVerdict(None, "unchecked", "no answer from the parse script: Killed")
 
 
 def test_the_simulated_sglang_answers_as_the_script_does(tmp_path: object) -> None:
@@ -120,24 +162,26 @@ def test_the_simulated_sglang_answers_as_the_script_does(tmp_path: object) -> No
     assert parse_check.is_parse_script(["-c", PARSE_SCRIPT, "--x"])
     assert not parse_check.is_parse_script(["-c", "print(1)"])
     env: dict[str, str] = {}  # the simulated 0.5.23 build's defaults
-    unknown = read_answer(parse_check.answer(
-        ["--model-path", "/m", "--speculative-dflash-draft-window-size", "8"], env
-    ))  # fmt: skip
+
+    def ask(*argv: str) -> ParseVerdict:
+        answers = read_answers(parse_check.answer([json.dumps(list(argv))], env), "", 1)
+        assert isinstance(answers, list)
+        return answers[0]
+
+    unknown = ask("--model-path", "/m", "--speculative-dflash-draft-window-size", "8")
     assert unknown == ParseVerdict(
         False,
         "argparse",
         "launch_server.py: error: unrecognized arguments: "
         "--speculative-dflash-draft-window-size 8",
     )
-    refused = read_answer(parse_check.answer(
-        ["--model-path", "/m", "--speculative-algorithm", "DFLASH",
-         "--speculative-draft-model-path", "/d", "--speculative-num-draft-tokens", "16",
-         "--speculative-draft-window-size", "8"], env,
-    ))  # fmt: skip
-    assert isinstance(refused, ParseVerdict) and refused.cause == "invalid-config"
+    refused = ask(
+        "--model-path", "/m", "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", "/d", "--speculative-num-draft-tokens", "16",
+        "--speculative-draft-window-size", "8",
+    )  # fmt: skip
+    assert refused.cause == "invalid-config"
     assert (refused.error or "").startswith("ValueError: ")
-    fine = read_answer(parse_check.answer(
-        ["--model-path", "/m", "--speculative-algorithm", "ngram"], env
-    ))  # fmt: skip
-    assert isinstance(fine, ParseVerdict) and fine.ok is True
+    fine = ask("--model-path", "/m", "--speculative-algorithm", "ngram")
+    assert fine.ok is True
     assert fine.speculative["speculative_algorithm"] == "NGRAM"

@@ -1,0 +1,29 @@
+"""How a failure the preflight found reads: never as something that happened at startup, since
+the host's SGLang parser refused the config before any restart (issue 22, item 9)."""
+
+from __future__ import annotations
+
+from orchestrator.progress import failure_words
+from orchestrator.sglang_parser import ParseVerdict
+
+
+def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> None:
+    verdict = ParseVerdict(False, "resolution", "ValueError: Unknown speculative algorithm: FOO")
+    words = failure_words(verdict.cause, verdict.evidence())
+    assert "at startup" not in words
+    assert words == (
+        "the host's SGLang parser refused the config (found by the preflight, before any "
+        "restart): ValueError: Unknown speculative algorithm: FOO"
+    )
+
+
+def test_a_bad_value_the_parser_refused_names_the_preflight_too() -> None:
+    error = "launch_server.py: error: argument --speculative-num-draft-tokens: invalid int value"
+    verdict = ParseVerdict(False, "argparse", error)
+    words = failure_words(verdict.cause, verdict.evidence())
+    assert words.endswith(f"before any restart): {error}")
+
+
+def test_a_refusal_at_startup_still_says_so() -> None:
+    words = failure_words("invalid-config", {"message": "ValueError: window < block"})
+    assert words == "SGLang refused the config at startup: ValueError: window < block"
