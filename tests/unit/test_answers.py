@@ -88,8 +88,8 @@ class Bench:
         state: str = "done",
         cause: str | None = None,
         cells: Sequence[tuple[int, int]] = (CELL,),
+        quality: tuple[str, ...] = (),
     ) -> None:
-        n = next(self._clock)
         points: list[Any] = []
         if value is not None:
             points.extend(
@@ -99,12 +99,46 @@ class Bench:
                     metrics=ThroughputMetrics(
                         output_tok_s=value, ttft=LatencySummary(count=4, p99_s=ttft_p99)
                     ),
+                    quality=quality,
                 )
                 for c, k in cells
             )
+        self._add(
+            host,
+            config,
+            points,
+            cells=tuple(MatrixCell(c, k) for c, k in cells),
+            purpose=purpose,
+            coding=coding,
+            state=state,
+            cause=cause,
+        )
+
+    def run_goodput(
+        self, host: str, config: Mapping[str, Any], value: float, *, rate: float
+    ) -> None:
+        """A restart measured at one open-loop cell (context 1024 at ``rate`` req/s)."""
+        point = ThroughputPoint(
+            context=1024, concurrency=None, rate=rate, metrics=ThroughputMetrics(goodput=value)
+        )
+        self._add(host, config, [point], cells=(MatrixCell(1024, rate=rate),))
+
+    def _add(
+        self,
+        host: str,
+        config: Mapping[str, Any],
+        points: list[Any],
+        *,
+        cells: tuple[MatrixCell, ...],
+        purpose: str = "measure",
+        coding: Sequence[tuple[str, Outcome, str]] = (),
+        state: str = "done",
+        cause: str | None = None,
+    ) -> None:
+        n = next(self._clock)
         points.extend(CodingPoint(problem=p, outcome=o, output=text) for p, o, text in coding)
         plan = TrialPlan(
-            cells=tuple(MatrixCell(c, k) for c, k in cells),
+            cells=cells,
             rounds=2,
             problems=tuple(p for p, _, _ in coding),
             coding_temperature=0.0 if coding else None,
