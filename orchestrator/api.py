@@ -48,6 +48,7 @@ from orchestrator.store import (
 from orchestrator.store.results import config_label
 from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
+from orchestrator.sweepprogress import ProgressSnapshot
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -89,6 +90,8 @@ class SweepView:
     active: bool = False
     stopping: str | None = None
     """Why a running sweep was asked to stop (``cancel``, ``shutdown``), if it was."""
+    progress: ProgressSnapshot | None = None
+    """A running sweep's progress, ETA and best so far; None when it is not running."""
 
     def to_json(self) -> JsonObject:
         r = self.record
@@ -106,6 +109,7 @@ class SweepView:
             "active": self.active,
             "stopping": self.stopping,
             "summary": r.summary,
+            "progress": None if self.progress is None else self.progress.to_json(),
         }
 
 

@@ -2,11 +2,13 @@
 runs and the outcome when it ends.
 
 The live display has one row per host: the config in its own words (``budget=8``, never a trial
-key), which of the host's trials it is, the step, and points done of the trial's total; its
-title has the elapsed time and the sweep's ETA as a clock time (from measured load and point
-times), the line below it the best config so far. It redraws four times a second, from the
-state the runner last reported. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it
-stays silent and the JSON log carries the same facts.
+key), which trial it is (of the host's plan under a grid, of its host type's restart budget
+under a search), the step, and points done of the trial's total; its title has the elapsed time
+and the sweep's ETA as a clock time, the line below it the best config so far by the sweep's
+objective. The numbers come from :class:`~orchestrator.sweepprogress.SweepTracker` (the daemon's
+``status`` shows the same). It redraws four times a second, from the state the runner last
+reported. On a TTY it is a rich Live table; elsewhere (CI, a pipe) it stays silent and the JSON
+log carries the same facts.
 
 At the end :func:`outcome_lines` says how each trial attempt ended (a failure in plain words,
 with its cause and the evidence that names it) and :func:`best_config` the fastest config
@@ -22,7 +24,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from rich import box
@@ -33,9 +34,16 @@ from rich.text import Text
 
 from orchestrator.answers import Answer
 from orchestrator.bench.coding import Outcome
-from orchestrator.plan import Trial
 from orchestrator.report.model import short_labels
 from orchestrator.report.words import answer_words, readable
+from orchestrator.sweepprogress import (
+    PlannedTrial,
+    ProgressSnapshot,
+    SweepShape,
+    SweepTracker,
+    clock_time,
+    duration,
+)
 
 STEP_WORDS = {
     "preflight": "preflight",
@@ -72,67 +80,20 @@ CAUSE_WORDS: dict[str, str] = {
 _NAMING_LINE = re.compile(r"\b\w*(Error|Exception)\b: |unrecognized arguments|out of memory", re.I)
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedTrial:
-    """A trial as the display names it."""
-
-    key: str
-    host: str
-    words: str
-
-
-def planned_trials(trials: Sequence[Trial]) -> list[PlannedTrial]:
-    """The plan's trials with each config in its own words, in run order."""
-    words = short_labels([trial.config for trial in trials])
-    return [PlannedTrial(t.key, t.host, w) for t, w in zip(trials, words, strict=True)]
-
-
-@dataclass
-class _HostView:
-    trials: list[PlannedTrial]
-    index: int = -1
-    """Position of the current (or last) trial in ``trials``; -1 before the first."""
-    trial: PlannedTrial | None = None
-    attempt: int | None = None
-    step: str = "waiting"
-    done: int = 0
-    total: int = 0
-    finished: bool = False
-    trial_started: float | None = None
-    point_started: float | None = None
-    point_seconds: list[float] = field(default_factory=list)
-    load_seconds: list[float] = field(default_factory=list)
-
-
 def _cells(*values: str) -> list[Text]:
     """Table cells as plain text: a config or an excerpt line is never read as rich markup."""
     return [Text(value) for value in values]
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def clock_time(epoch: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(epoch))
-
-
-def duration(seconds: float) -> str:
-    """``42s``, ``3m05s``, ``1h02m``."""
-    whole = max(round(seconds), 0)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
 class LiveProgress:
-    """Implements the runner's ``Progress``; use as a context manager around the sweep."""
+    """Implements the runner's ``Progress``; use as a context manager around the sweep.
+
+    ``shape`` is what is known ahead (the plan's trials, the restart cap, ``finish_by``, the
+    objective); a bare list of planned trials is a grid without any of the rest."""
 
     def __init__(
         self,
-        trials: Sequence[PlannedTrial],
+        trials: Sequence[PlannedTrial] | SweepShape,
         *,
         sweep: str = "",
         console: Console | None = None,
@@ -142,14 +103,8 @@ class LiveProgress:
         self.console = console or Console(stderr=True)
         self.sweep = sweep
         self.clock, self.wall_clock = clock, wall_clock
-        self.started = clock()
-        self.hosts: dict[str, _HostView] = {}
-        self.by_key: dict[tuple[str, str], PlannedTrial] = {}
-        for trial in trials:
-            self.hosts.setdefault(trial.host, _HostView(trials=[])).trials.append(trial)
-            self.by_key[(trial.key, trial.host)] = trial
-        self.points_per_trial = 0
-        self.best: tuple[float, str] | None = None
+        shape = trials if isinstance(trials, SweepShape) else SweepShape(tuple(trials))
+        self.tracker = SweepTracker(shape, started=clock())
         self._lock = threading.Lock()
         self._live: Live | None = None
 
@@ -170,118 +125,39 @@ class LiveProgress:
 
     def update(self, host: str, **fields: Any) -> None:
         with self._lock:
-            self._update(host, fields)
+            self.tracker.update(host, fields, self.clock())
 
-    def _update(self, host: str, fields: Mapping[str, Any]) -> None:
-        view = self.hosts.setdefault(host, _HostView(trials=[]))
-        now = self.clock()
-        if "trial" in fields:
-            key = fields["trial"]
-            if key is None:
-                view.trial = None
-            elif view.trial is None or view.trial.key != key:
-                self._start_trial(view, host, key, now, fields.get("config"))
-        if "attempt" in fields:
-            view.attempt = fields["attempt"]
-        if "step" in fields:
-            self._step(view, fields["step"], now)
-        if "total" in fields:
-            view.total = self.points_per_trial = int(fields["total"])
-        if "done" in fields:
-            done = int(fields["done"])
-            if done > view.done and view.point_started is not None:
-                view.point_seconds.append(now - view.point_started)
-                view.point_started = None
-            view.done = done
-        point = fields.get("last_point")
-        if isinstance(point, Mapping) and view.trial is not None:
-            rate = point.get("output_tok_s")
-            if isinstance(rate, int | float) and (self.best is None or rate > self.best[0]):
-                cell = f" ({view.step})" if view.step.startswith("ctx") else ""
-                self.best = (float(rate), f"{view.trial.words} @{host}{cell}")
-
-    def _start_trial(
-        self, view: _HostView, host: str, key: str, now: float, config: object = None
-    ) -> None:
-        # A trial a search proposed is not in the plan: it is named by the config the runner
-        # reports with it, never by its key.
-        words = config if isinstance(config, str) and config else key
-        planned = self.by_key.get((key, host)) or PlannedTrial(key, host, words)
-        if planned in view.trials:
-            view.index = view.trials.index(planned)
-        view.trial, view.trial_started, view.point_started = planned, now, None
-        view.done, view.total = 0, self.points_per_trial
-
-    def _step(self, view: _HostView, step: str, now: float) -> None:
-        if view.step == "reconfigure" and step != "reconfigure" and view.trial_started:
-            view.load_seconds.append(now - view.trial_started)
-        if step.startswith(("ctx", "coding")):
-            view.point_started = now
-        if step == "done":
-            view.finished, view.trial = True, None
-        view.step = step
-
-    def _remaining(self, view: _HostView, now: float) -> float | None:
-        """Seconds this host still needs, from measured times (its own, else any host's)."""
-        if view.finished:
-            return 0.0
-        per_point = _mean(view.point_seconds) or _mean(
-            [s for v in self.hosts.values() for s in v.point_seconds]
-        )
-        if per_point is None:
-            return None
-        per_load = (
-            _mean(view.load_seconds)
-            or _mean([s for v in self.hosts.values() for s in v.load_seconds])
-            or 0.0
-        )
-        total = view.total or self.points_per_trial
-        left = 0.0
-        if view.trial is not None:
-            if view.step == "reconfigure" and view.trial_started is not None:
-                left += max(per_load - (now - view.trial_started), 0.0)
-            left += max(total - view.done, 0) * per_point
-        later = len(view.trials) - (view.index + 1)
-        return left + later * (per_load + total * per_point)
+    def snapshot(self) -> ProgressSnapshot:
+        with self._lock:
+            return self.tracker.snapshot(self.clock(), self.wall_clock())
 
     def render(self) -> Group:
-        with self._lock:
-            return self._render()
+        return render_snapshot(self.snapshot(), self.sweep)
 
-    def _render(self) -> Group:
-        now = self.clock()
-        title = f"sweep {self.sweep} " if self.sweep else "sweep "
-        title += f"· {duration(now - self.started)} elapsed"
-        remaining = [self._remaining(view, now) for view in self.hosts.values()]
-        if all(view.finished for view in self.hosts.values()):
-            title += " · finished"
-        elif remaining and all(r is not None for r in remaining):
-            left = max(r for r in remaining if r is not None)
-            title += f" · ETA {clock_time(self.wall_clock() + left)} (in {duration(left)})"
-        else:
-            title += " · ETA after the first point"
-        best = "best so far: "
-        best += "-" if self.best is None else f"{self.best[1]}: {self.best[0]:,.0f} tok/s"
-        table = Table(box=box.SIMPLE_HEAD)
-        table.add_column("host", no_wrap=True)
-        table.add_column("config", overflow="fold")
-        table.add_column("trial", no_wrap=True)
-        table.add_column("step", no_wrap=True)
-        table.add_column("points", no_wrap=True, justify="right")
-        for name, view in self.hosts.items():
-            count = len(view.trials)
-            if view.finished:
-                table.add_row(*_cells(name, "-", f"{count}/{count}", STEP_WORDS["done"], "-"))
-                continue
-            words = view.trial.words if view.trial is not None else "-"
-            if view.trial is not None and view.attempt and view.attempt > 1:
-                words += f" (attempt {view.attempt})"
-            position = f"{view.index + 1}/{count}" if view.index >= 0 else f"-/{count}"
-            total = view.total or self.points_per_trial
-            points = f"{view.done}/{total}" if view.trial is not None and total else "-"
-            step = STEP_WORDS.get(view.step, view.step)
-            table.add_row(*_cells(name, words, position, step, points))
-        return Group(Text(title), table, Text(best))
+
+def render_snapshot(snapshot: ProgressSnapshot, sweep: str = "") -> Group:
+    """The title (elapsed, ETA), one row per host, and the best config so far."""
+    title = f"sweep {sweep} " if sweep else "sweep "
+    title += f"· {duration(snapshot.elapsed_s)} elapsed · {snapshot.eta_words(clock_time)}"
+    by = snapshot.best_by.words()
+    best = f"best so far{f' ({by})' if by else ''}: {snapshot.best_words()}"
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("host", no_wrap=True)
+    table.add_column("config", overflow="fold")
+    table.add_column("trial", no_wrap=True)
+    table.add_column("step", no_wrap=True)
+    table.add_column("points", no_wrap=True, justify="right")
+    for host in snapshot.hosts:
+        if host.finished:
+            table.add_row(*_cells(host.name, "-", host.trial, STEP_WORDS["done"], "-"))
+            continue
+        words = host.config or "-"
+        if host.config is not None and host.attempt and host.attempt > 1:
+            words += f" (attempt {host.attempt})"
+        points = f"{host.done}/{host.total}" if host.config is not None and host.total else "-"
+        step = STEP_WORDS.get(host.step, host.step)
+        table.add_row(*_cells(host.name, words, host.trial, step, points))
+    return Group(Text(title), table, Text(best))
 
 
 # --- the outcome, at the end -----------------------------------------------------------------

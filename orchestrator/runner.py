@@ -682,6 +682,7 @@ async def _take_restart(run: _SweepRun, session: HostSession, attempt: Attempt) 
     attempt ends skipped."""
     host = session.name
     if run.budget.take(host):
+        run.progress.update(host, restarts_left=run.budget.left(host))
         await run.event(
             RESTART_EVENT,
             {"host_type": run.budget.type_of[host], "left": run.budget.left(host)},
@@ -825,10 +826,15 @@ async def _measure(
             point.invocation_id = server.invocation_id
             point.journal_cursor_start = cursor
             point.journal_cursor_end = entries[-1].cursor if entries else cursor
-            await store.record_point(attempt.id, *_throughput_point(point))
+            stored, requests = _throughput_point(point)
+            await store.record_point(attempt.id, stored, requests)
             done += 1
             run.progress.update(
-                session.name, done=done, total=total, last_point=point.metrics.as_fields()
+                session.name,
+                done=done,
+                total=total,
+                last_point=point.metrics.as_fields(),
+                point=stored,
             )
             # After the journal window has settled, not beside it: a server that crashed
             # at the point's end exits a little later (tests/faults caught the race).

@@ -28,8 +28,10 @@ from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
 
 def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
     """One sweep as the API lists it."""
+    if active is None:
+        return SweepView(record)
     return SweepView(
-        record, active=active is not None, stopping=active.stop.reason if active else None
+        record, active=True, stopping=active.stop.reason, progress=active.progress.snapshot()
     )
 
 

@@ -29,21 +29,47 @@ from orchestrator.runner import StopSignal, run_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
+from orchestrator.sweepprogress import ProgressSnapshot, SweepShape, SweepTracker
 from orchestrator.trialsource import TrialSourceFactory
 
 ABANDON_WAIT_S = 5.0
 
 
 class SweepProgress:
-    """The runner's progress reports for one sweep, per host, for status and ``STATUS=``."""
+    """The runner's progress reports for one sweep: each host's latest fields (``status``'s
+    ``current``, ``STATUS=``), and the tracker behind the sweep's progress and ETA (the same
+    numbers the foreground display shows)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        shape: SweepShape | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.hosts: dict[str, dict[str, Any]] = {}
+        self.clock, self.wall_clock = clock, wall_clock
+        self.tracker = SweepTracker(shape or SweepShape(), started=clock())
+
+    @classmethod
+    def for_sweep(
+        cls,
+        sweep: Sweep,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> SweepProgress:
+        return cls(SweepShape.of(sweep), clock=clock, wall_clock=wall_clock)
 
     def update(self, host: str, **fields: Any) -> None:
+        self.tracker.update(host, fields, self.clock())
         view = self.hosts.setdefault(host, {})
-        view.update(fields)
-        view["updated_at"] = time.time()
+        # The typed point is the tracker's; the JSON fields keep its metrics (last_point).
+        view.update((name, value) for name, value in fields.items() if name != "point")
+        view["updated_at"] = self.wall_clock()
+
+    def snapshot(self) -> ProgressSnapshot:
+        return self.tracker.snapshot(self.clock(), self.wall_clock())
 
     def describe(self) -> str:
         parts = []
@@ -175,7 +201,8 @@ class Scheduler:
             self.queued -= 1
 
     def _start(self, record: SweepRecord, sweep: Sweep) -> None:
-        active = ActiveSweep(record, sweep, sweep_host_keys(sweep))
+        progress = SweepProgress.for_sweep(sweep)
+        active = ActiveSweep(record, sweep, sweep_host_keys(sweep), progress=progress)
         self.active[record.id] = active
         self.claims.claim(active.keys)
         active.task = asyncio.create_task(self._run_sweep(active), name=f"sweep {record.name}")

@@ -8,12 +8,12 @@ import signal
 import sys
 
 from orchestrator.answers import answered
-from orchestrator.plan import plan_sweep
-from orchestrator.progress import LiveProgress, planned_trials, print_outcome
+from orchestrator.progress import LiveProgress, print_outcome
 from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
+from orchestrator.sweepprogress import SweepShape
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -54,11 +54,8 @@ async def run_in_foreground(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    # A search proposes its trials as it goes: no list to show ahead of them.
-    grid = sweep.search.strategy == "grid"
-    trials = planned_trials(plan_sweep(sweep).trials) if grid else []
     async with await Store.open(db_path(db)) as store:
-        with LiveProgress(trials, sweep=sweep.name) as progress:
+        with LiveProgress(SweepShape.of(sweep), sweep=sweep.name) as progress:
             return await run_sweep(
                 sweep,
                 text,

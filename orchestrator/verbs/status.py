@@ -1,4 +1,5 @@
-"""Show the daemon's sweeps (queued, running, ended) and what each host is doing."""
+"""Show the daemon's sweeps (queued, running, ended), a running sweep's progress and ETA, and
+what each host is doing."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from orchestrator.sweepprogress import ProgressSnapshot, clock_time
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
     add_socket_argument,
@@ -33,22 +34,51 @@ def _when(stamp: float | None) -> str:
     return dt.datetime.fromtimestamp(stamp).strftime("%m-%d %H:%M")
 
 
+def progress_words(sweep: dict[str, Any]) -> str:
+    """A running sweep's ``restarts 3/12 (h200); ETA 03:12:00 (in 41m...)``; ``-`` otherwise."""
+    snapshot = _snapshot(sweep)
+    if snapshot is None:
+        return "-"
+    return f"{snapshot.done_words()}; {snapshot.eta_words(clock_time)}"
+
+
+def _snapshot(sweep: dict[str, Any]) -> ProgressSnapshot | None:
+    """The sweep's progress, if the daemon sent one this client can read."""
+    document = sweep.get("progress")
+    if not isinstance(document, dict):
+        return None
+    try:
+        return ProgressSnapshot.from_json(document)
+    except (KeyError, TypeError, ValueError):  # a newer daemon's shape: show none, not a guess
+        return None
+
+
 def print_sweeps(sweeps: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title=f"{len(sweeps)} sweep(s)")
-    for column in ("id", "name", "state", "priority", "submitted", "started", "finished"):
-        table.add_column(column)
+    """A few lines per sweep: its id, whole name and state, then its times, then a running
+    sweep's progress. Lines, not a table: a table at 80 columns cut a long name to a prefix
+    two sweeps could share; a line keeps it whole and wraps what follows it."""
+    console.print(f"{len(sweeps)} sweep(s)", highlight=False)
+    width = max((len(str(sweep["id"])) for sweep in sweeps), default=1)
+    indent = " " * (width + 2)
     for sweep in sweeps:
         state = sweep["state"] + (f" (stopping: {sweep['stopping']})" if sweep["stopping"] else "")
-        table.add_row(
-            str(sweep["id"]),
-            sweep["name"],
-            state,
-            str(sweep["priority"]),
-            _when(sweep["submitted_at"]),
-            _when(sweep["started_at"]),
-            _when(sweep["finished_at"]),
-        )
-    console.print(table)
+        times = [
+            f"{word} {_when(sweep[key])}"
+            for word, key in (
+                ("submitted", "submitted_at"),
+                ("started", "started_at"),
+                ("finished", "finished_at"),
+            )
+            if sweep[key] is not None
+        ]
+        lines = [
+            f"{sweep['id']:>{width}}  {sweep['name']}: {state} (priority {sweep['priority']})",
+            indent + ", ".join(times),
+        ]
+        if _snapshot(sweep) is not None:
+            lines.append(indent + progress_words(sweep))
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
 
 
 def print_sweep(sweep: dict[str, Any], console: Console) -> None:
@@ -57,6 +87,14 @@ def print_sweep(sweep: dict[str, Any], console: Console) -> None:
     why = (sweep.get("summary") or {}).get("error")
     if why:
         console.print(f"  {why}", markup=False, highlight=False)
+    snapshot = _snapshot(sweep)
+    if snapshot is not None:
+        by = snapshot.best_by.words()
+        for line in (
+            f"progress: {snapshot.done_words()}; {snapshot.eta_words(clock_time)}",
+            f"best so far{f' ({by})' if by else ''}: {snapshot.best_words()}",
+        ):
+            console.print(f"  {line}", markup=False, highlight=False)
     for host in sweep["hosts"]:
         current = host["current"] or {}
         if host["set_aside"]:

@@ -20,8 +20,9 @@ from orchestrator.progress import (
     clock_time,
     failure_words,
     outcome_lines,
-    planned_trials,
 )
+from orchestrator.store import ThroughputMetrics, ThroughputPoint
+from orchestrator.sweepprogress import planned_trials
 from orchestrator.types import FailureCause
 from orchestrator.verbs.demo import load_demo_sweep
 
@@ -68,10 +69,11 @@ def test_rows_name_configs_by_their_knob_values_never_by_trial_key() -> None:
     row = next(line for line in text.splitlines() if "sim-01" in line)
     assert "budget=4" in row and budget_4.key not in text and "sim-01." not in text
     assert "restart + load" in row
-    # the baseline and the knob-only-differing configs keep short, distinct names
+    # every knob that varies is named, the one every config shares (draft_model) is not
     names = {t.words for t in planned_trials(plan_sweep(sweep).trials)}
-    assert {"baseline", "budget=4", "budget=8", "budget=16"} <= names
-    assert "budget=8 legacy_window=2048" in names
+    assert "baseline" in names and not any("draft_model" in name for name in names)
+    assert "algorithm=DDTREE budget=4 topk=4 window=2048" in names
+    assert "algorithm=DDTREE budget=8 legacy_window=2048 topk=4" in names
 
 
 def test_points_of_the_trials_total_and_an_eta_as_clock_time() -> None:
@@ -83,17 +85,19 @@ def test_points_of_the_trials_total_and_an_eta_as_clock_time() -> None:
     clock.now += 10.0  # a 10 s load
     progress.update("sim-01", step="ctx 60 x c1", done=0, total=9)
     clock.now += 2.0  # a 2 s point
-    progress.update("sim-01", done=1, total=9, last_point={"output_tok_s": 400.0})
+    point = ThroughputPoint(60, 1, ThroughputMetrics(output_tok_s=400.0))
+    progress.update("sim-01", done=1, total=9, last_point={"output_tok_s": 400.0}, point=point)
     text = _text(progress.render())
     row = next(line for line in text.splitlines() if "sim-01" in line)
     assert re.search(r"\b1/9\b", row) and re.search(r"\b1/6\b", row)
     # The sweep ends with its slowest host. sim-01: 8 points of this trial, then 5 trials of a
-    # 10 s load and 9 points of 2 s; sim-02, not started, all 6 trials at sim-01's pace.
-    sim_01 = 8 * 2.0 + 5 * (10.0 + 9 * 2.0)
-    sim_02 = 6 * (10.0 + 9 * 2.0)
+    # 10 s load and 9 points of 2 s; sim-02, not started, all 6 trials at sim-01's pace; each
+    # then restores its unit, one more 10 s load.
+    sim_01 = 8 * 2.0 + 5 * (10.0 + 9 * 2.0) + 10.0
+    sim_02 = 6 * (10.0 + 9 * 2.0) + 10.0
     left = max(sim_01, sim_02)
-    assert f"ETA {clock_time(wall + 12.0 + left)} (in 2m48s)" in text
-    assert "best so far: baseline @sim-01 (ctx 60 x c1): 400 tok/s" in text
+    assert f"ETA {clock_time(wall + 12.0 + left)} (in 2m58s)" in text
+    assert "best so far: baseline @sim-01: 400 tok/s (60/c1)" in text
 
 
 def test_final_frame_says_every_host_finished() -> None:
@@ -180,7 +184,7 @@ def test_outcome_says_each_failure_in_plain_words_and_the_best_config() -> None:
     assert "found by the preflight" in text
     assert "FAILED: invalid-config" in text and "(attempt 2)" in text
     assert "ValueError: speculative_draft_window_size=8 must be >= the block size" in text
-    assert best_config(results) == "budget=16 @sim-01: 5,408 tok/s (ctx 60, c=4)"
+    assert best_config(results) == "budget=16 topk=4 @sim-01: 5,408 tok/s (ctx 60, c=4)"
 
 
 def test_every_failure_cause_has_plain_words() -> None:
