@@ -558,13 +558,9 @@ async def check_host(
         command_line = [*service.exec_start, *extra_flags]
         if model and api == "chat":
             model_check = await check_model(
-                model,
-                command_line,
-                running=reached.running,
-                base_url=base_url,
-                timeout=command_timeout,
-                engine=engine,
-            )
+                model, command_line, running=reached.running, base_url=base_url,
+                timeout=command_timeout, engine=engine,
+            )  # fmt: skip
             checks.items.append(model_check)
             model_mismatch = None if model_check.ok else model_check.detail
         metrics_check, metrics_warning = check_metrics(command_line, metrics, api)
@@ -578,12 +574,9 @@ async def check_host(
         ) or await _by_help(host, checks, service, flags, timeout=help_timeout)
     except _SetAside as aside:
         return HostCheck(
-            name,
-            tuple(checks.items),
-            reason=aside.reason,
-            exec_start=aside.exec_start,
+            name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,
             model_mismatch=model_mismatch,
-        )
+        )  # fmt: skip
     except TransportError as exc:
         checks.add("ssh", False, exc.message)
         return HostCheck(name, tuple(checks.items), reason=str(exc))

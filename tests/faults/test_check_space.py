@@ -68,9 +68,9 @@ def _search(text: str, **search: Any) -> str:
 async def test_check_parses_every_config_of_the_space_in_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An adaptive sweep of 7 configs (2 listed, a grid of 6, one shared), capped at 2 restarts: the plan's table holds 2 trials,
-    yet every config is parsed, by one run of the host's interpreter, and the 3 the build
-    refuses are named."""
+    """An adaptive sweep of 7 configs (2 listed, a grid of 6, one shared), capped at 2
+    restarts: the plan's table holds 2 trials, yet every config is parsed, by one run of the
+    host's interpreter, and the 3 the build refuses are named."""
     async with fault_host(tmp_path, ADDRESS) as host:
         text = _search(
             sweep_yaml(host, "check-space", [HEALTHY, OTHER]), max_restarts=2, confirmations=0

@@ -1,9 +1,28 @@
 """The preflight's reading of a build's ``--help``: unknown flags, each with the build's closest
-spelling when there is one (argparse's help format, as SGLang prints it)."""
+spelling when there is one (argparse's help format, as SGLang prints it); and how the host's
+own parser is asked about the whole space: batches, and a verdict found by config."""
 
 from __future__ import annotations
 
-from orchestrator.preflight import flag_problem, flags_known, help_flags, suggest_flags
+from orchestrator.plan import (
+    expand_configs,
+    first_key,
+    plan_sweep,
+    repeat_key,
+    space_trials,
+    trial_key,
+)
+from orchestrator.preflight import (
+    HostCheck,
+    ParseBatch,
+    flag_problem,
+    flags_known,
+    help_flags,
+    parse_batches,
+    suggest_flags,
+)
+from orchestrator.sglang_parser import ParseCommand, ParseVerdict
+from orchestrator.sweepfile import parse_sweep
 
 HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--served-model-name NAME]
                         [--speculative-algorithm {EAGLE,EAGLE3,NEXTN,DFLASH}]
@@ -43,3 +62,49 @@ def test_unknown_flags_name_the_builds_closest_spelling() -> None:
         "--speculative-dflash-draft-window-size (did you mean --speculative-draft-window-size?), "
         "--tree-budget"
     )
+
+
+def test_parse_batches_ask_each_distinct_argv_once_per_environment_within_the_size() -> None:
+    """One process per interpreter and environment, cut only where one command line could not
+    hold the argvs (the remote shell's -c argument is capped at 128 KiB)."""
+    plain, other_env = ("env", "/py"), ("env", "A=1", "/py")
+    commands = [
+        ParseCommand(plain, ("--a", "1")),
+        ParseCommand(plain, ("--a", "2")),
+        ParseCommand(plain, ("--a", "1")),  # the same argv again (a repeat): asked once
+        ParseCommand(other_env, ("--a", "1")),
+    ]
+    assert parse_batches(commands) == [
+        ParseBatch(plain, (("--a", "1"), ("--a", "2"))),
+        ParseBatch(other_env, (("--a", "1"),)),
+    ]
+    many = [ParseCommand(plain, ("--a", str(n))) for n in range(10)]
+    cut = parse_batches(many, max_chars=40)  # each argv ~15 characters with its quoting
+    assert [len(batch.argvs) for batch in cut] == [2, 2, 2, 2, 2]
+    assert [argv for batch in cut for argv in batch.argvs] == [c.argv for c in many]
+
+
+def test_a_repeat_or_a_search_proposal_finds_its_configs_verdict() -> None:
+    """The preflight parses each config once, under its first key; the runner asks with the
+    key of whichever measurement it runs."""
+    key = trial_key("h1", "sglang.service", {"algorithm": "FOO"})
+    verdict = ParseVerdict(False, "resolution", "ValueError: Unknown speculative algorithm")
+    check = HostCheck("h1", (), rejected={key: verdict})
+    assert check.refusal(key) is verdict
+    assert check.refusal(repeat_key(key, 3)) is verdict
+    assert check.refusal(trial_key("h1", "sglang.service", {"algorithm": "NGRAM"})) is None
+    assert first_key(repeat_key(key, 12)) == key == first_key(key)
+
+
+def test_space_trials_are_every_config_of_configs_and_grid_whatever_the_cap() -> None:
+    sweep = parse_sweep(
+        "name: s\nhosts:\n  - {name: h1, address: 10.0.0.1, base_url: 'http://10.0.0.1:1'}\n"
+        "server:\n  model: m\n  knobs: {a: {flag: --a}, b: {flag: --b}}\n"
+        "baseline: true\nconfigs: [{a: 9}]\ngrid: {a: [1, 2], b: [1, 2, 3]}\n"
+        "search: {strategy: adaptive, max_restarts: 2}\n"
+    )
+    assert len(plan_sweep(sweep)) == 2
+    trials = space_trials(sweep, "h1")
+    assert [config for _, config in trials] == expand_configs(sweep)
+    assert len(trials) == 1 + 1 + 6
+    assert trials[1][0] == trial_key("h1", sweep.server.unit, {"a": 9})
