@@ -13,6 +13,7 @@ host's drift over the night spreads over all configs instead of reading as a con
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import itertools
 import json
@@ -29,6 +30,7 @@ from orchestrator.host.dropin import (
     render_dropin,
     render_dropin_delta,
 )
+from orchestrator.search.deadline import local_deadline
 from orchestrator.sglang import metrics_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
@@ -482,8 +484,14 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
     for name in per_host:
         per_host[name] += assumed.restart
     restart = format_duration(assumed.restart)
+    restart_source = (
+        "estimate.restart"
+        if "restart" in assumed.model_fields_set
+        else "estimate.restart's default: this model's load time is unknown before a run; "
+        "set estimate.restart to what a restart of it takes"
+    )
     assumptions = [
-        f"one restart (stop, memory release, load, warm-up) takes {restart} (estimate.restart)",
+        f"one restart (stop, memory release, load, warm-up) takes {restart} ({restart_source})",
         f"one request writes {assumed.decode_tokens_per_s:g} tokens/s and reads "
         f"{assumed.prefill_tokens_per_s:g} tokens/s (estimate.decode_tokens_per_s, "
         "estimate.prefill_tokens_per_s)",
@@ -511,6 +519,100 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
         per_host_s=per_host,
         assumptions=tuple(assumptions),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineCheck:
+    """The plan's estimate against ``schedule.finish_by``: the time from when the sweep may
+    start (``not_before``, else now) to the deadline, and whether the estimate overruns it."""
+
+    finish_by: str
+    start: dt.datetime
+    start_from: str
+    """``now`` or ``schedule.not_before``."""
+    finish: dt.datetime
+    estimate_s: float
+    assumes: str
+    """What the estimate rests on, in a few words (the restart time first: unknown before a
+    run, it dominates)."""
+    search: bool
+    """A search stops exploring in time for the deadline itself; a grid is cut by it."""
+
+    @property
+    def available_s(self) -> float:
+        return (self.finish - self.start).total_seconds()
+
+    @property
+    def overruns(self) -> bool:
+        return self.estimate_s > self.available_s
+
+    def warning(self) -> str | None:
+        """The warning ``plan`` prints when the estimate overruns the deadline."""
+        if not self.overruns:
+            return None
+        start = "now" if self.start_from == "now" else "at schedule.not_before"
+        consequence = (
+            "the search will explore less and stop for the deadline"
+            if self.search
+            else "the sweep will be stopped there with part of the plan not measured"
+        )
+        return (
+            f"schedule.finish_by {self.finish_by}: started {start} ({self.start:%H:%M}), the "
+            f"sweep has {format_duration(self.available_s)} but plan estimates about "
+            f"{format_duration(self.estimate_s)} (an estimate, not a measurement: it assumes "
+            f"{self.assumes}): {consequence}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "finish_by": self.finish_by,
+            "start": self.start.isoformat(timespec="minutes"),
+            "start_from": self.start_from,
+            "available_s": round(self.available_s, 1),
+            "estimate_s": round(self.estimate_s, 1),
+            "assumes": self.assumes,
+            "overruns": self.overruns,
+            "warning": self.warning(),
+        }
+
+
+def deadline_check(sweep: Sweep, estimate: PlanEstimate, now: dt.datetime) -> DeadlineCheck | None:
+    """The estimate against ``schedule.finish_by`` (control machine local time), for a sweep
+    that starts at ``not_before`` or, without one, ``now``; None without a deadline. A sweep
+    queued behind others starts later, and has less time than this says."""
+    schedule = sweep.schedule
+    if schedule is None or schedule.finish_by is None:
+        return None
+    start_from = "now"
+    start = now
+    if schedule.not_before is not None:
+        start, start_from = local_deadline(schedule.not_before, now), "schedule.not_before"
+    return DeadlineCheck(
+        finish_by=schedule.finish_by,
+        start=start,
+        start_from=start_from,
+        finish=local_deadline(schedule.finish_by, start),
+        estimate_s=estimate.total_s,
+        assumes=_short_assumptions(sweep),
+        search=sweep.search.strategy != "grid",
+    )
+
+
+def _short_assumptions(sweep: Sweep) -> str:
+    assumed = sweep.estimate
+    restart = format_duration(assumed.restart)
+    source = (
+        "estimate.restart"
+        if "restart" in assumed.model_fields_set
+        else "estimate.restart's default; the load time is unknown before a run"
+    )
+    text = (
+        f"{restart} per restart ({source}) and {assumed.decode_tokens_per_s:g} output "
+        "tokens/s per request, no retries"
+    )
+    if sweep.search.strategy != "grid":
+        text += f", and all {sweep.search.max_restarts} starts per host type at full fidelity"
+    return text
 
 
 def plan_notes(sweep: Sweep, plan: Plan) -> list[str]:
@@ -552,12 +654,22 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{rest:02d}m"
 
 
-def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) -> dict[str, Any]:
+def plan_json(
+    plan: Plan,
+    sweep: Sweep,
+    *,
+    file_warnings: Sequence[str] = (),
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
     """``{"sweep": name, "trials": [{"key", "host", "config", "repeat", "dropin", ...}]}``,
-    with who runs what (``hosts``), the duration ``estimate``, the ``repeats`` and ``search``
-    (strategy, cap, the space's size, what the cap ``cuts``) and the ``warnings`` (the sweep
-    file's, as ``FILE:LINE: FIELD: message``, then the plan's)."""
+    with who runs what (``hosts``), the duration ``estimate``, the estimate against
+    ``schedule.finish_by`` (``deadline``, null without one; ``now`` is when the sweep would
+    start without ``not_before``), the ``repeats`` and ``search`` (strategy, cap, the space's
+    size, what the cap ``cuts``) and the ``warnings`` (the sweep file's, as
+    ``FILE:LINE: FIELD: message``, then the plan's, then the deadline's)."""
     estimate = estimate_plan(plan, sweep)
+    deadline = deadline_check(sweep, estimate, now or dt.datetime.now())
+    overrun = deadline.warning() if deadline is not None else None
     return {
         "sweep": plan.sweep,
         "distribute": sweep.distribute,
@@ -596,6 +708,7 @@ def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) ->
             "per_host_s": {name: round(v, 1) for name, v in estimate.per_host_s.items()},
             "assumptions": list(estimate.assumptions),
         },
+        "deadline": deadline.to_json() if deadline is not None else None,
         "repeats": sweep.benchmark.repeats,
         "search": {
             "strategy": sweep.search.strategy,
@@ -613,5 +726,9 @@ def plan_json(plan: Plan, sweep: Sweep, *, file_warnings: Sequence[str] = ()) ->
                 for cut in plan.cuts
             ],
         },
-        "warnings": [*file_warnings, *(str(warning) for warning in plan.warnings)],
+        "warnings": [
+            *file_warnings,
+            *(str(warning) for warning in plan.warnings),
+            *([overrun] if overrun else []),
+        ],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from typing import Any, TextIO
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from orchestrator.plan import (
     Plan,
+    deadline_check,
     estimate_plan,
     format_duration,
     plan_json,
@@ -50,7 +52,8 @@ def _plan_lines(sweep: Sweep, plan: Plan) -> tuple[list[list[str]], list[str]]:
             for trial in mine
         )
     after.append(
-        f"estimate: about {format_duration(estimate.total_s)} for the sweep "
+        f"estimate: about {format_duration(estimate.total_s)} for the sweep, from the "
+        "assumptions below, not from measurements "
         f"(hosts in parallel; {format_duration(estimate.trial_s)} per trial: "
         f"restart {format_duration(estimate.restart_s)}, benchmark "
         f"{format_duration(estimate.bench_s)}, coding {format_duration(estimate.coding_s)})"
@@ -113,10 +116,20 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sweep = checked.sweep
     plan = plan_sweep(sweep)
+    now = dt.datetime.now()
+    deadline = deadline_check(sweep, estimate_plan(plan, sweep), now)
+    overrun = deadline.warning() if deadline is not None else None
     file_warnings = [str(warning) for warning in checked.warnings]
-    print_warnings([*file_warnings, *map(str, plan.warnings), *repeat_warnings(sweep)])
+    print_warnings(
+        [
+            *file_warnings,
+            *map(str, plan.warnings),
+            *repeat_warnings(sweep),
+            *([overrun] if overrun else []),
+        ]
+    )
     if args.json:
-        emit_json(plan_json(plan, sweep, file_warnings=file_warnings))
+        emit_json(plan_json(plan, sweep, file_warnings=file_warnings, now=now))
     else:
         _print_plan(sweep, plan, show_dropins=args.show_dropins)
     return EXIT_OK

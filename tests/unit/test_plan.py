@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -314,3 +315,73 @@ def test_the_demo_units_command_line_has_each_flag_once() -> None:
         flags = [arg.flag for arg in flag_args(invocation.argv[1:]) if not isinstance(arg, str)]
         assert len(flags) == len(set(flags)), (trial.key, invocation.argv)
         assert "--enable-metrics" in flags
+
+
+DEADLINE_SWEEP = (
+    TWO_HOSTS + "baseline: true\ngrid:\n  budget: [1, 2, 3]\n"
+    "benchmark: {contexts: [60], concurrency: [1], max_tokens: 100, rounds: 1,"
+    " warmup_requests: 0}\n"
+)
+
+
+def test_plan_warns_when_its_estimate_overruns_finish_by() -> None:
+    """Issue 22: with finish_by 3 minutes away only the baselines ran, and plan had said
+    nothing. The estimate (default restart, 5m: the load time is unknown before a run) is
+    compared with the time from the start to the deadline, and the warning says what it
+    assumes."""
+    sweep = parse_sweep(DEADLINE_SWEEP + "schedule: {finish_by: '09:00'}\n")
+    now = dt.datetime(2026, 12, 3, 8, 57)
+    document = plan_json(plan_sweep(sweep), sweep, now=now)
+    deadline = document["deadline"]
+    assert deadline["overruns"] is True
+    assert deadline["available_s"] == 180.0
+    assert deadline["start_from"] == "now"
+    assert deadline["estimate_s"] == document["estimate"]["total_s"] > 180.0
+    warning = deadline["warning"]
+    assert warning in document["warnings"]
+    assert warning.startswith("schedule.finish_by 09:00: started now (08:57), the sweep has 3m")
+    assert "an estimate, not a measurement" in warning
+    assert "5m per restart (estimate.restart's default; the load time is unknown" in warning
+    assert "part of the plan not measured" in warning
+
+
+def test_finish_by_counts_from_not_before_and_a_plan_that_fits_is_not_warned() -> None:
+    sweep = parse_sweep(
+        DEADLINE_SWEEP
+        + "schedule: {not_before: '22:00', finish_by: '07:00'}\nestimate: {restart: 6m}\n"
+    )
+    document = plan_json(plan_sweep(sweep), sweep, now=dt.datetime(2026, 12, 3, 14, 0))
+    deadline = document["deadline"]
+    assert deadline["start"] == "2026-12-03T22:00" and deadline["available_s"] == 9 * 3600
+    assert deadline["overruns"] is False and deadline["warning"] is None
+    assert "6m per restart (estimate.restart)" in deadline["assumes"]
+    assert not any("finish_by" in w for w in document["warnings"])
+    no_deadline = parse_sweep(DEADLINE_SWEEP)
+    assert plan_json(plan_sweep(no_deadline), no_deadline)["deadline"] is None
+
+
+def test_a_search_plan_says_it_explores_less_under_the_deadline() -> None:
+    sweep = parse_sweep(
+        DEADLINE_SWEEP
+        + "search: {strategy: random, max_restarts: 4}\nschedule: {finish_by: '09:00'}\n"
+    )
+    document = plan_json(plan_sweep(sweep), sweep, now=dt.datetime(2026, 12, 3, 8, 57))
+    warning = document["deadline"]["warning"]
+    assert "all 4 starts per host type at full fidelity" in warning
+    assert "the search will explore less and stop for the deadline" in warning
+
+
+def test_the_plan_command_warns_on_stderr_and_in_its_json(tmp_path: Path) -> None:
+    soon = (dt.datetime.now() + dt.timedelta(minutes=2)).strftime("%H:%M")
+    path = tmp_path / "soon.yaml"
+    path.write_text(DEADLINE_SWEEP + f"schedule: {{finish_by: '{soon}'}}\n")
+    command = [sys.executable, "-m", "orchestrator.cli", "plan", str(path)]
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: schedule.finish_by {soon}: started now" in shown.stderr
+    assert "for the sweep, from the assumptions below, not from measurements" in shown.stdout
+    as_json = subprocess.run(
+        [*command, "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert json.loads(as_json.stdout)["deadline"]["overruns"] is True
+    assert f"warning: schedule.finish_by {soon}" in as_json.stderr
