@@ -25,6 +25,11 @@ sweep's stored trials and results and answers, in this order:
    their estimates come from restarts that did not pick them;
 6. nothing: the host is done.
 
+An objective the offered load caps (goodput at an open-loop cell,
+:mod:`orchestrator.answers.saturation`) gets no race and no confirmation once two configs sit
+at the cap (:func:`capped_reason`): more restarts of configs that all keep up measure the cap
+again. The reserve goes back to exploring what is not yet measured, and the stop event says why.
+
 Nothing is kept only in memory: a fresh source over the same store answers the same.
 """
 
@@ -38,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, offered_cap
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
 from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
@@ -235,6 +241,34 @@ def race_pick(standings: Sequence[Standing]) -> Config | None:
     return leader.config
 
 
+def capped_reason(objective: Objective, standings: Sequence[Standing]) -> str | None:
+    """Why the race and the confirmations would learn nothing, in words; None when they can.
+
+    The objective is one the offered load caps (a rate or a fraction of requests at
+    open-loop cells: :func:`~orchestrator.answers.saturation.offered_cap`) and at least
+    :data:`LEADERS` explored configs' own means sit at the cap: every config that keeps up
+    scores the cap, so a restart more of any of them measures the cap again, and only a higher
+    offered rate can tell them apart."""
+    if objective.minimized:
+        return None
+    cap = offered_cap(objective.metric, objective.cells)
+    if cap is None:
+        return None
+    level = sum(at_cap(standing.mean, cap) for standing in standings)
+    if level < LEADERS:
+        return None
+    bound = (
+        "capped at 1 (every request met the SLO)"
+        if objective.metric in FRACTION_METRICS
+        else f"capped by the offered rate {cap:.3g} req/s"
+    )
+    return (
+        f"the objective {objective.metric} is {bound}: {level} configs are at the cap and more "
+        "restarts cannot tell them apart, so none is raced or confirmed; raise benchmark rate "
+        "to tell configs apart"
+    )
+
+
 class SearchTrialSource:
     """A :class:`~orchestrator.trialsource.TrialSource` for ``random`` and ``adaptive``."""
 
@@ -269,7 +303,8 @@ class SearchTrialSource:
             now = dt.datetime.fromtimestamp(clock())
             self.finish_at = local_deadline(sweep.schedule.finish_by, now).timestamp()
         self._pending: dict[str, list[SourcedTrial]] = {}
-        self._stopped: set[str] = set()
+        self._stopped: dict[str, bool] = {}
+        """Host types whose stop event is recorded, and whether it named a capped objective."""
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -385,8 +420,9 @@ class SearchTrialSource:
         events = await self.store.events(self.record.id, kinds=(RESTART_EVENT,))
         used = restarts_used(events, self.type_of).get(host_type, 0)
         left = math.inf if cap is None else cap - used
+        capped = capped_reason(self.objective, self._standings(observed))
         if left <= 0:
-            await self._stop_exploring(host_type, "max_restarts reached", observed)
+            await self._stop_exploring(host_type, "max_restarts reached", observed, capped)
             return None
         if self.space.baseline and not any(
             o.record.is_baseline and o.record.host == host for o in observed
@@ -394,8 +430,10 @@ class SearchTrialSource:
             return await self._store_trial(host, {}, self.full, baseline=True)
         confirms = [o for o in observed if o.plan.purpose == "confirm"]
         raced = [o for o in observed if o.explores and o.plan.repeat > 1]
-        confirm_left = max(0, self.sweep.search.confirmations - len(confirms))
-        race_left = max(0, race_restarts(self.sweep) - len(raced))
+        # A capped objective holds nothing back: the race and the confirmations would measure
+        # the cap again, so their restarts go to configs not yet measured.
+        confirm_left = 0 if capped else max(0, self.sweep.search.confirmations - len(confirms))
+        race_left = 0 if capped else max(0, race_restarts(self.sweep) - len(raced))
         reserve = confirm_left + race_left
         # Under a deadline the time held back covers the confirmations and a race of at most
         # half the configs screened so far: a short night still explores, and races what it
@@ -414,7 +452,7 @@ class SearchTrialSource:
             reason = "only the confirmation reserve of the time to finish_by is left"
         if reason is None:
             return await self._explore(host, host_type, observed, candidates)
-        await self._stop_exploring(host_type, reason, observed)
+        await self._stop_exploring(host_type, reason, observed, capped)
         if reserve > 0 and (timing is None or timing.may_confirm()):
             if race_left > 0 and (
                 timing is None
@@ -578,11 +616,19 @@ class SearchTrialSource:
         return TimeBudget(self.finish_at - self.clock(), times, reserve, len(hosts))
 
     async def _stop_exploring(
-        self, host_type: str, reason: str, observed: Sequence[Observation]
+        self,
+        host_type: str,
+        reason: str,
+        observed: Sequence[Observation],
+        capped: str | None = None,
     ) -> None:
-        if host_type in self._stopped:
+        """Record once per type why exploring stopped, and again when a capped objective
+        (``capped``, :func:`capped_reason`) is first why nothing is raced or confirmed."""
+        if host_type in self._stopped and (capped is None or self._stopped[host_type]):
             return
-        self._stopped.add(host_type)
+        self._stopped[host_type] = capped is not None
+        if capped is not None:
+            reason = f"{reason}; {capped}"
         explored = {o.identity for o in observed if o.explores}
         await self.store.add_event(
             self.record.id,
