@@ -36,14 +36,8 @@ from orchestrator.answers import Answer
 from orchestrator.bench.coding import Outcome
 from orchestrator.report.model import short_labels
 from orchestrator.report.words import answer_words, readable
-from orchestrator.sweepprogress import (
-    PlannedTrial,
-    ProgressSnapshot,
-    SweepShape,
-    SweepTracker,
-    clock_time,
-    duration,
-)
+from orchestrator.sweepprogress import ProgressSnapshot, clock_time, duration
+from orchestrator.sweeptracker import PlannedTrial, SweepShape, SweepTracker
 
 STEP_WORDS = {
     "preflight": "preflight",

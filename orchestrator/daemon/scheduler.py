@@ -29,7 +29,8 @@ from orchestrator.runner import StopSignal, run_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
-from orchestrator.sweepprogress import ProgressSnapshot, SweepShape, SweepTracker
+from orchestrator.sweepprogress import ProgressSnapshot
+from orchestrator.sweeptracker import SweepShape, SweepTracker
 from orchestrator.trialsource import TrialSourceFactory
 
 ABANDON_WAIT_S = 5.0

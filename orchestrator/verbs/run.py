@@ -13,7 +13,7 @@ from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
-from orchestrator.sweepprogress import SweepShape
+from orchestrator.sweeptracker import SweepShape
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,

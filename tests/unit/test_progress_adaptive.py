@@ -22,7 +22,8 @@ from orchestrator.api import SweepView
 from orchestrator.daemon.scheduler import SweepProgress
 from orchestrator.progress import LiveProgress, clock_time
 from orchestrator.store import LatencySummary, SweepRecord, ThroughputMetrics, ThroughputPoint
-from orchestrator.sweepprogress import BestBy, ProgressSnapshot, SweepShape
+from orchestrator.sweepprogress import BestBy, ProgressSnapshot
+from orchestrator.sweeptracker import SweepShape
 from orchestrator.types import MatrixCell
 from orchestrator.verbs.demo import load_demo_sweep
 from orchestrator.verbs.status import print_sweep, print_sweeps
@@ -44,6 +45,22 @@ def _text(progress: LiveProgress, width: int = 120) -> str:
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert isinstance(out, str)
     return out
+
+
+ADAPTIVE = SweepShape(
+    host_types={"sim-01": "sim-gpu", "sim-02": "sim-gpu"},
+    max_restarts=12,
+    best_by=BestBy("output_tok_s", (MatrixCell(1024, 4),)),
+)
+"""Two hosts of one type, 12 restarts, the objective tok/s at 1024/c4 (the demo's shape)."""
+
+
+def test_the_shape_of_a_search_comes_from_its_sweep_file() -> None:
+    sweep, _ = load_demo_sweep()  # adaptive: no plan ahead, a cap, an objective
+    shape = SweepShape.of(sweep)
+    assert shape.trials == () and shape.max_restarts == sweep.search.max_restarts
+    assert shape.host_types == {"sim-01": "sim-gpu", "sim-02": "sim-gpu"}
+    assert shape.best_by == BestBy("output_tok_s", (MatrixCell(1024, 4),))
 
 
 def _display(shape: SweepShape) -> tuple[LiveProgress, _Clock]:
@@ -80,8 +97,7 @@ def _measure(
 
 
 def test_an_adaptive_sweep_counts_restarts_and_prices_the_ones_left() -> None:
-    sweep, _ = load_demo_sweep()  # adaptive, max_restarts 12, objective tok/s at 1024/c4
-    progress, clock = _display(SweepShape.of(sweep))
+    progress, clock = _display(ADAPTIVE)
     for host in ("sim-01", "sim-02"):
         progress.update(host, step="preflight", trial=None, config=None)
     text = _text(progress)
@@ -116,8 +132,7 @@ def test_an_adaptive_sweep_counts_restarts_and_prices_the_ones_left() -> None:
 
 
 def test_a_finished_search_row_counts_its_restarts_never_zero_of_zero() -> None:
-    sweep, _ = load_demo_sweep()
-    progress, clock = _display(SweepShape.of(sweep))
+    progress, clock = _display(ADAPTIVE)
     _start(progress, "sim-01", "k-base", "baseline", left=11)
     clock.now += 30.0
     _measure(progress, clock, "sim-01", [_point(1024, 4, 500.0)], total=1)
@@ -133,8 +148,7 @@ def test_a_finished_search_row_counts_its_restarts_never_zero_of_zero() -> None:
 
 
 def test_finish_by_ends_the_estimate_with_the_restore_after_it() -> None:
-    sweep, _ = load_demo_sweep()
-    shape = dataclasses.replace(SweepShape.of(sweep), finish_at=WALL + 120.0)
+    shape = dataclasses.replace(ADAPTIVE, finish_at=WALL + 120.0)
     progress, clock = _display(shape)
     _start(progress, "sim-01", "k-base", "baseline", left=11)
     clock.now += 30.0
@@ -165,9 +179,7 @@ def test_a_minimized_objective_over_two_cells_ranks_by_their_geometric_mean() ->
 def _running_demo() -> tuple[SweepProgress, _Clock]:
     """The adaptive demo, one trial on each host, two of four points measured on each."""
     clock = _Clock()
-    progress = SweepProgress.for_sweep(
-        load_demo_sweep()[0], clock=clock, wall_clock=lambda: WALL + (clock.now - 1000.0)
-    )
+    progress = SweepProgress(ADAPTIVE, clock=clock, wall_clock=lambda: WALL + (clock.now - 1000.0))
     for host, left in (("sim-01", 11), ("sim-02", 10)):
         progress.update(host, trial=f"k-{host}", config="budget=4", step="reconfigure", attempt=1)
         progress.update(host, restarts_left=left)
