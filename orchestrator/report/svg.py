@@ -9,6 +9,7 @@ whose numbers carry quality flags is drawn hollow with an amber ring. Every mark
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from collections.abc import Callable, Sequence
@@ -35,6 +36,15 @@ AXIS = "#6b7280"
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 
 MarkStatus = Literal["ok", "flagged", "failed"]
+
+TITLE_SIZE = 13
+"""A panel title's font size (px), drawn bold (weight 600)."""
+TITLE_MARGIN = 8
+"""Room (px) kept free on each side of a centred title."""
+EM_PER_CHAR = {False: 0.62, True: 0.7}
+"""An upper estimate of the average advance of one character, in em, regular and bold: the
+widest sans-serif ``system-ui`` resolves to on Linux (DejaVu Sans) averages about 0.6 and,
+bold, 0.68 over mixed-case words. A chart measures its title with it so no browser clips it."""
 
 
 def esc(text: str) -> str:
@@ -160,6 +170,23 @@ class Frame:
         return self.height - self.bottom
 
 
+def text_width(text: str, size: float = TITLE_SIZE, *, bold: bool = True) -> float:
+    """An upper estimate of ``text``'s rendered width in px (:data:`EM_PER_CHAR`): SVG does
+    not wrap or shrink text, so a chart sizes itself to fit its title from this."""
+    return len(text) * size * EM_PER_CHAR[bold]
+
+
+def title_fits(width: int, title: str) -> int:
+    """``width``, widened where ``title`` (centred, :data:`TITLE_MARGIN` either side) needs
+    more."""
+    return max(width, math.ceil(text_width(title) + 2 * TITLE_MARGIN))
+
+
+def _fit(frame: Frame, title: str) -> Frame:
+    """``frame`` with its plotting area widened when its title would not fit."""
+    return dataclasses.replace(frame, width=title_fits(frame.width, title))
+
+
 def _svg_open(frame: Frame, label: str) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.width} {frame.height}" '
@@ -273,7 +300,7 @@ def xy_panel(
     """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
     (evenly spaced), e.g. the concurrencies measured; ``x_zero`` starts a linear x axis at 0
     (counts, such as restarts spent)."""
-    frame = frame or Frame()
+    frame = _fit(frame or Frame(), title)
     values = [m.y for s in series for m in s.marks if m.y is not None]
     xs_all = [m.x for s in series for m in s.marks]
     has_failed = any(m.y is None for s in series for m in s.marks)
@@ -431,7 +458,7 @@ def heatmap(
     paint = color or (lambda value: heat_color(value, center))
     label_width = max([len(r) for r in rows] + [len(row_label or "")], default=6) * 7 + 16
     top = 58 + (14 if column_label else 0)
-    width = label_width + cell_width * len(columns) + 10
+    width = title_fits(label_width + cell_width * len(columns) + 10, title)
     height = top + cell_height * len(rows) + 10
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
@@ -530,7 +557,7 @@ def box_panel(
     frame: Frame | None = None,
 ) -> str:
     """Box plots grouped along x (e.g. one group per concurrency, one box per config)."""
-    frame = frame or Frame()
+    frame = _fit(frame or Frame(), title)
     values = [v for _, boxes in groups for b in boxes for v in b.samples if v > 0]
     has_failed = any(not b.samples for _, boxes in groups for b in boxes)
     strip = 22 if has_failed else 0
@@ -579,7 +606,7 @@ def box_panel(
             tip = esc(
                 box.title
                 or f"{box.name}: median {p50 * 1000:.0f} ms, p90 {p90 * 1000:.0f} ms, "
-                f"{len(ordered)} requests"
+                f"{len(ordered)} request{'' if len(ordered) == 1 else 's'}"
             )
             parts.append(
                 f'<g class="box {box.status}"><title>{tip}</title>'

@@ -83,3 +83,49 @@ def test_box_panel_draws_samples_and_marks_empty_ones() -> None:
 def test_text_is_escaped() -> None:
     root = _parse(svg.xy_panel([], title="<b>&", x_label="x", y_label="y"))
     assert any(t.text == "<b>&" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+
+
+WIDE_BOLD_EM = 0.68
+"""DejaVu Sans Bold's average advance over mixed-case words, in em: among the widest fonts a
+browser's ``system-ui`` resolves to (checked independently of the chart's own estimate)."""
+
+
+def _title_fits(root: ET.Element) -> tuple[float, float, float]:
+    """The left and right of the title's estimated extent, and the viewBox's width."""
+    width = float(root.attrib["viewBox"].split()[2])
+    title = next(root.iter("{http://www.w3.org/2000/svg}text"))
+    assert title.attrib["text-anchor"] == "middle" and title.text
+    half = len(title.text) * float(title.attrib["font-size"]) * WIDE_BOLD_EM / 2
+    center = float(title.attrib["x"])
+    return center - half, center + half, width
+
+
+def test_a_small_explored_space_is_wide_enough_for_its_title() -> None:
+    # The demo's picture: two top-k columns, and a title as wide as the grid (it was clipped).
+    cells = [[svg.HeatCell(1.0, "4,100"), svg.HeatCell(None, "", "unexplored")]] * 4
+    chart = svg.heatmap(
+        ["4", "8", "16", "32"],
+        ["2", "4"],
+        cells,
+        title="Explored space, sim-gpu",
+        row_label="budget",
+        column_label="topk",
+    )
+    left, right, width = _title_fits(_parse(chart))
+    assert left >= 0 and right <= width
+    title = "Explored space, " + "x" * 60
+    long = svg.heatmap(["4"], ["2"], [[svg.HeatCell(1.0, "1")]], title=title)
+    left, right, width = _title_fits(_parse(long))
+    assert left >= 0 and right <= width
+
+
+def test_a_panel_widens_for_a_long_title_and_keeps_its_plot() -> None:
+    title = "Output throughput at context 1024, concurrency 4, on every host type of the sweep"
+    for chart in (
+        svg.xy_panel([], title=title, x_label="x", y_label="y"),
+        svg.box_panel([("c=1", [svg.Box("a", "#111111", (0.01,))])], title=title, x_label="c",
+                      y_label="s"),
+    ):
+        left, right, width = _title_fits(_parse(chart))
+        assert left >= 0 and right <= width
+    assert svg.xy_panel([], title="t", x_label="x", y_label="y").count('viewBox="0 0 420 300"')
