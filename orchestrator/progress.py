@@ -126,13 +126,16 @@ class LiveProgress:
             return self.tracker.snapshot(self.clock(), self.wall_clock())
 
     def render(self) -> Group:
-        return render_snapshot(self.snapshot(), self.sweep)
+        return render_snapshot(self.snapshot(), self.sweep, self.tracker.shape.shared)
 
 
-def render_snapshot(snapshot: ProgressSnapshot, sweep: str = "") -> Group:
-    """The title (elapsed, ETA), one row per host, and the best config so far."""
+def render_snapshot(snapshot: ProgressSnapshot, sweep: str = "", shared: str = "") -> Group:
+    """The title (elapsed, ETA), the knobs every config shares, one row per host, and the best
+    config so far."""
     title = f"sweep {sweep} " if sweep else "sweep "
     title += f"· {duration(snapshot.elapsed_s)} elapsed · {snapshot.eta_words(clock_time)}"
+    if shared:
+        title += f"\nevery config: {shared}"
     by = snapshot.best_by.words()
     best = f"best so far{f' ({by})' if by else ''}: {snapshot.best_words()}"
     table = Table(box=box.SIMPLE_HEAD)
@@ -206,7 +209,7 @@ def _trial_summary(trial: Mapping[str, Any]) -> tuple[str, str]:
             and isinstance((p.get("metrics") or {}).get("output_tok_s"), int | float)
         ]
         coding = [p for p in points if p.get("kind") == "coding"]
-        parts = [f"{len(rates)} points"]
+        parts = [f"{len(rates)} point{'' if len(rates) == 1 else 's'}"]
         if rates:
             parts.append(f"up to {max(rates):,.0f} tok/s")
         if coding:

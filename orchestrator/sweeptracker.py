@@ -22,9 +22,10 @@ from typing import Any
 
 from orchestrator.answers.runs import point_metric
 from orchestrator.plan import Trial, plan_sweep
-from orchestrator.report.model import short_labels
+from orchestrator.report.model import shared_knobs, short_labels
 from orchestrator.search.deadline import local_deadline
 from orchestrator.store import ThroughputPoint
+from orchestrator.store.results import config_label
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepprogress import (
     Best,
@@ -71,13 +72,23 @@ class SweepShape:
     finish_at: float | None = None
     """``schedule.finish_by`` as a wall-clock time (Unix seconds)."""
     best_by: BestBy = field(default_factory=BestBy)
+    shared: str = ""
+    """The knobs every config of the space shares (``algorithm=DDTREE ...``), said once."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Each config of the space by its full label, as the runner reports a search's trial,
+    to its name without the shared knobs."""
 
     @classmethod
     def of(cls, sweep: Sweep, *, now: dt.datetime | None = None) -> SweepShape:
         """A grid's plan in order; a search proposes its trials as it goes (no list ahead of
-        them: its progress counts against ``max_restarts`` and ``finish_by`` instead)."""
+        them: its progress counts against ``max_restarts`` and ``finish_by`` instead), from
+        the same space, so its configs are named as the plan's are."""
+        space = plan_sweep(sweep).trials
+        configs = [trial.config for trial in space]
+        shared = shared_knobs(configs)
+        labels = dict(zip((config_label(c) for c in configs), short_labels(configs), strict=True))
         grid = sweep.search.strategy == "grid"
-        trials = planned_trials(plan_sweep(sweep).trials) if grid else []
+        trials = planned_trials(space) if grid else []
         finish_by = sweep.schedule.finish_by if sweep.schedule else None
         finish_at = (
             local_deadline(finish_by, now or dt.datetime.now()).timestamp() if finish_by else None
@@ -88,6 +99,8 @@ class SweepShape:
             sweep.search.max_restarts,
             finish_at,
             best_by(sweep),
+            config_label(shared) if shared else "",
+            labels,
         )
 
 
@@ -190,6 +203,7 @@ class SweepTracker:
         # A trial a search proposed is not in the plan: it is named by the config the runner
         # reports with it, never by its key.
         words = config if isinstance(config, str) and config else key
+        words = self.shape.labels.get(words, words)
         planned = self.by_key.get((key, host)) or PlannedTrial(key, host, words)
         if planned in view.trials:
             view.index = view.trials.index(planned)

@@ -22,6 +22,7 @@ from orchestrator.api import SweepView
 from orchestrator.daemon.scheduler import SweepProgress
 from orchestrator.progress import LiveProgress, clock_time
 from orchestrator.store import LatencySummary, SweepRecord, ThroughputMetrics, ThroughputPoint
+from orchestrator.store.results import config_label
 from orchestrator.sweepprogress import BestBy, ProgressSnapshot
 from orchestrator.sweeptracker import SweepShape
 from orchestrator.types import MatrixCell
@@ -239,3 +240,19 @@ def test_status_text_shows_progress_eta_and_whole_names_at_80_columns() -> None:
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert f"progress: restarts 2/12 (sim-gpu); ETA {clock_time(snapshot.eta.at)}" in text
     assert "best so far (output_tok_s at 1024/c4): budget=4 @sim-01: 500 tok/s" in text
+
+
+def test_a_searched_config_is_named_without_the_knobs_every_config_shares() -> None:
+    """The runner names a search's trial by its full label (every knob): the display said
+    "algorithm=DDTREE budget=4 draft_model=/models/Kimi-K2.6-DFlash topk=4 window=2048" on
+    each row. The space's shared knobs are said once, the row names what varies."""
+    sweep, _ = load_demo_sweep()  # every config of its space has the same draft_model
+    progress, _clock = _display(SweepShape.of(sweep))
+    config = {"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash", "budget": 8,
+              "topk": 4, "window": 2048}  # fmt: skip
+    progress.update("sim-01", trial="k-b8", config=config_label(config), step="reconfigure")
+    text = _text(progress)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("sim-01"))
+    assert "budget=8" in row and "topk=4" in row and "draft_model" not in row
+    assert text.count("draft_model=/models/Kimi-K2.6-DFlash") == 1
+    assert "every config: draft_model=/models/Kimi-K2.6-DFlash" in text
