@@ -2,8 +2,8 @@
 
 Each verb is one entry in :data:`VERBS`: the dotted name of a module (e.g.
 ``"orchestrator.sim.cli"``) that exposes ``configure_parser(parser)`` and ``run(args) -> int``;
-its docstring's first line is the verb's help. Only the chosen verb's module is imported: the
-verbs' summaries are read from their modules' source without running it, so that a short
+its docstring's first paragraph is the verb's help. Only the chosen verb's module is imported:
+the verbs' summaries are read from their modules' source without running it, so that a short
 command such as ``orchestrator status`` does not pay for loading the runner, the simulator and
 the report. Exit codes: 0 ok, 1 a sweep or trial failed, 2 bad input. ``--json`` writes exactly
 one JSON document to stdout; logs and progress go to stderr.
@@ -56,13 +56,14 @@ VERBS: dict[str, str] = {
 
 
 def _summary(module_name: str) -> str:
-    """The first line of a module's docstring, read from its source without importing it."""
+    """The first paragraph of a module's docstring as one line, read from its source without
+    importing it (a summary wrapped over two lines is one sentence, not its first line)."""
     spec = importlib.util.find_spec(module_name)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(f"no module named {module_name!r}", name=module_name)
     docstring = ast.get_docstring(ast.parse(Path(spec.origin).read_bytes())) or ""
-    lines = docstring.strip().splitlines()
-    return lines[0] if lines else ""
+    paragraph = docstring.strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
 
 
 class _LazyVerbs(argparse._SubParsersAction):  # type: ignore[type-arg]
