@@ -847,7 +847,11 @@ def answers_table(answers: Sequence[Answer]) -> Table:
             (
                 Cell(answer.host_type),
                 Cell(words.where(answer.objective)),
-                Cell(answer.verdict, kind="good" if answer.verdict == "better" else "flagged"),
+                Cell(
+                    answer.verdict + (" (cut short)" if answer.stopped else ""),
+                    kind="good" if answer.verdict == "better" and not answer.stopped else "flagged",
+                    title=answer.stopped,
+                ),
                 Cell(
                     best.label + (f" (tied: {tied})" if tied else ""),
                     title=config_label(best.config),
@@ -865,5 +869,7 @@ def answers_table(answers: Sequence[Answer]) -> Table:
         "Answers at a glance",
         ("host type", "at", "verdict", "config", "estimate", "vs baseline", "margin", "basis"),
         tuple(rows),
-        note="margin: the best's relative lead over the runner-up, with its 95% interval.",
+        note="margin: the answer's config's relative lead over the runner-up, with its 95% "
+        "interval; cut short: the sweep ended before its plan or search did (not a deploy "
+        "advice).",
     )

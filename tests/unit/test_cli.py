@@ -33,7 +33,7 @@ def test_validate_good_file_prints_one_summary_line() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"{DEMO}: ok: sweep 'demo', 2 host(s), 12 trial(s)")
+    assert lines[0].startswith(f"{DEMO}: ok: sweep 'demo', 2 host(s), 16 trial(s)")
 
 
 def test_validate_bad_file_lists_problems_on_stderr_and_exits_2() -> None:
@@ -86,7 +86,7 @@ def test_plan_json_matches_the_library_and_nothing_else_is_on_stdout() -> None:
 def test_plan_table_names_hosts_and_trials() -> None:
     result = orchestrator("plan", str(DEMO), "--show-dropins")
     assert result.returncode == 0, result.stderr
-    assert "sweep demo: 12 trials on 2 hosts" in result.stdout
+    assert "sweep demo: 16 trials on 2 hosts" in result.stdout
     assert "sim-01" in result.stdout and "sim-02" in result.stdout
     assert "# managed-by: orchestrator sweep=demo trial=sim-01.baseline." in result.stdout
 
