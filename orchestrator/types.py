@@ -157,6 +157,11 @@ SYNTHETIC_WORKLOAD = "synthetic"
 """The workload label of today's filler prompts: the default, and absent from point keys."""
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 restart``, ``3 restarts``: a count with its noun, as every message writes it."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def format_rate(rate: float) -> str:
     """A rate as keys and labels write it: ``2`` for 2.0, ``0.5`` for 0.5 (shortest exact)."""
     return f"{rate:g}" if float(f"{rate:g}") == rate else repr(rate)

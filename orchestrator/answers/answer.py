@@ -56,7 +56,7 @@ from orchestrator.answers.verdict import (
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import MatrixCell, metric_is_minimized
+from orchestrator.types import MatrixCell, metric_is_minimized, plural
 
 BASELINE_ID = config_id({})
 
@@ -259,7 +259,7 @@ def _basis_note(standing: Standing, host_type: str) -> str | None:
     if spread_.basis == "borrowed-restart-variance":
         return (
             f"{standing.label} has one restart: its interval borrows the restart variance "
-            f"measured on {spread_.borrowed_from} repeated config(s) of {host_type} "
+            f"measured on {plural(spread_.borrowed_from, 'repeated config')} of {host_type} "
             f"({spread_.df:g} degrees of freedom)"
         )
     if spread_.basis == "within-run-only":
@@ -284,8 +284,9 @@ def _notes(
         confirmed = len(best.runs.confirmed)
         if confirmed:
             notes.append(
-                f"{best.label}'s estimate comes from its {confirmed} confirmation restart(s) "
-                "only, not from the restarts it was picked on"
+                f"{best.label}'s estimate comes from its "
+                f"{plural(confirmed, 'confirmation restart')} only, not from the restarts it was "
+                "picked on"
             )
         else:
             notes.append(
@@ -335,14 +336,10 @@ def _capped(decision: Decision, view: ObjectiveView) -> str | None:
     offered = ", ".join(f"{cell.rate:g} req/s" for cell in view.cells if cell.rate is not None)
     return (
         f"{view.metric} is capped by the offered load ({offered}): "
-        f"{_count(len(leaders), 'config')} reach it within {CAP_TOLERANCE:.0%}, so it cannot "
+        f"{plural(len(leaders), 'config')} reach it within {CAP_TOLERANCE:.0%}, so it cannot "
         "tell them apart; offer more (a higher benchmark rate) or rank on a latency "
         "(objective metric tpot_p50_s) to separate them"
     )
-
-
-def _count(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _answer(

@@ -10,16 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from orchestrator.store.results import SweepResults
+from orchestrator.types import plural
 
 DEADLINE_STOP = "finish_by deadline"
 """The stop reason the runner records when ``schedule.finish_by`` arrives."""
 STOPPED_CAUSE = "stopped"
 """The cause of an attempt that a stop (cancel, deadline) ended in flight: not a failure."""
 _NEVER_RAN = frozenset({"queued", "cancelled"})
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _state_reason(results: SweepResults) -> str | None:
@@ -55,7 +52,7 @@ def cut_short(results: SweepResults, host_type: str, types: Mapping[str, str]) -
         if types.get(outcome.host) == host_type and outcome.state in _NEVER_RAN
     )
     if never:
-        reasons.append(f"{_plural(never, 'planned trial')} never ran")
+        reasons.append(f"{plural(never, 'planned trial')} never ran")
     for stop in results.exploration_stops:
         if stop.host_type == host_type and "finish_by" in stop.reason:
             reached = (

@@ -25,6 +25,7 @@ from orchestrator.report.model import (
 from orchestrator.report.space import SpaceCell, estimates, explored_space
 from orchestrator.report.svg import esc
 from orchestrator.report.words import answer_words, readable, where
+from orchestrator.types import plural
 
 CSS = """
 :root { --fail: #c81e1e; --flag: #d97706; --good: #15803d; --bad: #b91c1c; --muted: #6b7280; }
@@ -414,7 +415,7 @@ def convergence_figure(answer: Answer) -> str | None:
             float(step.restarts),
             step.best,
             "ok" if step.best is not None else "failed",
-            f"after {step.restarts} restarts: "
+            f"after {plural(step.restarts, 'restart')}: "
             + (
                 f"{step.label}, {fmt.metric(metric, step.best)}"
                 if step.best is not None
@@ -449,7 +450,7 @@ def _space_cell(answer: Answer, cell: SpaceCell, color: Callable[[float], str]) 
         title = (
             f"{contender.label}: {fmt.metric(metric, estimate.value)}"
             f"{fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v))}, "
-            f"{estimate.restarts} restarts"
+            f"{plural(estimate.restarts, 'restart')}"
         )
         if contender.violations:
             title += "; breaks " + ", ".join(contender.violations)
@@ -535,7 +536,7 @@ def _header(report: SweepReport) -> str:
         f"<b>{esc(report.state)}</b> · model <code>{esc(report.model or fmt.MISSING)}</code> · "
         f"started {esc(fmt.when(report.started_at))}, finished {esc(fmt.when(report.finished_at))}"
         f" ({esc(fmt.duration(report.started_at, report.finished_at))}) · "
-        f"{len(report.trials)} trials ({esc(counts or 'none')})</p>"
+        f"{plural(len(report.trials), 'trial')} ({esc(counts or 'none')})</p>"
     )
 
 

@@ -13,6 +13,7 @@ from orchestrator.report.compare import Comparison, compare
 from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
 from orchestrator.report.space import explored_space
 from orchestrator.report.words import answer_words, readable
+from orchestrator.types import plural
 
 
 def _escape(text: str) -> str:
@@ -66,7 +67,7 @@ def _sweep_header(report: SweepReport) -> list[str]:
         f"Sweep `{report.name}` (id {report.id}): **{report.state}**; model "
         f"`{report.model or fmt.MISSING}`; started {fmt.when(report.started_at)}, finished "
         f"{fmt.when(report.finished_at)} ({fmt.duration(report.started_at, report.finished_at)}); "
-        f"{len(report.trials)} trials ({counts or 'none'}).",
+        f"{plural(len(report.trials), 'trial')} ({counts or 'none'}).",
         "",
     ]
 

@@ -17,6 +17,7 @@ from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
 from orchestrator.report import fmt
 from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
+from orchestrator.types import plural
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ def basis_words(basis: IntervalBasis, restarts: int) -> str:
     if basis == "restarts":
         return (
             f"the interval covers restart-to-restart and request-to-request variance over "
-            f"{restarts} restarts"
+            f"{plural(restarts, 'restart')}"
         )
     if basis == "borrowed-restart-variance":
         return (
