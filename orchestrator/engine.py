@@ -18,10 +18,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.types import ApiKind, FailureCause, KnobValue
+from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
 if TYPE_CHECKING:  # only named in signatures: the sweep-file verbs need not import it
     import aiohttp
+
+    from orchestrator.host.dropin import TrialInvocation
 
 # --------------------------------------------------------------------------------------------
 # Requests and answers (the dialect's data)
@@ -444,6 +446,64 @@ class ServedModel:
 
 
 # --------------------------------------------------------------------------------------------
+# Asking the host's own engine whether it takes an argv (preflight)
+# --------------------------------------------------------------------------------------------
+
+ParseKind = Literal["argparse", "resolution", "unchecked"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParseVerdict:
+    """What the host's engine said of one argv. ``ok`` None: parsed, but resolution failed for
+    a reason that is no verdict on the argv (the trial goes ahead)."""
+
+    ok: bool | None
+    kind: ParseKind | None = None
+    error: str | None = None
+    speculative: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cause(self) -> FailureCause | None:
+        """The trial's failure cause: argparse's rejection is ``bad-flag`` (unknown flag, bad
+        value or choice, ambiguous prefix), resolution's is ``invalid-config``."""
+        if self.ok is not False:
+            return None
+        return "bad-flag" if self.kind == "argparse" else "invalid-config"
+
+    @property
+    def unknown_flags(self) -> tuple[str, ...]:
+        """The flags of argparse's ``unrecognized arguments: ...`` line."""
+        if self.kind != "argparse" or not self.error:
+            return ()
+        _, sep, rest = self.error.partition("unrecognized arguments:")
+        return tuple(word for word in rest.split() if word.startswith("--")) if sep else ()
+
+    parser: str = field(default="", compare=False)
+    """The engine whose parser said it (its name, in the evidence; not part of the verdict)."""
+
+    def evidence(self) -> dict[str, Any]:
+        return {"found_by": "preflight", "parser": self.parser, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class ParserUnavailable:
+    """The host's engine parser cannot be asked: why (the import failed, the unit's program
+    is not ``PYTHON -m MODULE``, the script gave no answer)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParseCommand:
+    """How one argv is asked: the ``prefix`` (``env ... PYTHON``) that gives the unit's
+    interpreter, environment and working directory, and the server's own ``argv``. Argvs
+    with one prefix are asked in one process (:func:`batch_command`)."""
+
+    prefix: tuple[str, ...]
+    argv: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------
 # The seam
 # --------------------------------------------------------------------------------------------
 
@@ -505,4 +565,38 @@ class Engine(Protocol):
     def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:
         """How many decode iterations one decode log line stands for, as the running server
         says (the weight of a line's accept length in a point's journal estimate)."""
+        ...
+
+    def metrics_flags(self, metrics: MetricsMode) -> tuple[str, ...]:
+        """The flags ``server.metrics`` asks each trial's command line to have."""
+        ...
+
+    @property
+    def metrics_flag(self) -> str:
+        """The flag that makes the server serve ``/metrics``."""
+        ...
+
+    async def server_config(
+        self, session: aiohttp.ClientSession, base_url: str, timeout: float
+    ) -> dict[str, Any] | None:
+        """The running server's resolved config (what readiness checks the trial's knobs
+        against), or None while it does not answer; raises ``aiohttp.ClientConnectorError``
+        while nothing listens on its port."""
+        ...
+
+    def parse_command(
+        self, exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None
+    ) -> ParseCommand | None:
+        """How the host's own engine is asked about ``invocation``'s argv (its interpreter,
+        environment and working directory as the unit gives them); None when it cannot be."""
+        ...
+
+    def batch_command(self, prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:
+        """One host command that asks about every argv of ``argvs`` in one process."""
+        ...
+
+    def read_answers(
+        self, stdout: str, stderr: str, count: int
+    ) -> list[ParseVerdict] | ParserUnavailable:
+        """The verdicts of :meth:`batch_command`'s output, one per argv in order."""
         ...

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import math
 import re
 import time
@@ -26,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from orchestrator import engines
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
@@ -47,10 +47,10 @@ from orchestrator.host.dropin import (
 )
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
+from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.sglang import SGLANG, metrics_flags, parse_proc_environ
 from orchestrator.types import ApiKind, FailureCause, MetricsMode
 
 RestorePolicy = Literal["as-found", "stopped", "leave"]
@@ -233,15 +233,17 @@ def trial_config(
     config: Mapping[str, Any],
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
-    engine: Engine = SGLANG,
+    engine: Engine | None = None,
     adopted: bool = False,
     metrics: MetricsMode = "auto",
 ) -> TrialConfig:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config; ``metrics`` ``auto`` adds
-    ``--enable-metrics`` where the unit lacks it (:func:`metrics_flags`). ``adopted``: the same
-    config as the unit's lasting one, in adopt's own drop-in (proven like a trial's)."""
+    flag knob shows in the running server's config (the default engine when None);
+    ``metrics`` ``auto`` adds the engine's metrics flag where the unit lacks it
+    (``Engine.metrics_flags``). ``adopted``: the same config as the unit's lasting one, in
+    adopt's own drop-in (proven like a trial's)."""
+    engine = engine or engines.get()
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
@@ -252,7 +254,7 @@ def trial_config(
         config,
         extra_flags,
         environment,
-        ensure_flags=metrics_flags(metrics),
+        ensure_flags=engine.metrics_flags(metrics),
     )
     flag_knobs = tuple(
         engine.resolve_flag_knob(
@@ -293,8 +295,9 @@ class HostSession:
     gpus: tuple[int, ...] | None = None
     timeouts: LifecycleTimeouts = field(default_factory=LifecycleTimeouts)
     events: EventSink = no_events
-    engine: Engine = SGLANG
-    """The serving engine's log lines, config check and probe (today SGLang)."""
+    engine: Engine = field(default_factory=engines.get)
+    """The serving engine (the sweep's ``engine:``): its log lines, config check, readiness
+    config and probe."""
     found: systemd.UnitSnapshot | None = None
     baseline: gpu.Baseline | None = None
 
@@ -552,7 +555,7 @@ class _Watch:
     """What the journal follower has seen of the new invocation so far."""
 
     invocation_id: str
-    engine: Engine = SGLANG
+    engine: Engine
     lines: list[str] = field(default_factory=list)
     failure: FailureEvent | None = None
     init_events: list[InitEvent] = field(default_factory=list)
@@ -681,7 +684,7 @@ async def _probe_until_ready(
     while True:
         probed_at = time.monotonic()
         try:
-            info = await _server_info(http, session.base_url, t.probe_request)
+            info = await session.engine.server_config(http, session.base_url, t.probe_request)
         except aiohttp.ClientConnectorError:
             # Nothing listens yet (SGLang binds its port only after the load): a probe costs
             # the server nothing, so the next line of the log probes with no minimum gap.
@@ -701,29 +704,6 @@ async def _probe_until_ready(
             await asyncio.sleep(max(0.0, probed_at + t.probe_min_gap - time.monotonic()))
         except TimeoutError:
             delay = min(delay * 2, t.probe_max)
-
-
-async def _server_info(
-    http: aiohttp.ClientSession, base_url: str, timeout: float
-) -> dict[str, Any] | None:
-    """``/server_info`` (``/get_server_info`` on old builds), or None while not answering.
-    Raises ``aiohttp.ClientConnectorError`` when nothing listens on the port."""
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            async with http.get(
-                base_url.rstrip("/") + path, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                if response.status == 404:
-                    continue
-                if response.status != 200:
-                    return None
-                body = await response.json(content_type=None)
-                return body if isinstance(body, dict) else None
-        except aiohttp.ClientConnectorError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
-            return None
-    return None
 
 
 async def _check_config(

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import engines
 from orchestrator.bench.problems import builtin_problems
 from orchestrator.host.dropin import (
     apply_knobs,
@@ -31,7 +32,6 @@ from orchestrator.host.dropin import (
     render_dropin_delta,
 )
 from orchestrator.search.deadline import local_deadline
-from orchestrator.sglang import metrics_flags
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
 
@@ -408,7 +408,7 @@ def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     host = sweep.host(trial.host)
     knob_map = host.effective_knobs(sweep.server.knobs)
     base = sweep.server.exec_start or [_PLACEHOLDER]
-    ensure = metrics_flags(sweep.server.metrics)
+    ensure = engines.get(sweep.engine).metrics_flags(sweep.server.metrics)
     invocation = apply_knobs(
         base,
         {},

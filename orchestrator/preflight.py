@@ -1,9 +1,10 @@
 """Preflight: everything about a host that can be known before anything on it changes.
 
-The seeds lost a whole night to a flag the host's SGLang build did not know. So before a sweep
-touches a host, the preflight asks the host's own SGLang to parse each planned trial's argv
-(:mod:`orchestrator.sglang_parser`; its ``--help`` hides deprecated aliases, so the flag list
-is only the fallback where that parser cannot be imported); it also proves SSH with the
+The seeds lost a whole night to a flag the host's engine build did not know. So before a sweep
+touches a host, the preflight asks the host's own engine to parse every config's argv of the
+space (``Engine.parse_command`` / ``batch_command`` / ``read_answers``: SGLang's is
+:mod:`orchestrator.engines.sglang.argv`; its ``--help`` hides deprecated aliases, so the flag
+list is only the fallback where that parser cannot be imported); it also proves SSH with the
 verified host key, root or working sudo, a loadable unit with a readable ExecStart, answering
 GPUs (and how release will be judged on them), ``/metrics`` and free disk. An unreachable or
 broken host is set aside with the reason; an unknown flag fails, before any restart, just the
@@ -26,11 +27,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
-from orchestrator.engine import Engine
+from orchestrator import engines
+from orchestrator.engine import Engine, ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.host import systemd
 from orchestrator.host.dropin import (
     ExtraFlagConflict,
@@ -45,15 +47,6 @@ from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
 from orchestrator.plan import first_key
-from orchestrator.sglang import METRICS_FLAG, SGLANG, metrics_flags
-from orchestrator.sglang_parser import (
-    ParseCommand,
-    ParserUnavailable,
-    ParseVerdict,
-    batch_command,
-    parse_command,
-    read_answers,
-)
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
@@ -61,7 +54,8 @@ MIN_FREE_BYTES = 1 << 30
 LOG_DIR = "/var/log"
 
 
-ParserKind = Literal["sglang", "help"]
+ParserKind = str
+"""How flags were checked: the engine's own parser (its name) or ``help``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +186,7 @@ async def check_model(
     running: bool,
     base_url: str | None,
     timeout: float,
-    engine: Engine = SGLANG,
+    engine: Engine,
 ) -> Check:
     """Whether the server will serve the name the benchmark sends: from the command line
     the trials keep (``argv``) and, when the unit runs now, from its ``/v1/models``."""
@@ -243,6 +237,7 @@ def _trial_invocations(
     extra_flags: Sequence[str],
     environment: Mapping[str, str] | None,
     metrics: MetricsMode,
+    engine: Engine,
 ) -> dict[str, TrialInvocation]:
     """Each trial's invocation as its drop-in will have it (a conflicting extra flag is the
     drop-in's own failure, reported when the trial runs)."""
@@ -256,7 +251,7 @@ def _trial_invocations(
                 config,
                 extra_flags,
                 environment,
-                ensure_flags=metrics_flags(metrics),
+                ensure_flags=engine.metrics_flags(metrics),
             )
     return out
 
@@ -312,6 +307,7 @@ async def _parse_all(
     invocations: Mapping[str, TrialInvocation],
     *,
     timeout: float,
+    engine: Engine,
 ) -> _Parsed | ParserUnavailable:
     """Every distinct argv parsed by the host's SGLang, as few processes as the command line's
     size allows (each imports SGLang: tens of seconds). The first batch runs alone, so that a
@@ -320,7 +316,7 @@ async def _parse_all(
     directory = next((d for d in reversed(directories) if d), None)
     commands: dict[str, ParseCommand] = {}
     for key, invocation in invocations.items():
-        command = parse_command(service.exec_start, invocation, directory)
+        command = engine.parse_command(service.exec_start, invocation, directory)
         if command is None:
             return ParserUnavailable("the unit's program is not run as PYTHON -m MODULE")
         commands[key] = command
@@ -328,11 +324,11 @@ async def _parse_all(
 
     async def ask(batch: ParseBatch) -> list[ParseVerdict] | ParserUnavailable:
         result = await host.transport.run(
-            batch_command(batch.prefix, batch.argvs),
+            engine.batch_command(batch.prefix, batch.argvs),
             timeout=timeout + PARSE_S_PER_ARGV * len(batch.argvs),
             privileged=True,
         )
-        return read_answers(result.stdout_text(), result.stderr_text(), len(batch.argvs))
+        return engine.read_answers(result.stdout_text(), result.stderr_text(), len(batch.argvs))
 
     first = await ask(batches[0])
     if isinstance(first, ParserUnavailable):
@@ -351,22 +347,23 @@ async def _parse_all(
 
 
 def check_metrics(
-    argv: Sequence[str], metrics: MetricsMode, api: ApiKind
+    argv: Sequence[str], metrics: MetricsMode, api: ApiKind, engine: Engine | None = None
 ) -> tuple[Check, str | None]:
     """Whether trials get ``/metrics`` (a second accept-length source), and the warning when a
     chat sweep gets neither it nor per-request spec stats: the chat API carries none, so its
     accept_len would rest on the journal alone."""
-    present = any(isinstance(a, FlagArg) and a.flag == METRICS_FLAG for a in flag_args(argv[1:]))
+    metrics_flag = (engine or engines.get()).metrics_flag
+    present = any(isinstance(a, FlagArg) and a.flag == metrics_flag for a in flag_args(argv[1:]))
     if present:
-        return Check("metrics", True, f"the unit runs {METRICS_FLAG}: /metrics is read"), None
+        return Check("metrics", True, f"the unit runs {metrics_flag}: /metrics is read"), None
     if metrics == "auto":
-        detail = f"{METRICS_FLAG} added to each trial's drop-in (server.metrics: auto)"
+        detail = f"{metrics_flag} added to each trial's drop-in (server.metrics: auto)"
         return Check("metrics", True, detail), None
     if api == "generate":
         detail = "server.metrics: off; accept_len from /generate's meta_info and the journal"
         return Check("metrics", True, detail), None
     warning = (
-        f"server.metrics is off and the unit has no {METRICS_FLAG}: the chat API carries no "
+        f"server.metrics is off and the unit has no {metrics_flag}: the chat API carries no "
         "spec stats, so accept_len depends on the journal alone"
     )
     return Check("metrics", True, warning), warning
@@ -458,24 +455,27 @@ async def _by_parser(
     invocations: Mapping[str, TrialInvocation],
     *,
     timeout: float,
+    engine: Engine,
 ) -> _FlagFindings | None:
     """The host's own parser's verdict on every invocation; None where it cannot be asked
     (the ``--help`` fallback's turn)."""
     parsed = (
-        await _parse_all(host, service, invocations, timeout=timeout)
+        await _parse_all(host, service, invocations, timeout=timeout, engine=engine)
         if invocations
         else ParserUnavailable("no trial argv to parse")
     )
     if isinstance(parsed, ParserUnavailable):
-        checks.add("sglang_parser", True, f"not used ({parsed.reason}): flags checked by --help")
+        checks.add(
+            f"{engine.name}_parser", True, f"not used ({parsed.reason}): flags checked by --help"
+        )
         return None
     rejected = {key: v for key, v in parsed.verdicts.items() if v.ok is False}
     distinct = len({i.argv for i in invocations.values()})
     checks.add(
-        "sglang_parser",
+        f"{engine.name}_parser",
         True,
-        f"the host's SGLang parsed {len(parsed.verdicts)} configs' argv ({distinct} distinct) "
-        f"in {parsed.processes} process(es) (prepare_server_args, the unit's interpreter, "
+        f"the host's {engine.name} parser parsed {len(parsed.verdicts)} configs' argv "
+        f"({distinct} distinct) in {parsed.processes} process(es) (the unit's interpreter, "
         f"environment and working directory): {len(rejected)} rejected",
     )
     unknown = frozenset(flag for verdict in rejected.values() for flag in verdict.unknown_flags)
@@ -490,7 +490,7 @@ async def _by_parser(
     if refused:
         detail = "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items()))
         checks.add("argv", False, detail)
-    return _FlagFindings("sglang", unknown, suggestions, refused)
+    return _FlagFindings(engine.name, unknown, suggestions, refused)
 
 
 async def _by_help(
@@ -500,6 +500,7 @@ async def _by_help(
     flags: Iterable[str],
     *,
     timeout: float,
+    engine: Engine,
 ) -> _FlagFindings:
     """The fallback: the sweep's flags looked up in the program's ``--help``. Raises
     :class:`_SetAside` when the program does not answer it."""
@@ -510,7 +511,7 @@ async def _by_help(
         help_argv(service.exec_start), timeout=timeout, privileged=True
     )
     text = shown.stdout_text() + shown.stderr_text()
-    if not checks.add("sglang_help", shown.ok, f"--help exited {shown.exit_status}"):
+    if not checks.add(f"{engine.name}_help", shown.ok, f"--help exited {shown.exit_status}"):
         raise _SetAside("the unit's program does not answer --help", service.exec_start)
     unknown = flags_known(text, wanted)
     suggestions = suggest_flags(text, unknown)
@@ -532,7 +533,7 @@ async def check_host(
     api: ApiKind = "chat",
     base_url: str | None = None,
     extra_flags: Sequence[str] = (),
-    engine: Engine = SGLANG,
+    engine: Engine | None = None,
     metrics: MetricsMode = "auto",
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]] = (),
     knobs: Mapping[str, KnobTarget] | None = None,
@@ -550,6 +551,7 @@ async def check_host(
     that parser cannot be asked (its import fails), ``flags`` are checked against ``--help``
     instead; the ``sglang_parser`` check says which."""
     name = host.name
+    engine = engine or engines.get()
     checks = _Checks()
     model_mismatch: str | None = None
     try:
@@ -563,15 +565,15 @@ async def check_host(
             )  # fmt: skip
             checks.items.append(model_check)
             model_mismatch = None if model_check.ok else model_check.detail
-        metrics_check, metrics_warning = check_metrics(command_line, metrics, api)
+        metrics_check, metrics_warning = check_metrics(command_line, metrics, api, engine)
         checks.items.append(metrics_check)
         await _check_disk(host, checks, timeout=command_timeout)
         invocations = _trial_invocations(
-            service, trials, knobs, extra_flags, environment, metrics
+            service, trials, knobs, extra_flags, environment, metrics, engine
         )
         found = await _by_parser(
-            host, checks, service, invocations, timeout=help_timeout
-        ) or await _by_help(host, checks, service, flags, timeout=help_timeout)
+            host, checks, service, invocations, timeout=help_timeout, engine=engine
+        ) or await _by_help(host, checks, service, flags, timeout=help_timeout, engine=engine)
     except _SetAside as aside:
         return HostCheck(
             name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,

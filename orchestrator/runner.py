@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from orchestrator import engines
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
@@ -152,6 +153,7 @@ def host_session(
         gpus=tuple(host.gpus) if host.gpus else None,
         timeouts=lifecycle_timeouts(sweep),
         events=events,
+        engine=engines.get(sweep.engine),
     )
 
 
@@ -379,6 +381,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             trials=space_trials(sweep, host.name),
             knobs=knobs,
             environment=sweep.server.environment,
+            engine=session.engine,
         )
         await events("preflight", **check.to_json())
         if not check.ok:
@@ -601,6 +604,7 @@ async def _run_trial(
             extra_flags=sweep.server.extra_flags,
             environment=sweep.server.environment,
             metrics=sweep.server.metrics,
+            engine=session.engine,
         )
     except ExtraFlagConflict as conflict:
         # Only the host's real command line shows it (validate saw the sweep's exec_start):

@@ -249,7 +249,7 @@ def decode_samples_from_messages(
     parse: Callable[[str], LogEvent | None] | None = None,
 ) -> list[DecodeSample]:
     """Decode samples from raw log messages, read by ``parse`` (the engine's log-line parser;
-    SGLang's ``orchestrator.sglang.parse_log_line`` when None).
+    the default engine's when None).
 
     Lines without an accept len (speculative decoding off) are skipped, so an empty result
     over a non-empty window still raises ``no_decode_lines``.
@@ -257,9 +257,9 @@ def decode_samples_from_messages(
     from orchestrator.engine import DecodeEvent
 
     if parse is None:
-        from orchestrator.sglang import parse_log_line
+        from orchestrator import engines
 
-        parse = parse_log_line
+        parse = engines.get().parse_log_line
 
     samples: list[DecodeSample] = []
     for message in messages:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from orchestrator import engines
 from orchestrator.bench.http1 import (
     ConnectionPolicy,
     ConnectTimeoutError,
@@ -42,7 +43,6 @@ from orchestrator.engine import (
     spread_by_weight,
 )
 from orchestrator.log import get_logger
-from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
 
 Phase = Literal["calibration", "warmup", "measured", "probe"]
@@ -238,7 +238,8 @@ def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[Requ
     if raw.error is not None:
         parsed = StreamParse(TokenSource.NONE)
     else:
-        parsed = (reader or dialect(raw.api)).parse_stream(split_sse_events(raw.blocks))
+        reading = reader or engines.get().dialect(raw.api)
+        parsed = reading.parse_stream(split_sse_events(raw.blocks))
     return _record(raw, parsed), parsed.answer()
 
 
@@ -282,7 +283,7 @@ class BenchClient:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.api: ApiKind = api
-        self.dialect: Dialect = reader or dialect(api)
+        self.dialect: Dialect = reader or engines.get().dialect(api)
         self.model = model
         self.concurrency = concurrency
         self.request_timeout = request_timeout

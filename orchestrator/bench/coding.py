@@ -22,11 +22,11 @@ from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from orchestrator import engines
 from orchestrator.bench.problems import Problem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
 from orchestrator.engine import Answer, Dialect, Generation
 from orchestrator.log import get_logger
-from orchestrator.sglang import dialect
 from orchestrator.types import ApiKind
 from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too
 
@@ -319,7 +319,7 @@ class HttpCompleter:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api = api
-        self.dialect: Dialect = dialect(api)
+        self.dialect: Dialect = engines.get().dialect(api)
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
 

@@ -107,6 +107,7 @@ async def adopt_host(
                     extra_flags=sweep.server.extra_flags,
                     environment=sweep.server.environment,
                     metrics=sweep.server.metrics,
+                    engine=session.engine,
                     adopted=True,
                 )
             except ExtraFlagConflict as conflict:

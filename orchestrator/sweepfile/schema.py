@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 from orchestrator.bench.workloads import BUILTIN_WORKLOADS
+from orchestrator.engines import DEFAULT_ENGINE
+from orchestrator.engines import names as engine_names
 from orchestrator.sweepfile.fields import (
     Address,
     ArgText,
@@ -643,6 +645,11 @@ class Sweep(_Model):
     name: SweepName
     description: Annotated[str, Field(max_length=65536)] = ""
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    engine: str = Field(
+        default=DEFAULT_ENGINE,
+        description="the serving engine the hosts' unit runs (its flags, parser, readiness, "
+        "log lines and metrics); one of orchestrator.engines.names()",
+    )
     hosts: Annotated[list[HostSpec], Field(min_length=1)]
     server: ServerSpec
     baseline: bool = False
@@ -662,6 +669,14 @@ class Sweep(_Model):
     objective: ObjectiveSpec | None = None
     constraints: dict[ConstraintName, ConstraintValue] = Field(default_factory=dict)
     search: SearchSpec = Field(default_factory=SearchSpec)
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, engine: str) -> str:
+        if engine not in engine_names():
+            known = ", ".join(engine_names())
+            raise ValueError(f"unknown engine {engine!r}: known engines are {known}")
+        return engine
 
     @field_validator("objective")
     @classmethod

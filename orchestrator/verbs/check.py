@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator import engines
 from orchestrator.host.connect import open_host
 from orchestrator.plan import space_trials
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
@@ -46,6 +47,7 @@ async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
             trials=space_trials(sweep, host.name),
             knobs=knobs,
             environment=sweep.server.environment,
+            engine=engines.get(sweep.engine),
         )
     finally:
         await handle.close()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.engines.sglang.argv import PARSE_SCRIPT
 from orchestrator.host.connect import open_host
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import CompletedCommand, Transport
@@ -23,7 +24,6 @@ from orchestrator.plan import plan_sweep, trial_key
 from orchestrator.runner import run_sweep
 from orchestrator.search.budget import RESTART_EVENT
 from orchestrator.search.source import trial_source_for
-from orchestrator.sglang_parser import PARSE_SCRIPT
 from orchestrator.sim.host import UNIT_NAME
 from orchestrator.store import Store
 from orchestrator.sweepfile import HostSpec, parse_sweep

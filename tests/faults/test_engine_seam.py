@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from orchestrator.engines.sglang.engine import SGLANG
 from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import HostSession, reconfigure, restore, trial_config
 from orchestrator.runner import lifecycle_timeouts
-from orchestrator.sglang import SGLANG
 from orchestrator.sim.host import UNIT_NAME
 from orchestrator.sweepfile import parse_sweep
 from tests.faults.harness import HEALTHY, assert_restored, fault_host, sweep_yaml

@@ -288,8 +288,8 @@ async def test_a_failure_line_that_lands_after_systemds_exit_line_still_names_th
     it instead of ending at systemd's line, and the cause stays ``invalid-config``."""
     from types import SimpleNamespace
 
+    from orchestrator.engines.sglang.engine import SGLANG
     from orchestrator.lifecycle import LifecycleTimeouts, _classify, _excerpt
-    from orchestrator.sglang import SGLANG
 
     transport, entries_file, _ = journal_host
     _append(

@@ -31,10 +31,10 @@ from orchestrator.bench.client import Chunk, ErrorKind, RequestRecord, TokenSour
 from orchestrator.bench.coding import CodingResult, Outcome
 from orchestrator.bench.matrix import PointResult, PointSpec, QualityThresholds, compute_metrics
 from orchestrator.bench.prompts import Calibration
+from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.lifecycle import Server, TrialFailed
 from orchestrator.runner import _coding_point, _server_evidence, _throughput_point
-from orchestrator.sglang import ConfigDifference, build_provenance
 from orchestrator.sim import perfmodel
 from orchestrator.store import HostEntry, MatrixCell, NewTrial, Store, TrialPlan
 from tests.sysdeps import apt_install

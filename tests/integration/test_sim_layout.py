@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from orchestrator.engine import DdtreeInitEvent, DecodeEvent, DflashInitEvent
-from orchestrator.sglang import parse_log_line
+from orchestrator.engines.sglang.engine import parse_log_line
 from tests.integration.sim_server_proc import start_server
 
 DFLASH = [

@@ -19,7 +19,7 @@ from orchestrator.engine import (
     Prompt,
     TokenSource,
 )
-from orchestrator.sglang import (
+from orchestrator.engines.sglang.engine import (
     SGLANG,
     ChatDialect,
     GenerateDialect,

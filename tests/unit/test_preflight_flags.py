@@ -4,6 +4,7 @@ own parser is asked about the whole space: batches, and a verdict found by confi
 
 from __future__ import annotations
 
+from orchestrator.engine import ParseCommand, ParseVerdict
 from orchestrator.plan import (
     expand_configs,
     first_key,
@@ -21,7 +22,6 @@ from orchestrator.preflight import (
     parse_batches,
     suggest_flags,
 )
-from orchestrator.sglang_parser import ParseCommand, ParseVerdict
 from orchestrator.sweepfile import parse_sweep
 
 HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--served-model-name NAME]

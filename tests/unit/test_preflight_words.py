@@ -3,8 +3,8 @@ the host's SGLang parser refused the config before any restart (issue 22, item 9
 
 from __future__ import annotations
 
+from orchestrator.engine import ParseVerdict
 from orchestrator.progress import failure_words
-from orchestrator.sglang_parser import ParseVerdict
 
 
 def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> None:

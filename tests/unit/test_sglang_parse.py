@@ -10,8 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from orchestrator.host.gpu import GpuIdentity
-from orchestrator.sglang import (
+from orchestrator.engines.sglang.engine import (
     DdtreeInitEvent,
     DecodeEvent,
     DflashInitEvent,
@@ -30,6 +29,7 @@ from orchestrator.sglang import (
     server_info_keys,
     version_tuple,
 )
+from orchestrator.host.gpu import GpuIdentity
 
 DECODE = (
     "Decode batch, #running-req: 4, #token: 20480, token usage: 0.05, accept len: 4.12, "
@@ -392,7 +392,7 @@ def test_left_out_flag_is_not_checked_and_bare_flag_is_true() -> None:
 
 
 def test_decode_log_interval_as_the_server_reports_it_else_sglangs_default() -> None:
-    from orchestrator.sglang import SGLANG
+    from orchestrator.engines.sglang.engine import SGLANG
 
     assert SGLANG.decode_log_interval({"decode_log_interval": 10}) == 10
     assert SGLANG.decode_log_interval({}) == 40

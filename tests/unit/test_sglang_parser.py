@@ -8,17 +8,15 @@ import json
 import subprocess
 import sys
 
-from orchestrator.host.dropin import TrialInvocation
-from orchestrator.sglang_parser import (
+from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.sglang.argv import (
     MARKER,
     PARSE_SCRIPT,
-    ParseCommand,
-    ParserUnavailable,
-    ParseVerdict,
     batch_command,
     parse_command,
     read_answers,
 )
+from orchestrator.host.dropin import TrialInvocation
 from orchestrator.sim import parse_check
 
 PY = "/opt/sglang/.venv/bin/python"

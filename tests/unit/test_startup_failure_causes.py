@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sglang import FailureEvent, classify_failure, parse_log_line
+from orchestrator.engines.sglang.engine import FailureEvent, classify_failure, parse_log_line
 
 
 @pytest.mark.parametrize(

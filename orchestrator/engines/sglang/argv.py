@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.host.dropin import TrialInvocation
-from orchestrator.types import FailureCause
 
+PARSER = "sglang"
+"""The parser a verdict names in its evidence."""
 MARKER = "ORCHESTRATOR_SGLANG_PARSE "
 IMPORT_LINE = "from sglang.srt.server_args import prepare_server_args"
 
@@ -63,57 +64,6 @@ for index, text in enumerate(sys.argv[1:]):
         emit(index=index, ok=True, speculative={{n: getattr(args, n) for n in names
                                                 if not callable(getattr(args, n))}})
 """
-
-ParseKind = Literal["argparse", "resolution", "unchecked"]
-
-
-@dataclass(frozen=True, slots=True)
-class ParseVerdict:
-    """What the host's SGLang said of one argv. ``ok`` None: parsed, but resolution failed for
-    a reason that is no verdict on the argv (the trial goes ahead)."""
-
-    ok: bool | None
-    kind: ParseKind | None = None
-    error: str | None = None
-    speculative: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def cause(self) -> FailureCause | None:
-        """The trial's failure cause: argparse's rejection is ``bad-flag`` (unknown flag, bad
-        value or choice, ambiguous prefix), resolution's is ``invalid-config``."""
-        if self.ok is not False:
-            return None
-        return "bad-flag" if self.kind == "argparse" else "invalid-config"
-
-    @property
-    def unknown_flags(self) -> tuple[str, ...]:
-        """The flags of argparse's ``unrecognized arguments: ...`` line."""
-        if self.kind != "argparse" or not self.error:
-            return ()
-        _, sep, rest = self.error.partition("unrecognized arguments:")
-        return tuple(word for word in rest.split() if word.startswith("--")) if sep else ()
-
-    def evidence(self) -> dict[str, Any]:
-        return {"found_by": "preflight", "parser": "sglang", "error": self.error}
-
-
-@dataclass(frozen=True, slots=True)
-class ParserUnavailable:
-    """The host's SGLang parser cannot be asked: why (the import failed, the unit's program
-    is not ``PYTHON -m MODULE``, the script gave no answer)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ParseCommand:
-    """How one argv is asked: the ``prefix`` (``env ... PYTHON``) that gives the unit's
-    interpreter, environment and working directory, and the server's own ``argv``. Argvs
-    with one prefix are asked in one process (:func:`batch_command`)."""
-
-    prefix: tuple[str, ...]
-    argv: tuple[str, ...]
-
 
 def parse_command(
     exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None
@@ -166,6 +116,7 @@ def read_answers(
         ok=None,
         kind="unchecked",
         error=f"no answer from the parse script{': ' + tail if tail else ''}",
+        parser=PARSER,
     )
     return [_verdict(answers[i]) if i in answers else missing for i in range(count)]
 
@@ -180,4 +131,5 @@ def _verdict(answer: Mapping[str, Any]) -> ParseVerdict:
         kind=kind if kind in ("argparse", "resolution", "unchecked") else None,
         error=str(error) if error is not None else None,
         speculative=speculative if isinstance(speculative, dict) else {},
+        parser=PARSER,
     )
