@@ -758,6 +758,136 @@ def _pct(value: float | None) -> str:
     return "?" if value is None else f"{value * 100:.0f}%"
 
 
+def _attempt_views(
+    tried: Sequence[Attempt], host: str, host_events: Sequence[EventRecord]
+) -> tuple[AttemptView, ...]:
+    """A trial's attempts in number order, each with its own events and lifecycle."""
+    views: list[AttemptView] = []
+    for index, attempt in enumerate(tried):
+        next_start = tried[index + 1].started_at if index + 1 < len(tried) else None
+        mine = _attempt_events(attempt, host, host_events, next_start)
+        views.append(
+            AttemptView(
+                number=attempt.number,
+                state=attempt.state,
+                cause=attempt.cause,
+                evidence=dict(attempt.evidence or {}),
+                started_at=attempt.started_at,
+                finished_at=attempt.finished_at,
+                lifecycle=_lifecycle(attempt.evidence or {}, mine)
+                if attempt.state != "skipped"
+                else None,
+                events=tuple(_event_json(e) for e in mine),
+            )
+        )
+    return tuple(views)
+
+
+@dataclass(frozen=True, slots=True)
+class _Records:
+    """A sweep's records grouped the ways the report reads them."""
+
+    attempts_by_trial: Mapping[int, Sequence[Attempt]]
+    points_by_attempt: Mapping[int, Sequence[PointRecord]]
+    events_by_host: Mapping[str | None, Sequence[EventRecord]]
+    requests: Mapping[int, Sequence[StoredRequest]]
+    include_requests: bool
+
+
+def _grouped_records(
+    attempts: Sequence[Attempt],
+    points: Sequence[PointRecord],
+    events: Sequence[EventRecord],
+    requests: Mapping[int, Sequence[StoredRequest]],
+    include_requests: bool,
+) -> _Records:
+    attempts_by_trial: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
+    points_by_attempt: dict[int, list[PointRecord]] = {}
+    for point in points:
+        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    events_by_host: dict[str | None, list[EventRecord]] = {}
+    for event in events:
+        events_by_host.setdefault(event.host, []).append(event)
+    return _Records(
+        attempts_by_trial, points_by_attempt, events_by_host, requests, include_requests
+    )
+
+
+def _trial_view(
+    trial: TrialRecord, records: _Records, host_type: str, never_run: TrialState
+) -> TrialView:
+    """One trial as the report shows it: its attempts, and its last attempt's points."""
+    tried = sorted(records.attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
+    # The trial's numbers are its last attempt's: a retry never mixes with a failed try.
+    shown = records.points_by_attempt.get(tried[-1].id, []) if tried else []
+    decoded = [(p.id, point_from_record(p)) for p in shown]
+    throughput = tuple(
+        _throughput_point(p, records.requests.get(point_id, ()), records.include_requests)
+        for point_id, p in decoded
+        if isinstance(p, StoredThroughput)
+    )
+    return TrialView(
+        key=trial.key,
+        host=trial.host,
+        host_type=host_type,
+        config=dict(trial.config),
+        is_baseline=trial.is_baseline,
+        ordinal=trial.ordinal,
+        label=config_label(trial.config),
+        attempts=_attempt_views(tried, trial.host, records.events_by_host.get(trial.host, [])),
+        throughput=throughput,
+        coding=tuple(p for _, p in decoded if isinstance(p, CodingPoint)),
+        plan=trial.plan,
+        never_run_state=never_run,
+    )
+
+
+def _host_type_group(
+    host_type: str,
+    members: Sequence[TrialView],
+    hosts: Sequence[HostRecord],
+    temperature: float | None,
+) -> HostTypeGroup:
+    """One host type's section: its trials (short-labelled), its matrix, its hosts, and the
+    losslessness of each config against its baseline at temperature 0."""
+    _short_labels(members)
+    # The planned cells of every trial, with what was measured (a trial planned before plans
+    # were stored shows what it measured).
+    ordered = [c for v in members if v.plan is not None for c in v.plan.cells]
+    ordered += [p.measured.cell for v in members for p in v.throughput]
+    cells = set(ordered)
+    main = main_workload(ordered)
+    grid = [c for c in cells if c.concurrency is not None and c.workload == main]
+    host_views = tuple(
+        HostView(
+            name=h.name,
+            type=h.type,
+            set_aside_reason=h.set_aside_reason,
+            provenance=_host_provenance([v for v in members if v.host == h.name]),
+            baseline_exec_start=_baseline_exec_start([v for v in members if v.host == h.name]),
+        )
+        for h in hosts
+        if h.type == host_type
+    )
+    group = HostTypeGroup(
+        host_type=host_type,
+        hosts=host_views,
+        trials=tuple(members),
+        contexts=tuple(sorted({c.context for c in grid})),
+        concurrencies=tuple(sorted({c.concurrency for c in grid if c.concurrency is not None})),
+        main_workload=main,
+        other_cells=tuple(sorted(c for c in cells if c not in set(grid))),
+    )
+    if temperature == 0.0:
+        for member in members:
+            baseline = group.baseline_for(member)
+            if baseline is not None and not member.is_baseline:
+                member.lossless = _drift(member, baseline, temperature)
+    return group
+
+
 def build_report(
     sweep: SweepRecord,
     hosts: Sequence[HostRecord],
@@ -775,115 +905,23 @@ def build_report(
     plans = _planned(trials)
     models = [p.model for p in plans if p.model]
     temperatures = {p.coding_temperature for p in plans if p.coding_temperature is not None}
-    model = models[0] if models else None
     temperature = next(iter(temperatures)) if len(temperatures) == 1 else None
     never_run = unattempted_state(sweep.state)
     host_types = {h.name: h.type for h in hosts}
-    attempts_by_trial: dict[int, list[Attempt]] = {}
-    for attempt in attempts:
-        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
-    points_by_attempt: dict[int, list[PointRecord]] = {}
-    for point in points:
-        points_by_attempt.setdefault(point.attempt_id, []).append(point)
-    events_by_host: dict[str | None, list[EventRecord]] = {}
-    for event in events:
-        events_by_host.setdefault(event.host, []).append(event)
-
-    views: list[TrialView] = []
-    for trial in sorted(trials, key=lambda t: t.ordinal):
-        tried = sorted(attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
-        host_events = events_by_host.get(trial.host, [])
-        attempt_views: list[AttemptView] = []
-        for index, attempt in enumerate(tried):
-            next_start = tried[index + 1].started_at if index + 1 < len(tried) else None
-            mine = _attempt_events(attempt, trial.host, host_events, next_start)
-            attempt_views.append(
-                AttemptView(
-                    number=attempt.number,
-                    state=attempt.state,
-                    cause=attempt.cause,
-                    evidence=dict(attempt.evidence or {}),
-                    started_at=attempt.started_at,
-                    finished_at=attempt.finished_at,
-                    lifecycle=_lifecycle(attempt.evidence or {}, mine)
-                    if attempt.state != "skipped"
-                    else None,
-                    events=tuple(_event_json(e) for e in mine),
-                )
-            )
-        # The trial's numbers are its last attempt's: a retry never mixes with a failed try.
-        shown = points_by_attempt.get(tried[-1].id, []) if tried else []
-        decoded = [(p.id, point_from_record(p)) for p in shown]
-        throughput = tuple(
-            _throughput_point(p, requests.get(point_id, ()), include_requests)
-            for point_id, p in decoded
-            if isinstance(p, StoredThroughput)
-        )
-        coding = tuple(p for _, p in decoded if isinstance(p, CodingPoint))
-        views.append(
-            TrialView(
-                key=trial.key,
-                host=trial.host,
-                host_type=host_types.get(trial.host, "unknown"),
-                config=dict(trial.config),
-                is_baseline=trial.is_baseline,
-                ordinal=trial.ordinal,
-                label=config_label(trial.config),
-                attempts=tuple(attempt_views),
-                throughput=throughput,
-                coding=coding,
-                plan=trial.plan,
-                never_run_state=never_run,
-            )
-        )
-
-    groups: list[HostTypeGroup] = []
+    records = _grouped_records(attempts, points, events, requests, include_requests)
+    views = [
+        _trial_view(trial, records, host_types.get(trial.host, "unknown"), never_run)
+        for trial in sorted(trials, key=lambda t: t.ordinal)
+    ]
     type_order: list[str] = []
     for name in [h.name for h in hosts] + [v.host for v in views]:
         host_type = host_types.get(name, "unknown")
         if host_type not in type_order:
             type_order.append(host_type)
-    for host_type in type_order:
-        members = [v for v in views if v.host_type == host_type]
-        _short_labels(members)
-        # The planned cells of every trial, with what was measured (a trial planned before
-        # plans were stored shows what it measured).
-        ordered = [c for v in members if v.plan is not None for c in v.plan.cells]
-        ordered += [p.measured.cell for v in members for p in v.throughput]
-        cells = set(ordered)
-        main = main_workload(ordered)
-        grid = [c for c in cells if c.concurrency is not None and c.workload == main]
-        contexts = sorted({c.context for c in grid})
-        concurrencies = sorted({c.concurrency for c in grid if c.concurrency is not None})
-        host_views = tuple(
-            HostView(
-                name=h.name,
-                type=h.type,
-                set_aside_reason=h.set_aside_reason,
-                provenance=_host_provenance([v for v in members if v.host == h.name]),
-                baseline_exec_start=_baseline_exec_start(
-                    [v for v in members if v.host == h.name]
-                ),
-            )
-            for h in hosts
-            if h.type == host_type
-        )
-        group = HostTypeGroup(
-            host_type=host_type,
-            hosts=host_views,
-            trials=tuple(members),
-            contexts=tuple(contexts),
-            concurrencies=tuple(concurrencies),
-            main_workload=main,
-            other_cells=tuple(sorted(c for c in cells if c not in set(grid))),
-        )
-        if temperature == 0.0:
-            for member in members:
-                baseline = group.baseline_for(member)
-                if baseline is not None and not member.is_baseline:
-                    member.lossless = _drift(member, baseline, temperature)
-        groups.append(group)
-
+    groups = [
+        _host_type_group(kind, [v for v in views if v.host_type == kind], hosts, temperature)
+        for kind in type_order
+    ]
     return SweepReport(
         name=sweep.name,
         id=sweep.id,
@@ -892,7 +930,7 @@ def build_report(
         started_at=sweep.started_at,
         finished_at=sweep.finished_at,
         summary=sweep.summary,
-        model=model,
+        model=models[0] if models else None,
         coding_temperature=temperature,
         groups=tuple(groups),
         warnings=tuple(_warnings(groups, events)),

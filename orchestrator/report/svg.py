@@ -284,6 +284,104 @@ def _cross(x: float, y: float, title: str) -> str:
     )
 
 
+def _y_range(values: Sequence[float], *, log: bool, zero: bool) -> tuple[list[float], float, float]:
+    """The y ticks and the axis' low and high ends for ``values``."""
+    if log and values:
+        low, high = min(values) * 0.8, max(values) * 1.25
+        ticks = log_ticks(low, high)
+        return ticks, min(ticks[0], low), max(ticks[-1], high)
+    low = 0.0 if zero or not values else min(values)
+    high = max(values) if values else 1.0
+    if not zero and values:
+        pad = (high - low) * 0.1 or 0.5
+        low, high = low - pad, high + pad
+    ticks = nice_ticks(low, high)
+    return ticks, ticks[0], ticks[-1]
+
+
+def _x_axis(
+    frame: Frame,
+    xs: Sequence[float],
+    *,
+    categories: Sequence[float] | None,
+    log: bool,
+    zero: bool,
+) -> tuple[Callable[[float], float], list[float]]:
+    """Where an x value is drawn, and the x ticks: evenly spaced categories, or a linear or
+    log scale over ``xs``."""
+    if categories:
+        positions = {v: i for i, v in enumerate(categories)}
+        n = max(len(categories) - 1, 1)
+        pad = 0.35
+
+        def at_category(v: float) -> float:
+            return frame.plot_left + (positions.get(v, 0) + pad) / (n + 2 * pad) * (
+                frame.plot_right - frame.plot_left
+            )
+
+        return at_category, list(categories)
+    lo = min(xs) if xs else 0.0
+    hi = max(xs) if xs else 1.0
+    if log:
+        ticks = log_ticks(lo, hi)
+        scale = Scale(
+            min(ticks[0], lo), max(ticks[-1], hi), frame.plot_left, frame.plot_right, log=True
+        )
+        return scale, ticks
+    pad_x = (hi - lo) * 0.08 or 0.5
+    ticks = nice_ticks(0.0, hi + 0.5) if zero else nice_ticks(lo - pad_x, hi + pad_x)
+    return Scale(ticks[0], ticks[-1], frame.plot_left, frame.plot_right), ticks
+
+
+def _series_parts(
+    series: Series, xmap: Callable[[float], float], ys: Callable[[float], float]
+) -> list[str]:
+    """A series' line (broken where a mark has no value) and its marks."""
+    parts: list[str] = []
+    if series.connect:
+        segment: list[str] = []
+        runs: list[list[str]] = []
+        for mark in sorted(series.marks, key=lambda m: m.x):
+            if mark.y is None:
+                if segment:
+                    runs.append(segment)
+                segment = []
+                continue
+            segment.append(f"{xmap(mark.x):.1f},{ys(mark.y):.1f}")
+        if segment:
+            runs.append(segment)
+        dash = ' stroke-dasharray="6 4"' if series.dashed else ""
+        for run in runs:
+            if len(run) > 1:
+                parts.append(
+                    f'<polyline points="{" ".join(run)}" fill="none" stroke="{series.color}" '
+                    f'stroke-width="2"{dash}><title>{esc(series.name)}</title></polyline>'
+                )
+    for mark in series.marks:
+        if mark.y is not None:
+            parts.append(_mark(xmap(mark.x), ys(mark.y), mark, series.color))
+    return parts
+
+
+def _failed_crosses(
+    series: Sequence[Series], xmap: Callable[[float], float], y: float
+) -> list[str]:
+    """A cross per mark with no value, in the no-result strip; several series failing at one
+    x would hide each other, so they spread along it."""
+    failed = [mark for s in series for mark in s.marks if mark.y is None]
+    per_x: dict[float, int] = {}
+    for mark in failed:
+        per_x[mark.x] = per_x.get(mark.x, 0) + 1
+    placed: dict[float, int] = {}
+    parts: list[str] = []
+    for mark in failed:
+        k = placed.get(mark.x, 0)
+        placed[mark.x] = k + 1
+        offset = (k - (per_x[mark.x] - 1) / 2) * 13
+        parts.append(_cross(xmap(mark.x) + offset, y, mark.title))
+    return parts
+
+
 def xy_panel(
     series: Sequence[Series],
     *,
@@ -302,53 +400,17 @@ def xy_panel(
     (counts, such as restarts spent)."""
     frame = _fit(frame or Frame(), title)
     values = [m.y for s in series for m in s.marks if m.y is not None]
-    xs_all = [m.x for s in series for m in s.marks]
     has_failed = any(m.y is None for s in series for m in s.marks)
-    if y_log and values:
-        y_low, y_high = min(values) * 0.8, max(values) * 1.25
-        y_ticks = log_ticks(y_low, y_high)
-        y_low, y_high = min(y_ticks[0], y_low), max(y_ticks[-1], y_high)
-    else:
-        low = 0.0 if y_zero or not values else min(values)
-        high = max(values) if values else 1.0
-        if not y_zero and values:
-            pad = (high - low) * 0.1 or 0.5
-            low, high = low - pad, high + pad
-        y_ticks = nice_ticks(low, high)
-        y_low, y_high = y_ticks[0], y_ticks[-1]
+    y_ticks, y_low, y_high = _y_range(values, log=y_log, zero=y_zero)
     strip = 22 if has_failed else 0
     ys = Scale(y_low, y_high, frame.plot_bottom - strip, frame.plot_top, log=y_log)
-    if x_categories:
-        positions = {v: i for i, v in enumerate(x_categories)}
-        n = max(len(x_categories) - 1, 1)
-        pad = 0.35
-
-        def xmap(v: float) -> float:
-            return frame.plot_left + (positions.get(v, 0) + pad) / (n + 2 * pad) * (
-                frame.plot_right - frame.plot_left
-            )
-
-        x_ticks: list[float] = list(x_categories)
-    else:
-        lo = min(xs_all) if xs_all else 0.0
-        hi = max(xs_all) if xs_all else 1.0
-        if x_log:
-            x_ticks = log_ticks(lo, hi)
-            xscale = Scale(
-                min(x_ticks[0], lo),
-                max(x_ticks[-1], hi),
-                frame.plot_left,
-                frame.plot_right,
-                log=True,
-            )
-        else:
-            pad_x = (hi - lo) * 0.08 or 0.5
-            x_ticks = nice_ticks(0.0, hi + 0.5) if x_zero else nice_ticks(lo - pad_x, hi + pad_x)
-            xscale = Scale(x_ticks[0], x_ticks[-1], frame.plot_left, frame.plot_right)
-
-        def xmap(v: float) -> float:
-            return xscale(v)
-
+    xmap, x_ticks = _x_axis(
+        frame,
+        [m.x for s in series for m in s.marks],
+        categories=x_categories,
+        log=x_log,
+        zero=x_zero,
+    )
     parts = [_svg_open(frame, title)]
     parts += _axes(
         frame,
@@ -361,46 +423,14 @@ def xy_panel(
         y_label=y_label,
     )
     if has_failed:
-        y_strip = frame.plot_bottom - strip / 2
         parts.append(
             f'<rect x="{frame.plot_left + 1}" y="{frame.plot_bottom - strip}" '
             f'width="{frame.plot_right - frame.plot_left - 1}" height="{strip}" fill="#fef2f2"/>'
         )
-        parts.append(_no_result_label(frame, y_strip))
-    for s in series:
-        if s.connect:
-            segment: list[str] = []
-            runs: list[list[str]] = []
-            for mark in sorted(s.marks, key=lambda m: m.x):
-                if mark.y is None:
-                    if segment:
-                        runs.append(segment)
-                    segment = []
-                    continue
-                segment.append(f"{xmap(mark.x):.1f},{ys(mark.y):.1f}")
-            if segment:
-                runs.append(segment)
-            dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-            for run in runs:
-                if len(run) > 1:
-                    parts.append(
-                        f'<polyline points="{" ".join(run)}" fill="none" stroke="{s.color}" '
-                        f'stroke-width="2"{dash}><title>{esc(s.name)}</title></polyline>'
-                    )
-        for mark in s.marks:
-            if mark.y is not None:
-                parts.append(_mark(xmap(mark.x), ys(mark.y), mark, s.color))
-    # Several series failing at one x would hide each other: spread them along the strip.
-    failed = [(mark, s) for s in series for mark in s.marks if mark.y is None]
-    per_x: dict[float, int] = {}
-    for mark, _ in failed:
-        per_x[mark.x] = per_x.get(mark.x, 0) + 1
-    placed: dict[float, int] = {}
-    for mark, _ in failed:
-        k = placed.get(mark.x, 0)
-        placed[mark.x] = k + 1
-        offset = (k - (per_x[mark.x] - 1) / 2) * 13
-        parts.append(_cross(xmap(mark.x) + offset, frame.plot_bottom - strip / 2, mark.title))
+        parts.append(_no_result_label(frame, frame.plot_bottom - strip / 2))
+    for one in series:
+        parts += _series_parts(one, xmap, ys)
+    parts += _failed_crosses(series, xmap, frame.plot_bottom - strip / 2)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -437,6 +467,41 @@ class HeatCell:
     """Draw a dot in the corner: this point was measured (the explored-space picture)."""
     best: bool = False
     """Draw a heavy border: the answer's config."""
+
+
+def _heat_cell(
+    cell: HeatCell, x: float, y: float, width: int, height: int, paint: Callable[[float], str]
+) -> str:
+    """One heatmap cell: blank and dashed when nobody tried it, hatched without a value, a
+    heavy frame on the answer's config, an amber one on a flagged cell."""
+    tip = f"<title>{esc(cell.title)}</title>" if cell.title else ""
+    if cell.status == "unexplored":
+        return (
+            f'<g class="cell unexplored"><rect x="{x + 1}" y="{y + 1}" '
+            f'width="{width - 2}" height="{height - 2}" fill="white" '
+            f'stroke="{GRID}" stroke-dasharray="3 3"/>{tip}</g>'
+        )
+    fill = "url(#hatch)" if cell.value is None else paint(cell.value)
+    stroke = FLAG_COLOR if cell.status == "flagged" else "white"
+    stroke_width = 2.5 if cell.status == "flagged" else 1
+    if cell.best:
+        stroke, stroke_width = "#111827", 3
+    text_color = FAIL_COLOR if cell.status == "failed" else "#111827"
+    marks = (["explored"] if cell.explored else []) + (["best"] if cell.best else [])
+    classes = " ".join(["cell", cell.status, *marks])
+    dot = (
+        f'<circle class="explored-mark" cx="{x + 6}" cy="{y + 6}" r="2.5" fill="#111827"/>'
+        if cell.explored
+        else ""
+    )
+    return (
+        f'<g class="{classes}"><rect x="{x + 1}" y="{y + 1}" '
+        f'width="{width - 2}" height="{height - 2}" fill="{fill}" '
+        f'stroke="{stroke}" stroke-width="{stroke_width}"/>{dot}'
+        f'<text x="{x + width / 2:.1f}" y="{y + height / 2 + 4:.1f}" '
+        f'text-anchor="middle" font-size="11" fill="{text_color}">{esc(cell.text)}</text>'
+        f"{tip}</g>"
+    )
 
 
 def heatmap(
@@ -494,38 +559,7 @@ def heatmap(
         )
         for j, cell in enumerate(cells[i]):
             x = label_width + j * cell_width
-            tip = f"<title>{esc(cell.title)}</title>" if cell.title else ""
-            if cell.status == "unexplored":
-                parts.append(
-                    f'<g class="cell unexplored"><rect x="{x + 1}" y="{y + 1}" '
-                    f'width="{cell_width - 2}" height="{cell_height - 2}" fill="white" '
-                    f'stroke="{GRID}" stroke-dasharray="3 3"/>{tip}</g>'
-                )
-                continue
-            fill = "url(#hatch)" if cell.value is None else paint(cell.value)
-            stroke = FLAG_COLOR if cell.status == "flagged" else "white"
-            stroke_width = 2.5 if cell.status == "flagged" else 1
-            if cell.best:
-                stroke, stroke_width = "#111827", 3
-            text_color = FAIL_COLOR if cell.status == "failed" else "#111827"
-            classes = " ".join(
-                ["cell", cell.status] + (["explored"] if cell.explored else [])
-                + (["best"] if cell.best else [])
-            )
-            dot = (
-                f'<circle class="explored-mark" cx="{x + 6}" cy="{y + 6}" r="2.5" '
-                f'fill="#111827"/>'
-                if cell.explored
-                else ""
-            )
-            parts.append(
-                f'<g class="{classes}"><rect x="{x + 1}" y="{y + 1}" '
-                f'width="{cell_width - 2}" height="{cell_height - 2}" fill="{fill}" '
-                f'stroke="{stroke}" stroke-width="{stroke_width}"/>{dot}'
-                f'<text x="{x + cell_width / 2:.1f}" y="{y + cell_height / 2 + 4:.1f}" '
-                f'text-anchor="middle" font-size="11" fill="{text_color}">{esc(cell.text)}</text>'
-                f"{tip}</g>"
-            )
+            parts.append(_heat_cell(cell, x, y, cell_width, cell_height, paint))
     parts.append("</svg>")
     return "".join(parts)
 

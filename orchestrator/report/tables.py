@@ -657,59 +657,67 @@ def _margin_cell(contender: Contender) -> Cell:
     )
 
 
+def _contender_row(
+    answer: Answer, contender: Contender, *, ranked_column: bool, top: str | None
+) -> tuple[Cell, ...]:
+    """One config's row of :func:`contenders_table`."""
+    metric = answer.objective.metric
+    estimate = contender.estimate
+    notes: list[str] = []
+    kind: CellKind = ""
+    standing = _standing_note(answer, contender, {c.label for c in answer.tied})
+    if standing:
+        notes.append(standing)
+    if contender.violations:
+        notes.append("breaks " + ", ".join(contender.violations))
+        kind = "bad"
+    if estimate.noisy:
+        notes.append("noisy")
+        kind = kind or "flagged"
+    if contender.screened_only:
+        notes.append("screened only")
+    row = [
+        Cell(contender.label, contender.flags, title=config_label(contender.config)),
+        Cell(
+            fmt.metric_number(metric, estimate.value),
+            kind="best" if contender.label == top else "",
+        ),
+        Cell(
+            fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
+            or fmt.MISSING,
+            kind="" if estimate.ci95 else "missing",
+            title=words.basis_words(estimate.basis, estimate.restarts),
+        ),
+    ]
+    if ranked_column:
+        row.append(Cell(fmt.metric_number(metric, contender.ranked_on)))
+    row += [
+        Cell(estimate.basis),
+        Cell(str(estimate.restarts)),
+        Cell(", ".join(estimate.hosts) or fmt.MISSING),
+        Cell(fmt.percent(estimate.cv)),
+        Cell(
+            fmt.ratio(contender.speedup_vs_baseline)
+            + fmt.interval(contender.speedup_ci95, fmt.factor)
+        ),
+        _margin_cell(contender),
+        Cell("; ".join(notes), kind=kind),
+    ]
+    return tuple(row)
+
+
 def contenders_table(answer: Answer) -> Table:
     """Every measured config of one answer in the answer's rank order (its config first),
     with its interval, its margin to the answer's config and its standing."""
     objective = answer.objective
     metric = objective.metric
     best_label = answer.best.label if answer.best is not None else None
-    tied = {c.label for c in answer.tied}
     ranked_column = any(words.ranked_differently(c) for c in answer.contenders)
     top = _top(answer)
-    rows = []
-    for contender in answer.contenders:
-        estimate = contender.estimate
-        notes: list[str] = []
-        kind: CellKind = ""
-        standing = _standing_note(answer, contender, tied)
-        if standing:
-            notes.append(standing)
-        if contender.violations:
-            notes.append("breaks " + ", ".join(contender.violations))
-            kind = "bad"
-        if estimate.noisy:
-            notes.append("noisy")
-            kind = kind or "flagged"
-        if contender.screened_only:
-            notes.append("screened only")
-        row = [
-            Cell(contender.label, contender.flags, title=config_label(contender.config)),
-            Cell(
-                fmt.metric_number(metric, estimate.value),
-                kind="best" if contender.label == top else "",
-            ),
-            Cell(
-                fmt.interval(estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
-                or fmt.MISSING,
-                kind="" if estimate.ci95 else "missing",
-                title=words.basis_words(estimate.basis, estimate.restarts),
-            ),
-        ]
-        if ranked_column:
-            row.append(Cell(fmt.metric_number(metric, contender.ranked_on)))
-        row += [
-            Cell(estimate.basis),
-            Cell(str(estimate.restarts)),
-            Cell(", ".join(estimate.hosts) or fmt.MISSING),
-            Cell(fmt.percent(estimate.cv)),
-            Cell(
-                fmt.ratio(contender.speedup_vs_baseline)
-                + fmt.interval(contender.speedup_ci95, fmt.factor)
-            ),
-            _margin_cell(contender),
-            Cell("; ".join(notes), kind=kind),
-        ]
-        rows.append(tuple(row))
+    rows = tuple(
+        _contender_row(answer, contender, ranked_column=ranked_column, top=top)
+        for contender in answer.contenders
+    )
     unit = fmt.metric_unit(metric).strip()
     headers = [
         "config",
@@ -733,7 +741,7 @@ def contenders_table(answer: Answer) -> Table:
     return Table(
         f"Contenders: {metric} at {words.where(objective)}, in the answer's rank order",
         tuple(headers),
-        tuple(rows),
+        rows,
         note="One row per config on the host type, its restarts on every host of the type "
         "pooled; cv: spread across its restarts (noisy above 5%). Bold: the highest estimate "
         "(the lowest for a minimized metric)." + ranked_words,
