@@ -39,7 +39,7 @@ from orchestrator.store import (
     point_from_record,
 )
 from orchestrator.store import ThroughputPoint as StoredThroughput
-from orchestrator.store.results import config_label, unattempted_state
+from orchestrator.store.results import attempts_and_points, config_label, unattempted_state
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
 
 
@@ -801,12 +801,7 @@ def _grouped_records(
     requests: Mapping[int, Sequence[StoredRequest]],
     include_requests: bool,
 ) -> _Records:
-    attempts_by_trial: dict[int, list[Attempt]] = {}
-    for attempt in attempts:
-        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
-    points_by_attempt: dict[int, list[PointRecord]] = {}
-    for point in points:
-        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    attempts_by_trial, points_by_attempt = attempts_and_points(attempts, points)
     events_by_host: dict[str | None, list[EventRecord]] = {}
     for event in events:
         events_by_host.setdefault(event.host, []).append(event)

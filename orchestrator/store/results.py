@@ -838,6 +838,20 @@ def trial_outcome(
     )
 
 
+def attempts_and_points(
+    attempts: Sequence[Attempt], points: Sequence[PointRecord]
+) -> tuple[dict[int, list[Attempt]], dict[int, list[PointRecord]]]:
+    """Attempts by trial id and points by attempt id, each in the order given: how the
+    results and the report both walk a sweep's records."""
+    attempts_by_trial: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
+    points_by_attempt: dict[int, list[PointRecord]] = {}
+    for point in points:
+        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    return attempts_by_trial, points_by_attempt
+
+
 def trial_outcomes(
     trials: Sequence[TrialRecord],
     attempts: Sequence[Attempt],
@@ -846,12 +860,7 @@ def trial_outcomes(
 ) -> list[TrialOutcome]:
     """Trials in plan order, each trial's attempts by number (a trial never attempted once),
     each attempt's points as committed."""
-    attempts_by_trial: dict[int, list[Attempt]] = {}
-    for attempt in attempts:
-        attempts_by_trial.setdefault(attempt.trial_id, []).append(attempt)
-    points_by_attempt: dict[int, list[PointRecord]] = {}
-    for point in points:
-        points_by_attempt.setdefault(point.attempt_id, []).append(point)
+    attempts_by_trial, points_by_attempt = attempts_and_points(attempts, points)
     entries: list[TrialOutcome] = []
     for trial in trials:
         tried = sorted(attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
