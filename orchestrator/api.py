@@ -362,6 +362,49 @@ def _auth_middleware(token: str) -> Any:
     return auth
 
 
+async def _submission(request: web.Request) -> tuple[str, str, dict[str, str]] | web.Response:
+    """A submitted sweep's text, file name and workload files, from a JSON body or a plain
+    YAML one; the error response when the body is neither."""
+    workloads: dict[str, str] = {}
+    if request.content_type == "application/json":
+        raw = await _read_capped(request, MAX_SUBMIT_JSON_BYTES)
+        if raw is None:
+            return _error(413, f"request body over {MAX_SUBMIT_JSON_BYTES} bytes")
+        try:
+            body = SubmitBody.model_validate_json(raw)
+        except ValidationError:
+            return _error(
+                400, 'the body is JSON: {"sweep": YAML, "filename", "workloads": {PATH: TEXT}}'
+            )
+        text, filename, workloads = body.sweep, body.filename, body.workloads
+    else:
+        raw = await request.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(400, "the body is not UTF-8 text")
+        filename = request.headers.get("X-Sweep-Filename", "submitted.yaml")
+    if not _FILENAME.fullmatch(filename):
+        filename = "submitted.yaml"
+    return text, filename, workloads
+
+
+async def _restore_target(request: web.Request) -> str | web.Response | None:
+    """The host a restore asks for (None: every host), or the error response."""
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
+    if not isinstance(body, dict):
+        return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
+    host, everything = body.get("host"), body.get("all") is True
+    if everything == (host is not None) or (host is not None and not isinstance(host, str)):
+        return _error(400, 'give exactly one of {"host": NAME} and {"all": true}')
+    if host is not None and not valid_ref(host):
+        return _error(400, f"not a host name: {host!r}")
+    return host
+
+
 def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     """The API over ``ops``; with ``token``, every request must present it (loopback TCP)."""
     middlewares = [_error_middleware()]
@@ -374,27 +417,10 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         return web.json_response({"ok": True, "version": __version__})
 
     async def submit(request: web.Request) -> web.Response:
-        workloads: dict[str, str] = {}
-        if request.content_type == "application/json":
-            raw = await _read_capped(request, MAX_SUBMIT_JSON_BYTES)
-            if raw is None:
-                return _error(413, f"request body over {MAX_SUBMIT_JSON_BYTES} bytes")
-            try:
-                body = SubmitBody.model_validate_json(raw)
-            except ValidationError:
-                return _error(
-                    400, 'the body is JSON: {"sweep": YAML, "filename", "workloads": {PATH: TEXT}}'
-                )
-            text, filename, workloads = body.sweep, body.filename, body.workloads
-        else:
-            raw = await request.read()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return _error(400, "the body is not UTF-8 text")
-            filename = request.headers.get("X-Sweep-Filename", "submitted.yaml")
-        if not _FILENAME.fullmatch(filename):
-            filename = "submitted.yaml"
+        read = await _submission(request)
+        if isinstance(read, web.Response):
+            return read
+        text, filename, workloads = read
         outcome = await ops.submit(
             text, filename=filename, replace=_flag(request, "replace"), workloads=workloads
         )
@@ -414,18 +440,10 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         return web.json_response((await ops.results(_ref(request))).to_json())
 
     async def restore(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
-        if not isinstance(body, dict):
-            return _error(400, 'the body is JSON: {"host": NAME} or {"all": true}')
-        host, everything = body.get("host"), body.get("all") is True
-        if everything == (host is not None) or (host is not None and not isinstance(host, str)):
-            return _error(400, 'give exactly one of {"host": NAME} and {"all": true}')
-        if host is not None and not valid_ref(host):
-            return _error(400, f"not a host name: {host!r}")
-        outcomes = await ops.restore_hosts(host)
+        target = await _restore_target(request)
+        if isinstance(target, web.Response):
+            return target
+        outcomes = await ops.restore_hosts(target)
         return web.json_response({"restored": [outcome.to_json() for outcome in outcomes]})
 
     async def adopt(request: web.Request) -> web.Response:
