@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -51,9 +51,7 @@ from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.log import get_logger
-from orchestrator.types import ApiKind, FailureCause, MetricsMode
-
-RestorePolicy = Literal["as-found", "stopped", "leave"]
+from orchestrator.types import ApiKind, FailureCause, MetricsMode, RestorePolicy
 
 EXCERPT_LINES = 60
 STREAM_GRACE_S = 0.5
@@ -212,7 +210,7 @@ AS_FOUND = Readiness()
 
 
 @dataclass(frozen=True, slots=True)
-class TrialConfig:
+class TrialDropin:
     """What one trial asks of a host: the drop-in to install and how to prove it took."""
 
     sweep: str
@@ -236,7 +234,7 @@ def trial_config(
     engine: Engine | None = None,
     adopted: bool = False,
     metrics: MetricsMode = "auto",
-) -> TrialConfig:
+) -> TrialDropin:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
     flag knob shows in the running server's config (the default engine when None);
@@ -268,7 +266,7 @@ def trial_config(
         for name, spec in knobs.items()
         if spec.env is not None
     )
-    return TrialConfig(
+    return TrialDropin(
         sweep=sweep,
         key=key,
         invocation=invocation,
@@ -349,7 +347,7 @@ class Server:
     provenance: Provenance
 
 
-async def reconfigure(session: HostSession, trial: TrialConfig) -> Server:
+async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:
     """Install ``trial``'s drop-in, restart the unit cleanly and return the proven server.
 
     Raises :class:`TrialFailed` with a cause and evidence (a host error mapped by

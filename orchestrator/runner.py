@@ -39,7 +39,7 @@ from orchestrator.lifecycle import (
     HostSession,
     LifecycleTimeouts,
     Server,
-    TrialConfig,
+    TrialDropin,
     TrialFailed,
     failure_from,
     reconfigure,
@@ -546,7 +546,7 @@ async def _run_trial(
     planned: Trial,
     trial: TrialRecord,
     check: HostCheck,
-) -> TrialConfig | None:
+) -> TrialDropin | None:
     """Attempts of one trial until it succeeds, fails for good, or the sweep stops."""
     store, sweep = run.store, run.sweep
     attempts = [a for a in await store.attempts(run.record.id) if a.trial_id == trial.id]
@@ -801,6 +801,7 @@ async def _measure(
         model=sweep.server.model,
         concurrency=client_connections(bench),
         request_timeout=sweep.timeouts.request,
+        engine=session.engine,
     ) as client:
         sources = PromptSources(session.name, client, bench, run.samples, plan.cells, plan.rounds)
         for cell in plan.cells:

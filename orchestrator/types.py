@@ -157,6 +157,11 @@ SYNTHETIC_WORKLOAD = "synthetic"
 """The workload label of today's filler prompts: the default, and absent from point keys."""
 
 
+RestorePolicy = Literal["as-found", "stopped", "leave"]
+"""How a sweep leaves each unit at its end (``policy.restore``): running iff it was, stopped,
+or on the last config for inspection."""
+
+
 def plural(count: int, noun: str) -> str:
     """``1 restart``, ``3 restarts``: a count with its noun, as every message writes it."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

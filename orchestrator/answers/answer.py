@@ -47,7 +47,7 @@ from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
     Constraints,
     Decision,
-    Standing,
+    RankedConfig,
     decide,
     for_verdict,
     rank,
@@ -148,7 +148,7 @@ def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
 
 def _standings(
     grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep, axes: Axes
-) -> list[Standing]:
+) -> list[RankedConfig]:
     rules = Constraints(dict(sweep.constraints), scope.view.cells, grouped.get(BASELINE_ID))
     smoothed = _smoothed(grouped, axes)
     out = []
@@ -157,7 +157,7 @@ def _standings(
         reported = spread(_samples(config.reported), scope.variance)
         assert selection is not None and reported is not None  # a group has a sample
         out.append(
-            Standing(
+            RankedConfig(
                 key,
                 config,
                 config_label(config.config),
@@ -183,7 +183,7 @@ def _flags(config: ConfigRuns, view: ObjectiveView) -> tuple[str, ...]:
 
 
 def _contender(
-    standing: Standing, baseline: Spread | None, decision: Decision, view: ObjectiveView
+    standing: RankedConfig, baseline: Spread | None, decision: Decision, view: ObjectiveView
 ) -> Contender:
     """A standing as the answer shows it. Its speedup is read with the same spreads as the
     margins (:func:`~orchestrator.answers.verdict.for_verdict`), so the baseline's margin
@@ -254,7 +254,7 @@ def _convergence(
     return tuple(steps)
 
 
-def _basis_note(standing: Standing, host_type: str) -> str | None:
+def _basis_note(standing: RankedConfig, host_type: str) -> str | None:
     spread_ = standing.reported
     if spread_.basis == "borrowed-restart-variance":
         return (
@@ -275,7 +275,7 @@ def _basis_note(standing: Standing, host_type: str) -> str | None:
 
 
 def _notes(
-    decision: Decision, ranked: Sequence[Standing], scope: _Scope, flagged_only: Sequence[str]
+    decision: Decision, ranked: Sequence[RankedConfig], scope: _Scope, flagged_only: Sequence[str]
 ) -> list[str]:
     notes: list[str] = []
     host_type = scope.host_type

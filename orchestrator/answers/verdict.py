@@ -165,7 +165,7 @@ def violations(config: ConfigRuns, is_baseline: bool, rules: Constraints) -> tup
 
 
 @dataclass(frozen=True, slots=True)
-class Standing:
+class RankedConfig:
     """A config's place in one answer: what it was picked on, what is reported, and whether it
     may win."""
 
@@ -188,10 +188,10 @@ class Standing:
         return self.selection.value if self.smoothed is None else self.smoothed
 
 
-def rank(standings: Sequence[Standing], *, minimized: bool) -> list[Standing]:
+def rank(standings: Sequence[RankedConfig], *, minimized: bool) -> list[RankedConfig]:
     """Valid configs first, each group best first by what it was picked on."""
 
-    def key(s: Standing) -> tuple[bool, float]:
+    def key(s: RankedConfig) -> tuple[bool, float]:
         return (not s.valid, s.pick if minimized else -s.pick)
 
     return sorted(standings, key=key)
@@ -212,7 +212,7 @@ def for_verdict(spread: Spread) -> Spread:
     return dataclasses.replace(spread, rel_se=math.hypot(spread.rel_se, ASSUMED_RESTART_CV))
 
 
-def margin(best: Standing, other: Standing, *, minimized: bool) -> Margin:
+def margin(best: RankedConfig, other: RankedConfig, *, minimized: bool) -> Margin:
     """How much ``best`` beats ``other`` on their reported estimates (positive = better), with
     the 95 % interval of the ratio (:func:`~orchestrator.answers.estimate.improvement`); a
     side whose interval is within-run only counts the assumed restart spread
@@ -228,23 +228,23 @@ class Decision:
     """The verdict over one answer's configs, in the order the answer shows them."""
 
     verdict: Verdict
-    order: tuple[Standing, ...] = ()
+    order: tuple[RankedConfig, ...] = ()
     """Every config, the best first: the rank (valid first, each group by what it was picked
     on), with the best moved to the front where confirmation overturned the pick."""
     margins: Mapping[str, Margin] = dataclasses.field(default_factory=dict)
     """Each other valid config's key -> how much the best beats it (the margin shown)."""
-    tied: tuple[Standing, ...] = ()
+    tied: tuple[RankedConfig, ...] = ()
     """Exactly the valid configs whose margin interval holds 0 (or that have none)."""
-    overturned: tuple[Standing, ...] = ()
+    overturned: tuple[RankedConfig, ...] = ()
     """Configs ranked above the best whose own restarts the best's lose to beyond the
     uncertainty: the pick they were ranked on is not confirmed (named in the notes)."""
 
     @property
-    def best(self) -> Standing | None:
+    def best(self) -> RankedConfig | None:
         return self.order[0] if self.order and self.order[0].valid else None
 
     @property
-    def runner_up(self) -> Standing | None:
+    def runner_up(self) -> RankedConfig | None:
         valid = [s for s in self.order if s.valid]
         return valid[1] if len(valid) > 1 else None
 
@@ -260,7 +260,9 @@ def holds_zero(margin: Margin) -> bool:
     return ci is None or ci[0] <= 0.0 <= ci[1]
 
 
-def _beaten_by(best: Standing, others: Sequence[Standing], minimized: bool) -> Standing | None:
+def _beaten_by(
+    best: RankedConfig, others: Sequence[RankedConfig], minimized: bool
+) -> RankedConfig | None:
     """The config whose own restarts beat ``best``'s beyond the uncertainty by the widest
     estimate, if any."""
     beaten = [s for s in others if (ci := margin(best, s, minimized=minimized).ci95) and ci[1] < 0]
@@ -269,7 +271,7 @@ def _beaten_by(best: Standing, others: Sequence[Standing], minimized: bool) -> S
     return (min if minimized else max)(beaten, key=lambda s: s.reported.value)
 
 
-def decide(ranked: Sequence[Standing], *, minimized: bool) -> Decision:
+def decide(ranked: Sequence[RankedConfig], *, minimized: bool) -> Decision:
     """The verdict over configs ranked by :func:`rank`.
 
     The best is the first by rank, unless another valid config's reported estimate beats the
@@ -281,7 +283,7 @@ def decide(ranked: Sequence[Standing], *, minimized: bool) -> Decision:
     if not valid:
         return Decision("no-valid-config", tuple(ranked))
     best = valid[0]
-    overturned: list[Standing] = []
+    overturned: list[RankedConfig] = []
     while (
         challenger := _beaten_by(best, [s for s in valid if s is not best], minimized)
     ) is not None:

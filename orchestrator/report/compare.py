@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.report.model import HostTypeGroup, SweepReport, ThroughputPoint, TrialView
+from orchestrator.report.model import HostTypeGroup, PointView, SweepReport, TrialView
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def _config_key(trial: TrialView) -> str:
     return json.dumps(trial.config, sort_keys=True)
 
 
-def _config_point(group: HostTypeGroup, key: str, ctx: int, conc: int) -> ThroughputPoint | None:
+def _config_point(group: HostTypeGroup, key: str, ctx: int, conc: int) -> PointView | None:
     for trial in group.trials:
         if _config_key(trial) == key and (point := group.point(trial, ctx, conc)) is not None:
             return point

@@ -22,8 +22,8 @@ from orchestrator.report.compare import compare
 from orchestrator.report.model import (
     FLAGS,
     HostTypeGroup,
+    PointView,
     SweepReport,
-    ThroughputPoint,
     TrialView,
 )
 
@@ -88,7 +88,7 @@ def _flag_columns(flags: Sequence[str]) -> dict[str, Any]:
 
 
 def _throughput_row(
-    report: SweepReport, group: HostTypeGroup, trial: TrialView, point: ThroughputPoint
+    report: SweepReport, group: HostTypeGroup, trial: TrialView, point: PointView
 ) -> dict[str, Any]:
     row = _base_row(report, group, trial)
     best = group.best_at(point.cell)
@@ -163,7 +163,7 @@ def render_csv(reports: Sequence[SweepReport]) -> str:
 # --- JSON ----------------------------------------------------------------------------------
 
 
-def _point_json(point: ThroughputPoint, include_requests: bool) -> dict[str, Any]:
+def _point_json(point: PointView, include_requests: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "context": point.context,
         "concurrency": point.concurrency,

@@ -16,8 +16,8 @@ from orchestrator.report.compare import compare
 from orchestrator.report.model import (
     FLAGS,
     HostTypeGroup,
+    PointView,
     SweepReport,
-    ThroughputPoint,
     TrialView,
     flag_codes,
     flag_info,
@@ -155,13 +155,13 @@ def _keys() -> str:
     )
 
 
-def _status(trial: TrialView, point: ThroughputPoint | None) -> svg.MarkStatus:
+def _status(trial: TrialView, point: PointView | None) -> svg.MarkStatus:
     if point is None or point.output_tok_s is None:
         return "failed"
     return "flagged" if point.flags else "ok"
 
 
-def _point_title(group: HostTypeGroup, trial: TrialView, point: ThroughputPoint | None) -> str:
+def _point_title(group: HostTypeGroup, trial: TrialView, point: PointView | None) -> str:
     name = group.display(trial)
     if point is None:
         reason = f"{trial.state}: {trial.cause}" if trial.cause else "not measured"

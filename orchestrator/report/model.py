@@ -101,7 +101,7 @@ def _number(value: Any) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ThroughputPoint:
+class PointView:
     """One (context, concurrency) cell of one trial as the report shows it: the stored point,
     the quality flags of the benchmark and the accept_len cross-check joined, and the measured
     (not warm-up) requests' TTFTs for the distribution plots."""
@@ -255,7 +255,7 @@ class TrialView:
     ordinal: int
     label: str
     attempts: tuple[AttemptView, ...]
-    throughput: tuple[ThroughputPoint, ...]
+    throughput: tuple[PointView, ...]
     coding: tuple[CodingPoint, ...]
     short_label: str = ""
     lossless: Drift | None = None
@@ -298,7 +298,7 @@ class TrialView:
                 return attempt.lifecycle
         return None
 
-    def point_at(self, cell: MatrixCell) -> ThroughputPoint | None:
+    def point_at(self, cell: MatrixCell) -> PointView | None:
         for point in self.throughput:
             if point.cell == cell:
                 return point
@@ -380,7 +380,7 @@ class HostTypeGroup:
     def grid_cell(self, context: int, concurrency: int) -> MatrixCell:
         return MatrixCell(context, concurrency, workload=self.main_workload)
 
-    def point(self, trial: TrialView, context: int, concurrency: int) -> ThroughputPoint | None:
+    def point(self, trial: TrialView, context: int, concurrency: int) -> PointView | None:
         """``trial``'s closed-loop point at (context, concurrency) on the grid's workload."""
         return trial.point_at(self.grid_cell(context, concurrency))
 
@@ -398,10 +398,10 @@ class HostTypeGroup:
         a, b = mine.output_tok_s, theirs.output_tok_s
         return a / b if a is not None and b else None
 
-    def best(self, context: int, concurrency: int) -> tuple[TrialView, ThroughputPoint] | None:
+    def best(self, context: int, concurrency: int) -> tuple[TrialView, PointView] | None:
         return self.best_at(self.grid_cell(context, concurrency))
 
-    def best_at(self, cell: MatrixCell) -> tuple[TrialView, ThroughputPoint] | None:
+    def best_at(self, cell: MatrixCell) -> tuple[TrialView, PointView] | None:
         """The trial with the highest aggregate tok/s in the cell among its trusted points;
         only when the cell has none, the highest flagged one (its flags travel with it)."""
         candidates = [
@@ -526,8 +526,8 @@ def _request_json(request: StoredRequest) -> JsonObject:
 
 def _throughput_point(
     point: StoredThroughput, requests: Sequence[StoredRequest], include_requests: bool
-) -> ThroughputPoint:
-    return ThroughputPoint(
+) -> PointView:
+    return PointView(
         measured=point,
         flags=_point_flags(point),
         ttft_samples_s=tuple(
@@ -687,7 +687,7 @@ _EVENT_WARNINGS = {
 }
 
 
-def _point_warnings(trial: TrialView, name: str, point: ThroughputPoint) -> list[ReportWarning]:
+def _point_warnings(trial: TrialView, name: str, point: PointView) -> list[ReportWarning]:
     where = f"context {point.context}, concurrency {point.concurrency}"
     out: list[ReportWarning] = []
     flags = set(point.flags)
@@ -992,9 +992,9 @@ __all__ = [
     "HostTypeGroup",
     "HostView",
     "Lifecycle",
+    "PointView",
     "ReportWarning",
     "SweepReport",
-    "ThroughputPoint",
     "TrialView",
     "build_report",
     "config_label",

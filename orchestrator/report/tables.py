@@ -16,7 +16,7 @@ from typing import Any, Literal
 from orchestrator.answers import Answer, Contender
 from orchestrator.report import fmt, words
 from orchestrator.report.compare import Comparison
-from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, ThroughputPoint, TrialView
+from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, PointView, TrialView
 from orchestrator.report.space import SpaceGrid
 from orchestrator.store.results import config_label, format_knob
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
@@ -64,7 +64,7 @@ def _state_text(trial: TrialView) -> str:
     return f"{trial.state.upper()}: {trial.cause}" if trial.cause else trial.state.upper()
 
 
-def _point_cells(point: ThroughputPoint | None, trial: TrialView, best: bool) -> list[Cell]:
+def _point_cells(point: PointView | None, trial: TrialView, best: bool) -> list[Cell]:
     if point is None:
         text = "FAILED" if trial.state == "failed" else fmt.MISSING
         kind: CellKind = "failed" if trial.state == "failed" else "missing"
@@ -168,7 +168,7 @@ def _best_goodput(group: HostTypeGroup, cell: MatrixCell) -> str | None:
     return max(candidates)[1] if candidates else None
 
 
-def _rate_cells(point: ThroughputPoint | None, trial: TrialView, best: str | None) -> list[Cell]:
+def _rate_cells(point: PointView | None, trial: TrialView, best: str | None) -> list[Cell]:
     if point is None:
         text = "FAILED" if trial.state == "failed" else fmt.MISSING
         kind: CellKind = "failed" if trial.state == "failed" else "missing"
@@ -509,7 +509,7 @@ def pooled_cell(
     """Every config's mean aggregate tok/s in the cell over the type's hosts (``left_out``
     hosts, flagged as sick by the answers, excluded); trusted points only, unless a config has
     none (then its flagged points, flags kept)."""
-    by_config: dict[str, list[tuple[TrialView, ThroughputPoint]]] = {}
+    by_config: dict[str, list[tuple[TrialView, PointView]]] = {}
     for trial in group.trials:
         point = group.point(trial, context, concurrency)
         if trial.host in left_out or point is None or point.output_tok_s is None:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal, cast, get_args
 from orchestrator.store.records import (
     SWEEP_STATES,
     Attempt,
+    AttemptState,
     HostRecord,
     JsonObject,
     NewPoint,
@@ -48,9 +49,10 @@ from orchestrator.types import (
     point_metric_names,
 )
 
-TrialState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
-"""A trial's state as a reader sees it: its latest attempt's, or for a trial never attempted
-``queued``, or ``cancelled`` when its sweep was cancelled before it ran."""
+TrialState = AttemptState
+"""A trial's state as a reader sees it: its latest attempt's (the same states, one definition),
+or for a trial never attempted ``queued``, or ``cancelled`` when its sweep was cancelled before
+it ran."""
 
 TRIAL_STATES: tuple[TrialState, ...] = get_args(TrialState)
 

@@ -66,6 +66,7 @@ from orchestrator.types import (
     MatrixCell,
     MetricsMode,
     OutputLengths,
+    RestorePolicy,
     content_hash,
     metric_is_minimized,
 )
@@ -449,7 +450,7 @@ class Policy(_Model):
 
     on_trial_failure: Literal["continue", "abort"] = "continue"
     trial_retries: Annotated[int, Field(ge=0, le=10)] = 1
-    restore: Literal["as-found", "stopped", "leave"] = "as-found"
+    restore: RestorePolicy = "as-found"
 
 
 class Schedule(_Model):

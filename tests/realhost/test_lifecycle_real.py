@@ -22,7 +22,7 @@ from orchestrator.host.unitcontrol import SystemctlControl
 from orchestrator.lifecycle import (
     HostSession,
     LifecycleTimeouts,
-    TrialConfig,
+    TrialDropin,
     TrialFailed,
     reconfigure,
     restore,
@@ -136,7 +136,7 @@ def _await_serving(base_url: str, timeout: float = 20.0) -> None:
         time.sleep(0.1)
 
 
-async def _trial(session: HostSession, key: str, config: dict[str, Any]) -> TrialConfig:
+async def _trial(session: HostSession, key: str, config: dict[str, Any]) -> TrialDropin:
     found = await session.read_found()
     return trial_config(found, sweep="realhost", key=key, knobs=KNOBS, config=config)
 
