@@ -34,6 +34,7 @@ from rich.text import Text
 
 from orchestrator.answers import Answer
 from orchestrator.bench.coding import Outcome
+from orchestrator.causes import CAUSE_WORDS, PREFLIGHT_REFUSAL
 from orchestrator.report.model import short_labels
 from orchestrator.report.words import answer_words, readable
 from orchestrator.sweepprogress import ProgressSnapshot, clock_time, duration
@@ -48,26 +49,6 @@ STEP_WORDS = {
 """The runner's step names as the display shows them; the others (``ctx 60 x c4``,
 ``coding fib``) read as they are."""
 
-CAUSE_WORDS: dict[str, str] = {
-    "bad-flag": "the host's SGLang does not know a flag",
-    "invalid-config": "SGLang refused the config at startup",
-    "oom": "CUDA ran out of memory while loading",
-    "port-in-use": "the server's port was taken by another process",
-    "warmup-failed": "the new server never answered a real generation",
-    "exited": "the server exited at startup",
-    "start-limit": "systemd's start rate limit refused the start",
-    "memory-not-released": "GPU memory stayed in use after the stop; the unit was not started",
-    "ready-timeout": "the server was not ready within timeouts.ready",
-    "config-mismatch": "the server runs something other than the config asked",
-    "host-unreachable": "SSH to the host failed past the reconnect budget",
-    "stop-timeout": "the old server did not stop within timeouts.stop",
-    "crashed": "the server died during the benchmark",
-    "gpu-query-failed": "the GPUs could not be queried (nvidia-smi)",
-    "host-command-failed": "a command on the host failed (journalctl, systemctl, D-Bus)",
-    "orchestrator-error": "a bug in the orchestrator (the traceback is in the results)",
-    "stopped": "the sweep was stopped before this trial finished",
-    "host-set-aside": "its host was set aside",
-}
 """Each failure cause in plain words (docs/architecture.md says what to do about each)."""
 
 # The excerpt line that names a startup failure: a Python exception, argparse's complaint.
@@ -175,10 +156,7 @@ def failure_words(cause: str | None, evidence: Mapping[str, Any] | None) -> str:
         return f"{meaning}: {' '.join(str(f) for f in flags)}{where}"
     if evidence.get("found_by") == "preflight":
         # The parser refused the argv before anything started: nothing "at startup".
-        meaning = (
-            "the host's SGLang parser refused the config (found by the preflight, before any "
-            "restart)"
-        )
+        meaning = PREFLIGHT_REFUSAL
     detail = ""
     excerpt = evidence.get("excerpt")
     if isinstance(excerpt, list):

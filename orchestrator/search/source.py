@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, offered_cap
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
+from orchestrator.causes import INVALID_CONFIG_CAUSES
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
 from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
 from orchestrator.search.deadline import (
@@ -102,9 +103,6 @@ the pick within 1 % of the optimum in 71 of 100 seeds, a third in 65."""
 RACE_Z = 1.96
 """How far above its mean (in standard errors) a challenger's value may plausibly be: the
 race's upper bounds are 95 % ones, like the answer's intervals."""
-INVALID_CONFIG_CAUSES = frozenset({"invalid-config"})
-"""Causes that condemn a config on every host type (a bad flag condemns it on its own type,
-where the config is paid for already and never proposed again)."""
 _UNFINISHED: frozenset[TrialState] = frozenset({"queued", "running"})
 
 

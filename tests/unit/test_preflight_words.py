@@ -1,5 +1,6 @@
 """How a failure the preflight found reads: never as something that happened at startup, since
-the host's SGLang parser refused the config before any restart (issue 22, item 9)."""
+the host's own parser refused the config before any restart (issue 22, item 9). The words name
+no engine: they come from the one table of causes (orchestrator/causes.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> 
     words = failure_words(verdict.cause, verdict.evidence())
     assert "at startup" not in words
     assert words == (
-        "the host's SGLang parser refused the config (found by the preflight, before any "
+        "the host's own parser refused the config (found by the preflight, before any "
         "restart): ValueError: Unknown speculative algorithm: FOO"
     )
 
@@ -26,4 +27,4 @@ def test_a_bad_value_the_parser_refused_names_the_preflight_too() -> None:
 
 def test_a_refusal_at_startup_still_says_so() -> None:
     words = failure_words("invalid-config", {"message": "ValueError: window < block"})
-    assert words == "SGLang refused the config at startup: ValueError: window < block"
+    assert words == "the server refused the config at startup: ValueError: window < block"
