@@ -446,6 +446,35 @@ class ServedModel:
 
 
 # --------------------------------------------------------------------------------------------
+# Metrics: the counters that give accept length exactly
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceCounters:
+    """The ``/metrics`` counters whose deltas over a point give its accept length (decode
+    tokens per verify step), by the engine's own names, and what its token counter counts:
+    the bench reads every engine's counters with one formula and names none itself."""
+
+    verify_steps: str
+    """Counts verify steps, one per request per step."""
+    tokens: str
+    """Counts the tokens the server generated."""
+    tokens_include_first: bool = True
+    """``tokens`` also counts each request's first token, which its prefill produced, not a
+    verify step (the bench subtracts one per request the point sent)."""
+    tokens_include_bonus: bool = True
+    """``tokens`` counts each verify step's bonus token; False where it counts only the
+    accepted drafts (the bench adds one per step)."""
+
+    def decode_tokens(self, tokens: float, steps: float, requests: int) -> float:
+        """The tokens the verify steps produced, from the counters' deltas over a point."""
+        first = requests if self.tokens_include_first else 0
+        bonus = 0.0 if self.tokens_include_bonus else steps
+        return max(tokens - first + bonus, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
 # Asking the host's own engine whether it takes an argv (preflight)
 # --------------------------------------------------------------------------------------------
 
@@ -571,9 +600,25 @@ class Engine(Protocol):
         """The flags ``server.metrics`` asks each trial's command line to have."""
         ...
 
+    def normal_word(self, word: str, flag: str | None) -> str:
+        """A command-line value (of ``flag``, or an environment value) as the engine reads
+        it, so values it reads alike compare equal (``8`` and ``8.0``)."""
+        ...
+
+    def forced_flags(self, values: Mapping[str, str | None]) -> frozenset[str]:
+        """Flags whose value the engine replaces under the rest of a command line (``values``:
+        flag -> value as :meth:`normal_word` reads it): configs that differ only there run
+        the same server."""
+        ...
+
     @property
     def metrics_flag(self) -> str:
         """The flag that makes the server serve ``/metrics``."""
+        ...
+
+    @property
+    def acceptance_counters(self) -> AcceptanceCounters:
+        """The ``/metrics`` counters the bench reads a point's accept length from."""
         ...
 
     async def server_config(

@@ -6,9 +6,9 @@
   (``spec_num_correct_drafts`` + ``spec_verify_ct``) / ``spec_verify_ct`` where the server
   gives the correct drafts (the decode log's own definition: accepted drafts plus the bonus
   per verify step), else the estimate ``(completion_tokens - 1) / spec_verify_ct``.
-- metrics: ``/metrics`` counter deltas around the measured phase
-  (``sglang:generation_tokens_total`` / ``sglang:spec_verify_calls_total``), scoped by time
-  but mixing any other traffic the server had.
+- metrics: ``/metrics`` counter deltas around the measured phase (the engine's
+  :class:`~orchestrator.engine.AcceptanceCounters`: generated tokens over verify steps),
+  scoped by time but mixing any other traffic the server had.
 
 Inputs are plain numbers so this module stays independent of the log parser; the estimate
 logic is pure, and the only I/O helper (``decode_samples_from_messages``) parses text.
@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.engine import LogEvent
+    from orchestrator.engine import AcceptanceCounters, LogEvent
 
 DISAGREE_TOLERANCE = 0.05
-VERIFY_CALLS_COUNTER = "sglang:spec_verify_calls_total"
-GENERATION_TOKENS_COUNTER = "sglang:generation_tokens_total"
 
 
 @dataclass(frozen=True)
@@ -143,9 +141,9 @@ def from_meta_info(requests: Iterable[RequestSpec]) -> Estimate:
     ``spec_num_correct_drafts`` a request's steps produced correct drafts + steps tokens,
     exactly what the decode log's accept len counts. Without it, ``completion_tokens - 1``
     stands in, which runs low where the server counted drafts that the output then lost to
-    a stop token or ``max_new_tokens`` (SGLang's overlap verify path counts the whole
-    accepted run). (SGLang's own ``spec_accept_length`` divides all ``completion_tokens``,
-    which overstates acceptance by 1/steps: 12 % for a 32-token answer at accept len 4.)
+    a stop token or ``max_new_tokens`` (an overlap verify path counts the whole accepted
+    run). (A server's own ``spec_accept_length`` that divides all ``completion_tokens``
+    overstates acceptance by 1/steps: 12 % for a 32-token answer at accept len 4.)
     ``exact`` counts the requests read from their correct drafts.
     """
     tokens = 0
@@ -202,25 +200,36 @@ def parse_prometheus_totals(text: str, names: Iterable[str]) -> dict[str, float]
     return totals
 
 
-def from_metrics(before: str | None, after: str | None, *, requests: int) -> Estimate:
-    """Counter deltas over the measured phase: decode tokens per verify call.
+def from_metrics(
+    before: str | None,
+    after: str | None,
+    *,
+    requests: int,
+    counters: AcceptanceCounters | None = None,
+) -> Estimate:
+    """Counter deltas over the measured phase: decode tokens per verify step.
 
-    ``generation_tokens_total`` also counts each request's first token, which its prefill
-    produced; the ``requests`` the point sent in the window are subtracted for it (other
-    clients' traffic in the window is not, and would show as a disagreement).
+    ``counters`` are the serving engine's (the default engine's when None, for a caller that
+    names none). Where its token counter also counts each request's first token, which its
+    prefill produced, the ``requests`` the point sent in the window are subtracted for it
+    (other clients' traffic in the window is not, and would show as a disagreement).
     """
+    if counters is None:
+        from orchestrator import engines
+
+        counters = engines.get().acceptance_counters
     if before is None or after is None:
-        return Estimate(None, 0, "/metrics not available (server without --enable-metrics?)")
-    names = (VERIFY_CALLS_COUNTER, GENERATION_TOKENS_COUNTER)
+        return Estimate(None, 0, "/metrics not available (server without its metrics flag?)")
+    names = (counters.verify_steps, counters.tokens)
     start = parse_prometheus_totals(before, names)
     end = parse_prometheus_totals(after, names)
-    if VERIFY_CALLS_COUNTER not in end or GENERATION_TOKENS_COUNTER not in end:
-        return Estimate(None, 0, f"/metrics lacks {VERIFY_CALLS_COUNTER} or generation tokens")
-    verify = end[VERIFY_CALLS_COUNTER] - start.get(VERIFY_CALLS_COUNTER, 0.0)
-    tokens = end[GENERATION_TOKENS_COUNTER] - start.get(GENERATION_TOKENS_COUNTER, 0.0)
+    if counters.verify_steps not in end or counters.tokens not in end:
+        return Estimate(None, 0, f"/metrics lacks {counters.verify_steps} or {counters.tokens}")
+    verify = end[counters.verify_steps] - start.get(counters.verify_steps, 0.0)
+    tokens = end[counters.tokens] - start.get(counters.tokens, 0.0)
     if verify <= 0:
         return Estimate(None, 0, "no verify call during the point (counters reset or flat)")
-    return Estimate(max(tokens - requests, 0.0) / verify, int(verify))
+    return Estimate(counters.decode_tokens(tokens, verify, requests) / verify, int(verify))
 
 
 def combine(

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator.engine import (
+    AcceptanceCounters,
     Answer,
     Chunk,
     ConfigCheck,
@@ -53,6 +54,7 @@ from orchestrator.engine import (
     spread_by_weight,
 )
 from orchestrator.engines.sglang import argv as argv_parser
+from orchestrator.engines.sglang import forcing
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
@@ -309,6 +311,16 @@ METRICS_FLAG = "--enable-metrics"
 def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
     """The flags ``server.metrics`` asks each trial's command line to have."""
     return (METRICS_FLAG,) if metrics == "auto" else ()
+
+
+ACCEPTANCE_COUNTERS = AcceptanceCounters(
+    verify_steps="sglang:spec_verify_calls_total",
+    tokens="sglang:generation_tokens_total",
+    tokens_include_first=True,
+    tokens_include_bonus=True,
+)
+"""Accept length from ``/metrics``: generated tokens (bar each request's first, from its
+prefill) over verify calls, the decode log's own definition."""
 
 
 # Flags whose /server_info key is not the flag name with '-' -> '_'.
@@ -942,8 +954,11 @@ class Sglang:
 
     name = "sglang"
     metrics_flag = METRICS_FLAG
+    acceptance_counters = ACCEPTANCE_COUNTERS
     metrics_flags = staticmethod(metrics_flags)
     server_config = staticmethod(server_config)
+    normal_word = staticmethod(forcing.normal_word)
+    forced_flags = staticmethod(forcing.forced_flags)
     parse_command = staticmethod(argv_parser.parse_command)
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
