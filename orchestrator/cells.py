@@ -160,7 +160,8 @@ async def measure_cell(
     seed: int,
     before_measured: Callable[[], Awaitable[Any]],
 ) -> PointResult:
-    """One measurement of ``cell`` (its journal window is the caller's)."""
+    """One measurement of ``cell`` (its journal window is the caller's), read by ``client``'s
+    engine: its dialect parses the answers, its counters are read from ``/metrics``."""
     common: dict[str, Any] = {
         "context": cell.context,
         "warmup_requests": bench.warmup_requests,

@@ -1,4 +1,4 @@
-"""Streaming request driver: per-request timings and token counts against an SGLang server.
+"""Streaming request driver: per-request timings and token counts against a serving engine.
 
 The client must not be what is measured. While a response streams, the driver only stamps
 each received block with ``time.monotonic()`` and keeps its bytes (``orchestrator.bench.http1``,
@@ -7,9 +7,10 @@ SSE framing, JSON and token attribution happen after the stream ends (``parse_ex
 the timed path.
 The clock is ``time.monotonic`` so that times compare with a server on the same machine.
 
-Token counts come from the server (``meta_info.completion_tokens`` for ``/generate``, ``usage``
-for chat), never from the number of chunks: with speculative decoding one chunk can carry
-several tokens.
+Token counts come from the server, as the engine's dialect reads them (per-chunk counts,
+or ``usage`` for chat), never from the number of chunks: with speculative decoding one chunk
+can carry several tokens. The client is built for one engine (``engine``): its requests,
+stream parsing and ``/metrics`` counters are that engine's, and the matrix reads them here.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from orchestrator.bench.http1 import (
 )
 from orchestrator.bench.stats import spread_gaps
 from orchestrator.engine import (
+    AcceptanceCounters,
     Answer,
     Chunk,
     Dialect,
+    Engine,
     ErrorKind,
     Generation,
     Prompt,
@@ -234,7 +237,9 @@ def _record(raw: RawExchange, parsed: StreamParse) -> RequestRecord:
 def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[RequestRecord, Answer]:
     """A raw exchange read by its API's dialect: the record (token counts per chunk, finish,
     ids, error class) and the streamed text as an answer. A request that failed on the wire
-    is not parsed (its record has no counts)."""
+    is not parsed (its record has no counts). ``reader`` is the client's dialect
+    (:attr:`BenchClient.dialect`); None reads with the default engine's, for a caller that
+    names no engine."""
     if raw.error is not None:
         parsed = StreamParse(TokenSource.NONE)
     else:
@@ -263,6 +268,10 @@ class BenchClient:
     server closed or reset before answering a single byte goes out again, once, on a fresh
     connection, with a fresh send stamp (see ``orchestrator.bench.http1``). ``http://`` and
     ``https://`` base URLs (ValueError otherwise).
+
+    ``engine`` is the server's engine: its dialect writes the requests and reads the answers
+    (``reader`` overrides the dialect alone), its :attr:`acceptance_counters` are what the
+    matrix reads from ``/metrics``. None is the default engine, for a caller that names none.
     """
 
     def __init__(
@@ -278,12 +287,14 @@ class BenchClient:
         extra_body: dict[str, Any] | None = None,
         reader: Dialect | None = None,
         connections: ConnectionPolicy = "keep-alive",
+        engine: Engine | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.api: ApiKind = api
-        self.dialect: Dialect = reader or engines.get().dialect(api)
+        self.engine: Engine = engine if engine is not None else engines.get()
+        self.dialect: Dialect = reader or self.engine.dialect(api)
         self.model = model
         self.concurrency = concurrency
         self.request_timeout = request_timeout
@@ -428,9 +439,15 @@ class BenchClient:
         )
         return parse_exchange(raw, self.dialect)
 
+    @property
+    def acceptance_counters(self) -> AcceptanceCounters:
+        """The engine's ``/metrics`` counters of accept length (what :meth:`scrape_metrics`
+        texts are read for)."""
+        return self.engine.acceptance_counters
+
     async def scrape_metrics(self, *, timeout: float = 10.0) -> str | None:
-        """The Prometheus ``/metrics`` text, or None when the server has none (no
-        ``--enable-metrics``) or it cannot be read in ``timeout``."""
+        """The Prometheus ``/metrics`` text, or None when the server has none (started
+        without its metrics flag) or it cannot be read in ``timeout``."""
         session = self._metrics_session()
         try:
             async with asyncio.timeout(timeout):

@@ -309,17 +309,23 @@ class CompleteFn(Protocol):
 
 
 class HttpCompleter:
-    """Default `CompleteFn`: non-streaming requests to an SGLang (or any OpenAI-compatible)
-    server over one aiohttp session. `api="chat"` posts `/v1/chat/completions`;
-    `api="generate"` posts SGLang's native `/generate` (no chat template applied)."""
+    """Default `CompleteFn`: non-streaming requests to a server over one aiohttp session, in
+    its engine's `dialect` for `api` (`chat`: the OpenAI-compatible chat API; `generate`: the
+    engine's native one, no chat template applied). None: the default engine's."""
 
     def __init__(
-        self, base_url: str, *, model: str, api: ApiKind = "chat", timeout_s: float = 600.0
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api: ApiKind = "chat",
+        timeout_s: float = 600.0,
+        dialect: Dialect | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api = api
-        self.dialect: Dialect = engines.get().dialect(api)
+        self.dialect: Dialect = dialect or engines.get().dialect(api)
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
 
@@ -528,19 +534,20 @@ async def run_coding(
     timeout_s: float = 600.0,
     sandbox: SandboxConfig | None = None,
     concurrency: int = 1,
+    dialect: Dialect | None = None,
 ) -> list[CodingResult]:
     """Ask each problem, extract the final code, run it in the sandbox; results in problem order.
 
-    `client_or_callable` is a base URL (the default aiohttp client is used, with `api` and
-    `model`), a `BenchClient` (its own api and model), or any async
-    ``complete(prompt, max_tokens, temperature) -> Completion``. `problems` defaults to
-    all built-in problems. Requests go one at a time by
+    `client_or_callable` is a base URL (the default aiohttp client is used, with `api`,
+    `model` and the engine's `dialect`), a `BenchClient` (its own api, model and dialect), or
+    any async ``complete(prompt, max_tokens, temperature) -> Completion``. `problems` defaults
+    to all built-in problems. Requests go one at a time by
     default so that temperature-0 outputs are comparable across configs (lossless check).
     """
     chosen = builtin_problems() if problems is None else problems
     if isinstance(client_or_callable, str):
         async with HttpCompleter(
-            client_or_callable, model=model, api=api, timeout_s=timeout_s
+            client_or_callable, model=model, api=api, timeout_s=timeout_s, dialect=dialect
         ) as completer:
             return await _run_all(
                 completer, chosen, max_tokens, temperature, timeout_s, sandbox, concurrency

@@ -11,7 +11,8 @@ it is not a server result.
 
 Each worker of the pool issues its next request as soon as its previous one finished, so
 exactly ``concurrency`` requests are in flight (minus the client's own turnaround, which is
-what ``concurrency_held`` measures). Responses are parsed after the phase, off the timed path.
+what ``concurrency_held`` measures). Responses are parsed after the phase, off the timed path,
+by the client's engine (its dialect, and its counters for ``/metrics``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from orchestrator.bench.stats import (
     summarize,
     time_weighted_in_flight,
 )
-from orchestrator.engine import Prompt
+from orchestrator.engine import AcceptanceCounters, Prompt
 from orchestrator.log import get_logger
 
 
@@ -626,7 +627,7 @@ async def prepare_point(
         timed = await closed_loop(
             client, warm_prompts, concurrency=warmup_concurrency, spec=spec, phase="warmup"
         )
-        warmup = [parse_exchange(t.raw) for t in timed]
+        warmup = [parse_exchange(t.raw, client.dialect) for t in timed]
     measured = [prompts.prompt(calibration) for _ in range(measured_requests)]
     return PreparedPoint(calibration, started, started_unix, warmup, measured)
 
@@ -683,10 +684,12 @@ def assemble_point(
     flags: tuple[str, ...],
     phase: MeasuredPhase,
     scrape_metrics: bool,
+    counters: AcceptanceCounters,
     schedule: tuple[float, ...] = (),
 ) -> PointResult:
-    """The point's result: its accept_len from the responses and ``/metrics`` (the journal's
-    is attached later by the caller that reads it), logged once."""
+    """The point's result: its accept_len from the responses and ``/metrics`` (read by the
+    engine's ``counters``; the journal's is attached later by the caller that reads it),
+    logged once."""
     accept = acceptlen.combine(
         acceptlen.from_journal(None),
         acceptlen.from_meta_info(
@@ -694,7 +697,9 @@ def assemble_point(
             for r in records
             if r.ok
         ),
-        acceptlen.from_metrics(phase.metrics_before, phase.metrics_after, requests=len(records))
+        acceptlen.from_metrics(
+            phase.metrics_before, phase.metrics_after, requests=len(records), counters=counters
+        )
         if scrape_metrics
         else acceptlen.Estimate(None, 0, "/metrics not scraped"),
     )
@@ -780,7 +785,7 @@ async def run_point(
         measured = await closed_loop(
             client, ready.prompts, concurrency=concurrency, spec=spec, phase="measured"
         )
-    records = [parse_exchange(t.raw) for t in measured]
+    records = [parse_exchange(t.raw, client.dialect) for t in measured]
     metrics, flags = compute_metrics(
         records,
         [t.worker for t in measured],
@@ -798,6 +803,7 @@ async def run_point(
         flags=flags,
         phase=phase,
         scrape_metrics=scrape_metrics,
+        counters=client.acceptance_counters,
     )
 
 

@@ -326,7 +326,7 @@ async def run_rate_point(
             max_concurrency=max_concurrency,
             duration_s=duration_s,
         )
-    records = [parse_exchange(s.raw) for s in run.sent]
+    records = [parse_exchange(s.raw, client.dialect) for s in run.sent]
     metrics, flags = rate_metrics(
         records,
         [s.due for s in run.sent],
@@ -347,5 +347,6 @@ async def run_rate_point(
         flags=flags,
         phase=phase,
         scrape_metrics=scrape_metrics,
+        counters=client.acceptance_counters,
         schedule=schedule,
     )
