@@ -1,10 +1,12 @@
 """``orchestrator bench``: the matrix against any running server, no SSH, no journal.
 
 Useful on its own (how fast is this server right now?), for checking the client against a
-server whose truth is known (the simulator), and as a peer of SGLang's ``bench_serving``
-(benchmarks/serving.py runs both on the same requests). ``--json`` writes one JSON document to
-stdout and nothing else; logs and the progress display go to stderr. ``--output FILE`` keeps a
-results file: JSON lines, one per point as soon as it is measured, each with its requests.
+server whose truth is known (the simulator), and as a peer of an engine's own serving
+benchmark (benchmarks/serving.py runs both on the same requests). ``--engine`` names the
+server's engine (its request dialect and ``/metrics`` counters; the default engine when not
+given). ``--json`` writes one JSON document to stdout and nothing else; logs and the
+progress display go to stderr. ``--output FILE`` keeps a results file: JSON lines, one per
+point as soon as it is measured, each with its requests.
 
 The progress display counts the warm-up and measured requests of every point (calibration
 probes and the coding anchor are not counted): a live bar on a terminal, else a plain line at
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
 
+from orchestrator import engines
 from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import ConnectionPolicy, base_url_from_user
 from orchestrator.bench.matrix import (
@@ -52,7 +55,7 @@ from orchestrator.bench.workloads import (
     parse_sample,
 )
 from orchestrator.bench.workloads.source import WorkloadPrompts
-from orchestrator.engine import Prompt, as_prompt
+from orchestrator.engine import Engine, Prompt, as_prompt
 from orchestrator.log import get_logger
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind, OutputLengths
 
@@ -313,11 +316,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument("--model", required=True, help="served model name (chat API 'model')")
     parser.add_argument(
+        "--engine",
+        default=engines.DEFAULT_ENGINE,
+        metavar="NAME",
+        help="the server's engine: its request dialect and /metrics counters "
+        f"(default {engines.DEFAULT_ENGINE}; known: {', '.join(engines.names())})",
+    )
+    parser.add_argument(
         "--api",
         choices=get_args(ApiKind),
         default="chat",
-        help="chat: /v1/chat/completions; generate: SGLang /generate (gives per-request "
-        "accept length in meta_info)",
+        help="chat: /v1/chat/completions; generate: the engine's native API (per-request "
+        "accept length, where the engine reports it)",
     )
     parser.add_argument(
         "--contexts",
@@ -700,12 +710,14 @@ async def run_async(
     problems: list[Problem] | None = None,
     output: IO[str] | None = None,
     sample: WorkloadSample | None = None,
+    engine: Engine | None = None,
 ) -> tuple[int, dict[str, Any], list[PointResult]]:
     """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
 
     Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
-    cut short keeps what it measured."""
+    cut short keeps what it measured. ``engine`` is the server's (``--engine`` when None)."""
     log = get_logger(component="bench.cli", url=args.url)
+    engine = engine if engine is not None else engines.get(args.engine)
     plan = planned_points(args)
     pool = max(
         [1, *(p.concurrency for p in plan if p.concurrency is not None)]
@@ -716,6 +728,7 @@ async def run_async(
         "url": args.url,
         "model": args.model,
         "api": args.api,
+        "engine": engine.name,
         "settings": {
             "contexts": list(args.contexts),
             "concurrency": closed_loads(args),
@@ -752,6 +765,7 @@ async def run_async(
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
         connections=args.connections,
+        engine=engine,
     )
     async with client:
         prompts = prompt_source(client, args, sample)
@@ -814,6 +828,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"bench: --url: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    try:
+        engine = engines.get(args.engine)
+    except engines.UnknownEngine as exc:
+        print(f"bench: --engine: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     problems: list[Problem] | None = None
     if args.coding and (args.problems is not None or args.problem_ids):
         try:
@@ -839,7 +858,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench: --output: {exc.strerror or exc}: {args.output}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        code, document, points = asyncio.run(run_async(args, problems, output, sample))
+        code, document, points = asyncio.run(run_async(args, problems, output, sample, engine))
     finally:
         if output is not None:
             output.close()
