@@ -309,6 +309,15 @@ def parse_workload(text: str) -> WorkloadOption:
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the bench options to ``parser`` (the ``bench`` subcommand or a standalone one)."""
+    _server_options(parser)
+    _load_options(parser)
+    _request_options(parser)
+    _coding_and_output_options(parser)
+    return parser
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    """Which server, model, engine and API."""
     parser.add_argument(
         "--url",
         required=True,
@@ -329,6 +338,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="chat: /v1/chat/completions; generate: the engine's native API (per-request "
         "accept length, where the engine reports it)",
     )
+
+
+def _load_options(parser: argparse.ArgumentParser) -> None:
+    """The points: contexts, loads, rates, workload, rounds and warm-up."""
     parser.add_argument(
         "--contexts",
         type=_positive_int,
@@ -404,6 +417,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="warm-up requests per point, excluded from metrics (default: the concurrency; "
         "for a rate point one second of its arrivals, at most --max-concurrency)",
     )
+
+
+def _request_options(parser: argparse.ArgumentParser) -> None:
+    """How each request is sent and read: length, sampling, timeout, connections, metrics."""
     parser.add_argument("--max-tokens", type=_positive_int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument(
@@ -439,6 +456,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         default=None,
         help="JSON file caching prompt-length calibrations across runs",
     )
+
+
+def _coding_and_output_options(parser: argparse.ArgumentParser) -> None:
+    """The coding anchor and what is written where."""
     parser.add_argument(
         "--coding",
         action="store_true",
@@ -471,7 +492,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument("--raw", action="store_true", help="--json: include every request")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    return parser
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,26 +725,10 @@ def prompt_source(
     )
 
 
-async def run_async(
-    args: argparse.Namespace,
-    problems: list[Problem] | None = None,
-    output: IO[str] | None = None,
-    sample: WorkloadSample | None = None,
-    engine: Engine | None = None,
-) -> tuple[int, dict[str, Any], list[PointResult]]:
-    """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
-
-    Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
-    cut short keeps what it measured. ``engine`` is the server's (``--engine`` when None)."""
-    log = get_logger(component="bench.cli", url=args.url)
-    engine = engine if engine is not None else engines.get(args.engine)
-    plan = planned_points(args)
-    pool = max(
-        [1, *(p.concurrency for p in plan if p.concurrency is not None)]
-        + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
-    )
+def run_document(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
+    """The ``--json`` document before any point: what was measured, with which settings."""
     lengths = output_lengths(args)
-    document: dict[str, Any] = {
+    return {
         "url": args.url,
         "model": args.model,
         "api": args.api,
@@ -756,6 +760,27 @@ async def run_async(
         "coding": None,
         "error": None,
     }
+
+
+async def run_async(
+    args: argparse.Namespace,
+    problems: list[Problem] | None = None,
+    output: IO[str] | None = None,
+    sample: WorkloadSample | None = None,
+    engine: Engine | None = None,
+) -> tuple[int, dict[str, Any], list[PointResult]]:
+    """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
+
+    Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
+    cut short keeps what it measured. ``engine`` is the server's (``--engine`` when None)."""
+    log = get_logger(component="bench.cli", url=args.url)
+    engine = engine if engine is not None else engines.get(args.engine)
+    plan = planned_points(args)
+    pool = max(
+        [1, *(p.concurrency for p in plan if p.concurrency is not None)]
+        + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
+    )
+    document = run_document(args, engine)
     points: list[PointResult] = []
     client = ObservedClient(
         args.url,
