@@ -5,13 +5,13 @@ The space is the sweep's ``configs`` plus its ``grid`` after the plan's deduplic
 its own terms. Each knob's levels are the values the space gives it (absent is a level too),
 as canonical text, so a model can treat them as categories.
 
-Two configs are the same server when SGLang would run the same thing: the rendered command
-line and environment are equal once values are normalised as SGLang reads them (numbers by
-value, the algorithm upper-cased), and a knob the sweep marks ``overridden_by_server`` is left
-out where SGLang forces its value (DFLASH forces steps = top-k = 1; EAGLE with top-k 1 forces
-draft tokens = steps + 1). A search never pays a restart for a config whose identity it has
-already run, and never proposes one whose identity failed with ``bad-flag`` or
-``invalid-config``.
+Two configs are the same server when the sweep's engine would run the same thing: the rendered
+command line and environment are equal once values are normalised as the engine reads them
+(``Engine.normal_word``: for SGLang numbers by value, the algorithm upper-cased), and a knob
+the sweep marks ``overridden_by_server`` is left out where the engine forces its value
+(``Engine.forced_flags``; SGLang's rules are in :mod:`orchestrator.engines.sglang.forcing`).
+A search never pays a restart for a config whose identity it has already run, and never
+proposes one whose identity failed with ``bad-flag`` or ``invalid-config``.
 """
 
 from __future__ import annotations
@@ -20,17 +20,19 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from orchestrator import engines
 from orchestrator.answers.smooth import Axes, knob_levels, level
-from orchestrator.host.dropin import ExtraFlagConflict, UnknownKnobError, apply_knobs
+from orchestrator.host.dropin import (
+    ExtraFlagConflict,
+    FlagArg,
+    UnknownKnobError,
+    apply_knobs,
+    flag_args,
+)
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
 from orchestrator.types import KnobValue
 
-ALGORITHM_FLAG = "--speculative-algorithm"
-STEPS_FLAG = "--speculative-num-steps"
-TOPK_FLAG = "--speculative-eagle-topk"
-DRAFT_TOKENS_FLAG = "--speculative-num-draft-tokens"
-_REPORTED_AS = {"NEXTN": "EAGLE"}
 _PLACEHOLDER = "<ExecStart>"
 
 Config = dict[str, KnobValue]
@@ -76,54 +78,18 @@ def search_space(sweep: Sweep) -> SearchSpace:
     )
 
 
-def _normal_word(word: str, flag: str | None) -> str:
-    text = word.strip()
-    if flag == ALGORITHM_FLAG:
-        upper = text.upper()
-        return _REPORTED_AS.get(upper, upper)
-    if text in ("True", "true", "False", "false"):
-        return text.lower()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return str(int(number)) if number.is_integer() else repr(number)
-
-
 def _flag_values(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     """The words of a command line as (flag, value) pairs; other words as (word, None)."""
-    out: list[tuple[str, str | None]] = []
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word.startswith("--"):
-            name, eq, inline = word.partition("=")
-            if eq:
-                out.append((name, inline))
-            elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
-                out.append((word, argv[index + 1]))
-                index += 1
-            else:
-                out.append((word, None))
-        else:
-            out.append((word, None))
-        index += 1
-    return out
-
-
-def _forced_flags(values: Mapping[str, str | None]) -> frozenset[str]:
-    """Flags whose value SGLang replaces under the rest of this command line (FACTS.md)."""
-    algorithm = values.get(ALGORITHM_FLAG)
-    if algorithm == "DFLASH":
-        return frozenset({STEPS_FLAG, TOPK_FLAG})
-    if values.get(TOPK_FLAG) == "1" and values.get(STEPS_FLAG) is not None:
-        return frozenset({DRAFT_TOKENS_FLAG})
-    return frozenset()
+    return [
+        (arg.flag, arg.value) if isinstance(arg, FlagArg) else (arg, None)
+        for arg in flag_args(argv)
+    ]
 
 
 def server_identity(sweep: Sweep, host: HostSpec, config: Mapping[str, KnobValue]) -> str:
-    """What SGLang would run for ``config`` on ``host`` (a representative of its type), as
-    text: equal for configs that resolve to the same server (module docstring)."""
+    """What the sweep's engine would run for ``config`` on ``host`` (a representative of its
+    type), as text: equal for configs that resolve to the same server (module docstring)."""
+    engine = engines.get(sweep.engine)
     knob_map: dict[str, KnobMapping] = host.effective_knobs(sweep.server.knobs)
     base = sweep.server.exec_start or [_PLACEHOLDER]
     try:
@@ -133,16 +99,16 @@ def server_identity(sweep: Sweep, host: HostSpec, config: Mapping[str, KnobValue
     except (ExtraFlagConflict, UnknownKnobError):
         return "invalid:" + config_identity(config)
     pairs = [
-        (flag, None if value is None else _normal_word(value, flag))
+        (flag, None if value is None else engine.normal_word(value, flag))
         for flag, value in _flag_values(invocation.argv)
     ]
     values = {flag: value for flag, value in pairs if flag.startswith("--")}
-    forced = _forced_flags(values)
+    forced = engine.forced_flags(values)
     may_override = {m.flag for m in knob_map.values() if m.flag and m.overridden_by_server}
     kept = [(flag, value) for flag, value in pairs if not (flag in forced and flag in may_override)]
     flags = sorted((flag, value or "") for flag, value in kept if flag.startswith("--"))
     words = [flag for flag, _ in kept if not flag.startswith("--")]
     env = sorted(
-        (name, _normal_word(value, None)) for name, value in invocation.environment.items()
+        (name, engine.normal_word(value, None)) for name, value in invocation.environment.items()
     )
     return json.dumps({"words": words, "flags": flags, "env": env}, separators=(",", ":"))
