@@ -27,6 +27,7 @@ from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult
 from orchestrator.bench.problems import Problem
 from orchestrator.bench.sandbox import SandboxConfig
+from orchestrator.causes import DETERMINISTIC_CAUSES
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.connect import open_host
@@ -84,10 +85,6 @@ from orchestrator.trialsource import (
 )
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
 
-# Causes a retry cannot cure: the same config fails the same way (a bug of ours included).
-DETERMINISTIC_CAUSES = frozenset(
-    {"bad-flag", "invalid-config", "config-mismatch", "orchestrator-error"}
-)
 JOURNAL_SETTLE_S = 0.2
 JOURNAL_SETTLE_MAX_S = 3.0
 
