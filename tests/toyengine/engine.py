@@ -1,0 +1,430 @@
+"""The toy server (``tests/toyengine/server.py``) as an :class:`orchestrator.engine.Engine`.
+
+Everything the orchestrator needs to know of an engine, for one that it has never heard of:
+how its knobs resolve in its readiness config (``GET /toy/config``), its log lines
+(``TOYSTAT`` decode statistics, ``TOY READY``, ``TOYFAIL`` and argparse's error line), its
+probe, its provenance, its metrics flag and counters, and how the host's own copy of it is
+asked whether it takes an argv (the preflight). Requests go through OpenAI's chat wire format,
+borrowed from the SGLang engine's chat dialect *through the registry*. :attr:`ToyEngine.calls`
+counts what the orchestrator asked of it (the dialect's uses as ``chat.request``, ...), so a test
+sees which steps went through this engine rather than around it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from orchestrator import engines
+from orchestrator.engine import (
+    AcceptanceCounters,
+    Answer,
+    ConfigCheck,
+    ConfigDifference,
+    DecodeEvent,
+    Dialect,
+    EnvKnob,
+    FailureEvent,
+    FieldValue,
+    Generation,
+    InitEvent,
+    KnobResolution,
+    LinePrefix,
+    LogEvent,
+    ParseCommand,
+    ParserUnavailable,
+    ParseVerdict,
+    ProbeResult,
+    Provenance,
+    ReadyEvent,
+    ServedModel,
+    StreamParse,
+    WireRequest,
+)
+from orchestrator.host.dropin import format_knob_value
+from orchestrator.host.gpu import GpuIdentity
+from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
+from tests.toyengine import server
+
+if TYPE_CHECKING:
+    from orchestrator.host.dropin import TrialInvocation
+
+NAME = "toy"
+MODULE = "tests.toyengine.server"
+METRICS_FLAG = "--toy-metrics"
+MODEL_FLAG = "--toy-model-name"
+FLAG_PREFIX = "--toy-"
+PARSE_MARKER = "TOY_PARSE "
+COUNTERS = AcceptanceCounters(
+    verify_steps="toy_verify_steps_total",
+    tokens="toy_accepted_drafts_total",
+    tokens_include_first=False,
+    tokens_include_bonus=False,
+)
+"""The toy's ``/metrics``: its token counter counts accepted drafts only (no first token, no
+bonus token per step), unlike SGLang's, so the bench's formula is the engine's to say."""
+NO_PREFIX = LinePrefix(timestamp=None, ranks={})
+
+_STAT = re.compile(rf"^{server.STAT_WORD}\s+(?P<rest>.*)$")
+_KEY_VALUE = re.compile(r"(?P<key>[a-z_]+)=(?P<value>\S+)")
+_FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
+    ("bad-flag", re.compile(rf"{server.PROG}: error: .*")),
+    ("invalid-config", re.compile(rf"{server.FAIL_WORD} invalid-config: .*")),
+    ("port-in-use", re.compile(rf"{server.FAIL_WORD} port-in-use: .*")),
+)
+
+# Runs on the host with the unit's interpreter and environment: asks the toy server's own
+# parser and resolution about each argv (one JSON list per argument), one marked line each.
+PARSE_SCRIPT = f"""\
+import contextlib, io, json, sys
+def emit(**fields):
+    print({PARSE_MARKER!r} + json.dumps(fields), flush=True)
+try:
+    from {MODULE} import build_parser, resolve
+except BaseException as exc:
+    emit(import_error=type(exc).__name__ + ": " + str(exc))
+    sys.exit(0)
+for index, text in enumerate(sys.argv[1:]):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            config = resolve(build_parser().parse_args(json.loads(text)))
+    except SystemExit:
+        lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
+        emit(index=index, ok=False, kind="argparse",
+             error=lines[-1] if lines else err.getvalue()[-400:])
+    except ValueError as exc:
+        emit(index=index, ok=False, kind="resolution", error="ValueError: " + str(exc))
+    else:
+        emit(index=index, ok=True,
+             speculative={{"draft_depth": config.draft_depth, "kernel": config.kernel}})
+"""
+
+
+class ToyChatDialect:
+    """OpenAI chat, as the SGLang engine writes and reads it, with every call counted."""
+
+    api: ApiKind = "chat"
+
+    def __init__(self, calls: Counter[str]) -> None:
+        self._chat = engines.get("sglang").dialect("chat")
+        self._calls = calls
+
+    def request(self, ask: Generation) -> WireRequest:
+        self._calls["chat.request"] += 1
+        return self._chat.request(ask)
+
+    def parse_final(self, data: Any) -> Answer:
+        self._calls["chat.parse_final"] += 1
+        return self._chat.parse_final(data)
+
+    def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
+        self._calls["chat.parse_stream"] += 1
+        return self._chat.parse_stream(events)
+
+
+def _fields(text: str) -> dict[str, FieldValue]:
+    fields: dict[str, FieldValue] = {}
+    for match in _KEY_VALUE.finditer(text):
+        value = match.group("value")
+        try:
+            fields[match.group("key")] = int(value)
+        except ValueError:
+            try:
+                fields[match.group("key")] = float(value)
+            except ValueError:
+                fields[match.group("key")] = value
+    return fields
+
+
+def _number(fields: Mapping[str, FieldValue], key: str) -> float | None:
+    value = fields.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _same(expected: KnobValue, actual: Any) -> bool:
+    """A knob's value against the config's: numbers by value, the rest as text."""
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (expected, actual)):
+        return float(expected) == float(actual)  # type: ignore[arg-type]
+    return format_knob_value(expected) == format_knob_value(actual)
+
+
+def config_key(flag: str) -> str:
+    """``--toy-draft-depth`` -> ``draft_depth``: where ``/toy/config`` reports a flag."""
+    return flag.removeprefix(FLAG_PREFIX).lstrip("-").replace("-", "_")
+
+
+class ToyEngine:
+    """The toy server behind the seam; ``calls`` counts the seam's methods as they are used."""
+
+    name = NAME
+    metrics_flag = METRICS_FLAG
+    acceptance_counters = COUNTERS
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self._dialect = ToyChatDialect(self.calls)
+
+    # --- requests -------------------------------------------------------------------------
+
+    def dialect(self, api: ApiKind) -> Dialect:
+        if api != "chat":
+            raise ValueError(f"the toy engine serves the chat API only, not {api!r}")
+        return self._dialect
+
+    # --- log lines ------------------------------------------------------------------------
+
+    def parse_log_line(self, message: str) -> LogEvent | None:
+        body = message.strip()
+        if body.startswith(server.READY_LINE):
+            self.calls["log.ready"] += 1
+            return ReadyEvent(prefix=NO_PREFIX)
+        stat = _STAT.match(body)
+        if stat is not None:
+            self.calls["log.toystat"] += 1
+            return self._decode(_fields(stat.group("rest")))
+        failure = self.classify_failure(body)
+        if failure is not None:
+            cause, matched = failure
+            return FailureEvent(prefix=NO_PREFIX, cause=cause, matched=matched, message=body)
+        return None
+
+    @staticmethod
+    def _decode(fields: Mapping[str, FieldValue]) -> DecodeEvent:
+        drafted, accepted = _number(fields, "drafted"), _number(fields, "accepted")
+        running = _number(fields, "running")
+        return DecodeEvent(
+            prefix=NO_PREFIX,
+            fields=dict(fields),
+            running_req=None if running is None else int(running),
+            queue_req=None,
+            gen_throughput=None,
+            accept_len=_number(fields, "mean_accept"),
+            accept_rate=accepted / drafted if drafted and accepted is not None else None,
+            token_usage=None,
+            num_tokens=None,
+            graph=None,
+            graph_kind=None,
+            forward_iter=None,
+        )
+
+    def classify_failure(self, text: str) -> tuple[FailureCause, str] | None:
+        for cause, pattern in _FAILURES:
+            found = pattern.search(text)
+            if found is not None:
+                return cause, found.group(0).strip()
+        return None
+
+    def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:
+        value = server_info.get("stat_interval")
+        return value if isinstance(value, int) and value > 0 else 1
+
+    # --- readiness: the config endpoint, the knobs in it, a real generation ---------------
+
+    async def server_config(
+        self, session: aiohttp.ClientSession, base_url: str, timeout: float
+    ) -> dict[str, Any] | None:
+        self.calls["server_config"] += 1
+        try:
+            async with session.get(
+                base_url.rstrip("/") + server.CONFIG_PATH,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                if response.status != 200:
+                    return None
+                body = await response.json(content_type=None)
+        except aiohttp.ClientConnectorError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
+    def resolve_flag_knob(
+        self, knob: str, flag: str, value: KnobValue, *, server_info_key: str | None = None
+    ) -> KnobResolution:
+        key = server_info_key or config_key(flag)
+        return KnobResolution(knob=knob, flag=flag, value=value, server_info_keys=(key,))
+
+    def check_server_config(
+        self,
+        server_info: Mapping[str, Any],
+        flags: Sequence[KnobResolution],
+        env: Sequence[EnvKnob],
+        process_environ: Mapping[str, str],
+    ) -> ConfigCheck:
+        self.calls["check_server_config"] += 1
+        mismatches: list[ConfigDifference] = []
+        for knob in flags:
+            if knob.value is None:
+                continue
+            key = knob.server_info_keys[0]
+            where = f"{server.CONFIG_PATH}[{key}]"
+            if key not in server_info:
+                reason = f"key missing from {server.CONFIG_PATH}"
+                mismatches.append(ConfigDifference(knob.knob, where, knob.value, None, reason))
+            elif not _same(knob.value, server_info[key]):
+                mismatches.append(ConfigDifference(knob.knob, where, knob.value, server_info[key]))
+        for variable in env:
+            expected = None if variable.value is None else format_knob_value(variable.value)
+            actual = process_environ.get(variable.name)
+            if actual != expected:
+                where = f"environ[{variable.name}]"
+                mismatches.append(ConfigDifference(variable.knob, where, expected, actual))
+        return ConfigCheck(mismatches=tuple(mismatches), overridden=())
+
+    def served_model(self, argv: Sequence[str]) -> ServedModel | None:
+        found: str | None = None
+        for index, word in enumerate(argv):
+            name, sep, value = word.partition("=")
+            if name != MODEL_FLAG:
+                continue
+            if sep:
+                found = value
+            elif index + 1 < len(argv):
+                found = argv[index + 1]
+        return None if found is None else ServedModel(name=found, flag=MODEL_FLAG)
+
+    async def served_models(
+        self, session: aiohttp.ClientSession, base_url: str, timeout: float
+    ) -> tuple[str, ...] | None:
+        try:
+            async with session.get(
+                base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                body = await response.json(content_type=None) if response.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        data = body.get("data") if isinstance(body, dict) else None
+        names = tuple(item["id"] for item in data or () if isinstance(item, dict) and "id" in item)
+        return names or None
+
+    async def probe_generation(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        api: ApiKind,
+        model: str | None,
+        timeout: float,
+    ) -> ProbeResult:
+        """One real, non-streamed chat generation from the running process."""
+        self.calls["probe_generation"] += 1
+        started = time.monotonic()
+        dialect = self.dialect(api)
+        request = dialect.request(
+            Generation("Count to three.", 4, temperature=0, stream=False, model=model)
+        )
+        try:
+            async with session.post(
+                base_url.rstrip("/") + request.path,
+                json=request.body,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                raw, status = await response.read(), response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            elapsed = time.monotonic() - started
+            return ProbeResult(False, 0, None, elapsed, f"{type(exc).__name__}: {exc}")
+        elapsed = time.monotonic() - started
+        excerpt = raw[:500].decode("utf-8", errors="replace")
+        if status != 200:
+            return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
+        try:
+            tokens = dialect.parse_final(json.loads(raw)).completion_tokens or 0
+        except ValueError:
+            return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
+        error = None if tokens > 0 else "no tokens generated"
+        return ProbeResult(tokens > 0, tokens, status, elapsed, error, excerpt)
+
+    # --- provenance and metrics ------------------------------------------------------------
+
+    def build_provenance(
+        self,
+        server_info: Mapping[str, Any],
+        gpus: Sequence[GpuIdentity],
+        exec_start: Sequence[str],
+        environment: Mapping[str, str],
+        init_events: Sequence[InitEvent] = (),
+    ) -> Provenance:
+        self.calls["build_provenance"] += 1
+        argv = server_info.get("argv")
+        return Provenance(
+            sglang_version=None,  # the seam has no engine-neutral version field yet
+            model_path=str(server_info.get("model_name")),
+            server_args={k: v for k, v in server_info.items() if k not in ("argv", "engine")},
+            launch_command=" ".join(argv) if isinstance(argv, list) else None,
+            gpus=tuple(gpus),
+            exec_start=tuple(exec_start),
+            environment=dict(environment),
+        )
+
+    def metrics_flags(self, metrics: MetricsMode) -> tuple[str, ...]:
+        return (METRICS_FLAG,) if metrics == "auto" else ()
+
+    # --- how the server reads a command line ----------------------------------------------
+
+    def normal_word(self, word: str, flag: str | None) -> str:
+        """argparse's ``type=int``/``float`` read ``2`` and ``2.0`` alike; choices as typed."""
+        try:
+            number = float(word)
+        except ValueError:
+            return word
+        return str(int(number)) if number.is_integer() else str(number)
+
+    def forced_flags(self, values: Mapping[str, str | None]) -> frozenset[str]:
+        """The toy server replaces no flag's value: it refuses what it cannot run."""
+        return frozenset()
+
+    # --- the host's own parser, for the preflight -----------------------------------------
+
+    def parse_command(
+        self, exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None
+    ) -> ParseCommand | None:
+        """``env [-C DIR] [-u NAME]... NAME=VALUE... PYTHON`` and the server's flags, for a
+        unit that runs ``PYTHON -m tests.toyengine.server``; None for anything else."""
+        argv = invocation.argv
+        if list(exec_start[1:3]) != ["-m", MODULE] or list(argv[1:3]) != ["-m", MODULE]:
+            return None
+        words = ["env"]
+        if working_directory:
+            words += ["-C", working_directory]
+        for name in invocation.unset_environment:
+            words += ["-u", name]
+        words += [f"{name}={value}" for name, value in sorted(invocation.environment.items())]
+        return ParseCommand(prefix=(*words, argv[0]), argv=tuple(argv[3:]))
+
+    def batch_command(self, prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:
+        return [*prefix, "-c", PARSE_SCRIPT, *(json.dumps(list(argv)) for argv in argvs)]
+
+    def read_answers(
+        self, stdout: str, stderr: str, count: int
+    ) -> list[ParseVerdict] | ParserUnavailable:
+        self.calls["read_answers"] += 1
+        answers: dict[int, Mapping[str, Any]] = {}
+        for line in stdout.splitlines():
+            if not line.startswith(PARSE_MARKER):
+                continue
+            answer = json.loads(line[len(PARSE_MARKER) :])
+            if "import_error" in answer:
+                return ParserUnavailable(f"{MODULE} did not import: {answer['import_error']}")
+            answers[int(answer["index"])] = answer
+        if not answers:
+            tail = (stderr.strip() or stdout.strip())[-200:]
+            return ParserUnavailable(f"the toy parse script gave no answer: {tail}")
+        missing = {"ok": None, "kind": "unchecked", "error": "no answer from the parse script"}
+        return [self._verdict(answers.get(i, missing)) for i in range(count)]
+
+    @staticmethod
+    def _verdict(answer: Mapping[str, Any]) -> ParseVerdict:
+        kind = answer.get("kind")
+        return ParseVerdict(
+            ok=answer.get("ok"),
+            kind=kind if kind in ("argparse", "resolution", "unchecked") else None,
+            error=answer.get("error"),
+            speculative=answer.get("speculative") or {},
+            parser=NAME,
+        )
