@@ -391,7 +391,7 @@ async def restart_clean(
     t = session.timeouts
     try:
         old = await session.control.show(session.unit, timeout=t.command)
-        cursor = await _last_cursor(session.transport, session.unit, t.command)
+        cursor = await last_cursor(session.transport, session.unit, t.command)
         if session.baseline is None:
             session.baseline = await gpu.record_idle_baseline(session.host.gpu, session.gpus)
             if session.baseline is not None:
@@ -431,7 +431,7 @@ def needs_reset_failed(state: systemd.UnitState) -> bool:
 # --- steps ---------------------------------------------------------------------------------
 
 
-async def _last_cursor(transport: Transport, unit: str, timeout: float) -> str | None:
+async def last_cursor(transport: Transport, unit: str, timeout: float) -> str | None:
     """The unit's newest journal cursor: everything after it belongs to what we start next."""
     entries = await journal.read_entries(transport, unit, lines=1, timeout=timeout)
     return entries[-1].cursor if entries else None

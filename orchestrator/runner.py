@@ -29,7 +29,7 @@ from orchestrator.bench.problems import Problem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.causes import DETERMINISTIC_CAUSES
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
-from orchestrator.host import gpu, journal, systemd
+from orchestrator.host import gpu, systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
@@ -50,6 +50,7 @@ from orchestrator.lifecycle import (
 from orchestrator.log import get_logger
 from orchestrator.plan import Trial, space_trials
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
+from orchestrator.running import RunningServer
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.search.deadline import local_deadline
 from orchestrator.store import (
@@ -74,7 +75,7 @@ from orchestrator.store import (
     point_key,
 )
 from orchestrator.store.results import config_label
-from orchestrator.sweepfile import HostSpec, Sweep
+from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
     TrialSource,
@@ -84,9 +85,6 @@ from orchestrator.trialsource import (
     trial_plan,
 )
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
-
-JOURNAL_SETTLE_S = 0.2
-JOURNAL_SETTLE_MAX_S = 3.0
 
 
 class Progress(Protocol):
@@ -361,55 +359,13 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
         await run.event(kind, fields, host=host.name)
 
     session = host_session(sweep, host, handle, unit=sweep.server.unit, events=events)
-    knobs = host.effective_knobs(sweep.server.knobs)
     try:
-        run.progress.update(host.name, step="preflight", trial=None, config=None)
-        check = await check_host(
-            handle,
-            unit=sweep.server.unit,
-            flags=mapped_flags(knobs, sweep.server.extra_flags),
-            gpus=host.gpus,
-            command_timeout=sweep.timeouts.connect,
-            model=sweep.server.model,
-            api=sweep.benchmark.api,
-            base_url=session.base_url,
-            extra_flags=sweep.server.extra_flags,
-            metrics=sweep.server.metrics,
-            trials=space_trials(sweep, host.name),
-            knobs=knobs,
-            environment=sweep.server.environment,
-            engine=session.engine,
-        )
-        await events("preflight", **check.to_json())
+        check = await _preflight(run, host, session)
         if not check.ok:
             await _set_aside(run, host, run.source.withdraw(host.name), check)
             return
         await _load_or_take_backup(run, session)
-        restore_attempts = RESTORE_ATTEMPTS
-        while not run.stop.stopping and not _cap_reached(run, host.name):
-            # At the type's max_restarts nothing more can start here: what was not offered
-            # stays queued (attempt null), never a "skipped" entry that is no start.
-            sourced = await run.source.next_trial(host.name)
-            if sourced is None:
-                break
-            planned, trial = sourced.planned, sourced.record
-            lost: _HostLost | None = None
-            try:
-                with structlog.contextvars.bound_contextvars(trial=trial.key):
-                    await _run_trial(run, session, host, planned, trial, check)
-            except _HostLost as error:
-                lost = error
-            await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
-            if lost is not None:
-                # Each further trial would spend the whole reconnect budget to fail the same
-                # way: set the host aside now; the restore below still gets its one chance.
-                for rest in run.source.withdraw(host.name):
-                    await store.skip_trial(
-                        rest.record.id, "host-unreachable", {"reason": str(lost)}
-                    )
-                await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
-                restore_attempts = 1
-                break
+        restore_attempts = await _run_trials(run, session, host, check)
         if run.stop.reason == "cancel":
             await cancel_trials(
                 store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
@@ -436,6 +392,62 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     finally:
         run.progress.update(host.name, step="done", trial=None, config=None)
         await handle.close()
+
+
+async def _preflight(run: _SweepRun, host: HostSpec, session: HostSession) -> HostCheck:
+    """Everything about the host that can be known before anything on it changes, every
+    config of the space asked of the host's own engine (:mod:`orchestrator.preflight`)."""
+    sweep = run.sweep
+    knobs = host.effective_knobs(sweep.server.knobs)
+    run.progress.update(host.name, step="preflight", trial=None, config=None)
+    check = await check_host(
+        session.host,
+        unit=sweep.server.unit,
+        flags=mapped_flags(knobs, sweep.server.extra_flags),
+        gpus=host.gpus,
+        command_timeout=sweep.timeouts.connect,
+        model=sweep.server.model,
+        api=sweep.benchmark.api,
+        base_url=session.base_url,
+        extra_flags=sweep.server.extra_flags,
+        metrics=sweep.server.metrics,
+        trials=space_trials(sweep, host.name),
+        knobs=knobs,
+        environment=sweep.server.environment,
+        engine=session.engine,
+    )
+    await session.events("preflight", **check.to_json())
+    return check
+
+
+async def _run_trials(
+    run: _SweepRun, session: HostSession, host: HostSpec, check: HostCheck
+) -> int:
+    """The trials the source gives this host, one at a time, each told back to it; returns
+    how many tries the host's restore gets (one when the host was just lost)."""
+    store = run.store
+    while not run.stop.stopping and not _cap_reached(run, host.name):
+        # At the type's max_restarts nothing more can start here: what was not offered
+        # stays queued (attempt null), never a "skipped" entry that is no start.
+        sourced = await run.source.next_trial(host.name)
+        if sourced is None:
+            break
+        planned, trial = sourced.planned, sourced.record
+        lost: _HostLost | None = None
+        try:
+            with structlog.contextvars.bound_contextvars(trial=trial.key):
+                await _run_trial(run, session, host, planned, trial, check)
+        except _HostLost as error:
+            lost = error
+        await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
+        if lost is not None:
+            # Each further trial would spend the whole reconnect budget to fail the same
+            # way: set the host aside now; the restore below still gets its one chance.
+            for rest in run.source.withdraw(host.name):
+                await store.skip_trial(rest.record.id, "host-unreachable", {"reason": str(lost)})
+            await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
+            return 1
+    return RESTORE_ATTEMPTS
 
 
 async def _set_aside(
@@ -554,38 +566,8 @@ async def _run_trial(
     if latest is not None and latest.state == "failed" and not _may_retry(latest, retries):
         return None
     knobs = host.effective_knobs(sweep.server.knobs)
-    unknown = sorted(
-        knobs[name].flag or ""
-        for name, value in planned.config.items()
-        if value is not None and knobs[name].flag in check.unknown_flags
-    )
-    if unknown:
-        attempt = latest if latest is not None and latest.state == "running" else None
-        attempt = attempt or await store.start_attempt(trial.id)
-        await store.finish_attempt(
-            attempt.id,
-            "failed",
-            cause="bad-flag",
-            evidence={"found_by": "preflight", "unknown_flags": unknown},
-        )
-        run.failures += 1
-        _warn_failed(planned, "bad-flag", f"unknown to this build: {' '.join(unknown)}")
-        await _after_failure(run)
+    if await _refused_by_preflight(run, planned, trial, latest, check, knobs):
         return None
-    refused = check.refusal(planned.key)
-    if refused is not None and refused.cause is not None:
-        # The host's own SGLang parser refused this argv (a bad value or choice, a resolution
-        # error): it would die at startup the same way, so nothing is restarted for it.
-        attempt = latest if latest is not None and latest.state == "running" else None
-        attempt = attempt or await store.start_attempt(trial.id)
-        await store.finish_attempt(
-            attempt.id, "failed", cause=refused.cause, evidence=refused.evidence()
-        )
-        run.failures += 1
-        _warn_failed(planned, refused.cause, refused.error or "")
-        await _after_failure(run)
-        return None
-
     assert session.found is not None
     if latest is not None and latest.state == "running":
         attempt = await store.resume_attempt(latest.id)
@@ -606,15 +588,8 @@ async def _run_trial(
     except ExtraFlagConflict as conflict:
         # Only the host's real command line shows it (validate saw the sweep's exec_start):
         # which value the server would take is up to its parser, so this config cannot run.
-        await store.finish_attempt(
-            attempt.id,
-            "failed",
-            cause="invalid-config",
-            evidence={"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag},
-        )
-        run.failures += 1
-        _warn_failed(planned, "invalid-config", str(conflict))
-        await _after_failure(run)
+        evidence = {"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag}
+        await _fail_attempt(run, planned, attempt, "invalid-config", evidence, str(conflict))
         return None
     while True:
         run.progress.update(
@@ -633,42 +608,108 @@ async def _run_trial(
             await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
             return config
         except _Stopped:
-            if run.stop.reason == "cancel":  # not a failure: the operator called it off
-                await store.finish_attempt(
-                    attempt.id, "cancelled", evidence={"reason": run.stop.reason}
-                )
-            elif run.stop.reason != "shutdown":  # a shutdown resumes this attempt later
-                await store.finish_attempt(
-                    attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
-                )
+            await _stopped_attempt(run, attempt)
             return config
         except Exception as exc:
-            # The one mapping: a host's failure with its cause and evidence; anything else is
-            # a bug of ours, recorded as orchestrator-error with its traceback (never retried)
-            # so that it does not end the night.
-            failed = failure_from(exc)
-            run.failures += 1
-            if failed.cause == "orchestrator-error":
-                log = get_logger(sweep=sweep.name, host=session.name, trial=trial.key)
-                log.exception("trial.orchestrator_error")
-            await store.finish_attempt(
-                attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
-            )
-            _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
-            await session.events(
-                "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
-            )
-            finished = await store.get_attempt(attempt.id)
-            if (
-                run.stop.stopping
-                or not _may_retry(finished, retries)
-                or _cap_reached(run, session.name)  # a retry is a start like any other
-            ):
-                await _after_failure(run)
-                if failed.cause == "host-unreachable":
-                    raise _HostLost(failed.message) from failed
+            if not await _retry_after(run, session, planned, trial, attempt, exc):
                 return config
             attempt = await store.start_attempt(trial.id)
+
+
+async def _stopped_attempt(run: _SweepRun, attempt: Attempt) -> None:
+    """The attempt in flight when the sweep was asked to stop: a cancel is not a failure (the
+    operator called it off); a shutdown leaves it running, so the next start resumes it."""
+    if run.stop.reason == "cancel":
+        await run.store.finish_attempt(attempt.id, "cancelled", evidence={"reason": "cancel"})
+    elif run.stop.reason != "shutdown":
+        await run.store.finish_attempt(
+            attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
+        )
+
+
+async def _retry_after(
+    run: _SweepRun,
+    session: HostSession,
+    planned: Trial,
+    trial: TrialRecord,
+    attempt: Attempt,
+    exc: Exception,
+) -> bool:
+    """Record a failed attempt; True when the trial gets another. The one mapping: a host's
+    failure with its cause and evidence; anything else is a bug of ours, recorded as
+    orchestrator-error with its traceback (never retried) so that it does not end the night.
+    A host that cannot be reached raises :class:`_HostLost`."""
+    failed = failure_from(exc)
+    run.failures += 1
+    if failed.cause == "orchestrator-error":
+        log = get_logger(sweep=run.sweep.name, host=session.name, trial=trial.key)
+        log.exception("trial.orchestrator_error", exc_info=exc)
+    await run.store.finish_attempt(
+        attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
+    )
+    _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
+    await session.events(
+        "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
+    )
+    finished = await run.store.get_attempt(attempt.id)
+    if (
+        run.stop.stopping
+        or not _may_retry(finished, run.sweep.policy.trial_retries)
+        or _cap_reached(run, session.name)  # a retry is a start like any other
+    ):
+        await _after_failure(run)
+        if failed.cause == "host-unreachable":
+            raise _HostLost(failed.message) from failed
+        return False
+    return True
+
+
+async def _refused_by_preflight(
+    run: _SweepRun,
+    planned: Trial,
+    trial: TrialRecord,
+    latest: Attempt | None,
+    check: HostCheck,
+    knobs: Mapping[str, KnobMapping],
+) -> bool:
+    """Fail the trial without a restart when the preflight showed it cannot start: a flag
+    this build does not know, or an argv the host's own parser refused (a bad value or
+    choice, a resolution error: it would die at startup the same way)."""
+    unknown = sorted(
+        knobs[name].flag or ""
+        for name, value in planned.config.items()
+        if value is not None and knobs[name].flag in check.unknown_flags
+    )
+    refused = check.refusal(planned.key)
+    if not unknown and (refused is None or refused.cause is None):
+        return False
+    running = latest if latest is not None and latest.state == "running" else None
+    attempt = running or await run.store.start_attempt(trial.id)
+    if unknown:
+        evidence = {"found_by": "preflight", "unknown_flags": unknown}
+        message = f"unknown to this build: {' '.join(unknown)}"
+        await _fail_attempt(run, planned, attempt, "bad-flag", evidence, message)
+    elif refused is not None and refused.cause is not None:
+        await _fail_attempt(
+            run, planned, attempt, refused.cause, refused.evidence(), refused.error or ""
+        )
+    return True
+
+
+async def _fail_attempt(
+    run: _SweepRun,
+    planned: Trial,
+    attempt: Attempt,
+    cause: str,
+    evidence: Mapping[str, Any],
+    message: str,
+) -> None:
+    """An attempt that failed before any restart was made for it: recorded with its evidence,
+    warned of, and held against the failure policy."""
+    await run.store.finish_attempt(attempt.id, "failed", cause=cause, evidence=dict(evidence))
+    run.failures += 1
+    _warn_failed(planned, cause, message)
+    await _after_failure(run)
 
 
 def _cap_reached(run: _SweepRun, host: str) -> bool:
@@ -800,6 +841,7 @@ async def _measure(
         request_timeout=sweep.timeouts.request,
         engine=session.engine,
     ) as client:
+        running = RunningServer(session, server)
         sources = PromptSources(session.name, client, bench, run.samples, plan.cells, plan.rounds)
         for cell in plan.cells:
             if cell_point_key(cell) in committed:
@@ -814,20 +856,14 @@ async def _measure(
                 bench,
                 rounds=plan.rounds,
                 seed=sweep.search.seed,
-                before_measured=lambda: _cursor(session),
+                before_measured=running.cursor,
             )
             cursor = point.measured_marker
-            entries = await _journal_window(session, cursor, server.invocation_id)
-            point.attach_journal(
-                acceptlen.decode_samples_from_messages(
-                    [e.message for e in entries if e.message],
-                    decode_log_interval=session.engine.decode_log_interval(server.server_info),
-                    parse=session.engine.parse_log_line,
-                )
-            )
+            window = await running.window(cursor)
+            point.attach_journal(running.decode_samples(window))
             point.invocation_id = server.invocation_id
             point.journal_cursor_start = cursor
-            point.journal_cursor_end = entries[-1].cursor if entries else cursor
+            point.journal_cursor_end = window.end
             stored, requests = _throughput_point(point)
             await store.record_point(attempt.id, stored, requests)
             done += 1
@@ -840,34 +876,46 @@ async def _measure(
             )
             # After the journal window has settled, not beside it: a server that crashed
             # at the point's end exits a little later (tests/faults caught the race).
-            await _still_serving(session, server, cursor)
-        if sweep.coding is None:
-            return
-        pending = [p for p in problems if point_key("coding", problem=p.id) not in committed]
-        for problem in pending:
-            if run.stop.stopping:
-                raise _Stopped
-            run.progress.update(session.name, step=f"coding {problem.id}", done=done, total=total)
-            started = time.time()
-            cursor = await _cursor(session)
-            (result,) = await run_coding(
-                client,
-                [problem],
-                api=bench.api,
-                model=sweep.server.model,
-                max_tokens=sweep.coding.max_tokens,
-                temperature=sweep.coding.temperature,
-                timeout_s=sweep.timeouts.request,
-                sandbox=SandboxConfig(wall_timeout_s=sweep.coding.timeout_s),
-            )
-            await store.record_point(
-                attempt.id,
-                _coding_point(result, server.invocation_id, started),
-                [],
-            )
-            done += 1
-            run.progress.update(session.name, done=done, total=total)
-            await _still_serving(session, server, cursor)
+            await running.check_alive(cursor)
+        if sweep.coding is not None:
+            pending = [p for p in problems if point_key("coding", problem=p.id) not in committed]
+            await _measure_coding(run, running, client, attempt, pending, done, total)
+
+
+async def _measure_coding(
+    run: _SweepRun,
+    running: RunningServer,
+    client: BenchClient,
+    attempt: Attempt,
+    problems: Sequence[Problem],
+    done: int,
+    total: int,
+) -> None:
+    """The coding anchor's problems not committed yet, each a point as it is scored."""
+    sweep, host = run.sweep, running.session.name
+    assert sweep.coding is not None
+    for problem in problems:
+        if run.stop.stopping:
+            raise _Stopped
+        run.progress.update(host, step=f"coding {problem.id}", done=done, total=total)
+        started = time.time()
+        cursor = await running.cursor()
+        (result,) = await run_coding(
+            client,
+            [problem],
+            api=sweep.benchmark.api,
+            model=sweep.server.model,
+            max_tokens=sweep.coding.max_tokens,
+            temperature=sweep.coding.temperature,
+            timeout_s=sweep.timeouts.request,
+            sandbox=SandboxConfig(wall_timeout_s=sweep.coding.timeout_s),
+        )
+        await run.store.record_point(
+            attempt.id, _coding_point(result, running.invocation_id, started), []
+        )
+        done += 1
+        run.progress.update(host, done=done, total=total)
+        await running.check_alive(cursor)
 
 
 def _cell_step(cell: MatrixCell) -> str:
@@ -887,49 +935,6 @@ def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
         return problems
     wanted = set(plan.problems)
     return [p for p in problems if p.id in wanted]
-
-
-async def _cursor(session: HostSession) -> str | None:
-    entries = await journal.read_entries(
-        session.transport, session.unit, lines=1, timeout=session.timeouts.command
-    )
-    return entries[-1].cursor if entries else None
-
-
-async def _journal_window(
-    session: HostSession, cursor: str | None, invocation_id: str
-) -> list[journal.JournalEntry]:
-    """This invocation's entries after ``cursor``, read once the journal has settled (lines
-    lag a little behind the process that wrote them): two reads a settle interval apart that
-    agree, or the last read at the bound."""
-    previous = -1
-    started = time.monotonic()
-    while True:
-        entries = await journal.read_entries(
-            session.transport, session.unit, cursor, timeout=session.timeouts.command
-        )
-        settled = len(entries) == previous
-        if settled or time.monotonic() - started >= JOURNAL_SETTLE_MAX_S:
-            return [e for e in entries if e.invocation_id in (None, invocation_id)]
-        previous = len(entries)
-        await asyncio.sleep(JOURNAL_SETTLE_S)
-
-
-async def _still_serving(session: HostSession, server: Server, cursor: str | None) -> None:
-    """A server that died during a point fails the attempt (its points stay recorded)."""
-    state = await session.control.show(session.unit, timeout=session.timeouts.command)
-    if state.invocation_id == server.invocation_id and state.running:
-        return
-    entries = await journal.read_entries(
-        session.transport, session.unit, cursor, timeout=session.timeouts.command
-    )
-    raise TrialFailed(
-        "crashed",
-        f"the server died during the benchmark (ActiveState={state.active_state})",
-        excerpt=[e.message for e in entries if e.message][-60:],
-        exit_status=state.exec_main_status,
-        invocation_id=server.invocation_id,
-    )
 
 
 def _stored_request(record: RequestRecord) -> StoredRequest:
