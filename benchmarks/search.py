@@ -11,9 +11,10 @@ measurement), on three response surfaces: the default performance model and two 
 context 4096 / concurrency 32 and the matrix adds context 1024 at the same concurrency, so a
 screen (the objective's cell, half the rounds) is not the full plan. For each seed and each
 strategy, the real trial source (:func:`orchestrator.search.source.trial_source_for`) runs
-against a real SQLite store, driven by :func:`model_host`, a model of the runner's per-host
-loop that follows its store protocol step by step (``orchestrator/runner.py``: ``_run_host``,
-``_run_trial``, ``_take_restart``, ``_measure_trial``, ``_measure``):
+against a real SQLite store, driven by the runner's own host loop
+(:func:`orchestrator.hostloop.run_host_trials`: the cap, the restart count, retries, the
+extension of a screen, what is recorded) over :class:`TruthDriver`, a driver whose servers are
+the simulator's truth (the real runner's driver reconfigures a unit over SSH instead):
 
 - the type's cap is checked before the source is asked; the attempt is started, then the
   restart is counted (``restart.counted`` event, before the start) or refused (``skipped``);
@@ -58,6 +59,7 @@ benchmarks/selection.py says how much of that tail the selection alone leaves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -69,7 +71,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -91,14 +93,18 @@ from common import (
 
 from orchestrator.answers import Answer, answer_sweep
 from orchestrator.answers.runs import point_at, point_metric
+from orchestrator.hostloop import NoProgress, Refusal, StopSignal, SweepContext, run_host_trials
+from orchestrator.lifecycle import TrialFailed
 from orchestrator.log import configure_logging
+from orchestrator.plan import Trial
 from orchestrator.runner import run_sweep
-from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.search.budget import RestartBudget
 from orchestrator.search.source import trial_source_for
 from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.settings import ServerSimSettings
 from orchestrator.sim.truth import CellTruth, SweepTruth, sweep_truth
 from orchestrator.store import (
+    Attempt,
     HostEntry,
     PointProvenance,
     Store,
@@ -106,7 +112,8 @@ from orchestrator.store import (
     SweepResults,
     ThroughputMetrics,
     ThroughputPoint,
-    point_from_record,
+    TrialPlan,
+    TrialRecord,
     point_key,
 )
 from orchestrator.sweepfile import Sweep, parse_sweep
@@ -279,6 +286,74 @@ def measured_output_tok_s(
     return truth.output_tok_s / speed + noise.gauss(0.0, sd), sd
 
 
+class TruthServer:
+    """A "server" of the model runner: the truth at each cell over one process's speed factor,
+    with request noise; each point committed as the real measurement commits it."""
+
+    def __init__(
+        self, store: Store, entry: Any, invocation: str, speed: float, full_rounds: int
+    ) -> None:
+        self.store, self.entry, self.invocation_id = store, entry, invocation
+        self.speed, self.full_rounds = speed, full_rounds
+        self.noise = _rng(invocation)
+
+    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
+        committed = await self.store.committed_point_keys(attempt.id)
+        for cell in plan.cells:
+            truth = self.entry.cell(cell.context, cell.concurrency)
+            value, sd = measured_output_tok_s(
+                truth, self.speed, self.noise, plan.rounds, self.full_rounds
+            )
+            now = time.time()
+            point = ThroughputPoint(
+                context=cell.context,
+                concurrency=cell.concurrency,
+                metrics=ThroughputMetrics(
+                    output_tok_s=value, output_tok_s_se=sd, output_tok_s_batches=plan.rounds
+                ),
+                provenance=PointProvenance(
+                    invocation_id=self.invocation_id, started_at=now, finished_at=now
+                ),
+            )
+            key = point_key("throughput", context=cell.context, concurrency=cell.concurrency)
+            if key not in committed:
+                await self.store.record_point(attempt.id, point, [])
+
+    def evidence(self) -> dict[str, Any]:
+        return {"invocation_id": self.invocation_id}
+
+
+class TruthDriver:
+    """The host loop's driver (:class:`orchestrator.hostloop.Driver`) over the simulator's
+    truth: a config the simulated server refuses fails ``invalid-config`` at its start, any
+    other starts a :class:`TruthServer` with one speed factor per attempt."""
+
+    def __init__(self, run: SweepContext, world: Surface, seed: int) -> None:
+        self.run, self.world, self.seed = run, world, seed
+        self.starts: dict[str, int] = {}
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    async def events(self, kind: str, /, **fields: Any) -> None:
+        await self.run.event(kind, fields, host=HOST)
+
+    async def refusal(self, planned: Trial, trial: TrialRecord) -> Refusal | None:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def serve(self, planned: Trial, trial: TrialRecord) -> AsyncIterator[TruthServer]:
+        entry = self.world.truth.of(trial.config)
+        if entry.error is not None:
+            raise TrialFailed("invalid-config", entry.error)
+        number = self.starts[trial.key] = self.starts.get(trial.key, 0) + 1
+        invocation = f"s{self.seed}/{trial.key}/a{number}"
+        settings = self.world.settings
+        speed = restart_speed_factor(settings.seed, invocation, settings.restart_jitter)
+        yield TruthServer(self.run.store, entry, invocation, speed, self.run.sweep.benchmark.rounds)
+
+
 async def model_host(
     store: Store,
     record: SweepRecord,
@@ -287,78 +362,11 @@ async def model_host(
     world: Surface,
     seed: int,
 ) -> None:
-    """The runner's loop for one host, with the server replaced by the truth and its noise."""
+    """The runner's own host loop (:func:`orchestrator.hostloop.run_host_trials`), with the
+    server replaced by the truth and its noise."""
     budget = await RestartBudget.load(store, record.id, sweep)
-    jitter = world.settings.restart_jitter
-    full_rounds = sweep.benchmark.rounds
-    while (left := budget.left(HOST)) is None or left > 0:  # _run_host's _cap_reached
-        sourced = await source.next_trial(HOST)
-        if sourced is None:
-            break
-        trial = sourced.record
-        attempt = await store.start_attempt(trial.id)
-        if not budget.take(HOST):  # _take_restart: refused, the start is not made
-            await store.finish_attempt(attempt.id, "skipped", evidence={"reason": "cap"})
-        else:
-            await store.add_event(
-                record.id,
-                RESTART_EVENT,
-                host=HOST,
-                fields={"host_type": HOST_TYPE, "left": budget.left(HOST)},
-                attempt_id=attempt.id,
-            )
-            entry = world.truth.of(trial.config)
-            if entry.error is not None:
-                await store.finish_attempt(
-                    attempt.id, "failed", cause="invalid-config", evidence={"error": entry.error}
-                )
-            else:
-                invocation = f"s{seed}/{trial.key}/a{attempt.number}"
-                await store.set_attempt_invocation(attempt.id, invocation)
-                speed = restart_speed_factor(world.settings.seed, invocation, jitter)
-                noise = _rng(invocation)
-                plan = trial.plan
-                assert plan is not None
-                while True:  # _measure_trial: the plan, then what extend adds
-                    committed = await store.committed_point_keys(attempt.id)
-                    for cell in plan.cells:
-                        truth = entry.cell(cell.context, cell.concurrency)
-                        value, sd = measured_output_tok_s(
-                            truth, speed, noise, plan.rounds, full_rounds
-                        )
-                        now = time.time()
-                        point = ThroughputPoint(
-                            context=cell.context,
-                            concurrency=cell.concurrency,
-                            metrics=ThroughputMetrics(
-                                output_tok_s=value,
-                                output_tok_s_se=sd,
-                                output_tok_s_batches=plan.rounds,
-                            ),
-                            provenance=PointProvenance(
-                                invocation_id=invocation, started_at=now, finished_at=now
-                            ),
-                        )
-                        key = point_key(
-                            "throughput", context=cell.context, concurrency=cell.concurrency
-                        )
-                        if key not in committed:
-                            await store.record_point(attempt.id, point, [])
-                    stored = await store.points(attempt_id=attempt.id)
-                    extended = await source.extend(trial, [point_from_record(p) for p in stored])
-                    if extended is None or extended == plan:
-                        break
-                    trial = await store.set_trial_plan(trial.id, extended)
-                    await store.add_event(
-                        record.id,
-                        "trial.extended",
-                        host=HOST,
-                        fields={"trial": trial.key, "purpose": extended.purpose},
-                    )
-                    plan = extended
-                await store.finish_attempt(attempt.id, "done")
-        attempts = [a for a in await store.attempts(record.id) if a.trial_id == trial.id]
-        await source.tell(sourced, attempts[-1] if attempts else None)
+    run = SweepContext(sweep, record, store, NoProgress(), StopSignal(), source, budget)
+    await run_host_trials(run, TruthDriver(run, world, seed))
 
 
 # --------------------------------------------------------------------------- scoring

@@ -14,9 +14,9 @@ import contextlib
 import datetime as dt
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -27,13 +27,23 @@ from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult
 from orchestrator.bench.problems import Problem
 from orchestrator.bench.sandbox import SandboxConfig
-from orchestrator.causes import DETERMINISTIC_CAUSES
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
 from orchestrator.host import gpu, systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
+from orchestrator.hostloop import (
+    RESTORE_ATTEMPTS_AFTER_LOSS,
+    NoProgress,
+    Progress,
+    Refusal,
+    Served,
+    Stopped,
+    StopSignal,
+    SweepContext,
+    run_host_trials,
+)
 from orchestrator.lifecycle import (
     RESTORE_ATTEMPTS,
     EventSink,
@@ -51,7 +61,7 @@ from orchestrator.log import get_logger
 from orchestrator.plan import Trial, space_trials
 from orchestrator.preflight import HostCheck, check_host, mapped_flags
 from orchestrator.running import RunningServer
-from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.search.budget import RestartBudget
 from orchestrator.search.deadline import local_deadline
 from orchestrator.store import (
     AcceptEstimate,
@@ -71,31 +81,16 @@ from orchestrator.store import (
     TrialPlan,
     TrialRecord,
     cell_point_key,
-    point_from_record,
     point_key,
 )
-from orchestrator.store.results import config_label
-from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
+from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
-    TrialSource,
     TrialSourceFactory,
     plan_trial_source,
     sweep_problems,
-    trial_plan,
 )
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
-
-
-class Progress(Protocol):
-    """Where the runner reports what each host is doing (the live display, the daemon)."""
-
-    def update(self, host: str, **fields: Any) -> None: ...
-
-
-class _NoProgress:
-    def update(self, host: str, **fields: Any) -> None:
-        pass
 
 
 @dataclass
@@ -115,23 +110,6 @@ class SweepOutcome:
     @property
     def all_succeeded(self) -> bool:
         return self.state == "done" and self.sweep_results.all_succeeded
-
-
-@dataclass
-class StopSignal:
-    """Asks a running sweep to stop at its next safe step (between points and trials)."""
-
-    reason: str | None = None
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def stop(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.event.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self.event.is_set()
 
 
 def host_session(
@@ -165,35 +143,14 @@ def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
 
 
 @dataclass
-class _SweepRun:
-    """Shared state of one running sweep."""
+class _SweepRun(SweepContext):
+    """Shared state of one running sweep: the host loop's, and what the runner's drivers and
+    restores add to it."""
 
-    sweep: Sweep
-    record: SweepRecord
-    store: Store
-    progress: Progress
-    stop: StopSignal
-    source: TrialSource
-    """Where each host's next trial comes from (the plan in order, or a search)."""
-    budget: RestartBudget
-    """``search.max_restarts``: every unit start of a host type counts against it."""
-    samples: WorkloadSamples
+    samples: WorkloadSamples = field(kw_only=True)
     """The workloads' samples, parsed once for the sweep."""
-    failures: int = 0
-    unrestored: list[str] = field(default_factory=list)
+    unrestored: list[str] = field(default_factory=list, kw_only=True)
     """Hosts whose restore did not complete: the sweep ends failed and names them."""
-
-    async def event(
-        self,
-        kind: str,
-        fields: Mapping[str, Any] | None = None,
-        *,
-        host: str | None = None,
-        attempt_id: int | None = None,
-    ) -> None:
-        await self.store.add_event(
-            self.record.id, kind, host=host, attempt_id=attempt_id, fields=dict(fields or {})
-        )
 
 
 async def run_sweep(
@@ -227,7 +184,7 @@ async def run_sweep(
     # id; the host tasks started below inherit them and add their host.
     with structlog.contextvars.bound_contextvars(sweep=sweep.name, sweep_id=record.id):
         return await _run_sweep(
-            sweep, record, store, progress or _NoProgress(), stop or StopSignal(), now, trials
+            sweep, record, store, progress or NoProgress(), stop or StopSignal(), now, trials
         )
 
 
@@ -260,9 +217,8 @@ async def _run_sweep(
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
     source = await trials(store, record, sweep)
     budget = await RestartBudget.load(store, record.id, sweep)
-    run = _SweepRun(
-        sweep, record, store, progress, stop, source, budget, WorkloadSamples(sweep.benchmark)
-    )
+    samples = WorkloadSamples(sweep.benchmark)
+    run = _SweepRun(sweep, record, store, progress, stop, source, budget, samples=samples)
     resumed = record.state == "running"
     await store.set_sweep_state(record.id, "running")
     await run.event("sweep.started", {"trials": run.source.known, "resumed": resumed})
@@ -334,11 +290,6 @@ async def cancel_trials(store: Store, sweep_id: int, trials: Sequence[TrialRecor
             await store.finish_attempt(last.id, "cancelled", evidence={"reason": "cancel"})
 
 
-async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt | None:
-    attempts = [a for a in await store.attempts(sweep_id) if a.trial_id == trial_id]
-    return attempts[-1] if attempts else None
-
-
 async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
     await asyncio.sleep(max(seconds, 0.0))
     stop.stop(reason)
@@ -365,7 +316,8 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
             await _set_aside(run, host, run.source.withdraw(host.name), check)
             return
         await _load_or_take_backup(run, session)
-        restore_attempts = await _run_trials(run, session, host, check)
+        kept = await run_host_trials(run, SessionDriver(run, session, host, check))
+        restore_attempts = RESTORE_ATTEMPTS if kept else RESTORE_ATTEMPTS_AFTER_LOSS
         if run.stop.reason == "cancel":
             await cancel_trials(
                 store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
@@ -418,36 +370,6 @@ async def _preflight(run: _SweepRun, host: HostSpec, session: HostSession) -> Ho
     )
     await session.events("preflight", **check.to_json())
     return check
-
-
-async def _run_trials(
-    run: _SweepRun, session: HostSession, host: HostSpec, check: HostCheck
-) -> int:
-    """The trials the source gives this host, one at a time, each told back to it; returns
-    how many tries the host's restore gets (one when the host was just lost)."""
-    store = run.store
-    while not run.stop.stopping and not _cap_reached(run, host.name):
-        # At the type's max_restarts nothing more can start here: what was not offered
-        # stays queued (attempt null), never a "skipped" entry that is no start.
-        sourced = await run.source.next_trial(host.name)
-        if sourced is None:
-            break
-        planned, trial = sourced.planned, sourced.record
-        lost: _HostLost | None = None
-        try:
-            with structlog.contextvars.bound_contextvars(trial=trial.key):
-                await _run_trial(run, session, host, planned, trial, check)
-        except _HostLost as error:
-            lost = error
-        await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
-        if lost is not None:
-            # Each further trial would spend the whole reconnect budget to fail the same
-            # way: set the host aside now; the restore below still gets its one chance.
-            for rest in run.source.withdraw(host.name):
-                await store.skip_trial(rest.record.id, "host-unreachable", {"reason": str(lost)})
-            await store.set_host_aside(run.record.id, host.name, f"unreachable: {lost}")
-            return 1
-    return RESTORE_ATTEMPTS
 
 
 async def _set_aside(
@@ -548,244 +470,90 @@ async def _restore_host(
 # --- one trial -----------------------------------------------------------------------------
 
 
-async def _run_trial(
-    run: _SweepRun,
-    session: HostSession,
-    host: HostSpec,
-    planned: Trial,
-    trial: TrialRecord,
-    check: HostCheck,
-) -> TrialDropin | None:
-    """Attempts of one trial until it succeeds, fails for good, or the sweep stops."""
-    store, sweep = run.store, run.sweep
-    attempts = [a for a in await store.attempts(run.record.id) if a.trial_id == trial.id]
-    latest = attempts[-1] if attempts else None
-    retries = sweep.policy.trial_retries
-    if latest is not None and latest.state in ("done", "skipped", "cancelled"):
-        return None
-    if latest is not None and latest.state == "failed" and not _may_retry(latest, retries):
-        return None
-    knobs = host.effective_knobs(sweep.server.knobs)
-    if await _refused_by_preflight(run, planned, trial, latest, check, knobs):
-        return None
-    assert session.found is not None
-    if latest is not None and latest.state == "running":
-        attempt = await store.resume_attempt(latest.id)
-    else:
-        attempt = await store.start_attempt(trial.id)
-    try:
-        config = trial_config(
-            session.found,
-            sweep=sweep.name,
-            key=trial.key,
-            knobs=knobs,
-            config=planned.config,
-            extra_flags=sweep.server.extra_flags,
-            environment=sweep.server.environment,
-            metrics=sweep.server.metrics,
-            engine=session.engine,
+class SessionDriver:
+    """A host reached through its :class:`HostSession`: refusals the preflight showed, the
+    drop-in and clean restart of :func:`~orchestrator.lifecycle.reconfigure`, and the
+    measurement of the proven server (the host loop's :class:`~orchestrator.hostloop.Driver`)."""
+
+    def __init__(
+        self, run: _SweepRun, session: HostSession, host: HostSpec, check: HostCheck
+    ) -> None:
+        self.run, self.session, self.spec, self.check = run, session, host, check
+        self.knobs = host.effective_knobs(run.sweep.server.knobs)
+        self._dropins: dict[str, TrialDropin] = {}
+
+    @property
+    def host(self) -> str:
+        return self.session.name
+
+    async def events(self, kind: str, /, **fields: Any) -> None:
+        await self.session.events(kind, **fields)
+
+    async def refusal(self, planned: Trial, trial: TrialRecord) -> Refusal | None:
+        """A flag this build does not know, an argv the host's own parser refused (it would
+        die at startup the same way), or an extra flag the unit's real command line has with
+        another value: nothing is restarted for any of them."""
+        unknown = sorted(
+            self.knobs[name].flag or ""
+            for name, value in planned.config.items()
+            if value is not None and self.knobs[name].flag in self.check.unknown_flags
         )
-    except ExtraFlagConflict as conflict:
-        # Only the host's real command line shows it (validate saw the sweep's exec_start):
-        # which value the server would take is up to its parser, so this config cannot run.
-        evidence = {"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag}
-        await _fail_attempt(run, planned, attempt, "invalid-config", evidence, str(conflict))
-        return None
-    while True:
-        run.progress.update(
-            session.name,
-            trial=trial.key,
-            config=config_label(planned.config),
-            step="reconfigure",
-            attempt=attempt.number,
-        )
-        if not await _take_restart(run, session, attempt):
-            return None
+        if unknown:
+            return Refusal(
+                "bad-flag",
+                {"found_by": "preflight", "unknown_flags": unknown},
+                f"unknown to this build: {' '.join(unknown)}",
+            )
+        refused = self.check.refusal(planned.key)
+        if refused is not None and refused.cause is not None:
+            return Refusal(refused.cause, refused.evidence(), refused.error or "")
+        sweep, session = self.run.sweep, self.session
+        assert session.found is not None
         try:
-            server = await reconfigure(session, config)
-            await store.set_attempt_invocation(attempt.id, server.invocation_id)
-            await _measure_trial(run, session, attempt, server, trial)
-            await store.finish_attempt(attempt.id, "done", evidence=_server_evidence(server))
-            return config
-        except _Stopped:
-            await _stopped_attempt(run, attempt)
-            return config
-        except Exception as exc:
-            if not await _retry_after(run, session, planned, trial, attempt, exc):
-                return config
-            attempt = await store.start_attempt(trial.id)
+            self._dropins[trial.key] = trial_config(
+                session.found,
+                sweep=sweep.name,
+                key=trial.key,
+                knobs=self.knobs,
+                config=planned.config,
+                extra_flags=sweep.server.extra_flags,
+                environment=sweep.server.environment,
+                metrics=sweep.server.metrics,
+                engine=session.engine,
+            )
+        except ExtraFlagConflict as conflict:
+            # Only the host's real command line shows it (validate saw the sweep's
+            # exec_start): which value the server would take is up to its parser.
+            evidence = {"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag}
+            return Refusal("invalid-config", evidence, str(conflict))
+        return None
+
+    @contextlib.asynccontextmanager
+    async def serve(self, planned: Trial, trial: TrialRecord) -> AsyncIterator[Served]:
+        """The trial's drop-in installed, the unit restarted cleanly, the new process proven
+        (the next trial's restart, or the restore, replaces it)."""
+        del planned
+        server = await reconfigure(self.session, self._dropins[trial.key])
+        yield _MeasuredServer(self.run, self.session, server)
 
 
-async def _stopped_attempt(run: _SweepRun, attempt: Attempt) -> None:
-    """The attempt in flight when the sweep was asked to stop: a cancel is not a failure (the
-    operator called it off); a shutdown leaves it running, so the next start resumes it."""
-    if run.stop.reason == "cancel":
-        await run.store.finish_attempt(attempt.id, "cancelled", evidence={"reason": "cancel"})
-    elif run.stop.reason != "shutdown":
-        await run.store.finish_attempt(
-            attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
-        )
+@dataclass(frozen=True, slots=True)
+class _MeasuredServer:
+    """A proven server as the host loop measures it."""
 
+    run: _SweepRun
+    session: HostSession
+    server: Server
 
-async def _retry_after(
-    run: _SweepRun,
-    session: HostSession,
-    planned: Trial,
-    trial: TrialRecord,
-    attempt: Attempt,
-    exc: Exception,
-) -> bool:
-    """Record a failed attempt; True when the trial gets another. The one mapping: a host's
-    failure with its cause and evidence; anything else is a bug of ours, recorded as
-    orchestrator-error with its traceback (never retried) so that it does not end the night.
-    A host that cannot be reached raises :class:`_HostLost`."""
-    failed = failure_from(exc)
-    run.failures += 1
-    if failed.cause == "orchestrator-error":
-        log = get_logger(sweep=run.sweep.name, host=session.name, trial=trial.key)
-        log.exception("trial.orchestrator_error", exc_info=exc)
-    await run.store.finish_attempt(
-        attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
-    )
-    _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
-    await session.events(
-        "trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause
-    )
-    finished = await run.store.get_attempt(attempt.id)
-    if (
-        run.stop.stopping
-        or not _may_retry(finished, run.sweep.policy.trial_retries)
-        or _cap_reached(run, session.name)  # a retry is a start like any other
-    ):
-        await _after_failure(run)
-        if failed.cause == "host-unreachable":
-            raise _HostLost(failed.message) from failed
-        return False
-    return True
+    @property
+    def invocation_id(self) -> str:
+        return self.server.invocation_id
 
+    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
+        await _measure(self.run, self.session, attempt, self.server, plan)
 
-async def _refused_by_preflight(
-    run: _SweepRun,
-    planned: Trial,
-    trial: TrialRecord,
-    latest: Attempt | None,
-    check: HostCheck,
-    knobs: Mapping[str, KnobMapping],
-) -> bool:
-    """Fail the trial without a restart when the preflight showed it cannot start: a flag
-    this build does not know, or an argv the host's own parser refused (a bad value or
-    choice, a resolution error: it would die at startup the same way)."""
-    unknown = sorted(
-        knobs[name].flag or ""
-        for name, value in planned.config.items()
-        if value is not None and knobs[name].flag in check.unknown_flags
-    )
-    refused = check.refusal(planned.key)
-    if not unknown and (refused is None or refused.cause is None):
-        return False
-    running = latest if latest is not None and latest.state == "running" else None
-    attempt = running or await run.store.start_attempt(trial.id)
-    if unknown:
-        evidence = {"found_by": "preflight", "unknown_flags": unknown}
-        message = f"unknown to this build: {' '.join(unknown)}"
-        await _fail_attempt(run, planned, attempt, "bad-flag", evidence, message)
-    elif refused is not None and refused.cause is not None:
-        await _fail_attempt(
-            run, planned, attempt, refused.cause, refused.evidence(), refused.error or ""
-        )
-    return True
-
-
-async def _fail_attempt(
-    run: _SweepRun,
-    planned: Trial,
-    attempt: Attempt,
-    cause: str,
-    evidence: Mapping[str, Any],
-    message: str,
-) -> None:
-    """An attempt that failed before any restart was made for it: recorded with its evidence,
-    warned of, and held against the failure policy."""
-    await run.store.finish_attempt(attempt.id, "failed", cause=cause, evidence=dict(evidence))
-    run.failures += 1
-    _warn_failed(planned, cause, message)
-    await _after_failure(run)
-
-
-def _cap_reached(run: _SweepRun, host: str) -> bool:
-    """``host``'s type has spent its ``search.max_restarts``."""
-    left = run.budget.left(host)
-    return left is not None and left <= 0
-
-
-async def _take_restart(run: _SweepRun, session: HostSession, attempt: Attempt) -> bool:
-    """Count the unit start about to be made against ``search.max_restarts`` (recorded before
-    the start, so a resumed run counts it too); a start past the cap is not made and its
-    attempt ends skipped."""
-    host = session.name
-    if run.budget.take(host):
-        run.progress.update(host, restarts_left=run.budget.left(host))
-        await run.event(
-            RESTART_EVENT,
-            {"host_type": run.budget.type_of[host], "left": run.budget.left(host)},
-            host=host,
-            attempt_id=attempt.id,
-        )
-        return True
-    await run.store.finish_attempt(
-        attempt.id,
-        "skipped",
-        evidence={
-            "reason": f"max_restarts ({run.budget.cap}) reached for host type "
-            f"{run.budget.type_of[host]}"
-        },
-    )
-    return False
-
-
-async def _measure_trial(
-    run: _SweepRun, session: HostSession, attempt: Attempt, server: Server, trial: TrialRecord
-) -> None:
-    """The trial's stored plan, then whatever its source extends it with on the same server
-    (a promising screen goes on with the full matrix: no second restart); each extension is
-    stored with the trial before it is measured, so a resumed attempt measures the same."""
-    plan = trial.plan or trial_plan(run.sweep)
-    while True:
-        await _measure(run, session, attempt, server, plan)
-        stored = await run.store.points(attempt_id=attempt.id)
-        extended = await run.source.extend(trial, [point_from_record(p) for p in stored])
-        if extended is None or extended == plan:
-            return
-        trial = await run.store.set_trial_plan(trial.id, extended)
-        await session.events(
-            "trial.extended",
-            trial=trial.key,
-            purpose=extended.purpose,
-            cells=len(extended.cells),
-            problems=len(extended.problems),
-        )
-        plan = extended
-
-
-def _warn_failed(planned: Trial, cause: str, message: str, *, attempt: int = 1) -> None:
-    """A failed attempt is a warning: a person at the terminal (which shows warnings only)
-    learns of it when it happens, not at the sweep's end; the host and trial are bound."""
-    get_logger().warning(
-        "trial.failed",
-        config=config_label(planned.config),
-        attempt=attempt,
-        cause=cause,
-        message=message[:300],
-    )
-
-
-def _may_retry(attempt: Attempt, retries: int) -> bool:
-    return attempt.number <= retries and attempt.cause not in DETERMINISTIC_CAUSES
-
-
-async def _after_failure(run: _SweepRun) -> None:
-    if run.sweep.policy.on_trial_failure == "abort":
-        run.stop.stop("abort: a trial failed and policy.on_trial_failure is abort")
+    def evidence(self) -> dict[str, Any]:
+        return _server_evidence(self.server)
 
 
 def _server_evidence(server: Server) -> dict[str, Any]:
@@ -805,14 +573,6 @@ def _server_evidence(server: Server) -> dict[str, Any]:
             for d in server.overridden
         ],
     }
-
-
-class _HostLost(Exception):
-    """A trial failed for good because the host cannot be reached."""
-
-
-class _Stopped(Exception):
-    """The sweep was asked to stop between two points; the attempt stays resumable."""
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -847,7 +607,7 @@ async def _measure(
             if cell_point_key(cell) in committed:
                 continue
             if run.stop.stopping:
-                raise _Stopped
+                raise Stopped
             run.progress.update(session.name, step=_cell_step(cell), done=done, total=total)
             point = await measure_cell(
                 client,
@@ -896,7 +656,7 @@ async def _measure_coding(
     assert sweep.coding is not None
     for problem in problems:
         if run.stop.stopping:
-            raise _Stopped
+            raise Stopped
         run.progress.update(host, step=f"coding {problem.id}", done=done, total=total)
         started = time.time()
         cursor = await running.cursor()

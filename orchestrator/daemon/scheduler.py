@@ -23,9 +23,10 @@ from orchestrator.daemon.background import Background
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps, pick_runnable, run_order, sweep_host_keys
 from orchestrator.daemon.restore import Restorer
+from orchestrator.hostloop import StopSignal
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
-from orchestrator.runner import StopSignal, run_sweep
+from orchestrator.runner import run_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError

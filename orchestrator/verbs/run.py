@@ -8,8 +8,9 @@ import signal
 import sys
 
 from orchestrator.answers import answered
+from orchestrator.hostloop import StopSignal
 from orchestrator.progress import LiveProgress, print_outcome
-from orchestrator.runner import StopSignal, SweepOutcome, run_sweep
+from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep

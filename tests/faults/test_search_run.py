@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.runner import StopSignal, run_sweep
+from orchestrator.hostloop import StopSignal
+from orchestrator.runner import run_sweep
 from orchestrator.search.budget import RESTART_EVENT
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store

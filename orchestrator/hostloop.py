@@ -1,0 +1,383 @@
+"""One host's trials as a policy over a driver: which trial next, the restart budget, retries,
+a stop, the extension of a promising screen, and what is recorded of each attempt.
+
+The driver owns the host and its servers (:class:`Driver`): whether a trial is refused before
+any restart, and ``async with driver.serve(planned, trial) as server`` (the drop-in, the clean
+restart, proven readiness) then ``await server.measure(attempt, plan)``. The runner drives real
+hosts (:mod:`orchestrator.runner`); ``benchmarks/search.py`` drives the simulator's truth with
+the same loop; the tests drive a fake in milliseconds (tests/unit/test_hostloop.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from orchestrator.causes import DETERMINISTIC_CAUSES
+from orchestrator.lifecycle import failure_from
+from orchestrator.log import get_logger
+from orchestrator.plan import Trial
+from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.store import (
+    Attempt,
+    Store,
+    SweepRecord,
+    TrialPlan,
+    TrialRecord,
+    point_from_record,
+)
+from orchestrator.store.results import config_label
+from orchestrator.sweepfile import Sweep
+from orchestrator.trialsource import TrialSource, trial_plan
+
+
+class Progress(Protocol):
+    """Where the runner reports what each host is doing (the live display, the daemon)."""
+
+    def update(self, host: str, **fields: Any) -> None: ...
+
+
+class NoProgress:
+    def update(self, host: str, **fields: Any) -> None:
+        pass
+
+
+@dataclass
+class StopSignal:
+    """Asks a running sweep to stop at its next safe step (between points and trials)."""
+
+    reason: str | None = None
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.event.is_set()
+
+
+@dataclass
+class SweepContext:
+    """What every host's loop of one sweep shares."""
+
+    sweep: Sweep
+    record: SweepRecord
+    store: Store
+    progress: Progress
+    stop: StopSignal
+    source: TrialSource
+    """Where each host's next trial comes from (the plan in order, or a search)."""
+    budget: RestartBudget
+    """``search.max_restarts``: every unit start of a host type counts against it."""
+    failures: int = 0
+
+    async def event(
+        self,
+        kind: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        host: str | None = None,
+        attempt_id: int | None = None,
+    ) -> None:
+        await self.store.add_event(
+            self.record.id, kind, host=host, attempt_id=attempt_id, fields=dict(fields or {})
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a trial cannot start, known before any restart (the host's parser refused its
+    argv, a flag the build does not know, an extra flag the unit has with another value)."""
+
+    cause: str
+    evidence: Mapping[str, Any]
+    message: str
+
+
+class Served(Protocol):
+    """A server proven to run one attempt's config, while it is measured."""
+
+    @property
+    def invocation_id(self) -> str: ...
+
+    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
+        """Measure ``plan`` on this server, each point committed as measured (points a
+        resumed attempt committed before are skipped); raise :class:`Stopped` between points
+        when the sweep is stopping."""
+        ...
+
+    def evidence(self) -> dict[str, Any]:
+        """What the done attempt keeps of its server (its process, timeline, provenance)."""
+        ...
+
+
+class Driver(Protocol):
+    """One host as the loop drives it."""
+
+    @property
+    def host(self) -> str: ...
+
+    async def refusal(self, planned: Trial, trial: TrialRecord) -> Refusal | None:
+        """Why ``planned`` cannot start on this host, known without a restart; None when it
+        may be tried."""
+        ...
+
+    def serve(self, planned: Trial, trial: TrialRecord) -> AbstractAsyncContextManager[Served]:
+        """Bring up ``planned``'s server (raising :class:`~orchestrator.lifecycle.TrialFailed`
+        or a host error when it cannot)."""
+        ...
+
+    async def events(self, kind: str, /, **fields: Any) -> None:
+        """Record one of the host's events."""
+        ...
+
+
+class HostLost(Exception):
+    """A trial failed for good because the host cannot be reached."""
+
+
+class Stopped(Exception):
+    """The sweep was asked to stop between two points; the attempt stays resumable."""
+
+
+RESTORE_ATTEMPTS_AFTER_LOSS = 1
+"""A host just lost gets one restore try: each further one would spend the reconnect budget."""
+
+
+async def run_host_trials(run: SweepContext, driver: Driver) -> bool:
+    """The trials the source gives ``driver``'s host, one at a time, each told back to it.
+    Returns False when the host was lost (its remaining trials skipped, the host set aside)."""
+    store, host = run.store, driver.host
+    while not run.stop.stopping and not cap_reached(run, host):
+        # At the type's max_restarts nothing more can start here: what was not offered
+        # stays queued (attempt null), never a "skipped" entry that is no start.
+        sourced = await run.source.next_trial(host)
+        if sourced is None:
+            break
+        planned, trial = sourced.planned, sourced.record
+        lost: HostLost | None = None
+        try:
+            with structlog.contextvars.bound_contextvars(trial=trial.key):
+                await run_trial(run, driver, planned, trial)
+        except HostLost as error:
+            lost = error
+        await run.source.tell(sourced, await _latest_attempt(store, run.record.id, trial.id))
+        if lost is not None:
+            # Each further trial would spend the whole reconnect budget to fail the same
+            # way: set the host aside now; the restore still gets its one chance.
+            for rest in run.source.withdraw(host):
+                await store.skip_trial(rest.record.id, "host-unreachable", {"reason": str(lost)})
+            await store.set_host_aside(run.record.id, host, f"unreachable: {lost}")
+            return False
+    return True
+
+
+async def run_trial(run: SweepContext, driver: Driver, planned: Trial, trial: TrialRecord) -> None:
+    """Attempts of one trial until it succeeds, fails for good, or the sweep stops."""
+    store = run.store
+    attempts = [a for a in await store.attempts(run.record.id) if a.trial_id == trial.id]
+    latest = attempts[-1] if attempts else None
+    if latest is not None and latest.state in ("done", "skipped", "cancelled"):
+        return
+    if latest is not None and latest.state == "failed" and not _may_retry(run, latest):
+        return
+    resumable = latest if latest is not None and latest.state == "running" else None
+    refused = await driver.refusal(planned, trial)
+    if refused is not None:
+        attempt = resumable or await store.start_attempt(trial.id)
+        await _fail_attempt(run, planned, attempt, refused)
+        return
+    if resumable is not None:
+        attempt = await store.resume_attempt(resumable.id)
+    else:
+        attempt = await store.start_attempt(trial.id)
+    while True:
+        run.progress.update(
+            driver.host,
+            trial=trial.key,
+            config=config_label(planned.config),
+            step="reconfigure",
+            attempt=attempt.number,
+        )
+        if not await _take_restart(run, driver.host, attempt):
+            return
+        try:
+            async with driver.serve(planned, trial) as server:
+                await store.set_attempt_invocation(attempt.id, server.invocation_id)
+                await _measure_trial(run, driver, server, attempt, trial)
+                await store.finish_attempt(attempt.id, "done", evidence=server.evidence())
+            return
+        except Stopped:
+            await _stopped_attempt(run, attempt)
+            return
+        except Exception as exc:
+            if not await _retry_after(run, driver, planned, trial, attempt, exc):
+                return
+            attempt = await store.start_attempt(trial.id)
+
+
+async def _measure_trial(
+    run: SweepContext, driver: Driver, server: Served, attempt: Attempt, trial: TrialRecord
+) -> None:
+    """The trial's stored plan, then whatever its source extends it with on the same server
+    (a promising screen goes on with the full matrix: no second restart); each extension is
+    stored with the trial before it is measured, so a resumed attempt measures the same."""
+    plan = trial.plan or trial_plan(run.sweep)
+    while True:
+        await server.measure(attempt, plan)
+        stored = await run.store.points(attempt_id=attempt.id)
+        extended = await run.source.extend(trial, [point_from_record(p) for p in stored])
+        if extended is None or extended == plan:
+            return
+        trial = await run.store.set_trial_plan(trial.id, extended)
+        await driver.events(
+            "trial.extended",
+            trial=trial.key,
+            purpose=extended.purpose,
+            cells=len(extended.cells),
+            problems=len(extended.problems),
+        )
+        plan = extended
+
+
+async def _fail_attempt(
+    run: SweepContext, planned: Trial, attempt: Attempt, refused: Refusal
+) -> None:
+    """An attempt that failed before any restart was made for it: recorded with its evidence,
+    warned of, and held against the failure policy."""
+    await run.store.finish_attempt(
+        attempt.id, "failed", cause=refused.cause, evidence=dict(refused.evidence)
+    )
+    run.failures += 1
+    _warn_failed(planned, refused.cause, refused.message)
+    await _after_failure(run)
+
+
+async def _stopped_attempt(run: SweepContext, attempt: Attempt) -> None:
+    """The attempt in flight when the sweep was asked to stop: a cancel is not a failure (the
+    operator called it off); a shutdown leaves it running, so the next start resumes it."""
+    if run.stop.reason == "cancel":
+        await run.store.finish_attempt(attempt.id, "cancelled", evidence={"reason": "cancel"})
+    elif run.stop.reason != "shutdown":
+        await run.store.finish_attempt(
+            attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
+        )
+
+
+async def _retry_after(
+    run: SweepContext,
+    driver: Driver,
+    planned: Trial,
+    trial: TrialRecord,
+    attempt: Attempt,
+    exc: Exception,
+) -> bool:
+    """Record a failed attempt; True when the trial gets another. The one mapping: a host's
+    failure with its cause and evidence; anything else is a bug of ours, recorded as
+    orchestrator-error with its traceback (never retried) so that it does not end the night.
+    A host that cannot be reached raises :class:`HostLost`."""
+    failed = failure_from(exc)
+    run.failures += 1
+    if failed.cause == "orchestrator-error":
+        log = get_logger(sweep=run.sweep.name, host=driver.host, trial=trial.key)
+        log.exception("trial.orchestrator_error", exc_info=exc)
+    await run.store.finish_attempt(
+        attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
+    )
+    _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
+    await driver.events("trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause)
+    finished = await run.store.get_attempt(attempt.id)
+    if (
+        run.stop.stopping
+        or not _may_retry(run, finished)
+        or cap_reached(run, driver.host)  # a retry is a start like any other
+    ):
+        await _after_failure(run)
+        if failed.cause == "host-unreachable":
+            raise HostLost(failed.message) from failed
+        return False
+    return True
+
+
+def cap_reached(run: SweepContext, host: str) -> bool:
+    """``host``'s type has spent its ``search.max_restarts``."""
+    left = run.budget.left(host)
+    return left is not None and left <= 0
+
+
+async def _take_restart(run: SweepContext, host: str, attempt: Attempt) -> bool:
+    """Count the unit start about to be made against ``search.max_restarts`` (recorded before
+    the start, so a resumed run counts it too); a start past the cap is not made and its
+    attempt ends skipped."""
+    if run.budget.take(host):
+        run.progress.update(host, restarts_left=run.budget.left(host))
+        await run.event(
+            RESTART_EVENT,
+            {"host_type": run.budget.type_of[host], "left": run.budget.left(host)},
+            host=host,
+            attempt_id=attempt.id,
+        )
+        return True
+    await run.store.finish_attempt(
+        attempt.id,
+        "skipped",
+        evidence={
+            "reason": f"max_restarts ({run.budget.cap}) reached for host type "
+            f"{run.budget.type_of[host]}"
+        },
+    )
+    return False
+
+
+def _warn_failed(planned: Trial, cause: str, message: str, *, attempt: int = 1) -> None:
+    """A failed attempt is a warning: a person at the terminal (which shows warnings only)
+    learns of it when it happens, not at the sweep's end; the host and trial are bound."""
+    get_logger().warning(
+        "trial.failed",
+        config=config_label(planned.config),
+        attempt=attempt,
+        cause=cause,
+        message=message[:300],
+    )
+
+
+def _may_retry(run: SweepContext, attempt: Attempt) -> bool:
+    return (
+        attempt.number <= run.sweep.policy.trial_retries
+        and attempt.cause not in DETERMINISTIC_CAUSES
+    )
+
+
+async def _after_failure(run: SweepContext) -> None:
+    if run.sweep.policy.on_trial_failure == "abort":
+        run.stop.stop("abort: a trial failed and policy.on_trial_failure is abort")
+
+
+async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt | None:
+    attempts = [a for a in await store.attempts(sweep_id) if a.trial_id == trial_id]
+    return attempts[-1] if attempts else None
+
+
+__all__ = [
+    "RESTORE_ATTEMPTS_AFTER_LOSS",
+    "Driver",
+    "HostLost",
+    "NoProgress",
+    "Progress",
+    "Refusal",
+    "Served",
+    "StopSignal",
+    "Stopped",
+    "SweepContext",
+    "cap_reached",
+    "run_host_trials",
+    "run_trial",
+]

@@ -1,0 +1,208 @@
+"""The host loop's policy over a fake driver: retries, the restart budget, refusals, a cancel,
+a lost host. A real store (SQLite in a temporary file) and the plan's own trial source; the
+driver is scripted, so each test runs in milliseconds."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.hostloop import (
+    NoProgress,
+    Refusal,
+    Stopped,
+    StopSignal,
+    SweepContext,
+    run_host_trials,
+)
+from orchestrator.lifecycle import TrialFailed
+from orchestrator.plan import Trial
+from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.store import (
+    Attempt,
+    HostEntry,
+    Store,
+    ThroughputMetrics,
+    ThroughputPoint,
+    TrialPlan,
+    TrialRecord,
+)
+from orchestrator.sweepfile import parse_sweep
+from orchestrator.trialsource import plan_trial_source
+
+HOST = "a"
+
+
+def sweep_text(*, retries: int = 0, extra: str = "") -> str:
+    return (
+        "name: loop\n"
+        "hosts:\n"
+        f'  - {{name: {HOST}, address: 127.0.0.1, base_url: "http://127.0.0.1:30000", '
+        "type: gpu}\n"
+        "server:\n"
+        "  model: m\n"
+        "  knobs: {budget: {flag: --speculative-ddtree-budget}}\n"
+        "configs: [{budget: 4}, {budget: 8}, {budget: 16}]\n"
+        "benchmark: {contexts: [64], concurrency: [1]}\n"
+        f"policy: {{trial_retries: {retries}}}\n" + extra
+    )
+
+
+Script = Callable[[int], str]
+"""A config's behaviour on its n-th start: ``ok``, a failure cause, or ``cancel``."""
+
+
+@dataclass
+class FakeDriver:
+    """A host that starts servers as scripted, one behaviour per config and start."""
+
+    run: SweepContext
+    scripts: Mapping[int, Script]
+    refused: Mapping[int, str] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+    events_seen: list[str] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    async def events(self, kind: str, /, **fields: Any) -> None:
+        self.events_seen.append(kind)
+
+    async def refusal(self, planned: Trial, trial: TrialRecord) -> Refusal | None:
+        budget = int(planned.config["budget"])  # type: ignore[arg-type]
+        cause = self.refused.get(budget)
+        return None if cause is None else Refusal(cause, {"found_by": "preflight"}, "refused")
+
+    @contextlib.asynccontextmanager
+    async def serve(self, planned: Trial, trial: TrialRecord) -> AsyncIterator[FakeServer]:
+        budget = int(planned.config["budget"])  # type: ignore[arg-type]
+        self.starts.append(budget)
+        behaviour = self.scripts.get(budget, lambda n: "ok")(self.starts.count(budget))
+        if behaviour not in ("ok", "cancel"):
+            raise TrialFailed(behaviour, f"scripted {behaviour}")  # type: ignore[arg-type]
+        yield FakeServer(self.run, f"inv-{budget}-{len(self.starts)}", behaviour)
+
+
+@dataclass
+class FakeServer:
+    run: SweepContext
+    invocation_id: str
+    behaviour: str
+
+    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
+        if self.behaviour == "cancel":
+            self.run.stop.stop("cancel")
+            raise Stopped
+        for cell in plan.cells:
+            point = ThroughputPoint(
+                context=cell.context,
+                concurrency=cell.concurrency,
+                metrics=ThroughputMetrics(output_tok_s=100.0),
+            )
+            await self.run.store.record_point(attempt.id, point, [])
+
+    def evidence(self) -> dict[str, Any]:
+        return {"invocation_id": self.invocation_id}
+
+
+@contextlib.asynccontextmanager
+async def context(tmp_path: Path, text: str) -> AsyncIterator[SweepContext]:
+    sweep = parse_sweep(text, "loop.yaml")
+    async with await Store.open(tmp_path / "loop.db") as store:
+        record = (await store.submit_sweep(sweep.name, text)).sweep
+        await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
+        source = await plan_trial_source(store, record, sweep)
+        budget = await RestartBudget.load(store, record.id, sweep)
+        yield SweepContext(sweep, record, store, NoProgress(), StopSignal(), source, budget)
+
+
+async def attempts_by_budget(run: SweepContext) -> dict[int, list[tuple[str, str | None]]]:
+    trials = {t.id: t for t in await run.store.trials(run.record.id)}
+    out: dict[int, list[tuple[str, str | None]]] = {}
+    for attempt in await run.store.attempts(run.record.id):
+        budget = int(trials[attempt.trial_id].config["budget"])  # type: ignore[arg-type]
+        out.setdefault(budget, []).append((attempt.state, attempt.cause))
+    return out
+
+
+async def restarts(run: SweepContext) -> int:
+    return len(await run.store.events(run.record.id, kinds=(RESTART_EVENT,)))
+
+
+async def test_every_trial_runs_once_and_each_start_is_counted(tmp_path: Path) -> None:
+    async with context(tmp_path, sweep_text()) as run:
+        driver = FakeDriver(run, {})
+        assert await run_host_trials(run, driver)
+        assert await attempts_by_budget(run) == {4: [("done", None)], 8: [("done", None)],
+                                                 16: [("done", None)]}  # fmt: skip
+        assert driver.starts == [4, 8, 16] and await restarts(run) == 3
+        points = await run.store.points(attempt_id=(await run.store.attempts(run.record.id))[0].id)
+        assert len(points) == 1
+
+
+async def test_a_crash_is_retried_and_a_deterministic_cause_is_not(tmp_path: Path) -> None:
+    scripts = {4: lambda n: "crashed" if n == 1 else "ok", 8: lambda n: "config-mismatch"}
+    async with context(tmp_path, sweep_text(retries=1)) as run:
+        driver = FakeDriver(run, scripts)
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+    assert found[4] == [("failed", "crashed"), ("done", None)]
+    assert found[8] == [("failed", "config-mismatch")]  # a retry cannot cure it
+    assert driver.starts == [4, 4, 8, 16] and run.failures == 2
+    assert driver.events_seen.count("trial.failed") == 2
+
+
+async def test_a_refused_config_fails_without_a_restart(tmp_path: Path) -> None:
+    async with context(tmp_path, sweep_text()) as run:
+        driver = FakeDriver(run, {}, refused={8: "bad-flag"})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        assert found[8] == [("failed", "bad-flag")]
+        assert driver.starts == [4, 16] and await restarts(run) == 2
+
+
+async def test_the_restart_budget_stops_the_host(tmp_path: Path) -> None:
+    text = sweep_text(retries=3, extra="search: {max_restarts: 2}\n")
+    async with context(tmp_path, text) as run:
+        driver = FakeDriver(run, {4: lambda n: "crashed"})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        # Two starts of budget 4 spend the cap: no retry past it, no other trial started.
+        assert found == {4: [("failed", "crashed"), ("failed", "crashed")]}
+        assert driver.starts == [4, 4] and await restarts(run) == 2
+
+
+async def test_a_cancel_mid_measurement_ends_the_attempt_cancelled(tmp_path: Path) -> None:
+    async with context(tmp_path, sweep_text()) as run:
+        driver = FakeDriver(run, {8: lambda n: "cancel"})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        assert found == {4: [("done", None)], 8: [("cancelled", None)]}
+        assert driver.starts == [4, 8] and run.failures == 0
+
+
+async def test_a_lost_host_skips_its_remaining_trials(tmp_path: Path) -> None:
+    async with context(tmp_path, sweep_text(retries=2)) as run:
+        driver = FakeDriver(run, {4: lambda n: "host-unreachable"})
+        assert not await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        (host,) = await run.store.hosts(run.record.id)
+    assert found[4][-1] == ("failed", "host-unreachable")
+    assert found[8] == [("skipped", "host-unreachable")]
+    assert found[16] == [("skipped", "host-unreachable")]
+    assert host.set_aside_reason is not None and host.set_aside_reason.startswith("unreachable")
+
+
+async def test_abort_stops_after_the_first_failure(tmp_path: Path) -> None:
+    text = sweep_text().replace(
+        "policy: {trial_retries: 0}", "policy: {trial_retries: 0, on_trial_failure: abort}"
+    )
+    async with context(tmp_path, text) as run:
+        driver = FakeDriver(run, {4: lambda n: "oom"})
+        await run_host_trials(run, driver)
+        assert run.stop.reason is not None and run.stop.reason.startswith("abort")
+        assert driver.starts == [4]
