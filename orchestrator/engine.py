@@ -410,7 +410,10 @@ class ProbeResult:
 class Provenance:
     """What exactly ran a trial: stored with it so a result can be traced and repeated."""
 
-    sglang_version: str | None
+    engine: str
+    """The engine's name (the sweep's ``engine:``)."""
+    engine_version: str | None
+    """The version the running server reports (SGLang's ``/server_info`` ``version``)."""
     model_path: str | None
     server_args: Mapping[str, Any]
     launch_command: str | None
@@ -425,7 +428,10 @@ class Provenance:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "sglang_version": self.sglang_version,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            # The key reports and stores read before engines had names: SGLang's version.
+            "sglang_version": self.engine_version if self.engine == "sglang" else None,
             "model_path": self.model_path,
             "server_args": dict(self.server_args),
             "launch_command": self.launch_command,

@@ -377,6 +377,16 @@ def _gpus(provenance: Mapping[str, Any]) -> tuple[str, str]:
     return text, ", ".join(drivers) or fmt.MISSING
 
 
+def _engine_words(provenance: Mapping[str, Any]) -> str:
+    """``sglang 0.5.23``: the engine and the version its server reported (a store written
+    before engines had names says only SGLang's version)."""
+    engine = provenance.get("engine") or ("sglang" if provenance.get("sglang_version") else None)
+    version = provenance.get("engine_version") or provenance.get("sglang_version")
+    if engine is None:
+        return fmt.MISSING
+    return f"{engine} {version}" if version else f"{engine} ({fmt.MISSING})"
+
+
 def provenance_table(group: HostTypeGroup, model: str | None) -> Table:
     rows = []
     for host in group.hosts:
@@ -392,7 +402,7 @@ def provenance_table(group: HostTypeGroup, model: str | None) -> Table:
         rows.append(
             (
                 Cell(host.name),
-                Cell(str(prov.get("sglang_version") or fmt.MISSING)),
+                Cell(_engine_words(prov)),
                 Cell(gpus),
                 Cell(driver),
                 Cell(str(prov.get("model_path") or model or fmt.MISSING)),
@@ -403,7 +413,7 @@ def provenance_table(group: HostTypeGroup, model: str | None) -> Table:
         )
     return Table(
         "Provenance",
-        ("host", "SGLang", "GPUs", "driver", "model", "ExecStart (baseline)"),
+        ("host", "engine", "GPUs", "driver", "model", "ExecStart (baseline)"),
         tuple(rows),
     )
 

@@ -353,7 +353,8 @@ class ToyEngine:
         self.calls["build_provenance"] += 1
         argv = server_info.get("argv")
         return Provenance(
-            sglang_version=None,  # the seam has no engine-neutral version field yet
+            engine=self.name,
+            engine_version=str(server_info["version"]) if server_info.get("version") else None,
             model_path=str(server_info.get("model_name")),
             server_args={k: v for k, v in server_info.items() if k not in ("argv", "engine")},
             launch_command=" ".join(argv) if isinstance(argv, list) else None,

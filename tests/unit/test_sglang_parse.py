@@ -376,7 +376,9 @@ def test_provenance_from_server_info() -> None:
     provenance = build_provenance(
         info, [GpuIdentity("NVIDIA H200", "570.86.15")], ["python", "-m", "x"], {"A": "1"}
     )
-    assert provenance.sglang_version == "0.5.23" and provenance.model_path == "/models/kimi"
+    assert provenance.engine == "sglang" and provenance.engine_version == "0.5.23"
+    assert provenance.model_path == "/models/kimi"
+    assert provenance.to_json()["sglang_version"] == "0.5.23"  # the key stores read before
     assert "internal_states" not in provenance.server_args
     assert provenance.server_args["speculative_algorithm"] == "DFLASH"
     assert json.loads(json.dumps(provenance.to_json()))["gpus"][0]["name"] == "NVIDIA H200"

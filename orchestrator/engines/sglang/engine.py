@@ -907,7 +907,8 @@ def build_provenance(
     model_path = server_info.get("model_path")
     launch = server_info.get("launch_command")
     return Provenance(
-        sglang_version=str(version) if version is not None else None,
+        engine="sglang",
+        engine_version=str(version) if version is not None else None,
         model_path=str(model_path) if model_path is not None else None,
         server_args={k: v for k, v in server_info.items() if k not in _NOT_ARGS},
         launch_command=str(launch) if launch is not None else None,
