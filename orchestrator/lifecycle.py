@@ -40,6 +40,7 @@ from orchestrator.engine import (
 )
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import (
+    KnobTarget,
     TrialInvocation,
     adopted_dropin_path,
     apply_knobs,
@@ -143,14 +144,9 @@ def failure_from(exc: Exception) -> TrialFailed:
     )
 
 
-class KnobSpec(Protocol):
-    """How one knob reaches the server (the sweep file's knob mapping)."""
-
-    @property
-    def flag(self) -> str | None: ...
-
-    @property
-    def env(self) -> str | None: ...
+class KnobSpec(KnobTarget, Protocol):
+    """How one knob reaches the server (the sweep file's knob mapping), and where the running
+    server reports it."""
 
     @property
     def server_info_key(self) -> str | None: ...
@@ -259,7 +255,11 @@ def trial_config(
             name, spec.flag, config.get(name), server_info_key=spec.server_info_key
         )
         for name, spec in knobs.items()
-        if spec.flag is not None and name in config
+        # A key of a JSON-valued flag is checked only where the sweep says where the server
+        # reports it: the flag's own name says nothing of its keys.
+        if spec.flag is not None
+        and name in config
+        and (spec.json_key is None or spec.server_info_key is not None)
     )
     env_knobs = tuple(
         EnvKnob(name, spec.env, config.get(name))

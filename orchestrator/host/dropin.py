@@ -13,6 +13,7 @@ after systemd's ``extract_first_word(EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE)`` plus t
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,13 +108,18 @@ class UnknownKnobError(KeyError):
 
 
 class KnobTarget(Protocol):
-    """How one knob reaches the server: a command-line flag or an environment variable."""
+    """How one knob reaches the server: a command-line flag, a key of a JSON-valued flag
+    (``flag`` with ``json_key``: the knobs that share the flag build one JSON object, as
+    vLLM's ``--speculative-config``), or an environment variable."""
 
     @property
     def flag(self) -> str | None: ...
 
     @property
     def env(self) -> str | None: ...
+
+    @property
+    def json_key(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,9 +348,14 @@ def apply_knobs(
     env.update(environment or {})
 
     unset: list[str] = []
+    objects: dict[str, dict[str, KnobValue]] = {}
     for name, target in knob_map.items():
         value = config.get(name)
-        if target.flag:
+        if target.flag and target.json_key:
+            entries = objects.setdefault(target.flag, {})
+            if value is not None:
+                entries[target.json_key] = value
+        elif target.flag:
             if value is True:
                 argv.append(target.flag)
             elif value is not None and value is not False:
@@ -354,6 +365,9 @@ def apply_knobs(
                 unset.append(target.env)
             else:
                 env[target.env] = format_knob_value(value)
+    for flag, entries in objects.items():
+        if entries:  # every key absent: the flag is absent, as a flag knob valued None
+            argv.extend((flag, json.dumps(entries, sort_keys=True, separators=(",", ":"))))
     return TrialInvocation(
         argv=tuple(argv),
         environment=env,

@@ -276,16 +276,34 @@ def distinct_hosts(parts: SweepParts) -> Iterator[Located]:
 
 def _collisions(parts: SweepParts, effective: Mapping[str, KnobDecl]) -> Iterator[Located]:
     claimed: dict[tuple[str, str], str] = {}
+    json_flags: dict[str, str] = {}
+    """A JSON-valued flag -> the first knob that is one of its keys: a plain knob may not
+    take the same flag (the knobs of one JSON flag share it, each its own key)."""
     for name, decl in effective.items():
-        if decl.mapping is None:
+        mapping = decl.mapping
+        if mapping is None:
             continue
-        for kind, target in (("flag", decl.mapping.flag), ("env", decl.mapping.env)):
+        if mapping.flag is not None and mapping.json_key is not None:
+            targets = [("json", f"{mapping.flag} {mapping.json_key}")]
+            if ("flag", mapping.flag) in claimed:
+                owner = claimed[("flag", mapping.flag)]
+                yield Located(decl.path, f"flag {mapping.flag} is already knob {owner!r}")
+            json_flags.setdefault(mapping.flag, name)
+        else:
+            targets = [("flag", mapping.flag), ("env", mapping.env)]  # type: ignore[list-item]
+            if mapping.flag is not None and mapping.flag in json_flags:
+                owner = json_flags[mapping.flag]
+                yield Located(decl.path, f"flag {mapping.flag} is already JSON knob {owner!r}")
+        for kind, target in targets:
             if target is None:
                 continue
             if (kind, target) in claimed:
                 owner = claimed[(kind, target)]
-                yield Located(decl.path, f"{kind} {target} is already knob {owner!r}")
+                words = "key" if kind == "json" else kind
+                yield Located(decl.path, f"{words} {target} is already knob {owner!r}")
             claimed.setdefault((kind, target), name)
+    for flag, owner in json_flags.items():
+        claimed.setdefault(("flag", flag), owner)
     for index, token in enumerate(parts.extra_flags):
         if token is not None:
             flag = token.split("=", 1)[0]

@@ -81,9 +81,17 @@ class _Model(BaseModel):
 
 
 class KnobMapping(_Model):
-    """How one sweep knob reaches this build of SGLang: a flag or an environment variable."""
+    """How one sweep knob reaches the server: a flag, a key of a JSON-valued flag, or an
+    environment variable."""
 
     flag: Flag | None = Field(default=None, description="command-line flag, e.g. --x-y")
+    json_key: InfoKey | None = Field(
+        default=None,
+        description="with 'flag': the knob is this key of the flag's JSON object value; the "
+        "knobs that share the flag build one object (e.g. vLLM's --speculative-config "
+        "with method and num_speculative_tokens); the flag is left out when "
+        "every key is absent",
+    )
     env: EnvName | None = Field(default=None, description="environment variable of the unit")
     server_info_key: InfoKey | None = Field(
         default=None, description="the /server_info key SGLang resolves this knob to"
@@ -98,6 +106,8 @@ class KnobMapping(_Model):
     def _exactly_one_target(self) -> KnobMapping:
         if (self.flag is None) == (self.env is None):
             raise ValueError("give exactly one of 'flag' or 'env'")
+        if self.json_key is not None and self.flag is None:
+            raise ValueError("'json_key' names a key of a flag's JSON value: give 'flag' too")
         return self
 
 

@@ -109,6 +109,7 @@ async def session(real_host: RealHost) -> AsyncIterator[HostSession]:
 class Knob:
     flag: str | None = None
     env: str | None = None
+    json_key: str | None = None
     server_info_key: str | None = None
     overridden_by_server: bool = False
 

@@ -69,6 +69,7 @@ def test_a_flag_given_by_extra_flags_or_owned_by_a_knob_is_not_added() -> None:
     class Knob:
         flag = "--enable-metrics"
         env = None
+        json_key = None
 
     owned = apply_knobs(BASE, {}, {"m": Knob()}, {"m": None}, ensure_flags=["--enable-metrics"])
     assert "--enable-metrics" not in owned.argv and owned.added_flags == ()
