@@ -294,26 +294,14 @@ class ReadyEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class DflashInitEvent:
-    prefix: LinePrefix
-    fields: Mapping[str, FieldValue]
-    block_size: int | None
-    draft_window_size: int | None
-    compact_cache: bool | None
-    kind: Literal["dflash_init"] = "dflash_init"
-
-
-@dataclass(frozen=True, slots=True)
-class DdtreeInitEvent:
-    """The DDTree worker's init line: its block size and tree budget (the verify width is
-    ``max_tree_nodes`` = budget + 1), as the running server resolved them."""
+class InitEvent:
+    """A speculative worker's init line: what the server resolved (``fields``), kept in the
+    provenance under ``kind`` (SGLang's ``dflash_init`` and ``ddtree_init``, with typed
+    fields of their own in :mod:`orchestrator.engines.sglang.engine`)."""
 
     prefix: LinePrefix
     fields: Mapping[str, FieldValue]
-    block_size: int | None
-    tree_budget: int | None
-    max_tree_nodes: int | None
-    kind: Literal["ddtree_init"] = "ddtree_init"
+    kind: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,11 +315,8 @@ class FailureEvent:
     kind: Literal["failure"] = "failure"
 
 
-LogEvent = (
-    DecodeEvent | PrefillEvent | ReadyEvent | DflashInitEvent | DdtreeInitEvent | FailureEvent
-)
-InitEvent = DflashInitEvent | DdtreeInitEvent
-"""A speculative worker's init line: what the server resolved, kept in the provenance."""
+LogEvent = DecodeEvent | PrefillEvent | ReadyEvent | InitEvent | FailureEvent
+"""What an engine's log line says, when it says something the orchestrator reads."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,8 +29,6 @@ from orchestrator import engines
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
-    DdtreeInitEvent,
-    DflashInitEvent,
     Engine,
     EnvKnob,
     FailureEvent,
@@ -580,7 +578,7 @@ class _Watch:
             self.ready_line.set()
         elif isinstance(event, FailureEvent) and self.failure is None:
             self.failure = event
-        elif isinstance(event, DflashInitEvent | DdtreeInitEvent):
+        elif isinstance(event, InitEvent):
             self.init_events.append(event)
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from orchestrator.engine import DdtreeInitEvent, DecodeEvent, DflashInitEvent
-from orchestrator.engines.sglang.engine import parse_log_line
+from orchestrator.engine import DecodeEvent
+from orchestrator.engines.sglang.engine import DdtreeInitEvent, DflashInitEvent, parse_log_line
 from tests.integration.sim_server_proc import start_server
 
 DFLASH = [

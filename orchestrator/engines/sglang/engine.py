@@ -19,6 +19,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator.engine import (
@@ -27,9 +28,7 @@ from orchestrator.engine import (
     Chunk,
     ConfigCheck,
     ConfigDifference,
-    DdtreeInitEvent,
     DecodeEvent,
-    DflashInitEvent,
     Dialect,
     Engine,
     EnvKnob,
@@ -241,6 +240,27 @@ def _key_values(rest: str) -> dict[str, FieldValue]:
         found.group("key"): _scalar(found.group("value").strip())
         for found in _KEY_VALUE.finditer(rest)
     }
+
+
+@dataclass(frozen=True, slots=True)
+class DflashInitEvent(InitEvent):
+    """The DFLASH draft runner's init line: its block size and draft window."""
+
+    block_size: int | None = field(kw_only=True)
+    draft_window_size: int | None = field(kw_only=True)
+    compact_cache: bool | None = field(kw_only=True)
+    kind: str = "dflash_init"
+
+
+@dataclass(frozen=True, slots=True)
+class DdtreeInitEvent(InitEvent):
+    """The DDTree worker's init line: its block size and tree budget (the verify width is
+    ``max_tree_nodes`` = budget + 1), as the running server resolved them."""
+
+    block_size: int | None = field(kw_only=True)
+    tree_budget: int | None = field(kw_only=True)
+    max_tree_nodes: int | None = field(kw_only=True)
+    kind: str = "ddtree_init"
 
 
 def _ddtree_init(prefix: LinePrefix, rest: str) -> DdtreeInitEvent:
