@@ -25,6 +25,7 @@ from pydantic import (
 
 from orchestrator.bench.workloads import BUILTIN_WORKLOADS
 from orchestrator.engines import DEFAULT_ENGINE
+from orchestrator.engines import get as get_engine
 from orchestrator.engines import names as engine_names
 from orchestrator.sweepfile.fields import (
     Address,
@@ -63,6 +64,7 @@ from orchestrator.types import (
     SLO_METRICS,
     SYNTHETIC_WORKLOAD,
     ApiKind,
+    Arrivals,
     MatrixCell,
     MetricsMode,
     OutputLengths,
@@ -298,7 +300,7 @@ class BenchmarkSpec(_Model):
     workloads: Annotated[
         list[WorkloadField] | None, Field(min_length=1), AfterValidator(_unique_labels)
     ] = Field(default=None, description="several workloads, each measured at every point")
-    arrivals: Literal["poisson", "constant"] = "poisson"
+    arrivals: Arrivals = "poisson"
     rate_duration_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
         default=30.0, description="measured seconds of each rate point, after warm-up"
     )
@@ -688,6 +690,20 @@ class Sweep(_Model):
             known = ", ".join(engine_names())
             raise ValueError(f"unknown engine {engine!r}: known engines are {known}")
         return engine
+
+    @field_validator("benchmark")
+    @classmethod
+    def _an_api_the_engine_serves(
+        cls, bench: BenchmarkSpec, info: ValidationInfo
+    ) -> BenchmarkSpec:
+        name = info.data.get("engine")
+        if not isinstance(name, str) or name not in engine_names():
+            return bench
+        apis = get_engine(name).apis
+        if bench.api not in apis:
+            served = ", ".join(sorted(apis))
+            raise ValueError(f"api {bench.api!r} is not one engine {name!r} serves ({served})")
+        return bench
 
     @field_validator("objective")
     @classmethod

@@ -164,6 +164,7 @@ class ToyEngine:
     """The toy server behind the seam; ``calls`` counts the seam's methods as they are used."""
 
     name = NAME
+    apis: frozenset[ApiKind] = frozenset({"chat"})
     metrics_flag = METRICS_FLAG
     acceptance_counters = COUNTERS
 

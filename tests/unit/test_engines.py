@@ -73,3 +73,21 @@ def test_an_unknown_engine_in_a_sweep_is_an_error_at_its_line(tmp_path: Path) ->
     text = str(problem)
     assert problem.line == 8 and "engine" in text
     assert "unknown engine 'vllm-typo': known engines are sglang" in text
+
+
+def test_a_sweep_asks_only_for_an_api_its_engine_serves(tmp_path: Path) -> None:
+    class ChatOnly:
+        name = "chat-only"
+        apis = frozenset({"chat"})
+
+    engines.register(ChatOnly())  # type: ignore[arg-type]
+    try:
+        path = tmp_path / "s.yaml"
+        path.write_text("engine: chat-only\n" + BASE + "benchmark: {api: generate}\n")
+        with pytest.raises(SweepFileError) as caught:
+            load_sweep(path)
+        assert "api 'generate' is not one engine 'chat-only' serves (chat)" in str(caught.value)
+        path.write_text("engine: chat-only\n" + BASE + "benchmark: {api: chat}\n")
+        assert load_sweep(path).engine == "chat-only"
+    finally:
+        engines.unregister("chat-only")

@@ -974,6 +974,7 @@ class Sglang:
     (mypy checks them against the protocol where ``SGLANG`` is declared)."""
 
     name = "sglang"
+    apis: frozenset[ApiKind] = frozenset({"chat", "generate"})
     metrics_flag = METRICS_FLAG
     acceptance_counters = ACCEPTANCE_COUNTERS
     metrics_flags = staticmethod(metrics_flags)
