@@ -151,6 +151,11 @@ OutputLengths = Literal["fixed", "natural", "workload"]
 its max_tokens, with ignore_eos (requests without one use ``max_tokens``)."""
 
 
+Arrivals = Literal["poisson", "constant"]
+"""How a rate point's requests arrive (``benchmark.arrivals``, ``bench --arrivals``):
+exponential gaps (a Poisson process) or evenly spaced."""
+
+
 # --- matrix cells ---------------------------------------------------------------------------
 
 SYNTHETIC_WORKLOAD = "synthetic"

@@ -32,7 +32,6 @@ from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import ConnectionPolicy, base_url_from_user
 from orchestrator.bench.matrix import (
     FLAG_ERRORS,
-    Arrivals,
     PointResult,
     QualityThresholds,
     Slo,
@@ -57,7 +56,14 @@ from orchestrator.bench.workloads import (
 from orchestrator.bench.workloads.source import WorkloadPrompts
 from orchestrator.engine import Engine, Prompt, as_prompt
 from orchestrator.log import get_logger
-from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ApiKind, OutputLengths
+from orchestrator.types import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    ApiKind,
+    Arrivals,
+    OutputLengths,
+)
 
 if TYPE_CHECKING:
     from orchestrator.bench.coding import CodingResult

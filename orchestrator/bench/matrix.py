@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
@@ -39,6 +39,7 @@ from orchestrator.bench.stats import (
 )
 from orchestrator.engine import AcceptanceCounters, Prompt
 from orchestrator.log import get_logger
+from orchestrator.types import Arrivals
 
 
 def _log() -> Any:
@@ -54,10 +55,6 @@ FLAG_TRUNCATED = "truncated"
 FLAG_SHORT_OUTPUTS = "short_outputs"
 FLAG_TOO_FEW_REQUESTS = "too_few_requests"
 FLAG_PROMPT_LENGTH_INEXACT = "prompt_length_inexact"
-
-Arrivals = Literal["poisson", "constant"]
-"""How a rate point's requests arrive: exponential gaps (a Poisson process) or evenly spaced."""
-
 
 @dataclass(frozen=True)
 class Slo:
@@ -809,7 +806,6 @@ async def run_point(
 
 __all__ = [
     "FLAG_RATE_SHORT",
-    "Arrivals",
     "LoopLagMonitor",
     "MeasuredPhase",
     "PointMetrics",

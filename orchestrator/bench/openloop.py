@@ -42,7 +42,6 @@ from typing import Any
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
 from orchestrator.bench.matrix import (
     FLAG_RATE_SHORT,
-    Arrivals,
     PointMetrics,
     PointResult,
     PointSpec,
@@ -56,9 +55,9 @@ from orchestrator.bench.matrix import (
 from orchestrator.bench.prompts import PromptSource
 from orchestrator.bench.stats import summarize
 from orchestrator.engine import Prompt
+from orchestrator.types import Arrivals
 
 __all__ = [
-    "Arrivals",
     "Slo",
     "arrival_schedule",
     "offered_rate",
