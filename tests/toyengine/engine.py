@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from orchestrator import engines
 from orchestrator.engine import (
     AcceptanceCounters,
     Answer,
@@ -47,6 +46,7 @@ from orchestrator.engine import (
     StreamParse,
     WireRequest,
 )
+from orchestrator.engines.openai_chat import ChatDialect
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
@@ -108,12 +108,12 @@ for index, text in enumerate(sys.argv[1:]):
 
 
 class ToyChatDialect:
-    """OpenAI chat, as the SGLang engine writes and reads it, with every call counted."""
+    """The OpenAI-compatible chat dialect every such engine shares, with every call counted."""
 
     api: ApiKind = "chat"
 
     def __init__(self, calls: Counter[str]) -> None:
-        self._chat = engines.get("sglang").dialect("chat")
+        self._chat = ChatDialect()
         self._calls = calls
 
     def request(self, ask: Generation) -> WireRequest:

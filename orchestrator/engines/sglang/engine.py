@@ -44,13 +44,18 @@ from orchestrator.engine import (
     ProbeResult,
     Provenance,
     ReadyEvent,
-    ResponseShapeError,
     ServedModel,
     StreamParse,
     TokenSource,
     WireRequest,
     as_prompt,
-    spread_by_weight,
+)
+from orchestrator.engines.openai_chat import (
+    ERROR_DETAIL_LIMIT,
+    ChatDialect,
+    count,
+    json_object,
+    stream_payloads,
 )
 from orchestrator.engines.sglang import argv as argv_parser
 from orchestrator.engines.sglang import forcing
@@ -489,145 +494,6 @@ def check_server_config(
 # The HTTP dialects: the one place a request is written and an answer read
 # --------------------------------------------------------------------------------------------
 
-_ERROR_DETAIL_LIMIT = 500
-
-
-def _count(value: Any) -> int | None:
-    """A token count as the server wrote it (an int; a float is truncated), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    return None
-
-
-def _stream_payloads(
-    events: Sequence[tuple[float, str]],
-) -> tuple[list[tuple[float, dict[str, Any]]], bool]:
-    """JSON objects of the ``data:`` payloads and whether ``[DONE]`` came; ValueError on junk."""
-    payloads: list[tuple[float, dict[str, Any]]] = []
-    done = False
-    for arrival, data in events:
-        if data == "[DONE]":
-            done = True
-            continue
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise ValueError(f"stream event is not an object: {data[:200]}")
-        payloads.append((arrival, obj))
-    return payloads, done
-
-
-def _object(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ResponseShapeError(f"response is not a JSON object: {str(data)[:200]}")
-    return data
-
-
-class ChatDialect:
-    """``/v1/chat/completions`` (OpenAI's chat API with SGLang's extensions: ``ignore_eos``,
-    ``reasoning_content`` when the server runs a reasoning parser, continuous usage stats)."""
-
-    api: ApiKind = "chat"
-
-    def request(self, ask: Generation) -> WireRequest:
-        body: dict[str, Any] = {}
-        if ask.model is not None:
-            body["model"] = ask.model
-        body["messages"] = [
-            {"role": m.role, "content": m.content} for m in as_prompt(ask.prompt).chat_messages()
-        ]
-        body["max_tokens"] = ask.max_tokens
-        body["temperature"] = ask.temperature
-        if ask.ignore_eos is not None:
-            body["ignore_eos"] = ask.ignore_eos
-        body["stream"] = ask.stream
-        if ask.stream:
-            # The usage chunk is the only exact token count a chat stream gives.
-            options: dict[str, Any] = {"include_usage": True}
-            if ask.continuous_usage_stats:
-                options["continuous_usage_stats"] = True
-            body["stream_options"] = options
-        return WireRequest("/v1/chat/completions", body)
-
-    def parse_final(self, data: Any) -> Answer:
-        response = _object(data)
-        usage = response.get("usage")
-        tokens = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
-        choices = response.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else None
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(choice, dict) or not isinstance(message, dict):
-            return Answer(None, None, None, tokens)
-        reasoning = message.get("reasoning_content")
-        return Answer(
-            content=message.get("content") or "",
-            reasoning_content=reasoning if isinstance(reasoning, str) else None,
-            finish_reason=choice.get("finish_reason"),
-            completion_tokens=tokens,
-        )
-
-    def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
-        parsed = StreamParse(TokenSource.TEXT_WEIGHTED)
-        try:
-            payloads, done = _stream_payloads(events)
-        except ValueError as exc:
-            return parsed.fail(ErrorKind.PROTOCOL, f"bad stream event: {exc}")
-        arrivals: list[float] = []
-        text_lengths: list[int] = []
-        cumulative_usage: list[int | None] = []
-        usage: dict[str, Any] | None = None
-        for arrival, obj in payloads:
-            if "error" in obj:
-                detail = json.dumps(obj["error"])[:_ERROR_DETAIL_LIMIT]
-                return parsed.fail(ErrorKind.SERVER_ERROR, detail)
-            parsed.response_id = parsed.response_id or obj.get("id")
-            chunk_usage = obj.get("usage")
-            if isinstance(chunk_usage, dict):
-                usage = chunk_usage
-            choices = obj.get("choices") or []
-            if not choices:
-                continue
-            choice = choices[0]
-            delta = choice.get("delta") or {}
-            content = delta.get("content") or ""
-            reasoning = delta.get("reasoning_content") or ""
-            parsed.content_parts.append(content)
-            parsed.reasoning_parts.append(reasoning)
-            arrivals.append(arrival)
-            text_lengths.append(len(content) + len(reasoning))
-            per_chunk = (
-                chunk_usage.get("completion_tokens") if isinstance(chunk_usage, dict) else None
-            )
-            cumulative_usage.append(per_chunk if isinstance(per_chunk, int) else None)
-            if choice.get("finish_reason") is not None:
-                parsed.finish_reason = choice["finish_reason"]
-        if usage is None or not isinstance(usage.get("completion_tokens"), int):
-            return parsed.fail(ErrorKind.PROTOCOL, "no usage in stream (include_usage ignored?)")
-        parsed.completion_tokens = int(usage["completion_tokens"])
-        parsed.prompt_tokens = usage.get("prompt_tokens")
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            parsed.cached_tokens = details.get("cached_tokens")
-        if arrivals and all(c is not None for c in cumulative_usage):
-            parsed.token_source = TokenSource.USAGE_PER_CHUNK
-            seen = 0
-            for arrival, cumulative in zip(arrivals, cumulative_usage, strict=True):
-                assert cumulative is not None
-                parsed.chunks.append(Chunk(arrival, max(cumulative - seen, 0)))
-                seen = max(seen, cumulative)
-        else:
-            tokens = spread_by_weight(parsed.completion_tokens, text_lengths)
-            parsed.chunks = [Chunk(a, k) for a, k in zip(arrivals, tokens, strict=True)]
-        if parsed.finish_reason == "abort":
-            return parsed.fail(ErrorKind.ABORTED, "finish_reason abort")
-        if parsed.finish_reason is None or not done:
-            return parsed.fail(ErrorKind.CONNECTION, f"stream ended early (done={done})")
-        return parsed
-
-
 class GenerateDialect:
     """SGLang's native ``/generate``: no chat template; ``meta_info`` carries the exact
     cumulative token count of every chunk and, finished, the speculative-decoding counters."""
@@ -648,7 +514,7 @@ class GenerateDialect:
     def parse_final(self, data: Any) -> Answer:
         """``meta_info.finish_reason`` is an object (``{"type": "length", "length": N}``),
         reduced here to its type."""
-        response = _object(data)
+        response = json_object(data)
         meta = response.get("meta_info")
         meta = meta if isinstance(meta, dict) else {}
         finish = meta.get("finish_reason")
@@ -657,13 +523,13 @@ class GenerateDialect:
             content=text if isinstance(text, str) else None,
             reasoning_content=None,
             finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
-            completion_tokens=_count(meta.get("completion_tokens")),
+            completion_tokens=count(meta.get("completion_tokens")),
         )
 
     def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
         parsed = StreamParse(TokenSource.META_INFO)
         try:
-            payloads, done = _stream_payloads(events)
+            payloads, done = stream_payloads(events)
         except ValueError as exc:
             return parsed.fail(ErrorKind.PROTOCOL, f"bad stream event: {exc}")
         seen = 0
@@ -671,7 +537,7 @@ class GenerateDialect:
         meta: dict[str, Any] = {}
         for arrival, obj in payloads:
             if "error" in obj:
-                detail = json.dumps(obj["error"])[:_ERROR_DETAIL_LIMIT]
+                detail = json.dumps(obj["error"])[:ERROR_DETAIL_LIMIT]
                 return parsed.fail(ErrorKind.SERVER_ERROR, detail)
             text = obj.get("text")
             if isinstance(text, str):
@@ -692,7 +558,7 @@ class GenerateDialect:
         finish = meta.get("finish_reason")
         parsed.finish_reason = finish.get("type") if isinstance(finish, dict) else finish
         if parsed.finish_reason == "abort":
-            return parsed.fail(ErrorKind.ABORTED, json.dumps(finish)[:_ERROR_DETAIL_LIMIT])
+            return parsed.fail(ErrorKind.ABORTED, json.dumps(finish)[:ERROR_DETAIL_LIMIT])
         if parsed.finish_reason is None:
             return parsed.fail(ErrorKind.CONNECTION, f"stream ended without finish (done={done})")
         return parsed
@@ -704,7 +570,7 @@ _CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts")
 _PROPOSED_DRAFTS = ("spec_num_proposed_drafts", "spec_proposed_drafts")
 
 
-def _meta_count(meta: Mapping[str, Any], names: Sequence[str]) -> int | None:
+def _metacount(meta: Mapping[str, Any], names: Sequence[str]) -> int | None:
     for name in names:
         value = meta.get(name)
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
@@ -714,12 +580,12 @@ def _meta_count(meta: Mapping[str, Any], names: Sequence[str]) -> int | None:
 
 def _read_spec_counts(parsed: StreamParse, meta: Mapping[str, Any]) -> None:
     """``spec_verify_ct``, ``spec_accept_length`` and the draft counts of the final chunk."""
-    parsed.spec_verify_ct = _meta_count(meta, ("spec_verify_ct",))
+    parsed.spec_verify_ct = _metacount(meta, ("spec_verify_ct",))
     length = meta.get("spec_accept_length")
     if isinstance(length, int | float) and not isinstance(length, bool):
         parsed.spec_accept_length = float(length)
-    parsed.spec_correct_drafts = _meta_count(meta, _CORRECT_DRAFTS)
-    parsed.spec_proposed_drafts = _meta_count(meta, _PROPOSED_DRAFTS)
+    parsed.spec_correct_drafts = _metacount(meta, _CORRECT_DRAFTS)
+    parsed.spec_proposed_drafts = _metacount(meta, _PROPOSED_DRAFTS)
 
 
 _DIALECTS: dict[ApiKind, Dialect] = {"chat": ChatDialect(), "generate": GenerateDialect()}
