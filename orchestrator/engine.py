@@ -2,9 +2,12 @@
 
 Everything that differs from one serving engine to the next sits behind :class:`Engine`: how a
 request is written and its answer read (:class:`Dialect`), what its log lines mean, why a start
-failed, whether the running server took the asked config, the readiness probe and the model
-name a command line serves. ``orchestrator/sglang.py`` fills it for SGLang (``SGLANG``); a
-second engine (vLLM) fills the same protocol without the lifecycle or the runner changing.
+failed, whether the running server took the asked config, its readiness config and probe, how
+its own parser is asked about an argv, the metrics it reads acceptance from, the values it
+forces, and the model name a command line serves. Each engine is a package under
+``orchestrator/engines/`` (SGLang's: ``engines/sglang``), found by name through
+:func:`orchestrator.engines.get`; a new engine fills the same protocol without the lifecycle,
+the host loop or the bench changing.
 
 This module holds only engine-neutral data and the protocols, so both the engines and their
 callers (lifecycle, preflight, bench) import it; it imports nothing from either side.

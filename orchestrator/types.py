@@ -13,9 +13,10 @@ from enum import StrEnum
 from typing import Any, Final, Literal
 
 ApiKind = Literal["chat", "generate"]
+"""Which HTTP API a sweep (or a probe, or the coding anchor) talks to: ``chat``, the
+OpenAI-compatible one every engine serves, or ``generate``, SGLang's own (``Engine.apis``)."""
 MetricsMode = Literal["auto", "off"]
-"""``server.metrics``: whether each trial's command line gets ``--enable-metrics``."""
-"""Which SGLang HTTP API a sweep (or a probe, or the coding anchor) talks to."""
+"""``server.metrics``: whether each trial's command line gets the engine's metrics flag."""
 
 KnobValue = str | int | float | bool | None
 """One knob's value as a sweep file gives it (None: the knob is left out of the command line)."""
