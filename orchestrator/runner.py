@@ -21,7 +21,6 @@ from typing import Any
 import structlog
 
 from orchestrator import engines
-from orchestrator.bench import acceptlen
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.matrix import PointResult
@@ -64,8 +63,6 @@ from orchestrator.running import RunningServer
 from orchestrator.search.budget import RestartBudget
 from orchestrator.search.deadline import local_deadline
 from orchestrator.store import (
-    AcceptEstimate,
-    AcceptLength,
     Attempt,
     CodingPoint,
     HostEntry,
@@ -749,20 +746,13 @@ def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredR
             arrival_schedule=list(point.schedule),
         )
     metrics = ThroughputMetrics.from_json(fields)
-    accept = point.accept_len
     new = ThroughputPoint(
         context=spec.context,
         concurrency=spec.concurrency,
         rate=spec.rate,
         workload=spec.workload,
         metrics=metrics,
-        accept=AcceptLength(
-            value=accept.best,
-            journal=_estimate(accept.journal),
-            meta_info=_estimate(accept.meta_info),
-            metrics=_estimate(accept.metrics),
-            flags=tuple(accept.flags),
-        ),
+        accept=point.accept_len,
         quality=tuple(point.flags),
         provenance=PointProvenance(
             invocation_id=point.invocation_id,
@@ -773,10 +763,6 @@ def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredR
         ),
     )
     return new, [_stored_request(r) for r in point.requests]
-
-
-def _estimate(estimate: acceptlen.Estimate) -> AcceptEstimate:
-    return AcceptEstimate(estimate.value, estimate.count, estimate.reason)
 
 
 def _coding_point(result: CodingResult, invocation_id: str, started: float) -> CodingPoint:

@@ -11,7 +11,10 @@
   scoped by time but mixing any other traffic the server had.
 
 Inputs are plain numbers so this module stays independent of the log parser; the estimate
-logic is pure, and the only I/O helper (``decode_samples_from_messages``) parses text.
+logic is pure, and the only I/O helper (``decode_samples_from_messages``) parses text. Each
+source is the store's :class:`~orchestrator.store.results.AcceptEstimate` and the point's
+sources together its :class:`~orchestrator.store.results.AcceptLength`: the value the bench
+measures is the value stored, exact counts included.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from orchestrator.store.results import AcceptEstimate, AcceptLength
 
 if TYPE_CHECKING:
     from orchestrator.engine import AcceptanceCounters, LogEvent
@@ -47,69 +52,15 @@ class DecodeSample:
         return float(max(self.iterations, 1) * batch)
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """One source's accept_len for a point, or None with the reason."""
-
-    value: float | None
-    count: int
-    reason: str | None = None
-    exact: int = 0
-    """Of ``count``, how many were exact counts rather than estimates (meta_info only)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count, "reason": self.reason,
-                "exact": self.exact}
-
-
-@dataclass(frozen=True)
-class AcceptLen:
-    """All sources for one point and what their comparison says.
-
-    ``flags``: ``disagree`` when two available sources differ by more than the tolerance
-    (relative to the smaller); ``no_decode_lines`` when the journal window was read and held
-    no decode line with an accept len.
-    """
-
-    journal: Estimate
-    meta_info: Estimate
-    metrics: Estimate
-    flags: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def best(self) -> float | None:
-        """The most tightly scoped available value: meta_info, then metrics, then journal."""
-        for estimate in (self.meta_info, self.metrics, self.journal):
-            if estimate.value is not None:
-                return estimate.value
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "accept_len": self.best,
-            "accept_len_journal": self.journal.value,
-            "accept_len_journal_lines": self.journal.count,
-            "accept_len_journal_reason": self.journal.reason,
-            "accept_len_meta_info": self.meta_info.value,
-            "accept_len_meta_info_requests": self.meta_info.count,
-            "accept_len_meta_info_exact_requests": self.meta_info.exact,
-            "accept_len_meta_info_reason": self.meta_info.reason,
-            "accept_len_metrics": self.metrics.value,
-            "accept_len_metrics_verify_calls": self.metrics.count,
-            "accept_len_metrics_reason": self.metrics.reason,
-            "accept_len_flags": list(self.flags),
-        }
-
-
-def from_journal(samples: Sequence[DecodeSample] | None) -> Estimate:
+def from_journal(samples: Sequence[DecodeSample] | None) -> AcceptEstimate:
     """Weighted mean of the window's decode lines; None when not read or empty."""
     if samples is None:
-        return Estimate(None, 0, "journal not read")
+        return AcceptEstimate(None, 0, "journal not read")
     if not samples:
-        return Estimate(None, 0, "no decode line with accept len in the window")
+        return AcceptEstimate(None, 0, "no decode line with accept len in the window")
     total_weight = math.fsum(s.weight for s in samples)
     value = math.fsum(s.accept_len * s.weight for s in samples) / total_weight
-    return Estimate(value, len(samples))
+    return AcceptEstimate(value, len(samples))
 
 
 @dataclass(frozen=True)
@@ -134,7 +85,7 @@ class RequestSpec:
         return self.spec_correct_drafts is not None
 
 
-def from_meta_info(requests: Iterable[RequestSpec]) -> Estimate:
+def from_meta_info(requests: Iterable[RequestSpec]) -> AcceptEstimate:
     """Decode tokens over verify steps of the requests that report verify steps.
 
     A request's first token comes from its prefill, not from a verify step. With the server's
@@ -160,12 +111,12 @@ def from_meta_info(requests: Iterable[RequestSpec]) -> Estimate:
         count += 1
         exact += request.exact
     if not seen_any:
-        return Estimate(None, 0, "no successful request")
+        return AcceptEstimate(None, 0, "no successful request")
     if count == 0:
-        return Estimate(
+        return AcceptEstimate(
             None, 0, "server returned no spec_verify_ct (speculative decoding off, or chat API)"
         )
-    return Estimate(tokens / steps, count, exact=exact)
+    return AcceptEstimate(tokens / steps, count, exact=exact)
 
 
 _SAMPLE = re.compile(
@@ -206,7 +157,7 @@ def from_metrics(
     *,
     requests: int,
     counters: AcceptanceCounters | None = None,
-) -> Estimate:
+) -> AcceptEstimate:
     """Counter deltas over the measured phase: decode tokens per verify step.
 
     ``counters`` are the serving engine's (the default engine's when None, for a caller that
@@ -219,27 +170,32 @@ def from_metrics(
 
         counters = engines.get().acceptance_counters
     if before is None or after is None:
-        return Estimate(None, 0, "/metrics not available (server without its metrics flag?)")
+        return AcceptEstimate(None, 0, "/metrics not available (server without its metrics flag?)")
     names = (counters.verify_steps, counters.tokens)
     start = parse_prometheus_totals(before, names)
     end = parse_prometheus_totals(after, names)
     if counters.verify_steps not in end or counters.tokens not in end:
-        return Estimate(None, 0, f"/metrics lacks {counters.verify_steps} or {counters.tokens}")
+        lacking = f"/metrics lacks {counters.verify_steps} or {counters.tokens}"
+        return AcceptEstimate(None, 0, lacking)
     verify = end[counters.verify_steps] - start.get(counters.verify_steps, 0.0)
     tokens = end[counters.tokens] - start.get(counters.tokens, 0.0)
     if verify <= 0:
-        return Estimate(None, 0, "no verify call during the point (counters reset or flat)")
-    return Estimate(counters.decode_tokens(tokens, verify, requests) / verify, int(verify))
+        return AcceptEstimate(None, 0, "no verify call during the point (counters reset or flat)")
+    return AcceptEstimate(counters.decode_tokens(tokens, verify, requests) / verify, int(verify))
 
 
 def combine(
-    journal: Estimate,
-    meta_info: Estimate,
-    metrics: Estimate,
+    journal: AcceptEstimate,
+    meta_info: AcceptEstimate,
+    metrics: AcceptEstimate,
     *,
     tolerance: float = DISAGREE_TOLERANCE,
-) -> AcceptLen:
-    """Put the sources side by side and flag what an operator must look at."""
+) -> AcceptLength:
+    """Put the sources side by side, take the most tightly scoped available value (meta_info,
+    then metrics, then journal) and flag what an operator must look at: ``disagree`` when two
+    available sources differ by more than the tolerance (relative to the smaller),
+    ``no_decode_lines`` when the journal window was read and held no decode line with an
+    accept len. The store's own type, so a point's accept length is typed once."""
     flags: list[str] = []
     values = [e.value for e in (journal, meta_info, metrics) if e.value is not None]
     if len(values) >= 2:
@@ -248,7 +204,12 @@ def combine(
             flags.append("disagree")
     if journal.value is None and journal.count == 0 and journal.reason != "journal not read":
         flags.append("no_decode_lines")
-    return AcceptLen(journal=journal, meta_info=meta_info, metrics=metrics, flags=tuple(flags))
+    best = next(
+        (e.value for e in (meta_info, metrics, journal) if e.value is not None), None
+    )
+    return AcceptLength(
+        value=best, journal=journal, meta_info=meta_info, metrics=metrics, flags=tuple(flags)
+    )
 
 
 def decode_samples_from_messages(

@@ -630,7 +630,7 @@ def _print_table(points: list[PointResult]) -> None:
             ms(m.tpot.p50),
             ms(m.e2e.p50),
             str(m.errors),
-            num(p.accept_len.best, 3),
+            num(p.accept_len.value, 3),
             " ".join(p.flags + p.accept_len.flags),
         )
     # Off a terminal (piped, captured) rich would squeeze the table into 80 columns.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.bench import acceptlen
-from orchestrator.bench.acceptlen import AcceptLen, DecodeSample
+from orchestrator.bench.acceptlen import DecodeSample
 from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
 from orchestrator.bench.prompts import Calibration, PromptSource
 from orchestrator.bench.stats import (
@@ -39,6 +39,7 @@ from orchestrator.bench.stats import (
 )
 from orchestrator.engine import AcceptanceCounters, Prompt
 from orchestrator.log import get_logger
+from orchestrator.store.results import AcceptEstimate, AcceptLength
 from orchestrator.types import Arrivals
 
 
@@ -282,7 +283,7 @@ class PointResult:
     started_monotonic: float
     ended_monotonic: float
     started_unix: float
-    accept_len: AcceptLen
+    accept_len: AcceptLength
     metrics_text_before: str | None = None
     metrics_text_after: str | None = None
     invocation_id: str | None = None
@@ -333,7 +334,7 @@ class PointResult:
             "journal_cursor_end": self.journal_cursor_end,
         }
         out.update(self.metrics.as_fields())
-        out.update(self.accept_len.to_dict())
+        out.update(self.accept_len.to_json())
         if include_requests:
             out["raw_requests"] = [r.to_dict() for r in self.requests]
         return out
@@ -698,7 +699,7 @@ def assemble_point(
             phase.metrics_before, phase.metrics_after, requests=len(records), counters=counters
         )
         if scrape_metrics
-        else acceptlen.Estimate(None, 0, "/metrics not scraped"),
+        else AcceptEstimate(None, 0, "/metrics not scraped"),
     )
     _log().bind(context=spec.context, concurrency=spec.concurrency, rate=spec.rate).info(
         "point.measured",

@@ -281,11 +281,18 @@ class ThroughputMetrics:
 
 @dataclass(frozen=True, slots=True)
 class AcceptEstimate:
-    """One source's accept length for a point, with how many samples it rests on, or why not."""
+    """One source's accept length for a point, with how many samples it rests on, or why not.
+
+    The benchmark makes it (``orchestrator.bench.acceptlen``) and the store keeps it as made:
+    one type from the measurement to ``results --json``.
+    """
 
     value: float | None = None
     count: int = 0
     reason: str | None = None
+    exact: int = 0
+    """Of ``count``, how many were exact counts rather than estimates (meta_info only: the
+    requests whose server reported its correct drafts)."""
 
 
 _ACCEPT_SOURCES = {
@@ -293,6 +300,8 @@ _ACCEPT_SOURCES = {
     "meta_info": "accept_len_meta_info_requests",
     "metrics": "accept_len_metrics_verify_calls",
 }
+_ACCEPT_EXACT = {"meta_info": "accept_len_meta_info_exact_requests"}
+"""The sources whose exact count is written (only meta_info's can be exact)."""
 
 
 _ACCEPT_FLAG_NAMES = {"disagree": "accept_len_disagree", "no_decode_lines": "no_decode_lines"}
@@ -327,6 +336,8 @@ class AcceptLength:
             estimate = self.source(name)
             out[f"accept_len_{name}"] = estimate.value
             out[count_key] = estimate.count
+            if name in _ACCEPT_EXACT:
+                out[_ACCEPT_EXACT[name]] = estimate.exact
             out[f"accept_len_{name}_reason"] = estimate.reason
         out["accept_len_flags"] = list(self.flags)
         return out
@@ -338,6 +349,7 @@ class AcceptLength:
                 value=_number(data.get(f"accept_len_{name}")),
                 count=_int(data.get(count_key)) or 0,
                 reason=_text(data.get(f"accept_len_{name}_reason")),
+                exact=_int(data.get(_ACCEPT_EXACT.get(name, ""))) or 0,
             )
             for name, count_key in _ACCEPT_SOURCES.items()
         }

@@ -208,7 +208,7 @@ async def test_accept_len_sources_match_the_servers_counters(spec_server: SimSer
     assert accept.meta_info.count == 12
     assert accept.metrics.value == pytest.approx(true_accept, rel=0.01)
     assert accept.flags == ()
-    assert accept.best == accept.meta_info.value
+    assert accept.value == accept.meta_info.value
     # The decode lines written during the point: interval averages, so only roughly equal.
     lines = spec_server.log()[log_offset:].splitlines()
     samples = decode_samples_from_messages(lines, decode_log_interval=DECODE_LOG_INTERVAL)

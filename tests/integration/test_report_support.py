@@ -36,7 +36,7 @@ from orchestrator.host.gpu import GpuIdentity
 from orchestrator.lifecycle import Server, TrialFailed
 from orchestrator.runner import _coding_point, _server_evidence, _throughput_point
 from orchestrator.sim import perfmodel
-from orchestrator.store import HostEntry, MatrixCell, NewTrial, Store, TrialPlan
+from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
 from tests.sysdeps import apt_install
 
 MAX_TOKENS = 128
@@ -221,9 +221,9 @@ def point_result(
     )
     ok = [r for r in records if r.ok]
     metrics_estimate = (
-        acceptlen.Estimate(accept * rng.uniform(0.99, 1.01), 40 * concurrency)
+        AcceptEstimate(accept * rng.uniform(0.99, 1.01), 40 * concurrency)
         if config
-        else acceptlen.Estimate(None, 0, "no verify call during the point (counters reset or flat)")
+        else AcceptEstimate(None, 0, "no verify call during the point (counters reset or flat)")
     )
     result = PointResult(
         spec=spec,

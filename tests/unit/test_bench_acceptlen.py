@@ -6,7 +6,6 @@ import pytest
 
 from orchestrator.bench.acceptlen import (
     DecodeSample,
-    Estimate,
     RequestSpec,
     combine,
     decode_samples_from_messages,
@@ -15,6 +14,7 @@ from orchestrator.bench.acceptlen import (
     from_metrics,
     parse_prometheus_totals,
 )
+from orchestrator.store.results import AcceptEstimate, AcceptLength
 
 
 def test_journal_mean_is_weighted_by_request_steps() -> None:
@@ -78,22 +78,22 @@ def test_metrics_delta_is_tokens_per_verify_call() -> None:
 
 
 def test_combine_flags_disagreement_over_five_percent() -> None:
-    agree = combine(Estimate(3.0, 5), Estimate(3.1, 10), Estimate(None, 0, "off"))
+    agree = combine(AcceptEstimate(3.0, 5), AcceptEstimate(3.1, 10), AcceptEstimate(None, 0, "off"))
     assert agree.flags == ()
-    assert agree.best == 3.1  # meta_info is the most tightly scoped
-    disagree = combine(Estimate(3.0, 5), Estimate(3.3, 10), Estimate(3.0, 9))
+    assert agree.value == 3.1  # meta_info is the most tightly scoped
+    disagree = combine(AcceptEstimate(3.0, 5), AcceptEstimate(3.3, 10), AcceptEstimate(3.0, 9))
     assert "disagree" in disagree.flags
-    fields = disagree.to_dict()
+    fields = disagree.to_json()
     assert fields["accept_len"] == 3.3
     assert fields["accept_len_journal"] == 3.0
     assert fields["accept_len_flags"] == ["disagree"]
 
 
 def test_combine_flags_an_empty_journal_window_but_not_an_unread_one() -> None:
-    empty = combine(from_journal([]), Estimate(None, 0, "x"), Estimate(None, 0, "y"))
+    empty = combine(from_journal([]), AcceptEstimate(None, 0, "x"), AcceptEstimate(None, 0, "y"))
     assert empty.flags == ("no_decode_lines",)
-    assert empty.best is None
-    unread = combine(from_journal(None), Estimate(2.0, 1), Estimate(None, 0, "y"))
+    assert empty.value is None
+    unread = combine(from_journal(None), AcceptEstimate(2.0, 1), AcceptEstimate(None, 0, "y"))
     assert unread.flags == ()
 
 
@@ -135,3 +135,14 @@ def test_request_specs_from_stored_rows_carry_the_correct_drafts() -> None:
         {"completion_tokens": None},
     ]
     assert request_specs(rows) == [RequestSpec(37, 6, 34), RequestSpec(11, 4, None)]
+
+
+def test_the_exact_count_survives_to_the_stored_json_and_back() -> None:
+    meta_info = from_meta_info(
+        [RequestSpec(33, 10, spec_correct_drafts=22), RequestSpec(20, 8, None)]
+    )
+    assert (meta_info.count, meta_info.exact) == (2, 1)
+    accept = combine(from_journal(None), meta_info, AcceptEstimate(None, 0, "off"))
+    stored = accept.to_json()
+    assert stored["accept_len_meta_info_exact_requests"] == 1
+    assert AcceptLength.from_json(stored) == accept
