@@ -46,7 +46,8 @@ from orchestrator.host.dropin import (
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
-from orchestrator.plan import first_key
+from orchestrator.plan import first_key, space_trials
+from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
@@ -519,6 +520,31 @@ async def _by_help(
         "flags", not unknown, flag_problem(unknown, suggestions) if unknown else "all known"
     )
     return _FlagFindings("help", unknown, suggestions)
+
+
+async def check_sweep_host(
+    handle: HostHandle, sweep: Sweep, host: HostSpec, *, engine: Engine | None = None
+) -> HostCheck:
+    """:func:`check_host` with everything ``sweep`` says of ``host``: its knobs and flags,
+    its model and API, every config of the space, the sweep's engine (``check`` and the
+    runner's preflight ask the same)."""
+    knobs = host.effective_knobs(sweep.server.knobs)
+    return await check_host(
+        handle,
+        unit=sweep.server.unit,
+        flags=mapped_flags(knobs, sweep.server.extra_flags),
+        gpus=host.gpus,
+        command_timeout=sweep.timeouts.connect,
+        model=sweep.server.model,
+        api=sweep.benchmark.api,
+        base_url=str(host.base_url).rstrip("/"),
+        extra_flags=sweep.server.extra_flags,
+        metrics=sweep.server.metrics,
+        trials=space_trials(sweep, host.name),
+        knobs=knobs,
+        environment=sweep.server.environment,
+        engine=engine or engines.get(sweep.engine),
+    )
 
 
 async def check_host(

@@ -9,10 +9,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator import engines
 from orchestrator.host.connect import open_host
-from orchestrator.plan import space_trials
-from orchestrator.preflight import HostCheck, check_host, mapped_flags
+from orchestrator.preflight import HostCheck, check_sweep_host
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
@@ -32,23 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 async def _check(sweep: Sweep, host: HostSpec) -> HostCheck:
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
     try:
-        knobs = host.effective_knobs(sweep.server.knobs)
-        return await check_host(
-            handle,
-            unit=sweep.server.unit,
-            flags=mapped_flags(knobs, sweep.server.extra_flags),
-            gpus=host.gpus,
-            command_timeout=sweep.timeouts.connect,
-            model=sweep.server.model,
-            api=sweep.benchmark.api,
-            base_url=str(host.base_url),
-            extra_flags=sweep.server.extra_flags,
-            metrics=sweep.server.metrics,
-            trials=space_trials(sweep, host.name),
-            knobs=knobs,
-            environment=sweep.server.environment,
-            engine=engines.get(sweep.engine),
-        )
+        return await check_sweep_host(handle, sweep, host)
     finally:
         await handle.close()
 
