@@ -1,12 +1,12 @@
 """Measuring one planned cell of a trial: its workload's prompts, closed or open loop.
 
 The runner walks a trial's planned cells; this module turns one cell and the sweep's
-``benchmark`` section into a call of the benchmark layer (:func:`~orchestrator.bench.matrix.
-run_point` for a concurrency, :func:`~orchestrator.bench.openloop.run_rate_point` for a rate),
-with the prompt source of the cell's workload. Samples are parsed once per sweep
-(:class:`WorkloadSamples`); a sample's calibrated prompts are kept per host from one trial to
-the next (the host serves the same model throughout), and the synthetic prompts, cheap to
-calibrate, are made afresh per trial.
+``benchmark`` section into a point spec (:func:`cell_spec`) measured by the benchmark layer's
+one dispatcher (:func:`~orchestrator.bench.measure.measure_point`: closed loop at a
+concurrency, open loop at a rate), with the prompt source of the cell's workload. Samples
+are parsed once per sweep (:class:`WorkloadSamples`); a sample's calibrated prompts are kept
+per host from one trial to the next (the host serves the same model throughout), and the
+synthetic prompts, cheap to calibrate, are made afresh per trial.
 
 An open-loop cell's arrival schedule is drawn from a seed derived from ``search.seed``, the
 cell's workload and its context: every config meets the same arrivals at the same cell, so a
@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.matrix import PointResult, Slo, run_point
-from orchestrator.bench.openloop import run_rate_point
+from orchestrator.bench.matrix import PointResult, PointSpec, Slo
+from orchestrator.bench.measure import measure_point
 from orchestrator.bench.prompts import PromptFactory, PromptSource
 from orchestrator.bench.workloads import WorkloadSample, load_builtin, parse_sample
 from orchestrator.bench.workloads.source import WorkloadPrompts
@@ -150,6 +150,29 @@ def client_connections(bench: BenchmarkSpec) -> int:
     return max(closed, bench.max_concurrency) if bench.rate else closed
 
 
+def cell_spec(cell: MatrixCell, bench: BenchmarkSpec, *, rounds: int, seed: int) -> PointSpec:
+    """The point ``cell`` asks for under the sweep's ``benchmark``: at a concurrency, its
+    ``rounds``; at a rate, the sweep's arrivals, duration and cap, and the cell's schedule
+    seed (:func:`schedule_seed`)."""
+    closed = cell.rate is None
+    return PointSpec(
+        context=cell.context,
+        concurrency=cell.concurrency if closed else None,
+        rounds=rounds if closed else None,
+        warmup_requests=bench.warmup_requests,
+        max_tokens=bench.max_tokens,
+        temperature=bench.temperature,
+        ignore_eos=bench.ignore_eos,
+        rate=cell.rate,
+        arrivals=None if closed else bench.arrivals,
+        duration_s=None if closed else bench.rate_duration_s,
+        max_concurrency=None if closed else bench.max_concurrency,
+        workload=cell.workload,
+        seed=None if closed else schedule_seed(seed, cell),
+        slo=slo_of(bench),
+    )
+
+
 async def measure_cell(
     client: BenchClient,
     sources: PromptSources,
@@ -161,39 +184,22 @@ async def measure_cell(
     before_measured: Callable[[], Awaitable[Any]],
 ) -> PointResult:
     """One measurement of ``cell`` (its journal window is the caller's), read by ``client``'s
-    engine: its dialect parses the answers, its counters are read from ``/metrics``."""
-    common: dict[str, Any] = {
-        "context": cell.context,
-        "warmup_requests": bench.warmup_requests,
-        "max_tokens": bench.max_tokens,
-        "temperature": bench.temperature,
-        "ignore_eos": bench.ignore_eos,
-        "scrape_metrics": True,
-        "before_measured": before_measured,
-        "slo": slo_of(bench),
-        "workload": cell.workload,
-    }
-    prompts = sources.source(cell.workload)
-    if cell.rate is None:
-        assert cell.concurrency is not None
-        return await run_point(
-            client, prompts, concurrency=cell.concurrency, rounds=rounds, **common
-        )
-    return await run_rate_point(
+    engine: its dialect parses the answers, its counters are read from ``/metrics``. The
+    ``bench`` verb measures its points by the same :func:`~orchestrator.bench.measure.
+    measure_point`."""
+    return await measure_point(
         client,
-        prompts,
-        rate=cell.rate,
-        arrivals=bench.arrivals,
-        duration_s=bench.rate_duration_s,
-        max_concurrency=bench.max_concurrency,
-        seed=schedule_seed(seed, cell),
-        **common,
+        sources.source(cell.workload),
+        cell_spec(cell, bench, rounds=rounds, seed=seed),
+        scrape_metrics=True,
+        before_measured=before_measured,
     )
 
 
 __all__ = [
     "PromptSources",
     "WorkloadSamples",
+    "cell_spec",
     "client_connections",
     "measure_cell",
     "requests_needed",

@@ -33,11 +33,11 @@ from orchestrator.bench.http1 import ConnectionPolicy, base_url_from_user
 from orchestrator.bench.matrix import (
     FLAG_ERRORS,
     PointResult,
-    QualityThresholds,
+    PointSpec,
     Slo,
-    run_point,
 )
-from orchestrator.bench.openloop import arrival_schedule, run_rate_point
+from orchestrator.bench.measure import measure_point
+from orchestrator.bench.openloop import arrival_schedule
 from orchestrator.bench.problems import (
     Problem,
     ProblemFileError,
@@ -677,35 +677,25 @@ def output_lengths(args: argparse.Namespace) -> OutputLengths:
     return chosen or "fixed"
 
 
-async def _measure(
-    client: BenchClient, prompts: PromptSource, planned: PlannedPoint, args: argparse.Namespace
-) -> PointResult:
-    """One planned point, closed or open loop, with the run's shared settings."""
-    shared: dict[str, Any] = {
-        "context": planned.context,
-        "warmup_requests": planned.warmup,
-        "max_tokens": args.max_tokens,
-        "temperature": args.temperature,
-        "ignore_eos": output_lengths(args) != "natural",
-        "scrape_metrics": args.scrape_metrics,
-        "thresholds": QualityThresholds(),
-        "slo": args.slo,
-        "workload": args.workload.label,
-    }
-    if planned.rate is not None:
-        return await run_rate_point(
-            client,
-            prompts,
-            rate=planned.rate,
-            arrivals=args.arrivals,
-            duration_s=args.duration,
-            max_concurrency=args.max_concurrency,
-            seed=args.seed,
-            **shared,
-        )
-    assert planned.concurrency is not None
-    return await run_point(
-        client, prompts, concurrency=planned.concurrency, rounds=args.rounds, **shared
+def point_spec(planned: PlannedPoint, args: argparse.Namespace) -> PointSpec:
+    """The point ``planned`` asks for, with the run's shared settings (its rate points' seed,
+    arrivals, duration and cap are the command line's)."""
+    closed = planned.rate is None
+    return PointSpec(
+        context=planned.context,
+        concurrency=planned.concurrency if closed else None,
+        rounds=args.rounds if closed else None,
+        warmup_requests=planned.warmup,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        ignore_eos=output_lengths(args) != "natural",
+        rate=planned.rate,
+        arrivals=None if closed else args.arrivals,
+        duration_s=None if closed else args.duration,
+        max_concurrency=None if closed else args.max_concurrency,
+        workload=args.workload.label,
+        seed=None if closed else args.seed,
+        slo=args.slo,
     )
 
 
@@ -807,7 +797,10 @@ async def run_async(
                 for planned in plan:
                     progress.start_point(planned.label)
                     client.prompts = {} if args.output_prompts else None
-                    point = await _measure(client, prompts, planned, args)
+                    point = await measure_point(
+                        client, prompts, point_spec(planned, args),
+                        scrape_metrics=args.scrape_metrics,
+                    )  # fmt: skip
                     points.append(point)
                     if output is not None:
                         line = point_line(

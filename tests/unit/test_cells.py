@@ -107,3 +107,32 @@ def test_report_units_for_request_rates_and_shares() -> None:
     assert fmt.metric("goodput_fraction", 0.9) == "90%"
     assert fmt.metric("coding_pass_rate", 0.8) == "80%"
     assert fmt.metric("tpot_p50_s", 0.012) == "12.0 ms"
+
+
+def test_a_cell_becomes_the_point_spec_the_one_dispatcher_measures() -> None:
+    from orchestrator.bench.matrix import PointSpec
+    from orchestrator.cells import cell_spec, schedule_seed
+    from orchestrator.sweepfile.schema import BenchmarkSpec
+
+    bench = BenchmarkSpec.model_validate(
+        {"contexts": [60], "concurrency": [4], "rate": [2.0], "arrivals": "constant"}
+    )
+    closed = cell_spec(MatrixCell(60, 4), bench, rounds=3, seed=7)
+    assert (closed.concurrency, closed.rounds, closed.rate, closed.seed) == (4, 3, None, None)
+    assert closed.measured_requests == 12
+    rate_cell = MatrixCell(60, rate=2.0)
+    opened = cell_spec(rate_cell, bench, rounds=3, seed=7)
+    assert opened == PointSpec(
+        context=60,
+        concurrency=None,
+        rounds=None,
+        warmup_requests=bench.warmup_requests,
+        max_tokens=bench.max_tokens,
+        temperature=bench.temperature,
+        ignore_eos=bench.ignore_eos,
+        rate=2.0,
+        arrivals="constant",
+        duration_s=bench.rate_duration_s,
+        max_concurrency=bench.max_concurrency,
+        seed=schedule_seed(7, rate_cell),
+    )
