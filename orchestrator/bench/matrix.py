@@ -473,24 +473,13 @@ def point_metrics(
     """
     ok = [r for r in records if r.ok]
     errors = Counter(r.error.value for r in records if r.error is not None)
-    sends = [r.send_time for r in records]
-    ends = [r.end_time for r in records if r.end_time is not None]
-    start = origin if origin is not None else (min(sends) if sends else None)
-    wall = max(max(ends) - start, min_wall) if start is not None and ends else None
+    window = _phase_window(records, origin=origin, steady=steady, min_wall=min_wall)
+    start, wall = window.start, window.wall
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     input_tokens = sum(r.prompt_tokens or 0 for r in ok)
     truncated = sum(1 for r in ok if not r.ignore_eos and r.finish_reason == "length")
     short = sum(1 for r in ok if r.ignore_eos and (r.completion_tokens or 0) < r.max_tokens)
-    decode_rates = [rate for r in ok if (rate := r.decode_tok_s) is not None]
-    intervals = [(r.send_time, r.end_time) for r in records if r.end_time is not None]
-    held_full = (
-        time_weighted_in_flight(intervals, start, max(ends))
-        if start is not None and wall is not None and wall > 0
-        else None
-    )
-    held = time_weighted_in_flight(intervals, *steady) if steady is not None else held_full
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-    lag = summarize(loop_lag_samples)
     cpu_fraction = cpu_seconds / wall if cpu_seconds is not None and wall else None
     rate_se, batches = batch_rate_se(
         [(r.end_time, float(r.completion_tokens or 0)) for r in ok if r.end_time is not None],
@@ -510,20 +499,18 @@ def point_metrics(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         output_tok_s=output_tokens / wall if wall else None,
-        request_decode_tok_s_p50=median(decode_rates),
+        request_decode_tok_s_p50=median([x for r in ok if (x := r.decode_tok_s) is not None]),
         ttft=summarize(t for r in ok if (t := r.ttft) is not None),
         itl=summarize(x for r in ok for x in r.itl_samples()),
         tpot=summarize(t for r in ok if (t := r.tpot) is not None),
         e2e=summarize(t for r in ok if (t := r.e2e) is not None),
-        concurrency_held=held,
-        concurrency_held_full=held_full,
+        concurrency_held=window.held,
+        concurrency_held_full=window.held_full,
         client_cpu_fraction=cpu_fraction,
-        loop_lag=lag,
-        prompt_tokens_min=min(prompt_counts) if prompt_counts else None,
-        prompt_tokens_max=max(prompt_counts) if prompt_counts else None,
-        prompt_tokens_tolerance=(
-            max(abs(c - spec.context) for c in prompt_counts) if prompt_counts else None
-        ),
+        loop_lag=summarize(loop_lag_samples),
+        prompt_tokens_min=min(prompt_counts, default=None),
+        prompt_tokens_max=max(prompt_counts, default=None),
+        prompt_tokens_tolerance=max((abs(c - spec.context) for c in prompt_counts), default=None),
         output_tok_s_se=rate_se,
         output_tok_s_batches=batches,
         request_s=len(ok) / wall if wall else None,
@@ -535,22 +522,64 @@ def point_metrics(
         prompts_distinct=distinct,
         prompts_reused=reused,
     )
+    return metrics, quality_flags(metrics, thresholds)
+
+
+@dataclass(frozen=True)
+class _PhaseWindow:
+    """The measured phase's span as the rates and the concurrency held read it."""
+
+    start: float | None
+    wall: float | None
+    held: float | None
+    held_full: float | None
+
+
+def _phase_window(
+    records: Sequence[RequestRecord],
+    *,
+    origin: float | None,
+    steady: tuple[float, float] | None,
+    min_wall: float,
+) -> _PhaseWindow:
+    """Where the phase starts (``origin``, else the first send), the wall time the rates
+    divide by (to the last response's end, at least ``min_wall``), and the requests in flight
+    on average over the whole phase and over ``steady`` (the whole phase when None): one
+    place decides the span every rate of the point shares."""
+    sends = [r.send_time for r in records]
+    ends = [r.end_time for r in records if r.end_time is not None]
+    start = origin if origin is not None else (min(sends) if sends else None)
+    wall = max(max(ends) - start, min_wall) if start is not None and ends else None
+    intervals = [(r.send_time, r.end_time) for r in records if r.end_time is not None]
+    held_full = (
+        time_weighted_in_flight(intervals, start, max(ends))
+        if start is not None and wall is not None and wall > 0
+        else None
+    )
+    held = time_weighted_in_flight(intervals, *steady) if steady is not None else held_full
+    return _PhaseWindow(start, wall, held, held_full)
+
+
+def quality_flags(metrics: PointMetrics, thresholds: QualityThresholds) -> list[str]:
+    """The load-independent quality flags of a point, read from its metrics alone (so every
+    kind of point is judged by the same rules); each kind adds its load's flag in front."""
     flags: list[str] = []
+    lag, cpu_fraction = metrics.loop_lag, metrics.client_cpu_fraction
     if (lag.p99 is not None and lag.p99 > thresholds.max_loop_lag_p99_s) or (
         cpu_fraction is not None and cpu_fraction > thresholds.max_client_cpu_fraction
     ):
         flags.append(FLAG_CLIENT_SATURATED)
     if metrics.errors:
         flags.append(FLAG_ERRORS)
-    if truncated:
+    if metrics.truncated:
         flags.append(FLAG_TRUNCATED)
-    if short:
+    if metrics.short_outputs:
         flags.append(FLAG_SHORT_OUTPUTS)
-    if len(ok) < thresholds.min_requests:
+    if metrics.requests_ok < thresholds.min_requests:
         flags.append(FLAG_TOO_FEW_REQUESTS)
     if metrics.prompt_tokens_tolerance:
         flags.append(FLAG_PROMPT_LENGTH_INEXACT)
-    return metrics, flags
+    return flags
 
 
 def compute_metrics(
@@ -754,8 +783,6 @@ async def run_point(
     ``slo`` adds goodput (good requests per second, :class:`Slo`); ``workload`` names the
     prompt source in the result (its label, e.g. ``builtin:chat``).
     """
-    if concurrency > client.concurrency:
-        raise ValueError(f"client pool sized {client.concurrency} < concurrency {concurrency}")
     spec = PointSpec(
         context=context,
         concurrency=concurrency,
@@ -767,6 +794,35 @@ async def run_point(
         workload=workload,
         slo=slo,
     )
+    return await measure_closed_point(
+        client,
+        prompts,
+        spec,
+        scrape_metrics=scrape_metrics,
+        before_measured=before_measured,
+        thresholds=thresholds,
+        metrics_timeout=metrics_timeout,
+    )
+
+
+async def measure_closed_point(
+    client: BenchClient,
+    prompts: PromptSource,
+    spec: PointSpec,
+    *,
+    scrape_metrics: bool = False,
+    before_measured: Callable[[], Awaitable[Any]] | None = None,
+    thresholds: QualityThresholds | None = None,
+    metrics_timeout: float = 10.0,
+) -> PointResult:
+    """Measure the closed point ``spec`` (:func:`run_point`'s work, from a spec already made,
+    as :func:`~orchestrator.bench.measure.measure_point` holds one); ValueError when ``spec``
+    has no concurrency and rounds or the client's pool is smaller than its concurrency."""
+    concurrency, rounds = spec.concurrency, spec.rounds
+    if concurrency is None or rounds is None:
+        raise ValueError("a closed point needs its concurrency and rounds")
+    if concurrency > client.concurrency:
+        raise ValueError(f"client pool sized {client.concurrency} < concurrency {concurrency}")
     ready = await prepare_point(
         client,
         prompts,
@@ -819,10 +875,12 @@ __all__ = [
     "closed_loop",
     "compute_metrics",
     "good_requests",
+    "measure_closed_point",
     "measured_phase",
     "point_metrics",
     "prepare_point",
     "prompt_reuse",
+    "quality_flags",
     "run_point",
     "steady_window",
 ]

@@ -12,8 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.matrix import PointResult, PointSpec, QualityThresholds, run_point
-from orchestrator.bench.openloop import run_rate_point
+from orchestrator.bench.matrix import (
+    PointResult,
+    PointSpec,
+    QualityThresholds,
+    measure_closed_point,
+)
+from orchestrator.bench.openloop import measure_rate_point
 from orchestrator.bench.prompts import PromptSource
 
 
@@ -26,43 +31,25 @@ async def measure_point(
     before_measured: Callable[[], Awaitable[Any]] | None = None,
     thresholds: QualityThresholds | None = None,
 ) -> PointResult:
-    """Measure ``spec``: :func:`~orchestrator.bench.openloop.run_rate_point` when it has a
-    rate (its arrivals, duration, in-flight cap and seed all set; ValueError otherwise),
-    else :func:`~orchestrator.bench.matrix.run_point` at its concurrency and rounds."""
-    common: dict[str, Any] = {
-        "context": spec.context,
-        "warmup_requests": spec.warmup_requests,
-        "max_tokens": spec.max_tokens,
-        "temperature": spec.temperature,
-        "ignore_eos": spec.ignore_eos,
-        "scrape_metrics": scrape_metrics,
-        "thresholds": thresholds,
-        "before_measured": before_measured,
-        "slo": spec.slo,
-        "workload": spec.workload,
-    }
+    """Measure ``spec``: the open loop when it has a rate (its arrivals, duration, in-flight
+    cap and seed all set; ValueError otherwise), else the closed loop at its concurrency and
+    rounds."""
     if spec.rate is not None:
-        if (
-            spec.arrivals is None
-            or spec.duration_s is None
-            or spec.max_concurrency is None
-            or spec.seed is None
-        ):
-            raise ValueError("a rate point needs its arrivals, duration_s, max_concurrency, seed")
-        return await run_rate_point(
+        return await measure_rate_point(
             client,
             prompts,
-            rate=spec.rate,
-            arrivals=spec.arrivals,
-            duration_s=spec.duration_s,
-            max_concurrency=spec.max_concurrency,
-            seed=spec.seed,
-            **common,
+            spec,
+            scrape_metrics=scrape_metrics,
+            before_measured=before_measured,
+            thresholds=thresholds,
         )
-    if spec.concurrency is None or spec.rounds is None:
-        raise ValueError("a closed point needs its concurrency and rounds")
-    return await run_point(
-        client, prompts, concurrency=spec.concurrency, rounds=spec.rounds, **common
+    return await measure_closed_point(
+        client,
+        prompts,
+        spec,
+        scrape_metrics=scrape_metrics,
+        before_measured=before_measured,
+        thresholds=thresholds,
     )
 
 

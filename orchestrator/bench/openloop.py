@@ -60,6 +60,7 @@ from orchestrator.types import Arrivals
 __all__ = [
     "Slo",
     "arrival_schedule",
+    "measure_rate_point",
     "offered_rate",
     "open_loop",
     "rate_metrics",
@@ -280,13 +281,6 @@ async def run_rate_point(
     The client's connection pool must hold ``max_concurrency`` (ValueError otherwise): a
     request queued inside the client would be sent late without its lateness being seen.
     """
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    if max_concurrency > client.concurrency:
-        raise ValueError(
-            f"client pool sized {client.concurrency} < max_concurrency {max_concurrency}"
-        )
-    schedule = arrival_schedule(rate, duration_s, arrivals, seed)
     spec = PointSpec(
         context=context,
         concurrency=None,
@@ -303,12 +297,47 @@ async def run_rate_point(
         seed=seed,
         slo=slo,
     )
+    return await measure_rate_point(
+        client,
+        prompts,
+        spec,
+        scrape_metrics=scrape_metrics,
+        before_measured=before_measured,
+        thresholds=thresholds,
+        metrics_timeout=metrics_timeout,
+    )
+
+
+async def measure_rate_point(
+    client: BenchClient,
+    prompts: PromptSource,
+    spec: PointSpec,
+    *,
+    scrape_metrics: bool = False,
+    before_measured: Callable[[], Awaitable[Any]] | None = None,
+    thresholds: QualityThresholds | None = None,
+    metrics_timeout: float = 10.0,
+) -> PointResult:
+    """Measure the rate point ``spec`` (:func:`run_rate_point`'s work, from a spec already
+    made, as :func:`~orchestrator.bench.measure.measure_point` holds one); ValueError when
+    ``spec`` is not a rate point or the client's pool is smaller than its in-flight cap."""
+    rate, duration_s, arrivals = spec.rate, spec.duration_s, spec.arrivals
+    max_concurrency, seed = spec.max_concurrency, spec.seed
+    if rate is None or duration_s is None or arrivals is None or seed is None:
+        raise ValueError("a rate point needs its rate, arrivals, duration_s and seed")
+    if max_concurrency is None or max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if max_concurrency > client.concurrency:
+        raise ValueError(
+            f"client pool sized {client.concurrency} < max_concurrency {max_concurrency}"
+        )
+    schedule = arrival_schedule(rate, duration_s, arrivals, seed)
     ready = await prepare_point(
         client,
         prompts,
         spec,
         # bench_serving's warm-up: all at once (within the in-flight cap).
-        warmup_concurrency=max(1, min(warmup_requests, max_concurrency)),
+        warmup_concurrency=max(1, min(spec.warmup_requests, max_concurrency)),
         measured_requests=len(schedule),
     )
     async with measured_phase(
