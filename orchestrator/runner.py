@@ -21,9 +21,8 @@ from typing import Any
 import structlog
 
 from orchestrator import engines
-from orchestrator.bench.client import BenchClient, RequestRecord
+from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import CodingResult, run_coding
-from orchestrator.bench.matrix import PointResult
 from orchestrator.bench.problems import Problem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
@@ -69,12 +68,9 @@ from orchestrator.store import (
     HostRecord,
     PointProvenance,
     Store,
-    StoredRequest,
     SweepRecord,
     SweepResults,
     SweepState,
-    ThroughputMetrics,
-    ThroughputPoint,
     TrialPlan,
     TrialRecord,
     cell_point_key,
@@ -621,7 +617,7 @@ async def _measure(
             point.invocation_id = server.invocation_id
             point.journal_cursor_start = cursor
             point.journal_cursor_end = window.end
-            stored, requests = _throughput_point(point)
+            stored, requests = point.stored()
             await store.record_point(attempt.id, stored, requests)
             done += 1
             run.progress.update(
@@ -692,77 +688,6 @@ def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
         return problems
     wanted = set(plan.problems)
     return [p for p in problems if p.id in wanted]
-
-
-def _stored_request(record: RequestRecord) -> StoredRequest:
-    data = record.to_dict()
-    return StoredRequest(
-        sent_at=record.send_time,
-        ttft_s=record.ttft,
-        e2e_s=record.e2e,
-        prompt_tokens=record.prompt_tokens,
-        completion_tokens=record.completion_tokens,
-        finish_reason=record.finish_reason,
-        error=None if record.error is None else record.error.value,
-        warmup=record.phase == "warmup",
-        extra={
-            k: data[k]
-            for k in (
-                "tpot_s",
-                "chunks",
-                "spec_verify_ct",
-                "spec_accept_length",
-                "spec_num_correct_drafts",
-                "spec_num_proposed_drafts",
-                "http_status",
-                "error_detail",
-                "token_source",
-                "label",
-            )
-        },
-    )
-
-
-def _throughput_point(point: PointResult) -> tuple[ThroughputPoint, list[StoredRequest]]:
-    spec, c = point.spec, point.calibration
-    fields: dict[str, Any] = {
-        **point.metrics.as_fields(),
-        "calibration": {
-            "filler_words": c.filler_words,
-            "measured_tokens": c.measured_tokens,
-            "tolerance": c.tolerance,
-            "requests": c.requests,
-            "workload": c.workload,
-            "method": c.method,
-        },
-        "slo": None if spec.slo is None else spec.slo.to_dict(),
-    }
-    if spec.rate is not None:
-        fields.update(
-            arrivals=spec.arrivals,
-            seed=spec.seed,
-            duration_s=spec.duration_s,
-            max_concurrency=spec.max_concurrency,
-            arrival_schedule=list(point.schedule),
-        )
-    metrics = ThroughputMetrics.from_json(fields)
-    new = ThroughputPoint(
-        context=spec.context,
-        concurrency=spec.concurrency,
-        rate=spec.rate,
-        workload=spec.workload,
-        metrics=metrics,
-        accept=point.accept_len,
-        quality=tuple(point.flags),
-        provenance=PointProvenance(
-            invocation_id=point.invocation_id,
-            cursor_start=point.journal_cursor_start,
-            cursor_end=point.journal_cursor_end,
-            started_at=point.started_unix,
-            finished_at=point.started_unix + (point.ended_monotonic - point.started_monotonic),
-        ),
-    )
-    return new, [_stored_request(r) for r in point.requests]
 
 
 def _coding_point(result: CodingResult, invocation_id: str, started: float) -> CodingPoint:

@@ -39,7 +39,14 @@ from orchestrator.bench.stats import (
 )
 from orchestrator.engine import AcceptanceCounters, Prompt
 from orchestrator.log import get_logger
-from orchestrator.store.results import AcceptEstimate, AcceptLength
+from orchestrator.store.records import StoredRequest
+from orchestrator.store.results import (
+    AcceptEstimate,
+    AcceptLength,
+    PointProvenance,
+    ThroughputMetrics,
+    ThroughputPoint,
+)
 from orchestrator.types import Arrivals
 
 
@@ -265,6 +272,18 @@ class PointMetrics:
         return fields
 
 
+def _calibration_json(c: Calibration) -> dict[str, Any]:
+    """How a point's prompts were sized, as its JSON and its stored metrics both show it."""
+    return {
+        "filler_words": c.filler_words,
+        "measured_tokens": c.measured_tokens,
+        "tolerance": c.tolerance,
+        "requests": c.requests,
+        "workload": c.workload,
+        "method": c.method,
+    }
+
+
 @dataclass
 class PointResult:
     """One measured point, its raw requests (warm-up labelled) and provenance.
@@ -299,6 +318,47 @@ class PointResult:
             acceptlen.from_journal(samples), self.accept_len.meta_info, self.accept_len.metrics
         )
 
+    def stored_metrics(self) -> ThroughputMetrics:
+        """What the point measured, with how its prompts were sized, the slo it was judged
+        by and a rate point's schedule: the store's metrics type."""
+        spec = self.spec
+        fields: dict[str, Any] = {
+            **self.metrics.as_fields(),
+            "calibration": _calibration_json(self.calibration),
+            "slo": None if spec.slo is None else spec.slo.to_dict(),
+        }
+        if spec.rate is not None:
+            fields.update(
+                arrivals=spec.arrivals,
+                seed=spec.seed,
+                duration_s=spec.duration_s,
+                max_concurrency=spec.max_concurrency,
+                arrival_schedule=list(self.schedule),
+            )
+        return ThroughputMetrics.from_json(fields)
+
+    def stored(self) -> tuple[ThroughputPoint, list[StoredRequest]]:
+        """The point and its requests as the store keeps them: the producer returns the
+        consumer's types, so the runner that records them converts nothing."""
+        spec = self.spec
+        point = ThroughputPoint(
+            context=spec.context,
+            concurrency=spec.concurrency,
+            rate=spec.rate,
+            workload=spec.workload,
+            metrics=self.stored_metrics(),
+            accept=self.accept_len,
+            quality=tuple(self.flags),
+            provenance=PointProvenance(
+                invocation_id=self.invocation_id,
+                cursor_start=self.journal_cursor_start,
+                cursor_end=self.journal_cursor_end,
+                started_at=self.started_unix,
+                finished_at=self.started_unix + (self.ended_monotonic - self.started_monotonic),
+            ),
+        )
+        return point, [stored_request(r) for r in self.requests]
+
     def to_dict(self, *, include_requests: bool = True) -> dict[str, Any]:
         spec = self.spec
         out: dict[str, Any] = {
@@ -318,14 +378,7 @@ class PointResult:
             "slo": None if spec.slo is None else spec.slo.to_dict(),
             "arrival_schedule": list(self.schedule) if spec.rate is not None else None,
             "flags": list(self.flags),
-            "prompt_calibration": {
-                "filler_words": self.calibration.filler_words,
-                "measured_tokens": self.calibration.measured_tokens,
-                "tolerance": self.calibration.tolerance,
-                "requests": self.calibration.requests,
-                "workload": self.calibration.workload,
-                "method": self.calibration.method,
-            },
+            "prompt_calibration": _calibration_json(self.calibration),
             "started_unix": self.started_unix,
             "started_monotonic": self.started_monotonic,
             "ended_monotonic": self.ended_monotonic,
@@ -338,6 +391,36 @@ class PointResult:
         if include_requests:
             out["raw_requests"] = [r.to_dict() for r in self.requests]
         return out
+
+
+def stored_request(record: RequestRecord) -> StoredRequest:
+    """One request as the store keeps it: the fields a reader of the raw requests needs."""
+    data = record.to_dict()
+    return StoredRequest(
+        sent_at=record.send_time,
+        ttft_s=record.ttft,
+        e2e_s=record.e2e,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        finish_reason=record.finish_reason,
+        error=None if record.error is None else record.error.value,
+        warmup=record.phase == "warmup",
+        extra={
+            k: data[k]
+            for k in (
+                "tpot_s",
+                "chunks",
+                "spec_verify_ct",
+                "spec_accept_length",
+                "spec_num_correct_drafts",
+                "spec_num_proposed_drafts",
+                "http_status",
+                "error_detail",
+                "token_source",
+                "label",
+            )
+        },
+    )
 
 
 @dataclass
@@ -883,4 +966,5 @@ __all__ = [
     "quality_flags",
     "run_point",
     "steady_window",
+    "stored_request",
 ]

@@ -2,12 +2,12 @@
 
 The sweep is built from the real classes the runner writes with: request records go through
 ``bench.matrix.compute_metrics`` (so metrics and quality flags are computed, not typed in),
-accept_len through ``bench.acceptlen``, and the runner's own mapping functions turn results
-into store rows (``_throughput_point``, ``_coding_point``, ``_server_evidence``). Numbers come
-from the simulator's performance model, so throughput peaks at an interior budget like a real
-sweep. Faults are injected at the request level: failed requests, truncated outputs, a client
-that falls short of the concurrency, accept_len sources that disagree, a config that fails at
-startup, outputs that drift from the baseline.
+accept_len through ``bench.acceptlen``, and the bench's and runner's own mapping functions
+turn results into store rows (``PointResult.stored``, ``_coding_point``, ``_server_evidence``).
+Numbers come from the simulator's performance model, so throughput peaks at an interior budget
+like a real sweep. Faults are injected at the request level: failed requests, truncated
+outputs, a client that falls short of the concurrency, accept_len sources that disagree, a
+config that fails at startup, outputs that drift from the baseline.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from orchestrator.bench.prompts import Calibration
 from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.lifecycle import Server, TrialFailed
-from orchestrator.runner import _coding_point, _server_evidence, _throughput_point
+from orchestrator.runner import _coding_point, _server_evidence
 from orchestrator.sim import perfmodel
 from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
 from tests.sysdeps import apt_install
@@ -422,7 +422,7 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
                         fault=fault,
                         scale=spec.perf_scale,
                     )
-                    await store.record_point(attempt.id, *_throughput_point(result))
+                    await store.record_point(attempt.id, *result.stored())
             for coding in _coding_results(rng, config):
                 await store.record_point(
                     attempt.id, _coding_point(coding, server.invocation_id, time.time()), []
