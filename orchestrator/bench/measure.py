@@ -34,16 +34,8 @@ async def measure_point(
     """Measure ``spec``: the open loop when it has a rate (its arrivals, duration, in-flight
     cap and seed all set; ValueError otherwise), else the closed loop at its concurrency and
     rounds."""
-    if spec.rate is not None:
-        return await measure_rate_point(
-            client,
-            prompts,
-            spec,
-            scrape_metrics=scrape_metrics,
-            before_measured=before_measured,
-            thresholds=thresholds,
-        )
-    return await measure_closed_point(
+    measure = measure_rate_point if spec.rate is not None else measure_closed_point
+    return await measure(
         client,
         prompts,
         spec,
