@@ -57,7 +57,7 @@ from orchestrator.host.connect import open_host
 from orchestrator.host.transport import Transport
 from orchestrator.lifecycle import HostSession, TrialFailed, reconfigure, trial_config
 from orchestrator.log import configure_logging
-from orchestrator.runner import lifecycle_timeouts
+from orchestrator.sessions import lifecycle_timeouts
 from orchestrator.sim.gpu import GpuState
 from orchestrator.sweepfile import load_sweep
 

@@ -14,23 +14,21 @@ import contextlib
 import datetime as dt
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from orchestrator import engines
 from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.problems import Problem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
-from orchestrator.host import gpu, systemd
+from orchestrator.host import gpu
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
-from orchestrator.host.handle import HostHandle
 from orchestrator.hostloop import (
     RESTORE_ATTEMPTS_AFTER_LOSS,
     NoProgress,
@@ -44,9 +42,7 @@ from orchestrator.hostloop import (
 )
 from orchestrator.lifecycle import (
     RESTORE_ATTEMPTS,
-    EventSink,
     HostSession,
-    LifecycleTimeouts,
     Server,
     TrialDropin,
     TrialFailed,
@@ -56,11 +52,16 @@ from orchestrator.lifecycle import (
     trial_config,
 )
 from orchestrator.log import get_logger
-from orchestrator.plan import Trial, space_trials
-from orchestrator.preflight import HostCheck, check_host, mapped_flags
+from orchestrator.plan import Trial
+from orchestrator.preflight import HostCheck, check_sweep_host
 from orchestrator.running import RunningServer
 from orchestrator.search.budget import RestartBudget
 from orchestrator.search.deadline import local_deadline
+from orchestrator.sessions import (
+    backup_to_snapshot,
+    host_session,
+    snapshot_to_backup,
+)
 from orchestrator.store import (
     Attempt,
     CodingPoint,
@@ -103,36 +104,6 @@ class SweepOutcome:
     @property
     def all_succeeded(self) -> bool:
         return self.state == "done" and self.sweep_results.all_succeeded
-
-
-def host_session(
-    sweep: Sweep, host: HostSpec, handle: HostHandle, *, unit: str, events: EventSink
-) -> HostSession:
-    """The lifecycle's view of one of ``sweep``'s hosts over ``handle``: the same for a trial
-    and for a restore by hand or after a crash."""
-    return HostSession(
-        host=handle,
-        unit=unit,
-        base_url=str(host.base_url).rstrip("/"),
-        api=sweep.benchmark.api,
-        model=sweep.server.model,
-        gpus=tuple(host.gpus) if host.gpus else None,
-        timeouts=lifecycle_timeouts(sweep),
-        events=events,
-        engine=engines.get(sweep.engine),
-    )
-
-
-def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
-    """The restart protocol's bounds from a sweep file's ``timeouts``."""
-    t = sweep.timeouts
-    return LifecycleTimeouts(
-        stop=t.stop,
-        memory_release=t.memory_release,
-        ready=t.ready,
-        command=t.connect,
-        probe_request=min(t.probe, t.request),
-    )
 
 
 @dataclass
@@ -342,25 +313,8 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
 async def _preflight(run: _SweepRun, host: HostSpec, session: HostSession) -> HostCheck:
     """Everything about the host that can be known before anything on it changes, every
     config of the space asked of the host's own engine (:mod:`orchestrator.preflight`)."""
-    sweep = run.sweep
-    knobs = host.effective_knobs(sweep.server.knobs)
     run.progress.update(host.name, step="preflight", trial=None, config=None)
-    check = await check_host(
-        session.host,
-        unit=sweep.server.unit,
-        flags=mapped_flags(knobs, sweep.server.extra_flags),
-        gpus=host.gpus,
-        command_timeout=sweep.timeouts.connect,
-        model=sweep.server.model,
-        api=sweep.benchmark.api,
-        base_url=session.base_url,
-        extra_flags=sweep.server.extra_flags,
-        metrics=sweep.server.metrics,
-        trials=space_trials(sweep, host.name),
-        knobs=knobs,
-        environment=sweep.server.environment,
-        engine=session.engine,
-    )
+    check = await check_sweep_host(session.host, run.sweep, host, engine=session.engine)
     await session.events("preflight", **check.to_json())
     return check
 
@@ -373,37 +327,6 @@ async def _set_aside(
     for trial in trials:
         await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})
     get_logger(host=host.name).warning("host.set_aside", reason=reason)
-
-
-def snapshot_to_backup(
-    snapshot: systemd.UnitSnapshot,
-) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
-    files[snapshot.dropin_path] = snapshot.dropin_before
-    state = dict(snapshot.state.raw)
-    state["__dropin_path"] = snapshot.dropin_path
-    state["__dropin_dir_existed"] = "yes" if snapshot.dropin_dir_existed else "no"
-    state["__dropin_mode"] = oct(snapshot.dropin_mode)
-    return files, state
-
-
-def backup_to_snapshot(
-    unit: str, files: Mapping[str, bytes | None], state: Mapping[str, str]
-) -> systemd.UnitSnapshot:
-    raw = {k: v for k, v in state.items() if not k.startswith("__")}
-    dropin = state["__dropin_path"]
-    decoded = dict(files)
-    return systemd.UnitSnapshot(
-        unit=unit,
-        state=systemd.unit_state(raw),
-        files=tuple(
-            systemd.FileBytes(p, d) for p, d in decoded.items() if d is not None and p != dropin
-        ),
-        dropin_path=dropin,
-        dropin_before=decoded.get(dropin),
-        dropin_dir_existed=state["__dropin_dir_existed"] == "yes",
-        dropin_mode=int(state["__dropin_mode"], 8),
-    )
 
 
 async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:

@@ -27,7 +27,7 @@ from orchestrator.host.errors import HostError
 from orchestrator.lifecycle import TrialFailed, failure_from, reconfigure, restore, trial_config
 from orchestrator.log import get_logger
 from orchestrator.plan import trial_key
-from orchestrator.runner import host_session, snapshot_to_backup
+from orchestrator.sessions import host_session, snapshot_to_backup
 from orchestrator.store import BackupPending, Store, SweepRecord
 from orchestrator.sweepfile import HostSpec, Sweep
 

@@ -21,7 +21,7 @@ from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import restore_retrying
 from orchestrator.log import get_logger
-from orchestrator.runner import backup_to_snapshot, host_session
+from orchestrator.sessions import backup_to_snapshot, host_session
 from orchestrator.store import Store, SweepRecord, UnitBackup
 from orchestrator.sweepfile import parse_sweep
 

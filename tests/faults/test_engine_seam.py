@@ -16,7 +16,7 @@ from typing import Any
 from orchestrator.engines.sglang.engine import SGLANG
 from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import HostSession, reconfigure, restore, trial_config
-from orchestrator.runner import lifecycle_timeouts
+from orchestrator.sessions import lifecycle_timeouts
 from orchestrator.sim.host import UNIT_NAME
 from orchestrator.sweepfile import parse_sweep
 from tests.faults.harness import HEALTHY, assert_restored, fault_host, sweep_yaml

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import HostSession, restore
-from orchestrator.runner import lifecycle_timeouts
+from orchestrator.sessions import lifecycle_timeouts
 from orchestrator.sim.host import UNIT_NAME
 from orchestrator.sweepfile import parse_sweep
 from tests.faults.harness import (
