@@ -334,14 +334,21 @@ async def _load_or_take_backup(run: _SweepRun, session: HostSession) -> None:
     must not take the host's current, changed state for the original)."""
     backup = await run.store.get_unit_backup(run.record.id, session.name, session.unit)
     if backup is not None:
-        session.found = backup_to_snapshot(session.unit, backup.files, backup.state)
+        session.found = backup_to_snapshot(backup)
         session.baseline = await _stored_baseline(run, session.name)
         await session.events("backup.loaded", baseline=session.baseline is not None)
         return
     snapshot = await session.read_found()
-    files, state = snapshot_to_backup(snapshot)
-    await run.store.save_unit_backup(run.record.id, session.name, session.unit, files, state)
-    await session.events("backup.saved", files=sorted(files))
+    stored = snapshot_to_backup(snapshot)
+    await run.store.save_unit_backup(
+        run.record.id,
+        session.name,
+        session.unit,
+        stored.files,
+        stored.state,
+        dropin=stored.dropin,
+    )
+    await session.events("backup.saved", files=sorted(stored.files))
 
 
 async def _stored_baseline(run: _SweepRun, host: str) -> gpu.Baseline | None:

@@ -4,20 +4,20 @@ The runner, the daemon's restore and adopt all build a host's :class:`HostSessio
 sweep file the same way, and read and write the backup of its unit the same way: here, not in
 the runner, so the daemon needs nothing of the runner to put a host back.
 
-The store keeps a backup as the unit's files (path -> bytes, None where a file did not exist)
-and its state (``systemctl show``'s properties); where our drop-in goes, whether its
-directory existed and its mode ride in that state under the reserved ``__dropin_*`` keys, a
-format stores already written keep.
+The store keeps a backup as the unit's files (path -> bytes, None where a file did not exist),
+its state (``systemctl show``'s properties, nothing else) and our drop-in's slot (where it
+goes, whether its directory existed, its mode) in a column of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 
 from orchestrator import engines
 from orchestrator.host import systemd
 from orchestrator.host.handle import HostHandle
 from orchestrator.lifecycle import EventSink, HostSession, LifecycleTimeouts
+from orchestrator.store import DropinSlot, UnitBackup
 from orchestrator.sweepfile import HostSpec, Sweep
 
 
@@ -51,35 +51,49 @@ def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
     )
 
 
-def snapshot_to_backup(
-    snapshot: systemd.UnitSnapshot,
-) -> tuple[dict[str, bytes | None], dict[str, str]]:
+@dataclass(frozen=True, slots=True)
+class StoredUnit:
+    """A unit as found, in the store's terms: its files (None where one did not exist, so a
+    restore deletes it), ``systemctl show``'s state, and our drop-in's slot."""
+
+    files: dict[str, bytes | None]
+    state: dict[str, str]
+    dropin: DropinSlot
+
+
+def snapshot_to_backup(snapshot: systemd.UnitSnapshot) -> StoredUnit:
+    """What the store keeps of ``snapshot`` (the drop-in's own bytes as found among the
+    files: absent, None, when the sweep will create it)."""
     files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
     files[snapshot.dropin_path] = snapshot.dropin_before
-    state = dict(snapshot.state.raw)
-    state["__dropin_path"] = snapshot.dropin_path
-    state["__dropin_dir_existed"] = "yes" if snapshot.dropin_dir_existed else "no"
-    state["__dropin_mode"] = oct(snapshot.dropin_mode)
-    return files, state
+    slot = DropinSlot(snapshot.dropin_path, snapshot.dropin_dir_existed, snapshot.dropin_mode)
+    return StoredUnit(files, dict(snapshot.state.raw), slot)
 
 
-def backup_to_snapshot(
-    unit: str, files: Mapping[str, bytes | None], state: Mapping[str, str]
-) -> systemd.UnitSnapshot:
-    raw = {k: v for k, v in state.items() if not k.startswith("__")}
-    dropin = state["__dropin_path"]
-    decoded = dict(files)
+def backup_to_snapshot(backup: UnitBackup) -> systemd.UnitSnapshot:
+    """The unit as found, read back from its backup."""
+    if backup.dropin is None:
+        raise ValueError(f"the backup of {backup.unit} on {backup.host} has no drop-in slot")
+    slot = backup.dropin
     return systemd.UnitSnapshot(
-        unit=unit,
-        state=systemd.unit_state(raw),
+        unit=backup.unit,
+        state=systemd.unit_state(backup.state),
         files=tuple(
-            systemd.FileBytes(p, d) for p, d in decoded.items() if d is not None and p != dropin
+            systemd.FileBytes(p, d)
+            for p, d in backup.files.items()
+            if d is not None and p != slot.path
         ),
-        dropin_path=dropin,
-        dropin_before=decoded.get(dropin),
-        dropin_dir_existed=state["__dropin_dir_existed"] == "yes",
-        dropin_mode=int(state["__dropin_mode"], 8),
+        dropin_path=slot.path,
+        dropin_before=backup.files.get(slot.path),
+        dropin_dir_existed=slot.dir_existed,
+        dropin_mode=slot.mode,
     )
 
 
-__all__ = ["backup_to_snapshot", "host_session", "lifecycle_timeouts", "snapshot_to_backup"]
+__all__ = [
+    "StoredUnit",
+    "backup_to_snapshot",
+    "host_session",
+    "lifecycle_timeouts",
+    "snapshot_to_backup",
+]

@@ -31,7 +31,6 @@ from orchestrator.sessions import host_session, snapshot_to_backup
 from orchestrator.store import BackupPending, Store, SweepRecord
 from orchestrator.sweepfile import HostSpec, Sweep
 
-ADOPTED_MARK = "__adopted"
 """Set in an adopt's backup state (to the adopted config's label): its undo restores the unit
 as found and running as found, whatever the sweep's own restore policy says."""
 
@@ -112,9 +111,16 @@ async def adopt_host(
                 )
             except ExtraFlagConflict as conflict:
                 raise AdoptRefused(f"{host.name}: {conflict}") from conflict
-            files, state = snapshot_to_backup(found)
-            state[ADOPTED_MARK] = key
-            await store.rearm_unit_backup(record.id, host.name, unit, files, state)
+            stored = snapshot_to_backup(found)
+            await store.rearm_unit_backup(
+                record.id,
+                host.name,
+                unit,
+                stored.files,
+                stored.state,
+                dropin=stored.dropin,
+                adopted=key,
+            )
             await events("adopt.begin", trial=key, dropin=target)
             try:
                 server = await reconfigure(session, trial)

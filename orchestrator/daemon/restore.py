@@ -15,7 +15,6 @@ from typing import Any, Literal
 import structlog
 
 from orchestrator.api import RestoreOutcome
-from orchestrator.daemon.adopt import ADOPTED_MARK
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
@@ -58,9 +57,9 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
 
     try:
         session = host_session(sweep, host, handle, unit=backup.unit, events=events)
-        session.found = backup_to_snapshot(backup.unit, backup.files, backup.state)
+        session.found = backup_to_snapshot(backup)
         # Undoing an adopt puts the unit back running as adopt found it.
-        policy = "as-found" if ADOPTED_MARK in backup.state else sweep.policy.restore
+        policy = "as-found" if backup.adopted else sweep.policy.restore
         foreign = await restore_retrying(session, policy)
     finally:
         await handle.close()

@@ -28,6 +28,7 @@ from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
 from orchestrator.store.records import (
     Attempt,
     AttemptState,
+    DropinSlot,
     EventRecord,
     HostEntry,
     HostRecord,
@@ -413,10 +414,19 @@ class Store:
         unit: str,
         files: Mapping[str, bytes | None],
         state: Mapping[str, str],
+        *,
+        dropin: DropinSlot | None = None,
     ) -> UnitBackup:
         """Keep the unit as found, once per sweep: a second call returns the first backup."""
         return await self._run(
-            ops.save_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
+            ops.save_unit_backup,
+            sweep_id,
+            host,
+            unit,
+            dict(files),
+            dict(state),
+            self._clock(),
+            dropin,
         )
 
     async def rearm_unit_backup(
@@ -426,10 +436,22 @@ class Store:
         unit: str,
         files: Mapping[str, bytes | None],
         state: Mapping[str, str],
+        *,
+        dropin: DropinSlot | None = None,
+        adopted: str | None = None,
     ) -> UnitBackup:
-        """The unit as found now becomes the host's pending backup (see ``ops``)."""
+        """The unit as found now becomes the host's pending backup (see ``ops``); ``adopted``
+        is the trial key adopt installs as the unit's lasting config."""
         return await self._run(
-            ops.rearm_unit_backup, sweep_id, host, unit, dict(files), dict(state), self._clock()
+            ops.rearm_unit_backup,
+            sweep_id,
+            host,
+            unit,
+            dict(files),
+            dict(state),
+            self._clock(),
+            dropin,
+            adopted,
         )
 
     async def get_unit_backup(self, sweep_id: int, host: str, unit: str) -> UnitBackup | None:

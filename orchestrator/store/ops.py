@@ -32,6 +32,7 @@ from orchestrator.store.records import (
     TERMINAL_SWEEP_STATES,
     Attempt,
     AttemptState,
+    DropinSlot,
     EventRecord,
     HostEntry,
     HostRecord,
@@ -125,7 +126,10 @@ _POINT_COLUMNS = (
     "quality, invocation_id, cursor_start, cursor_end, started_at, finished_at, committed_at, "
     "rate, workload"
 )
-_BACKUP_COLUMNS = "id, sweep_id, host, unit, files, state, taken_at, restored_at"
+_BACKUP_COLUMNS = "id, sweep_id, host, unit, files, state, taken_at, restored_at, dropin, adopted"
+_LEGACY_DROPIN = ("__dropin_path", "__dropin_dir_existed", "__dropin_mode")
+_LEGACY_ADOPTED = "__adopted"
+"""The reserved keys a backup's state held before version 6 gave them their own columns."""
 
 
 def _sweep(row: sqlite3.Row) -> SweepRecord:
@@ -225,6 +229,17 @@ def _event(row: sqlite3.Row) -> EventRecord:
 
 def _backup(row: sqlite3.Row) -> UnitBackup:
     files = from_json(row["files"])
+    state: dict[str, str] = dict(from_json(row["state"]))
+    dropin = _dropin_slot(from_json(row["dropin"])) if row["dropin"] is not None else None
+    if dropin is None and "__dropin_path" in state:  # written before version 6
+        dropin = DropinSlot(
+            state["__dropin_path"],
+            state.get("__dropin_dir_existed") == "yes",
+            int(state.get("__dropin_mode", "0o644"), 8),
+        )
+    adopted = row["adopted"] if row["adopted"] is not None else state.get(_LEGACY_ADOPTED)
+    for key in (*_LEGACY_DROPIN, _LEGACY_ADOPTED):
+        state.pop(key, None)
     return UnitBackup(
         id=row["id"],
         sweep_id=row["sweep_id"],
@@ -234,10 +249,16 @@ def _backup(row: sqlite3.Row) -> UnitBackup:
             path: None if content is None else base64.b64decode(content)
             for path, content in files.items()
         },
-        state=from_json(row["state"]),
+        state=state,
         taken_at=row["taken_at"],
         restored_at=row["restored_at"],
+        dropin=dropin,
+        adopted=adopted,
     )
+
+
+def _dropin_slot(data: Mapping[str, Any]) -> DropinSlot:
+    return DropinSlot(str(data["path"]), bool(data["dir_existed"]), int(data["mode"]))
 
 
 # --- sweeps ---------------------------------------------------------------------------------
@@ -796,14 +817,16 @@ def save_unit_backup(
     files: Mapping[str, bytes | None],
     state: Mapping[str, str],
     now: float,
+    dropin: DropinSlot | None = None,
 ) -> UnitBackup:
     """The first backup of a unit in a sweep wins: a resumed run never backs up its own changes."""
     encoded = _encoded_files(files)
+    slot = None if dropin is None else to_json(dropin.to_json())
     with write_transaction(conn):
         conn.execute(
-            "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO NOTHING",
-            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now),
+            "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at, dropin) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO NOTHING",
+            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now, slot),
         )
         row = _backup_row(conn, sweep_id, host, unit)
     assert row is not None
@@ -818,6 +841,8 @@ def rearm_unit_backup(
     files: Mapping[str, bytes | None],
     state: Mapping[str, str],
     now: float,
+    dropin: DropinSlot | None = None,
+    adopted: str | None = None,
 ) -> UnitBackup:
     """Keep the unit as found NOW as the sweep's pending backup of ``host`` (what ``adopt``
     changes is undone by ``restore`` to this). Refused while an earlier backup of the host is
@@ -829,12 +854,14 @@ def rearm_unit_backup(
         ).fetchone()
         if pending is not None:
             raise BackupPending(host, int(pending[0]))
+        slot = None if dropin is None else to_json(dropin.to_json())
         conn.execute(
-            "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO UPDATE SET "
+            "INSERT INTO unit_backups "
+            "(sweep_id, host, unit, files, state, taken_at, dropin, adopted) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO UPDATE SET "
             "files = excluded.files, state = excluded.state, taken_at = excluded.taken_at, "
-            "restored_at = NULL",
-            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now),
+            "dropin = excluded.dropin, adopted = excluded.adopted, restored_at = NULL",
+            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now, slot, adopted),
         )
         row = _backup_row(conn, sweep_id, host, unit)
     assert row is not None

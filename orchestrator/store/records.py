@@ -314,6 +314,19 @@ class EventRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DropinSlot:
+    """Where our drop-in goes on a unit, as found: its path, whether its directory existed
+    and the mode to put back (a restore removes what the sweep created, nothing more)."""
+
+    path: str
+    dir_existed: bool
+    mode: int
+
+    def to_json(self) -> JsonObject:
+        return {"path": self.path, "dir_existed": self.dir_existed, "mode": self.mode}
+
+
+@dataclass(frozen=True, slots=True)
 class UnitBackup:
     """A unit's files and state as found before the sweep touched it.
 
@@ -329,3 +342,8 @@ class UnitBackup:
     state: dict[str, str]
     taken_at: float
     restored_at: float | None
+    dropin: DropinSlot | None = None
+    """Where our drop-in goes (None only for a backup taken without one)."""
+    adopted: str | None = None
+    """The trial key ``adopt`` installed as the unit's lasting config, when the backup was
+    re-armed by adopt (a restore then puts the unit back as found, whatever the policy)."""

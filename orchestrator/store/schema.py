@@ -206,7 +206,19 @@ _V5 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = Migration(
+    version=6,
+    summary="a unit backup's drop-in slot and adopt's mark in their own columns",
+    # NULL for backups written before: their state holds the same under reserved keys
+    # (__dropin_path, __dropin_dir_existed, __dropin_mode, __adopted), which readers take out.
+    statements=(
+        "ALTER TABLE unit_backups ADD COLUMN dropin TEXT "
+        "CHECK (dropin IS NULL OR json_valid(dropin))",
+        "ALTER TABLE unit_backups ADD COLUMN adopted TEXT",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

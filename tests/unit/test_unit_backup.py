@@ -1,0 +1,79 @@
+"""A unit's backup as the store keeps it: files, systemctl's state and nothing else in it, the
+drop-in's slot and adopt's mark in their own columns; backups written before version 6 (the
+slot and the mark under reserved keys of the state) read back the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.host import systemd
+from orchestrator.sessions import backup_to_snapshot, snapshot_to_backup
+from orchestrator.store import DropinSlot, Store
+
+SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
+DROPIN = "/etc/systemd/system/sglang.service.d/90-orchestrator.conf"
+SNAPSHOT = systemd.UnitSnapshot(
+    unit="sglang.service",
+    state=systemd.unit_state({"ActiveState": "active", "SubState": "running"}),
+    files=(systemd.FileBytes("/etc/systemd/system/sglang.service", b"[Service]\nExecStart=x\n"),),
+    dropin_path=DROPIN,
+    dropin_before=None,
+    dropin_dir_existed=False,
+    dropin_mode=0o640,
+)
+
+
+async def test_a_backup_round_trips_typed_with_nothing_reserved_in_its_state(
+    tmp_path: Path,
+) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        stored = snapshot_to_backup(SNAPSHOT)
+        await store.save_unit_backup(
+            sweep.id, "h1", "sglang.service", stored.files, stored.state, dropin=stored.dropin
+        )
+        backup = await store.get_unit_backup(sweep.id, "h1", "sglang.service")
+    assert backup is not None
+    assert backup.dropin == DropinSlot(DROPIN, False, 0o640) and backup.adopted is None
+    assert not any(key.startswith("__") for key in backup.state)
+    assert backup_to_snapshot(backup) == SNAPSHOT
+
+
+async def test_a_backup_written_before_version_6_reads_back_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with await Store.open(path) as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        stored = snapshot_to_backup(SNAPSHOT)
+        legacy = {
+            **stored.state,
+            "__dropin_path": DROPIN,
+            "__dropin_dir_existed": "no",
+            "__dropin_mode": oct(0o640),
+            "__adopted": "h1.budget-8.abc",
+        }
+        await store.save_unit_backup(sweep.id, "h1", "sglang.service", stored.files, legacy)
+        backup = await store.get_unit_backup(sweep.id, "h1", "sglang.service")
+    assert backup is not None
+    assert backup.dropin == DropinSlot(DROPIN, False, 0o640)
+    assert backup.adopted == "h1.budget-8.abc"
+    assert not any(key.startswith("__") for key in backup.state)
+    assert backup_to_snapshot(backup) == SNAPSHOT
+
+
+async def test_adopt_s_mark_has_its_own_column(tmp_path: Path) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        stored = snapshot_to_backup(SNAPSHOT)
+        await store.rearm_unit_backup(
+            sweep.id,
+            "h1",
+            "sglang.service",
+            stored.files,
+            stored.state,
+            dropin=stored.dropin,
+            adopted="h1.budget-8.abc",
+        )
+        (pending,) = await store.pending_restores(sweep_id=sweep.id)
+    assert pending.adopted == "h1.budget-8.abc" and pending.dropin == stored.dropin
+    assert json.dumps(pending.state).count("__") == 0
