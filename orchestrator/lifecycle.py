@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
@@ -329,6 +329,39 @@ class HostSession:
         return self.found
 
 
+TimelineStep = Literal[
+    "begin",
+    "dropin_installed",
+    "stop_requested",
+    "stopped",
+    "memory_released",
+    "start_requested",
+    "started",
+    "ready",
+]
+"""The restart protocol's steps, in order, as a timeline stamps them."""
+
+
+@dataclass
+class Timeline:
+    """When each step of one restart happened (Unix time): what the report's lifecycle table
+    and the attempt's evidence show, stamped as the protocol goes."""
+
+    stamps: dict[TimelineStep, float] = field(default_factory=dict)
+
+    def mark(self, step: TimelineStep) -> float:
+        """Stamp ``step`` now; returns the stamp."""
+        self.stamps[step] = time.time()
+        return self.stamps[step]
+
+    def span(self, start: TimelineStep, end: TimelineStep) -> float:
+        """Seconds from ``start`` to ``end`` (both stamped)."""
+        return self.stamps[end] - self.stamps[start]
+
+    def to_json(self) -> dict[str, float]:
+        return {step: stamp for step, stamp in self.stamps.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Server:
     """A server proven to run a trial's config: the NEW process, with what identifies it."""
@@ -339,7 +372,7 @@ class Server:
     invocation_id: str
     main_pid: int
     start_cursor: str | None
-    timeline: Mapping[str, float]
+    timeline: Timeline
     overridden: tuple[ConfigDifference, ...]
     server_info: Mapping[str, Any]
     provenance: Provenance
@@ -352,7 +385,8 @@ async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:
     :func:`failure_from`); the unit is never started while GPU memory is still held.
     """
     log = get_logger(host=session.name, sweep=trial.sweep, trial=trial.key)
-    timeline: dict[str, float] = {"begin": time.time()}
+    timeline = Timeline()
+    timeline.mark("begin")
     t = session.timeouts
     try:
         await session.read_found()
@@ -365,7 +399,7 @@ async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:
             path=trial.dropin_path,
             timeout=t.command,
         )
-        timeline["dropin_installed"] = time.time()
+        timeline.mark("dropin_installed")
         await session.events("dropin.installed", trial=trial.key)
         server = await restart_clean(session, trial.readiness, timeline)
     except HostError as exc:
@@ -375,7 +409,7 @@ async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:
 
 
 async def restart_clean(
-    session: HostSession, readiness: Readiness, timeline: dict[str, float] | None = None
+    session: HostSession, readiness: Readiness, timeline: Timeline | None = None
 ) -> Server:
     """Restart the unit cleanly and prove the NEW process ready: the protocol's steps 4-11,
     shared by a trial (its config to prove) and a restore (:data:`AS_FOUND`).
@@ -385,7 +419,7 @@ async def restart_clean(
     (one rule: :func:`needs_reset_failed`); start; then readiness as ``readiness`` asks.
     Raises :class:`TrialFailed` (host errors mapped by :func:`failure_from`).
     """
-    timeline = {} if timeline is None else timeline
+    timeline = Timeline() if timeline is None else timeline
     t = session.timeouts
     try:
         old = await session.control.show(session.unit, timeout=t.command)
@@ -435,27 +469,27 @@ async def last_cursor(transport: Transport, unit: str, timeout: float) -> str | 
     return entries[-1].cursor if entries else None
 
 
-async def _stop(session: HostSession, old: systemd.UnitState, timeline: dict[str, float]) -> None:
+async def _stop(session: HostSession, old: systemd.UnitState, timeline: Timeline) -> None:
     t = session.timeouts
-    timeline["stop_requested"] = time.time()
+    timeline.mark("stop_requested")
     await session.events(
         "unit.stopping", invocation=old.invocation_id, main_pid=old.main_pid, state=old.active_state
     )
     # A stop job past its bound, or one that failed, is ``stop-timeout`` (its error's cause).
     await session.control.stop(session.unit, timeout=t.stop)
-    timeline["stopped"] = time.time()
+    timeline.mark("stopped")
     # A stop job is "done" even when systemd had to SIGKILL (Result=timeout) or processes
     # stayed around after it: the result is the evidence of what the memory wait faces next.
     after = await session.control.show(session.unit, ("Result", "ActiveState"), timeout=t.command)
     await session.events(
         "unit.stopped",
-        waited_s=round(timeline["stopped"] - timeline["stop_requested"], 3),
+        waited_s=round(timeline.span("stop_requested", "stopped"), 3),
         result=after.result,
         state=after.active_state,
     )
 
 
-async def _wait_memory_released(session: HostSession, timeline: dict[str, float]) -> None:
+async def _wait_memory_released(session: HostSession, timeline: Timeline) -> None:
     t = session.timeouts
     assert session.baseline is not None
 
@@ -489,22 +523,22 @@ async def _wait_memory_released(session: HostSession, timeline: dict[str, float]
             f"GPU memory still held after {exc.waited_s:.1f}s; the unit was not started",
             evidence=exc.evidence,
         ) from exc
-    timeline["memory_released"] = time.time()
+    timeline.mark("memory_released")
     await session.events(
         "memory.released",
-        waited_s=round(timeline["memory_released"] - timeline["stopped"], 3),
+        waited_s=round(timeline.span("stopped", "memory_released"), 3),
         excess_mib=dict(status.excess_mib),
         method=status.method,
     )
 
 
 async def _start(
-    session: HostSession, old_invocation: str | None, cursor: str | None, timeline: dict[str, float]
+    session: HostSession, old_invocation: str | None, cursor: str | None, timeline: Timeline
 ) -> systemd.UnitState:
     """``systemctl start``, never run twice: after a dropped connection the unit's InvocationID
     says whether the start happened."""
     t = session.timeouts
-    timeline["start_requested"] = time.time()
+    timeline.mark("start_requested")
     await session.events("unit.starting")
     try:
         await session.control.start(session.unit, timeout=t.command)
@@ -541,7 +575,7 @@ async def _start(
         if time.monotonic() > deadline:
             raise TrialFailed("exited", "the unit has no new invocation after start")
         await asyncio.sleep(t.start_poll)
-    timeline["started"] = time.time()
+    timeline.mark("started")
     await session.events("unit.started", invocation=state.invocation_id, main_pid=state.main_pid)
     return state
 
@@ -587,7 +621,7 @@ async def _await_ready(
     readiness: Readiness,
     started: systemd.UnitState,
     cursor: str | None,
-    timeline: dict[str, float],
+    timeline: Timeline,
 ) -> Server:
     """Watch the journal, the unit state and the HTTP API at once until the new process has
     proven itself, or one of them shows it cannot."""
@@ -737,7 +771,7 @@ async def _server(
     cursor: str | None,
     info: Mapping[str, Any],
     check: ConfigCheck,
-    timeline: dict[str, float],
+    timeline: Timeline,
     init_events: tuple[InitEvent, ...] = (),
 ) -> Server:
     """The last proofs: same invocation still running, config as asked. Then the Server."""
@@ -760,7 +794,7 @@ async def _server(
             invocation_id=started.invocation_id,
             evidence={"mismatches": mismatches},
         )
-    timeline["ready"] = time.time()
+    timeline.mark("ready")
     identities = await _gpu_identities(session)
     asked = readiness.invocation
     provenance = session.engine.build_provenance(
@@ -776,7 +810,7 @@ async def _server(
         "server.ready",
         invocation=started.invocation_id,
         main_pid=state.main_pid,
-        load_s=round(timeline["ready"] - timeline["started"], 3),
+        load_s=round(timeline.span("started", "ready"), 3),
         overridden=[
             {"knob": d.knob, "expected": d.expected, "actual": d.actual, "why": d.reason}
             for d in check.overridden
@@ -790,7 +824,7 @@ async def _server(
         invocation_id=started.invocation_id,
         main_pid=state.main_pid,
         start_cursor=cursor,
-        timeline=dict(timeline),
+        timeline=timeline,
         overridden=tuple(check.overridden),
         server_info=dict(info),
         provenance=provenance,

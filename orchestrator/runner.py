@@ -483,7 +483,7 @@ def _server_evidence(server: Server) -> dict[str, Any]:
     return {
         "invocation_id": server.invocation_id,
         "main_pid": server.main_pid,
-        "timeline": dict(server.timeline),
+        "timeline": server.timeline.to_json(),
         "provenance": server.provenance.to_json(),
         "overridden": [
             {
