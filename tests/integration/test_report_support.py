@@ -33,7 +33,7 @@ from orchestrator.bench.matrix import PointResult, PointSpec, QualityThresholds,
 from orchestrator.bench.prompts import Calibration
 from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.lifecycle import Server, TrialFailed
+from orchestrator.lifecycle import Server, Timeline, TrialFailed
 from orchestrator.runner import _coding_point, _server_evidence
 from orchestrator.sim import perfmodel
 from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
@@ -317,16 +317,18 @@ def _server(spec: SweepSpec, config: ConfigSpec, host: str, begin: float) -> Ser
         invocation_id=f"inv-{host}-{begin:.0f}",
         main_pid=4242,
         start_cursor=None,
-        timeline={
-            "begin": begin,
-            "dropin_installed": begin + 0.05,
-            "stop_requested": begin + 0.1,
-            "stopped": begin + 3.4,
-            "memory_released": begin + 9.1,
-            "start_requested": begin + 9.2,
-            "started": begin + 9.3,
-            "ready": begin + 71.8 + (12.0 if config.config else 0.0),
-        },
+        timeline=Timeline(
+            {
+                "begin": begin,
+                "dropin_installed": begin + 0.05,
+                "stop_requested": begin + 0.1,
+                "stopped": begin + 3.4,
+                "memory_released": begin + 9.1,
+                "start_requested": begin + 9.2,
+                "started": begin + 9.3,
+                "ready": begin + 71.8 + (12.0 if config.config else 0.0),
+            }
+        ),
         overridden=config.overridden,
         server_info=info,
         provenance=build_provenance(
