@@ -143,9 +143,9 @@ class WireRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class Reply:
     """What a finished generation said. ``content`` is None when the response carried no text
-    at all (a shape the dialect does not know), as opposed to an empty answer."""
+    at all (a shape the dialect does not know), as opposed to an empty reply."""
 
     content: str | None
     reasoning_content: str | None
@@ -186,10 +186,10 @@ class StreamParse:
             self.error, self.error_detail = kind, detail
         return self
 
-    def answer(self) -> Answer:
-        """The streamed text as one answer (reasoning None when the server sent none)."""
+    def reply(self) -> Reply:
+        """The streamed text as one reply (reasoning None when the server sent none)."""
         reasoning = "".join(self.reasoning_parts)
-        return Answer(
+        return Reply(
             content="".join(self.content_parts),
             reasoning_content=reasoning or None,
             finish_reason=self.finish_reason,
@@ -231,7 +231,7 @@ class Dialect(Protocol):
         """The request for one generation."""
         ...
 
-    def parse_final(self, data: Any) -> Answer:
+    def parse_final(self, data: Any) -> Reply:
         """A non-streamed response body (decoded JSON); ResponseShapeError if not an object."""
         ...
 

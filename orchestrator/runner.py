@@ -22,7 +22,7 @@ import structlog
 
 from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import CodingResult, run_coding
-from orchestrator.bench.problems import Problem
+from orchestrator.bench.problems import CodingProblem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
 from orchestrator.host import gpu
@@ -570,7 +570,7 @@ async def _measure_coding(
     running: RunningServer,
     client: BenchClient,
     attempt: Attempt,
-    problems: Sequence[Problem],
+    problems: Sequence[CodingProblem],
     done: int,
     total: int,
 ) -> None:
@@ -607,7 +607,7 @@ def _cell_step(cell: MatrixCell) -> str:
     return step if cell.workload == SYNTHETIC_WORKLOAD else f"{step}, {cell.workload}"
 
 
-def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[Problem]:
+def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[CodingProblem]:
     """The coding problems the plan names, read from the sweep's problem file now (a file that
     cannot be read fails the attempt here, with the error as evidence); a plan that names none
     while the sweep has coding (stored when the file could not be read) takes the file's."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.bench.problems import (
-    Problem,
+    CodingProblem,
     ProblemFileError,
     builtin_problems,
     load_problem_file,
@@ -37,7 +37,7 @@ from orchestrator.store import (
 from orchestrator.sweepfile import Sweep
 
 
-def sweep_problems(sweep: Sweep) -> list[Problem]:
+def sweep_problems(sweep: Sweep) -> list[CodingProblem]:
     """The coding anchor's problems as the sweep selects them (its file read now)."""
     assert sweep.coding is not None
     spec = sweep.coding

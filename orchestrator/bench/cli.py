@@ -39,7 +39,7 @@ from orchestrator.bench.matrix import (
 from orchestrator.bench.measure import measure_point
 from orchestrator.bench.openloop import arrival_schedule
 from orchestrator.bench.problems import (
-    Problem,
+    CodingProblem,
     ProblemFileError,
     builtin_problems,
     load_problem_file,
@@ -637,7 +637,7 @@ def _print_table(points: list[PointResult]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def _load_problems(path: Path | None, ids: list[str] | None) -> list[Problem]:
+def _load_problems(path: Path | None, ids: list[str] | None) -> list[CodingProblem]:
     problems = builtin_problems() if path is None else load_problem_file(path)
     return select(problems, ids) if ids else problems
 
@@ -760,7 +760,7 @@ def run_document(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
 
 async def run_async(
     args: argparse.Namespace,
-    problems: list[Problem] | None = None,
+    problems: list[CodingProblem] | None = None,
     output: IO[str] | None = None,
     sample: WorkloadSample | None = None,
     engine: Engine | None = None,
@@ -857,7 +857,7 @@ def run(args: argparse.Namespace) -> int:
     except engines.UnknownEngine as exc:
         print(f"bench: --engine: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    problems: list[Problem] | None = None
+    problems: list[CodingProblem] | None = None
     if args.coding and (args.problems is not None or args.problem_ids):
         try:
             problems = _load_problems(args.problems, args.problem_ids)

@@ -34,13 +34,13 @@ from orchestrator.bench.http1 import (
 from orchestrator.bench.stats import spread_gaps
 from orchestrator.engine import (
     AcceptanceCounters,
-    Answer,
     Chunk,
     Dialect,
     Engine,
     ErrorKind,
     Generation,
     Prompt,
+    Reply,
     StreamParse,
     TokenSource,
     spread_by_weight,
@@ -234,7 +234,7 @@ def _record(raw: RawExchange, parsed: StreamParse) -> RequestRecord:
     )
 
 
-def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[RequestRecord, Answer]:
+def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[RequestRecord, Reply]:
     """A raw exchange read by its API's dialect: the record (token counts per chunk, finish,
     ids, error class) and the streamed text as an answer. A request that failed on the wire
     is not parsed (its record has no counts). ``reader`` is the client's dialect
@@ -245,7 +245,7 @@ def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[Requ
     else:
         reading = reader or engines.get().dialect(raw.api)
         parsed = reading.parse_stream(split_sse_events(raw.blocks))
-    return _record(raw, parsed), parsed.answer()
+    return _record(raw, parsed), parsed.reply()
 
 
 def parse_exchange(raw: RawExchange, reader: Dialect | None = None) -> RequestRecord:

@@ -23,9 +23,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from orchestrator import engines
-from orchestrator.bench.problems import Problem, builtin_problems
+from orchestrator.bench.problems import CodingProblem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
-from orchestrator.engine import Answer, Dialect, Generation
+from orchestrator.engine import Dialect, Generation, Reply
 from orchestrator.log import get_logger
 from orchestrator.types import ApiKind
 from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too
@@ -281,12 +281,12 @@ class Completion:
     elapsed_s: float
 
     @classmethod
-    def of(cls, answer: Answer, elapsed_s: float) -> Completion:
+    def of(cls, reply: Reply, elapsed_s: float) -> Completion:
         return cls(
-            content=answer.content or "",
-            reasoning_content=answer.reasoning_content,
-            finish_reason=answer.finish_reason,
-            completion_tokens=answer.completion_tokens,
+            content=reply.content or "",
+            reasoning_content=reply.reasoning_content,
+            finish_reason=reply.finish_reason,
+            completion_tokens=reply.completion_tokens,
             elapsed_s=elapsed_s,
         )
 
@@ -474,7 +474,7 @@ def summarize(results: Sequence[CodingResult]) -> CodingSummary:
 
 
 async def evaluate_completion(
-    problem: Problem, completion: Completion, *, sandbox: SandboxConfig | None = None
+    problem: CodingProblem, completion: Completion, *, sandbox: SandboxConfig | None = None
 ) -> CodingResult:
     """Classify one completion and, when it holds code, run it with the hidden tests."""
     answer = classify_answer(
@@ -505,7 +505,7 @@ async def evaluate_completion(
     )
 
 
-def _request_failed(problem: Problem, error: BaseException, elapsed_s: float) -> CodingResult:
+def _request_failed(problem: CodingProblem, error: BaseException, elapsed_s: float) -> CodingResult:
     return CodingResult(
         problem_id=problem.id,
         outcome=Outcome.REQUEST_ERROR,
@@ -525,7 +525,7 @@ Target = str | CompleteFn | Callable[[str, int, float], Awaitable[Completion]]
 
 async def run_coding(
     client_or_callable: Target | StreamingClient,
-    problems: Sequence[Problem] | None = None,
+    problems: Sequence[CodingProblem] | None = None,
     *,
     api: ApiKind = "chat",
     model: str = "default",
@@ -564,7 +564,7 @@ async def run_coding(
 
 async def _run_all(
     complete: Callable[[str, int, float], Awaitable[Completion]],
-    problems: Sequence[Problem],
+    problems: Sequence[CodingProblem],
     max_tokens: int,
     temperature: float,
     timeout_s: float,
@@ -575,7 +575,7 @@ async def _run_all(
 
     gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(problem: Problem) -> CodingResult:
+    async def one(problem: CodingProblem) -> CodingResult:
         async with gate:
             started = time.monotonic()
             try:

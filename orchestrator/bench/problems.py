@@ -23,7 +23,7 @@ _REQUIRED_FIELDS = ("id", "prompt", "entry_point", "tests")
 
 
 @dataclass(frozen=True)
-class Problem:
+class CodingProblem:
     """One coding task: the prompt sent to the model and the hidden tests run on its answer."""
 
     id: str
@@ -52,9 +52,9 @@ class ProblemFileError(ValueError):
         super().__init__("\n".join(str(e) for e in self.errors))
 
 
-def parse_problems(text: str, *, source: str = "<problems>") -> list[Problem]:
+def parse_problems(text: str, *, source: str = "<problems>") -> list[CodingProblem]:
     """Parse JSONL problem text; raise `ProblemFileError` naming every bad line."""
-    problems: list[Problem] = []
+    problems: list[CodingProblem] = []
     errors: list[ProblemLineError] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
@@ -81,7 +81,7 @@ def parse_problems(text: str, *, source: str = "<problems>") -> list[Problem]:
     return problems
 
 
-def _parse_line(line: str) -> tuple[Problem | None, str | None]:
+def _parse_line(line: str) -> tuple[CodingProblem | None, str | None]:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -104,16 +104,16 @@ def _parse_line(line: str) -> tuple[Problem | None, str | None]:
         ast.parse(obj["tests"], filename="<tests>")
     except SyntaxError as exc:
         return None, f"tests are not valid Python: {exc.msg} (tests line {exc.lineno})"
-    return Problem(obj["id"], obj["prompt"], entry_point, obj["tests"]), None
+    return CodingProblem(obj["id"], obj["prompt"], entry_point, obj["tests"]), None
 
 
-def load_problem_file(path: str | Path) -> list[Problem]:
+def load_problem_file(path: str | Path) -> list[CodingProblem]:
     """Read a JSONL problem file from disk."""
     path = Path(path)
     return parse_problems(path.read_text(encoding="utf-8"), source=str(path))
 
 
-def builtin_problems() -> list[Problem]:
+def builtin_problems() -> list[CodingProblem]:
     """The problems shipped with the orchestrator (the seeds' five first, then the rest)."""
     resource = (
         resources.files("orchestrator")
@@ -126,7 +126,7 @@ def builtin_problems() -> list[Problem]:
     )
 
 
-def select(problems: Iterable[Problem], ids: Iterable[str]) -> list[Problem]:
+def select(problems: Iterable[CodingProblem], ids: Iterable[str]) -> list[CodingProblem]:
     """The problems with the given ids, in the order of `ids`; unknown ids raise."""
     by_id = {p.id: p for p in problems}
     wanted = list(ids)

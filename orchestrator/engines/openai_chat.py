@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.engine import (
-    Answer,
     Chunk,
     ErrorKind,
     Generation,
+    Reply,
     ResponseShapeError,
     StreamParse,
     TokenSource,
@@ -88,7 +88,7 @@ class ChatDialect:
             body["stream_options"] = options
         return WireRequest("/v1/chat/completions", body)
 
-    def parse_final(self, data: Any) -> Answer:
+    def parse_final(self, data: Any) -> Reply:
         response = json_object(data)
         usage = response.get("usage")
         tokens = count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
@@ -96,9 +96,9 @@ class ChatDialect:
         choice = choices[0] if isinstance(choices, list) and choices else None
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(choice, dict) or not isinstance(message, dict):
-            return Answer(None, None, None, tokens)
+            return Reply(None, None, None, tokens)
         reasoning = message.get("reasoning_content")
-        return Answer(
+        return Reply(
             content=message.get("content") or "",
             reasoning_content=reasoning if isinstance(reasoning, str) else None,
             finish_reason=choice.get("finish_reason"),

@@ -23,7 +23,6 @@ import aiohttp
 
 from orchestrator.engine import (
     AcceptanceCounters,
-    Answer,
     ConfigCheck,
     ConfigDifference,
     DecodeEvent,
@@ -42,6 +41,7 @@ from orchestrator.engine import (
     ProbeResult,
     Provenance,
     ReadyEvent,
+    Reply,
     ServedModel,
     StreamParse,
     WireRequest,
@@ -120,7 +120,7 @@ class ToyChatDialect:
         self._calls["chat.request"] += 1
         return self._chat.request(ask)
 
-    def parse_final(self, data: Any) -> Answer:
+    def parse_final(self, data: Any) -> Reply:
         self._calls["chat.parse_final"] += 1
         return self._chat.parse_final(data)
 

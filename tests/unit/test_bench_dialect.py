@@ -10,13 +10,13 @@ import pytest
 
 from orchestrator.bench.client import BenchClient, RawExchange, parse_exchange, read_exchange
 from orchestrator.engine import (
-    Answer,
     ChatMessage,
     Dialect,
     Engine,
     ErrorKind,
     Generation,
     Prompt,
+    Reply,
     TokenSource,
 )
 from orchestrator.engines.sglang.engine import (
@@ -136,14 +136,14 @@ def test_final_answers_read_once_for_both_apis() -> None:
             "usage": {"completion_tokens": 12},
         }
     )
-    assert chat == Answer("", "think", "length", 12)
-    assert dialect("chat").parse_final({"usage": {"completion_tokens": 3}}) == Answer(
+    assert chat == Reply("", "think", "length", 12)
+    assert dialect("chat").parse_final({"usage": {"completion_tokens": 3}}) == Reply(
         None, None, None, 3
     )  # no message at all: the caller knows there is no answer, the probe still counts
     generate = dialect("generate").parse_final(
         {"text": "x", "meta_info": {"finish_reason": {"type": "stop"}, "completion_tokens": 2.0}}
     )
-    assert generate == Answer("x", None, "stop", 2)
+    assert generate == Reply("x", None, "stop", 2)
     with pytest.raises(ValueError, match="not a JSON object"):
         dialect("generate").parse_final(["x"])
 
@@ -164,7 +164,7 @@ def test_one_stream_read_gives_the_record_and_the_text() -> None:
     assert record.ok and record.completion_tokens == 5 and record.finish_reason == "stop"
     assert record.token_source is TokenSource.TEXT_WEIGHTED
     assert sum(c.tokens for c in record.chunks) == 5
-    assert answer == Answer("def f(): pass", "<plan>", "stop", 5)
+    assert answer == Reply("def f(): pass", "<plan>", "stop", 5)
 
     def gen(text: str, tokens: int, finish: Any = None) -> dict[str, Any]:
         return {"text": text, "meta_info": {"completion_tokens": tokens, "finish_reason": finish}}

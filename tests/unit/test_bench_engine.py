@@ -23,11 +23,11 @@ from orchestrator.bench import cli
 from orchestrator.bench.acceptlen import from_metrics
 from orchestrator.engine import (
     AcceptanceCounters,
-    Answer,
     Chunk,
     Engine,
     ErrorKind,
     Generation,
+    Reply,
     StreamParse,
     TokenSource,
     WireRequest,
@@ -62,8 +62,8 @@ class ToyDialect:
         text = as_prompt(ask.prompt).plain_text()
         return WireRequest(PATH, {"input": text, "max_tokens": ask.max_tokens})
 
-    def parse_final(self, data: Any) -> Answer:
-        return Answer(data.get("text"), None, data.get("finish"), data.get("n"))
+    def parse_final(self, data: Any) -> Reply:
+        return Reply(data.get("text"), None, data.get("finish"), data.get("n"))
 
     def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
         parsed = StreamParse(TokenSource.USAGE_PER_CHUNK)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator.engine import (
     AcceptanceCounters,
-    Answer,
     Chunk,
     ConfigCheck,
     ConfigDifference,
@@ -44,6 +43,7 @@ from orchestrator.engine import (
     ProbeResult,
     Provenance,
     ReadyEvent,
+    Reply,
     ServedModel,
     StreamParse,
     TokenSource,
@@ -511,7 +511,7 @@ class GenerateDialect:
             "/generate", {"text": text, "sampling_params": params, "stream": ask.stream}
         )
 
-    def parse_final(self, data: Any) -> Answer:
+    def parse_final(self, data: Any) -> Reply:
         """``meta_info.finish_reason`` is an object (``{"type": "length", "length": N}``),
         reduced here to its type."""
         response = json_object(data)
@@ -519,7 +519,7 @@ class GenerateDialect:
         meta = meta if isinstance(meta, dict) else {}
         finish = meta.get("finish_reason")
         text = response.get("text")
-        return Answer(
+        return Reply(
             content=text if isinstance(text, str) else None,
             reasoning_content=None,
             finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
