@@ -98,8 +98,9 @@ def eta_seconds(done: int, total: int, paced_s: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ProgressSnapshot:
-    """What the display shows at one moment."""
+class RequestSnapshot:
+    """What the bench's request display shows at one moment (a sweep's is
+    :class:`~orchestrator.sweepprogress.ProgressSnapshot`)."""
 
     done: int
     total: int
@@ -130,7 +131,7 @@ class RequestProgress:
     """Requests done of the run's total, with an ETA, on ``stream`` (stderr).
 
     On a terminal a rich Live line (bar, counts, elapsed, ETA) redrawn four times a second;
-    elsewhere a plain :meth:`ProgressSnapshot.line` at most every ``every_s`` seconds and at each
+    elsewhere a plain :meth:`RequestSnapshot.line` at most every ``every_s`` seconds and at each
     point's end. Safe to call from the event loop while rich's refresh thread draws.
     """
 
@@ -157,11 +158,11 @@ class RequestProgress:
         self._lock = threading.Lock()
         self._display: Any = None
 
-    def snapshot(self) -> ProgressSnapshot:
+    def snapshot(self) -> RequestSnapshot:
         now = self.clock()
         with self._lock:
             paced = None if self.first_done is None else now - self.first_done
-            return ProgressSnapshot(self.done, self.total, now - self.started, self.point, paced)
+            return RequestSnapshot(self.done, self.total, now - self.started, self.point, paced)
 
     def render(self) -> Any:
         from rich.progress_bar import ProgressBar

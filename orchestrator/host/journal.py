@@ -31,7 +31,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _INVOCATION_FIELDS = ("_SYSTEMD_INVOCATION_ID", "INVOCATION_ID", "USER_INVOCATION_ID")
 _UNIT_FIELDS = ("_SYSTEMD_UNIT", "UNIT", "_SYSTEMD_USER_UNIT", "USER_UNIT")
 
-FieldValue = str | list[str] | None
+JournalValue = str | list[str] | None
+"""One journal field's value as text: a list where the field repeats, None where journalctl
+wrote null (not a log line's parsed field: that is :data:`orchestrator.engine.FieldValue`)."""
 
 
 class JournalError(HostError):
@@ -64,12 +66,12 @@ class JournalEntry:
     message: str | None
     invocation_id: str | None
     unit: str | None
-    raw: Mapping[str, FieldValue]
+    raw: Mapping[str, JournalValue]
     message_truncated: bool = False
     line_break: str | None = None
 
 
-def _decode_value(value: Any) -> FieldValue:
+def _decode_value(value: Any) -> JournalValue:
     """A JSON field value -> text: byte arrays decoded (replacing bad UTF-8), arrays of
     values (a repeated field) -> list of texts."""
     if value is None or isinstance(value, str):
@@ -86,7 +88,7 @@ def _decode_value(value: Any) -> FieldValue:
     return str(value)
 
 
-def _first(value: FieldValue) -> str | None:
+def _first(value: JournalValue) -> str | None:
     if isinstance(value, list):
         return value[0] if value else None
     return value

@@ -9,8 +9,8 @@ import io
 import pytest
 
 from orchestrator.bench.cli import (
-    ProgressSnapshot,
     RequestProgress,
+    RequestSnapshot,
     WorkloadOption,
     clock_duration,
     configure_parser,
@@ -54,9 +54,9 @@ def test_eta_is_the_pace_since_the_first_request_none_before_and_zero_at_the_end
 
 
 def test_progress_line_names_counts_percent_elapsed_eta_and_point() -> None:
-    snap = ProgressSnapshot(done=121, total=500, elapsed_s=15.0, point="ctx 60 x c4", paced_s=12.0)
+    snap = RequestSnapshot(done=121, total=500, elapsed_s=15.0, point="ctx 60 x c4", paced_s=12.0)
     assert snap.line() == "bench 121/500 requests (24%) elapsed 0:15 ETA 0:38 | ctx 60 x c4"
-    first = ProgressSnapshot(done=0, total=8, elapsed_s=0.5, point="")
+    first = RequestSnapshot(done=0, total=8, elapsed_s=0.5, point="")
     assert first.line() == "bench 0/8 requests (0%) elapsed 0:00 ETA -:--"
 
 
