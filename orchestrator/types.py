@@ -8,9 +8,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args, get_type_hints
 
 ApiKind = Literal["chat", "generate"]
 """Which HTTP API a sweep (or a probe, or the coding anchor) talks to: ``chat``, the
@@ -45,46 +45,64 @@ FailureCause = Literal[
 ``stopped`` (a stop other than cancel took effect mid-trial) and ``host-set-aside`` (the
 preflight set the host aside, so its trials never started) are recorded by the runner."""
 
-THROUGHPUT_SCALARS: Final = (
-    "requests",
-    "requests_ok",
-    "errors",
-    "truncated",
-    "short_outputs",
-    "wall_s",
-    "input_tokens",
-    "output_tokens",
-    "output_tok_s",
-    "request_decode_tok_s_p50",
-    "concurrency_held",
-    "concurrency_held_full",
-    "client_cpu_fraction",
-    "loop_lag_max_s",
-    "loop_lag_p99_s",
-    "prompt_tokens_min",
-    "prompt_tokens_max",
-    "prompt_tokens_tolerance",
-    "request_s",
-    "input_tok_s",
-    "good_requests",
-    "goodput",
-    "goodput_fraction",
-    "prompts_distinct",
-    "prompts_reused",
-    "achieved_rate",
-    "requests_scheduled",
-    "requests_unsent",
-    "output_len_mean",
-    "output_len_p50",
-    "output_len_p90",
-    "output_len_p99",
-    "output_len_max",
+@dataclass(frozen=True, slots=True)
+class ThroughputScalars:
+    """A throughput point's scalar metrics by their stored names, in the order a point's
+    ``metrics`` writes them: the one list of them. :data:`THROUGHPUT_SCALARS` is its field names,
+    the store's ``ThroughputMetrics`` extends it, and the bench's ``PointMetrics.as_fields``
+    writes these names, so a metric added here is stored, read back and validated everywhere.
+
+    Requests and input tokens per second; goodput (requests per second meeting every bound of
+    the sweep's ``slo``) and the share that did; distinct and reused prompts; at an open-loop
+    point the achieved arrival rate, the schedule's length and the requests it never sent; and
+    the output lengths (tokens) the requests really had (docs/metrics.md). None: not measured.
+    """
+
+    requests: int | None = None
+    requests_ok: int | None = None
+    errors: int | None = None
+    truncated: int | None = None
+    short_outputs: int | None = None
+    wall_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tok_s: float | None = None
+    """Aggregate output tokens per second over the point's wall time."""
+    request_decode_tok_s_p50: float | None = None
+    """Median per-request decode tokens per second."""
+    concurrency_held: float | None = None
+    concurrency_held_full: float | None = None
+    client_cpu_fraction: float | None = None
+    loop_lag_max_s: float | None = None
+    loop_lag_p99_s: float | None = None
+    prompt_tokens_min: int | None = None
+    prompt_tokens_max: int | None = None
+    prompt_tokens_tolerance: int | None = None
+    request_s: float | None = None
+    input_tok_s: float | None = None
+    good_requests: int | None = None
+    goodput: float | None = None
+    """Requests per second meeting every bound of the sweep's ``slo``; None without one."""
+    goodput_fraction: float | None = None
+    prompts_distinct: int | None = None
+    prompts_reused: int | None = None
+    achieved_rate: float | None = None
+    """Requests an open-loop point really sent per second (never the offered rate)."""
+    requests_scheduled: int | None = None
+    requests_unsent: int | None = None
+    output_len_mean: float | None = None
+    output_len_p50: float | None = None
+    output_len_p90: float | None = None
+    output_len_p99: float | None = None
+    output_len_max: float | None = None
+
+
+THROUGHPUT_SCALARS: Final = tuple(f.name for f in fields(ThroughputScalars))
+""":class:`ThroughputScalars`' names, in its order."""
+INTEGER_SCALARS: Final = frozenset(
+    name for name, hint in get_type_hints(ThroughputScalars).items() if int in get_args(hint)
 )
-"""A throughput point's scalar metrics, in the order a point's ``metrics`` writes them.
-Requests and input tokens per second; goodput (requests per second meeting every bound of the
-sweep's ``slo``) and the share that did; distinct and reused prompts; at an open-loop point the
-achieved arrival rate, the schedule's length and the requests it never sent; and the output
-lengths (tokens) the requests really had (docs/metrics.md)."""
+"""The scalars that are counts (read back as int, the others as float)."""
 
 LATENCIES: Final = ("ttft", "itl", "tpot", "e2e", "send_lag")
 LATENCY_STATS: Final = ("count", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")

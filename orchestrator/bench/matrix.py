@@ -47,7 +47,7 @@ from orchestrator.store.results import (
     ThroughputMetrics,
     ThroughputPoint,
 )
-from orchestrator.types import Arrivals
+from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, Arrivals
 
 
 def _log() -> Any:
@@ -226,49 +226,27 @@ class PointMetrics:
     """How late each request went out against its scheduled time (rate points)."""
 
     def as_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "requests": self.requests,
-            "requests_ok": self.requests_ok,
-            "errors": self.errors,
-            "errors_by_kind": dict(self.errors_by_kind),
-            "truncated": self.truncated,
-            "short_outputs": self.short_outputs,
-            "wall_s": self.wall_s,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "output_tok_s": self.output_tok_s,
-            "request_decode_tok_s_p50": self.request_decode_tok_s_p50,
-            "concurrency_held": self.concurrency_held,
-            "concurrency_held_full": self.concurrency_held_full,
-            "client_cpu_fraction": self.client_cpu_fraction,
+        """Flat fields by the store's names: every one of
+        :data:`~orchestrator.types.THROUGHPUT_SCALARS` (this type's field of that name, or read
+        off the loop-lag and output-length summaries), the within-run spread, and each latency
+        as ``<latency>_<stat>``. The names are the store's list, so none is left behind."""
+        from_summaries: dict[str, Any] = {
             "loop_lag_max_s": self.loop_lag.max,
             "loop_lag_p99_s": self.loop_lag.p99,
-            "prompt_tokens_min": self.prompt_tokens_min,
-            "prompt_tokens_max": self.prompt_tokens_max,
-            "prompt_tokens_tolerance": self.prompt_tokens_tolerance,
-            "output_tok_s_se": self.output_tok_s_se,
-            "output_tok_s_batches": self.output_tok_s_batches,
-            "request_s": self.request_s,
-            "input_tok_s": self.input_tok_s,
-            "good_requests": self.good_requests,
-            "goodput": self.goodput,
-            "goodput_fraction": self.goodput_fraction,
-            "prompts_distinct": self.prompts_distinct,
-            "prompts_reused": self.prompts_reused,
-            "achieved_rate": self.achieved_rate,
-            "requests_scheduled": self.requests_scheduled,
-            "requests_unsent": self.requests_unsent,
+            **self.output_len.as_fields("output_len"),  # tokens, not seconds
         }
-        for name, summary in (
-            ("ttft", self.ttft),
-            ("itl", self.itl),
-            ("tpot", self.tpot),
-            ("e2e", self.e2e),
-            ("send_lag", self.send_lag),
-        ):
+        fields: dict[str, Any] = {}
+        for name in THROUGHPUT_SCALARS:
+            fields[name] = from_summaries[name] if name in from_summaries else getattr(self, name)
+            if name == "errors":
+                fields["errors_by_kind"] = dict(self.errors_by_kind)
+        fields["output_len_count"] = self.output_len.count
+        fields["output_tok_s_se"] = self.output_tok_s_se
+        fields["output_tok_s_batches"] = self.output_tok_s_batches
+        for name in LATENCIES:
+            summary: Summary = getattr(self, name)
             for key, value in summary.as_fields(name).items():
                 fields[key if key.endswith("_count") else key + "_s"] = value
-        fields.update(self.output_len.as_fields("output_len"))  # tokens, not seconds
         return fields
 
 

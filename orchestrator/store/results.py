@@ -41,11 +41,13 @@ from orchestrator.store.records import (
     TrialRecord,
 )
 from orchestrator.types import (
+    INTEGER_SCALARS,
     LATENCIES,
     SYNTHETIC_WORKLOAD,
     THROUGHPUT_SCALARS,
     MatrixCell,
     Outcome,
+    ThroughputScalars,
     point_metric_names,
 )
 
@@ -128,76 +130,23 @@ class LatencySummary:
 
 _LATENCIES = LATENCIES
 _SCALARS = THROUGHPUT_SCALARS
-_INT_SCALARS = frozenset(
-    {
-        "requests",
-        "requests_ok",
-        "errors",
-        "truncated",
-        "short_outputs",
-        "input_tokens",
-        "output_tokens",
-        "prompt_tokens_min",
-        "prompt_tokens_max",
-        "prompt_tokens_tolerance",
-        "good_requests",
-        "prompts_distinct",
-        "prompts_reused",
-        "requests_scheduled",
-        "requests_unsent",
-    }
-)
 _WITHIN_RUN = ("output_tok_s_se", "output_tok_s_batches")
 _LOAD = ("arrivals", "seed", "duration_s", "max_concurrency", "slo", "arrival_schedule")
 _KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration", *_WITHIN_RUN, *_LOAD}
 
 
 @dataclass(frozen=True, slots=True)
-class ThroughputMetrics:
+class ThroughputMetrics(ThroughputScalars):
     """What one (context, concurrency) point measured; latencies in seconds, rates per second.
 
-    ``calibration`` is how the prompts were sized (filler words, measured tokens, tolerance);
-    ``extra`` keeps metrics this version does not name, so a newer writer's fields survive.
+    The scalars are :class:`~orchestrator.types.ThroughputScalars`' (the one list of them);
+    this adds the errors by kind, the latency summaries, how the load was shaped and the
+    within-run spread. ``calibration`` is how the prompts were sized (filler words, measured
+    tokens, tolerance); ``extra`` keeps metrics this version does not name, so a newer
+    writer's fields survive.
     """
 
-    requests: int | None = None
-    requests_ok: int | None = None
-    errors: int | None = None
     errors_by_kind: Mapping[str, int] = field(default_factory=dict)
-    truncated: int | None = None
-    short_outputs: int | None = None
-    wall_s: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    output_tok_s: float | None = None
-    """Aggregate output tokens per second over the point's wall time."""
-    request_decode_tok_s_p50: float | None = None
-    """Median per-request decode tokens per second."""
-    concurrency_held: float | None = None
-    concurrency_held_full: float | None = None
-    client_cpu_fraction: float | None = None
-    loop_lag_max_s: float | None = None
-    loop_lag_p99_s: float | None = None
-    prompt_tokens_min: int | None = None
-    prompt_tokens_max: int | None = None
-    prompt_tokens_tolerance: int | None = None
-    request_s: float | None = None
-    input_tok_s: float | None = None
-    good_requests: int | None = None
-    goodput: float | None = None
-    """Requests per second meeting every bound of the sweep's ``slo``; None without one."""
-    goodput_fraction: float | None = None
-    prompts_distinct: int | None = None
-    prompts_reused: int | None = None
-    achieved_rate: float | None = None
-    """Requests an open-loop point really sent per second (never the offered rate)."""
-    requests_scheduled: int | None = None
-    requests_unsent: int | None = None
-    output_len_mean: float | None = None
-    output_len_p50: float | None = None
-    output_len_p90: float | None = None
-    output_len_p99: float | None = None
-    output_len_max: float | None = None
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     tpot: LatencySummary = LatencySummary()
@@ -222,7 +171,7 @@ class ThroughputMetrics:
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {}
-        for name in _SCALARS:  # the order PointMetrics.as_fields() writes them in
+        for name in _SCALARS:
             out[name] = getattr(self, name)
             if name == "errors":
                 out["errors_by_kind"] = dict(self.errors_by_kind)
@@ -247,7 +196,8 @@ class ThroughputMetrics:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ThroughputMetrics:
         scalars: dict[str, Any] = {
-            name: (_int if name in _INT_SCALARS else _number)(data.get(name)) for name in _SCALARS
+            name: (_int if name in INTEGER_SCALARS else _number)(data.get(name))
+            for name in _SCALARS
         }
         kinds = data.get("errors_by_kind")
         calibration = data.get("calibration")
