@@ -45,9 +45,12 @@ class ErrorKind(StrEnum):
 
 
 class TokenSource(StrEnum):
-    """Where a record's per-chunk token counts came from (exact, or estimated)."""
+    """Where a record's per-chunk token counts came from (exact, or estimated). The values are
+    stored in request records, so they never change."""
 
-    META_INFO = "meta_info"  # /generate: cumulative meta_info.completion_tokens per chunk
+    CUMULATIVE_PER_CHUNK = "meta_info"
+    """Every chunk carries the completion tokens so far: exact. The value names the first
+    source of it, SGLang's /generate ``meta_info.completion_tokens``."""
     USAGE_PER_CHUNK = "usage-per-chunk"  # chat with continuous usage stats: exact
     TEXT_WEIGHTED = "text-weighted"  # chat: usage total spread over chunks by text length
     NONE = "none"  # no counts (failed request)

@@ -2,10 +2,11 @@
 
 - journal: the server's decode log lines of THIS invocation between the point's cursors. Each
   line averages all traffic of its interval, so it is only as scoped as the window.
-- meta_info: per finished ``/generate`` request, exactly the point's own requests:
-  (``spec_num_correct_drafts`` + ``spec_verify_ct``) / ``spec_verify_ct`` where the server
-  gives the correct drafts (the decode log's own definition: accepted drafts plus the bonus
-  per verify step), else the estimate ``(completion_tokens - 1) / spec_verify_ct``.
+- meta_info: per finished request whose response reports its verify steps (SGLang's
+  ``/generate`` ``meta_info``), exactly the point's own requests: (correct drafts + verify
+  steps) / verify steps where the server gives the correct drafts (the decode log's own
+  definition: accepted drafts plus the bonus per verify step), else the estimate
+  ``(completion_tokens - 1) / verify steps``.
 - metrics: ``/metrics`` counter deltas around the measured phase (the engine's
   :class:`~orchestrator.engine.AcceptanceCounters`: generated tokens over verify steps),
   scoped by time but mixing any other traffic the server had.
@@ -114,7 +115,10 @@ def from_meta_info(requests: Iterable[RequestSpec]) -> AcceptEstimate:
         return AcceptEstimate(None, 0, "no successful request")
     if count == 0:
         return AcceptEstimate(
-            None, 0, "server returned no spec_verify_ct (speculative decoding off, or chat API)"
+            None,
+            0,
+            "no response reported its verify steps (speculative decoding off, or an API that"
+            " does not report them)",
         )
     return AcceptEstimate(tokens / steps, count, exact=exact)
 

@@ -141,7 +141,7 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
     unspread_gaps: list[float] = []
     for record in measured:
         row = truth[record.response_id or ""]
-        assert record.token_source is TokenSource.META_INFO
+        assert record.token_source is TokenSource.CUMULATIVE_PER_CHUNK
         # Token counts are exact, chunk by chunk.
         assert record.completion_tokens == row["completion_tokens"] == 48
         assert record.prompt_tokens == row["prompt_tokens"] == 200
@@ -599,7 +599,7 @@ def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:
     assert chat.returncode == 0, chat.stderr[-3000:]
     (point,) = json.loads(chat.stdout)["points"]
     assert point["accept_len"] is None
-    assert "spec_verify_ct" in point["accept_len_meta_info_reason"]
+    assert "verify steps" in point["accept_len_meta_info_reason"]
     assert "not scraped" in point["accept_len_metrics_reason"]
 
 

@@ -37,7 +37,7 @@ def test_meta_info_is_tokens_over_verify_steps() -> None:
     assert estimate.value == pytest.approx(150 / 50)
     assert estimate.count == 2
     off = from_meta_info([RequestSpec(100, None)])
-    assert off.value is None and "spec_verify_ct" in (off.reason or "")
+    assert off.value is None and "verify steps" in (off.reason or "")
     assert from_meta_info([]).value is None
 
 

@@ -80,7 +80,7 @@ def test_generate_tokens_come_from_cumulative_meta_info() -> None:
     ]
     record = parse_exchange(_raw("generate", blocks))
     assert record.ok, record.error_detail
-    assert record.token_source is TokenSource.META_INFO
+    assert record.token_source is TokenSource.CUMULATIVE_PER_CHUNK
     assert record.chunks == [Chunk(1.0, 1), Chunk(1.1, 3), Chunk(1.2, 4)]
     assert record.completion_tokens == 8 and record.prompt_tokens == 60
     assert record.finish_reason == "length"

@@ -134,7 +134,7 @@ def _record(
         send_time=send,
         end_time=end,
         chunks=[] if error else chunks,
-        token_source=TokenSource.META_INFO,
+        token_source=TokenSource.CUMULATIVE_PER_CHUNK,
         prompt_tokens=prompt,
         completion_tokens=None if error else tokens,
         finish_reason=None if error else finish,

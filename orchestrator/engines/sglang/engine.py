@@ -527,7 +527,7 @@ class GenerateDialect:
         )
 
     def parse_stream(self, events: Sequence[tuple[float, str]]) -> StreamParse:
-        parsed = StreamParse(TokenSource.META_INFO)
+        parsed = StreamParse(TokenSource.CUMULATIVE_PER_CHUNK)
         try:
             payloads, done = stream_payloads(events)
         except ValueError as exc:
