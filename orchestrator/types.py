@@ -181,6 +181,9 @@ SYNTHETIC_WORKLOAD = "synthetic"
 """The workload label of today's filler prompts: the default, and absent from point keys."""
 
 
+JsonObject = dict[str, Any]
+"""A JSON object as the edges (CLI, API, webhook, stored JSON columns) write and read it."""
+
 RestorePolicy = Literal["as-found", "stopped", "leave"]
 """How a sweep leaves each unit at its end (``policy.restore``): running iff it was, stopped,
 or on the last config for inspection."""

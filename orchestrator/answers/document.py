@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.answers.answer import answer_sweep
-from orchestrator.answers.model import Answer, JsonObject
+from orchestrator.answers.model import Answer
 from orchestrator.store.results import SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError, parse_sweep
+from orchestrator.types import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,9 @@ JSON is made only by their ``to_json``, at those edges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from orchestrator.types import MatrixCell
-
-JsonObject = dict[str, Any]
+from orchestrator.types import JsonObject, MatrixCell
 
 IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-only", "none"]
 """What variance an interval covers: ``restarts`` (the spread of this config's own restarts,

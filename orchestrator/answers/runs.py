@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.answers.estimate import Sample, geomean_within
-from orchestrator.answers.model import JsonObject, ObjectiveView
+from orchestrator.answers.model import ObjectiveView
 from orchestrator.causes import NEVER_STARTED
 from orchestrator.plan import normalize_config
 from orchestrator.store.records import TrialPurpose
 from orchestrator.store.results import SweepResults, ThroughputPoint, TrialOutcome
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, MatrixCell
+from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, JsonObject, MatrixCell
 
 
 def config_id(config: Mapping[str, Any]) -> str:

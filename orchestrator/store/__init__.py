@@ -30,7 +30,6 @@ from orchestrator.store.records import (
     EventRecord,
     HostEntry,
     HostRecord,
-    JsonObject,
     NewPoint,
     NewTrial,
     PointKind,
@@ -68,7 +67,7 @@ from orchestrator.store.results import (
 )
 from orchestrator.store.schema import MIGRATIONS, Migration
 from orchestrator.store.workloads import StoredWorkload
-from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
+from orchestrator.types import SYNTHETIC_WORKLOAD, JsonObject, MatrixCell, format_rate
 
 __all__ = [
     "ATTEMPT_STATES",

@@ -32,7 +32,6 @@ from orchestrator.store.records import (
     EventRecord,
     HostEntry,
     HostRecord,
-    JsonObject,
     NewPoint,
     NewTrial,
     PointRecord,
@@ -48,6 +47,7 @@ from orchestrator.store.records import (
 from orchestrator.store.results import Point, SweepResults, TrialState
 from orchestrator.store.schema import MIGRATIONS, Migration, check_not_newer, migrate
 from orchestrator.store.workloads import StoredWorkload, sweep_workloads
+from orchestrator.types import JsonObject
 
 P = ParamSpec("P")
 T = TypeVar("T")

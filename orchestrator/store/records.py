@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
+from orchestrator.types import SYNTHETIC_WORKLOAD, JsonObject, MatrixCell, format_rate
 
 SweepState = Literal["queued", "running", "done", "failed", "cancelled"]
 AttemptState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
@@ -28,7 +28,6 @@ FINISHED_ATTEMPT_STATES: tuple[AttemptState, ...] = (
 TERMINAL_SWEEP_STATES: tuple[SweepState, ...] = ("done", "failed", "cancelled")
 POINT_KINDS: tuple[PointKind, ...] = get_args(PointKind)
 
-JsonObject = dict[str, Any]
 
 
 def point_key(
