@@ -41,7 +41,6 @@ from orchestrator.host.dropin import (
     KnobTarget,
     TrialInvocation,
     adopted_dropin_path,
-    apply_knobs,
     render_dropin,
 )
 from orchestrator.host.errors import HostError
@@ -49,6 +48,7 @@ from orchestrator.host.handle import HostHandle
 from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
+from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.log import get_logger
 from orchestrator.types import ApiKind, FailureCause, MetricsMode, RestorePolicy
 
@@ -239,15 +239,8 @@ def trial_config(
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
-    invocation = apply_knobs(
-        service.exec_start,
-        service.environment,
-        knobs,
-        config,
-        extra_flags,
-        environment,
-        ensure_flags=engine.metrics_flags(metrics),
-    )
+    recipe = ServerRecipe(knobs, extra_flags, environment, tuple(engine.metrics_flags(metrics)))
+    invocation = recipe.invocation(config, UnitBase.of(service))
     flag_knobs = tuple(
         engine.resolve_flag_knob(
             name, spec.flag, config.get(name), server_info_key=spec.server_info_key

@@ -23,14 +23,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import engines
 from orchestrator.bench.problems import builtin_problems
 from orchestrator.host.dropin import (
-    apply_knobs,
     format_knob_value,
     render_dropin,
     render_dropin_delta,
 )
+from orchestrator.invocation import ServerRecipe
 from orchestrator.search.deadline import local_deadline
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
@@ -38,7 +37,6 @@ from orchestrator.types import KnobValue
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
 _SLUG_MAX = 60
 _DIGEST_CHARS = 12
-_PLACEHOLDER = "<ExecStart>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,22 +404,14 @@ def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     otherwise the change it makes to whatever ExecStart the unit has, as commented text.
     Both are :mod:`orchestrator.host.dropin`'s renderers, the ones the lifecycle installs."""
     host = sweep.host(trial.host)
-    knob_map = host.effective_knobs(sweep.server.knobs)
-    base = sweep.server.exec_start or [_PLACEHOLDER]
-    ensure = engines.get(sweep.engine).metrics_flags(sweep.server.metrics)
-    invocation = apply_knobs(
-        base,
-        {},
-        knob_map,
-        trial.config,
-        sweep.server.extra_flags,
-        sweep.server.environment,
-        ensure_flags=ensure if sweep.server.exec_start else (),
-    )
+    recipe = ServerRecipe.of(sweep, host)
+    invocation = recipe.invocation(trial.config)
     if sweep.server.exec_start:
         return render_dropin(sweep.name, trial.key, invocation)
-    removed = [target.flag for target in knob_map.values() if target.flag]
-    return render_dropin_delta(sweep.name, trial.key, invocation, removed, if_missing=ensure)
+    removed = [target.flag for target in recipe.knobs.values() if target.flag]
+    return render_dropin_delta(
+        sweep.name, trial.key, invocation, removed, if_missing=recipe.metrics_flags
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,12 +40,12 @@ from orchestrator.host.dropin import (
     KnobTarget,
     TrialInvocation,
     UnknownKnobError,
-    apply_knobs,
     flag_args,
 )
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
+from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.plan import first_key, space_trials
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
@@ -234,26 +234,15 @@ def release_method_text(snapshot: GpuSnapshot, gpus: Sequence[int] | None) -> st
 def _trial_invocations(
     service: systemd.ServiceConfig,
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
-    knobs: Mapping[str, KnobTarget] | None,
-    extra_flags: Sequence[str],
-    environment: Mapping[str, str] | None,
-    metrics: MetricsMode,
-    engine: Engine,
+    recipe: ServerRecipe,
 ) -> dict[str, TrialInvocation]:
     """Each trial's invocation as its drop-in will have it (a conflicting extra flag is the
     drop-in's own failure, reported when the trial runs)."""
+    base = UnitBase.of(service)
     out: dict[str, TrialInvocation] = {}
     for key, config in trials:
         with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
-            out[key] = apply_knobs(
-                service.exec_start,
-                service.environment,
-                knobs or {},
-                config,
-                extra_flags,
-                environment,
-                ensure_flags=engine.metrics_flags(metrics),
-            )
+            out[key] = recipe.invocation(config, base)
     return out
 
 
@@ -594,9 +583,10 @@ async def check_host(
         metrics_check, metrics_warning = check_metrics(command_line, metrics, api, engine)
         checks.items.append(metrics_check)
         await _check_disk(host, checks, timeout=command_timeout)
-        invocations = _trial_invocations(
-            service, trials, knobs, extra_flags, environment, metrics, engine
+        recipe = ServerRecipe(
+            knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics))
         )
+        invocations = _trial_invocations(service, trials, recipe)
         found = await _by_parser(
             host, checks, service, invocations, timeout=help_timeout, engine=engine
         ) or await _by_help(host, checks, service, flags, timeout=help_timeout, engine=engine)

@@ -26,14 +26,12 @@ from orchestrator.host.dropin import (
     ExtraFlagConflict,
     FlagArg,
     UnknownKnobError,
-    apply_knobs,
     flag_args,
 )
+from orchestrator.invocation import ServerRecipe
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.sweepfile import HostSpec, KnobMapping, Sweep
 from orchestrator.types import KnobValue
-
-_PLACEHOLDER = "<ExecStart>"
 
 Config = dict[str, KnobValue]
 
@@ -90,12 +88,11 @@ def server_identity(sweep: Sweep, host: HostSpec, config: Mapping[str, KnobValue
     """What the sweep's engine would run for ``config`` on ``host`` (a representative of its
     type), as text: equal for configs that resolve to the same server (module docstring)."""
     engine = engines.get(sweep.engine)
-    knob_map: dict[str, KnobMapping] = host.effective_knobs(sweep.server.knobs)
-    base = sweep.server.exec_start or [_PLACEHOLDER]
+    recipe = ServerRecipe.of(sweep, host, engine)
     try:
-        invocation = apply_knobs(
-            base, {}, knob_map, config, sweep.server.extra_flags, sweep.server.environment
-        )
+        # No metrics flags: every config of the sweep gets the same ones, and the identities
+        # already stored were made without them.
+        invocation = recipe.invocation(config, add_metrics_flags=False)
     except (ExtraFlagConflict, UnknownKnobError):
         return "invalid:" + config_identity(config)
     pairs = [
@@ -104,6 +101,7 @@ def server_identity(sweep: Sweep, host: HostSpec, config: Mapping[str, KnobValue
     ]
     values = {flag: value for flag, value in pairs if flag.startswith("--")}
     forced = engine.forced_flags(values)
+    knob_map: dict[str, KnobMapping] = host.effective_knobs(sweep.server.knobs)
     may_override = {m.flag for m in knob_map.values() if m.flag and m.overridden_by_server}
     kept = [(flag, value) for flag, value in pairs if not (flag in forced and flag in may_override)]
     flags = sorted((flag, value or "") for flag, value in kept if flag.startswith("--"))
