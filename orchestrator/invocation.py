@@ -88,4 +88,3 @@ class ServerRecipe:
             self.environment,
             ensure_flags=self.metrics_flags if real and add_metrics_flags else (),
         )
-

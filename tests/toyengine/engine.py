@@ -49,6 +49,7 @@ from orchestrator.engine import (
 from orchestrator.engines.openai_chat import ChatDialect
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
+from orchestrator.host.unitcommand import unit_env_prefix
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 from tests.toyengine import server
 
@@ -391,12 +392,9 @@ class ToyEngine:
         argv = invocation.argv
         if list(exec_start[1:3]) != ["-m", MODULE] or list(argv[1:3]) != ["-m", MODULE]:
             return None
-        words = ["env"]
-        if working_directory:
-            words += ["-C", working_directory]
-        for name in invocation.unset_environment:
-            words += ["-u", name]
-        words += [f"{name}={value}" for name, value in sorted(invocation.environment.items())]
+        words = unit_env_prefix(
+            invocation.environment, invocation.unset_environment, working_directory
+        )
         return ParseCommand(prefix=(*words, argv[0]), argv=tuple(argv[3:]))
 
     def batch_command(self, prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:

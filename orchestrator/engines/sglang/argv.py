@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.host.dropin import TrialInvocation
+from orchestrator.host.unitcommand import unit_env_prefix
 
 PARSER = "sglang"
 """The parser a verdict names in its evidence."""
@@ -73,12 +74,7 @@ def parse_command(
     argv = invocation.argv
     if len(exec_start) < 3 or exec_start[1] != "-m" or len(argv) < 3 or argv[1] != "-m":
         return None
-    words = ["env"]
-    if working_directory:
-        words += ["-C", working_directory]
-    for name in invocation.unset_environment:
-        words += ["-u", name]
-    words += [f"{name}={value}" for name, value in sorted(invocation.environment.items())]
+    words = unit_env_prefix(invocation.environment, invocation.unset_environment, working_directory)
     return ParseCommand(prefix=(*words, argv[0]), argv=tuple(argv[3:]))
 
 
