@@ -45,6 +45,7 @@ from orchestrator.host.dropin import (
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.transport import TransportError
+from orchestrator.host.unitcommand import unit_env_prefix, working_directory
 from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.plan import first_key, space_trials
 from orchestrator.sweepfile import HostSpec, Sweep
@@ -141,6 +142,17 @@ def help_argv(exec_start: Sequence[str]) -> list[str]:
     if len(exec_start) >= 3 and exec_start[1] == "-m":
         return [*exec_start[:3], "--help"]
     return [exec_start[0], "--help"]
+
+
+def help_command(
+    service: systemd.ServiceConfig, environment: Mapping[str, str] | None = None
+) -> list[str]:
+    """:func:`help_argv` run as the unit runs its program: in its ``WorkingDirectory=``, with
+    its ``Environment=`` and the sweep's ``environment`` over it. Run bare, an engine that
+    imports only through them (``PYTHONPATH``) would not answer, and the host be set aside."""
+    variables = {**service.environment, **(environment or {})}
+    prefix = unit_env_prefix(variables, (), working_directory(service.settings))
+    return [*prefix, *help_argv(service.exec_start)]
 
 
 def flags_known(help_text: str, flags: Iterable[str]) -> frozenset[str]:
@@ -302,8 +314,7 @@ async def _parse_all(
     """Every distinct argv parsed by the host's SGLang, as few processes as the command line's
     size allows (each imports SGLang: tens of seconds). The first batch runs alone, so that a
     host without SGLang (the import fails) costs one run before the ``--help`` fallback."""
-    directories = service.settings.get("WorkingDirectory", ())
-    directory = next((d for d in reversed(directories) if d), None)
+    directory = working_directory(service.settings)
     commands: dict[str, ParseCommand] = {}
     for key, invocation in invocations.items():
         command = engine.parse_command(service.exec_start, invocation, directory)
@@ -444,6 +455,7 @@ async def _by_parser(
     service: systemd.ServiceConfig,
     invocations: Mapping[str, TrialInvocation],
     *,
+    asked_help: Sequence[str],
     timeout: float,
     engine: Engine,
 ) -> _FlagFindings | None:
@@ -471,9 +483,7 @@ async def _by_parser(
     unknown = frozenset(flag for verdict in rejected.values() for flag in verdict.unknown_flags)
     suggestions: dict[str, str] = {}
     if unknown:
-        shown = await host.transport.run(
-            help_argv(service.exec_start), timeout=timeout, privileged=True
-        )
+        shown = await host.transport.run(asked_help, timeout=timeout, privileged=True)
         suggestions = suggest_flags(shown.stdout_text(), unknown) if shown.ok else {}
         checks.add("flags", False, flag_problem(unknown, suggestions))
     refused = {k: v for k, v in rejected.items() if not v.unknown_flags}
@@ -489,6 +499,7 @@ async def _by_help(
     service: systemd.ServiceConfig,
     flags: Iterable[str],
     *,
+    asked_help: Sequence[str],
     timeout: float,
     engine: Engine,
 ) -> _FlagFindings:
@@ -497,9 +508,7 @@ async def _by_help(
     wanted = sorted(set(flags))
     if not wanted:
         return _FlagFindings("help")
-    shown = await host.transport.run(
-        help_argv(service.exec_start), timeout=timeout, privileged=True
-    )
+    shown = await host.transport.run(asked_help, timeout=timeout, privileged=True)
     text = shown.stdout_text() + shown.stderr_text()
     if not checks.add(f"{engine.name}_help", shown.ok, f"--help exited {shown.exit_status}"):
         raise _SetAside("the unit's program does not answer --help", service.exec_start)
@@ -587,9 +596,13 @@ async def check_host(
             knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics))
         )
         invocations = _trial_invocations(service, trials, recipe)
+        asked = help_command(service, environment)
         found = await _by_parser(
-            host, checks, service, invocations, timeout=help_timeout, engine=engine
-        ) or await _by_help(host, checks, service, flags, timeout=help_timeout, engine=engine)
+            host, checks, service, invocations, asked_help=asked, timeout=help_timeout,
+            engine=engine,
+        ) or await _by_help(
+            host, checks, service, flags, asked_help=asked, timeout=help_timeout, engine=engine
+        )  # fmt: skip
     except _SetAside as aside:
         return HostCheck(
             name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,

@@ -9,7 +9,7 @@ benchmark matrix, accept length from the toy's ``TOYSTAT`` journal lines, the an
 report, and the host restored. The toy server makes ``depth 2 + fused kernel`` fastest by
 construction, and the answer must say so.
 
-Runs on the fault harness (address 127.0.0.217 is this test's).
+Runs on the fault harness (addresses 127.0.0.217 and 218 are this file's).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from orchestrator.report import render_report
 from orchestrator.sim.host import SERVER_PORT, UNIT_NAME, render_unit
 from orchestrator.store import Store
 from orchestrator.sweepfile import parse_sweep
+from orchestrator.verbs import check
 from tests.faults.harness import (
     STATE_PROPS,
     FaultHost,
@@ -46,6 +47,7 @@ from tests.toyengine import server
 from tests.toyengine.engine import ToyEngine
 
 ADDRESS = "127.0.0.217"  # outside the fault tests' 120-139: each test its own address
+HELP_ADDRESS = "127.0.0.218"
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "toy-model"
 ROUNDS = 5
@@ -227,6 +229,30 @@ async def test_a_toy_engine_runs_a_whole_sweep(tmp_path: Path, toy: ToyEngine) -
     assert restored["draft_depth"] == 0 and restored["metrics"] is False, restored
     with pytest.raises(OSError):
         socket.create_connection((ADDRESS, SERVER_PORT), timeout=1).close()
+
+
+async def test_the_help_fallback_runs_the_program_as_the_unit_runs_it(
+    tmp_path: Path, toy: ToyEngine
+) -> None:
+    """Where the engine's own parser cannot be asked, the preflight reads the program's
+    ``--help``. Here the unit runs the toy server through a module found only on the unit's
+    ``Environment=PYTHONPATH`` (so the toy's parser, which knows only its own module, is not
+    asked): run bare, ``--help`` fails with ModuleNotFoundError and a healthy host is set
+    aside; run as the unit runs it, it answers and the sweep's flags are found."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "toylaunch.py").write_text(
+        "import runpy\nrunpy.run_module('tests.toyengine.server', run_name='__main__')\n"
+    )
+    unit = toy_unit(HELP_ADDRESS).replace("tests.toyengine.server", "toylaunch")
+    unit = unit.replace(f"PYTHONPATH={REPO}", f"PYTHONPATH={hidden}")
+    async with fault_host(tmp_path, HELP_ADDRESS, unit=unit) as host:
+        sweep = parse_sweep(toy_sweep(host), "toy-help.yaml")
+        (found,) = await check.check_sweep_hosts(sweep)
+    checks = {c.name: c for c in found.checks}
+    assert found.reason is None and found.parser == "help", found
+    assert checks["toy_help"].ok and "not used" in checks["toy_parser"].detail, checks
+    assert found.unknown_flags == frozenset() and found.ok, found
 
 
 def run_server(*flags: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ own parser is asked about the whole space: batches, and a verdict found by confi
 from __future__ import annotations
 
 from orchestrator.engine import ParseCommand, ParseVerdict
+from orchestrator.host import systemd
 from orchestrator.plan import (
     expand_configs,
     first_key,
@@ -18,6 +19,7 @@ from orchestrator.preflight import (
     ParseBatch,
     flag_problem,
     flags_known,
+    help_command,
     help_flags,
     parse_batches,
     suggest_flags,
@@ -45,6 +47,20 @@ def test_help_flags_are_every_long_flag_once_in_order() -> None:
                          "--speculative-draft-window-size"]  # fmt: skip
     assert "--help" in flags and "--speculative-dflash-block-size" in flags
     assert len(flags) == len(set(flags))
+
+
+def test_help_is_asked_as_the_unit_runs_its_program() -> None:
+    """In the unit's working directory, with its environment and the sweep's over it: an
+    engine importable only through them still answers (tests/faults/test_toy_engine_sweep)."""
+    unit = (
+        "[Service]\nWorkingDirectory=/srv\nEnvironment=PYTHONPATH=/opt/e A=1\n"
+        "ExecStart=/py -m sglang.launch_server --port 1\n"
+    )
+    service = systemd.merged_service([systemd.UnitFile("/etc/systemd/system/s.service", unit)])
+    assert help_command(service, {"A": "2"}) == [
+        "env", "-C", "/srv", "A=2", "PYTHONPATH=/opt/e", "/py", "-m", "sglang.launch_server",
+        "--help",
+    ]  # fmt: skip
 
 
 def test_unknown_flags_name_the_builds_closest_spelling() -> None:
