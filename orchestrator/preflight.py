@@ -520,6 +520,28 @@ async def _by_help(
     return _FlagFindings("help", unknown, suggestions)
 
 
+async def _check_flags(
+    host: HostHandle,
+    checks: _Checks,
+    service: systemd.ServiceConfig,
+    trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
+    recipe: ServerRecipe,
+    flags: Iterable[str],
+    *,
+    timeout: float,
+    engine: Engine,
+) -> _FlagFindings:
+    """Every trial's argv asked of the host's own parser, else ``flags`` looked up in the
+    program's ``--help``: both run as the unit runs its program (:func:`help_command`)."""
+    invocations = _trial_invocations(service, trials, recipe)
+    asked = help_command(service, recipe.environment)
+    return await _by_parser(
+        host, checks, service, invocations, asked_help=asked, timeout=timeout, engine=engine
+    ) or await _by_help(
+        host, checks, service, flags, asked_help=asked, timeout=timeout, engine=engine
+    )
+
+
 async def check_sweep_host(
     handle: HostHandle, sweep: Sweep, host: HostSpec, *, engine: Engine | None = None
 ) -> HostCheck:
@@ -595,14 +617,9 @@ async def check_host(
         recipe = ServerRecipe(
             knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics))
         )
-        invocations = _trial_invocations(service, trials, recipe)
-        asked = help_command(service, environment)
-        found = await _by_parser(
-            host, checks, service, invocations, asked_help=asked, timeout=help_timeout,
-            engine=engine,
-        ) or await _by_help(
-            host, checks, service, flags, asked_help=asked, timeout=help_timeout, engine=engine
-        )  # fmt: skip
+        found = await _check_flags(
+            host, checks, service, trials, recipe, flags, timeout=help_timeout, engine=engine
+        )
     except _SetAside as aside:
         return HostCheck(
             name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,
