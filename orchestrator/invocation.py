@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from orchestrator import engines
 from orchestrator.engine import Engine
 from orchestrator.host import systemd
 from orchestrator.host.dropin import KnobTarget, TrialInvocation, apply_knobs
-from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import KnobValue
+
+if TYPE_CHECKING:  # the lifecycle builds recipes without a sweep file: no import at run time
+    from orchestrator.sweepfile import HostSpec, Sweep
 
 PLACEHOLDER = "<ExecStart>"
 """The base's one word when neither the unit nor ``server.exec_start`` is known (``plan``
