@@ -175,7 +175,7 @@ async def orchestrator_restarts(
     spec = sweep.hosts[0]
     handle = open_host(spec, connect_timeout=sweep.timeouts.connect)
     session = HostSession(
-        host=handle, unit=sweep.server.unit,
+        host=handle, unit=sweep.unit,
         base_url=str(spec.base_url).rstrip("/"), api=sweep.benchmark.api,
         model=sweep.server.model, timeouts=lifecycle_timeouts(sweep),
     )

@@ -543,6 +543,11 @@ class Engine(Protocol):
     def name(self) -> str: ...
 
     @property
+    def default_unit(self) -> str:
+        """The systemd service the engine's server usually runs as (a sweep's default)."""
+        ...
+
+    @property
     def apis(self) -> frozenset[ApiKind]:
         """The request APIs it serves (``chat``, the OpenAI-compatible one; ``generate``,
         SGLang's own): a sweep's ``benchmark.api`` must be one of them."""

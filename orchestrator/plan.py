@@ -156,7 +156,7 @@ def space_trials(sweep: Sweep, host: str) -> list[tuple[str, dict[str, KnobValue
     """Every config of the sweep's space on ``host``, under its first measurement's key: what
     the preflight parses, since a search may propose any of them (the plan's own trials are
     only the grid's order cut to ``search.max_restarts``)."""
-    return [(trial_key(host, sweep.server.unit, c), c) for c in expand_configs(sweep)]
+    return [(trial_key(host, sweep.unit, c), c) for c in expand_configs(sweep)]
 
 
 def expand_configs(sweep: Sweep) -> list[dict[str, KnobValue]]:
@@ -229,7 +229,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
             for host in _round_hosts(first_hosts[index], type_members, repeat, bool(config)):
                 trials.append(
                     Trial(
-                        key=repeat_key(trial_key(host.name, sweep.server.unit, config), repeat),
+                        key=repeat_key(trial_key(host.name, sweep.unit, config), repeat),
                         host=host.name,
                         config=dict(config),
                         is_baseline=not config,

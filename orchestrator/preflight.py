@@ -551,7 +551,7 @@ async def check_sweep_host(
     knobs = host.effective_knobs(sweep.server.knobs)
     return await check_host(
         handle,
-        unit=sweep.server.unit,
+        unit=sweep.unit,
         flags=mapped_flags(knobs, sweep.server.extra_flags),
         gpus=host.gpus,
         command_timeout=sweep.timeouts.connect,

@@ -273,7 +273,7 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     async def events(kind: str, /, **fields: Any) -> None:
         await run.event(kind, fields, host=host.name)
 
-    session = host_session(sweep, host, handle, unit=sweep.server.unit, events=events)
+    session = host_session(sweep, host, handle, unit=sweep.unit, events=events)
     try:
         check = await _preflight(run, host, session)
         if not check.ok:

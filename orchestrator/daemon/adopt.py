@@ -70,7 +70,7 @@ async def adopt_host(
 ) -> AdoptOutcome:
     """Install ``config`` as ``host``'s lasting configuration; never leaves it worse: a failed
     start puts the unit back as found, and a host error is reported, the backup kept."""
-    unit = sweep.server.unit
+    unit = sweep.unit
     log = get_logger(host=host.name, sweep=record.name)
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
 

@@ -655,7 +655,7 @@ class SearchTrialSource:
         self, host: str, config: Config, plan: TrialPlan, *, baseline: bool = False
     ) -> SourcedTrial:
         """Store the proposal as a trial now (its key unique per host: repeats get ``~rN``)."""
-        key = repeat_key(trial_key(host, self.sweep.server.unit, config), plan.repeat)
+        key = repeat_key(trial_key(host, self.sweep.unit, config), plan.repeat)
         stored = await self.store.trials(self.record.id)
         ordinal = max((t.ordinal for t in stored), default=-1) + 1
         rows = await self.store.add_trials(

@@ -151,9 +151,13 @@ class HostSpec(_Model):
 
 
 class ServerSpec(_Model):
-    """The SGLang systemd unit the sweep reconfigures, and how knobs reach it."""
+    """The systemd unit the sweep reconfigures, and how knobs reach it."""
 
-    unit: ServiceName = "sglang.service"
+    unit: ServiceName | None = Field(
+        default=None,
+        description="the systemd service the hosts run the engine as (default: the engine's "
+        "usual one, sglang.service for SGLang)",
+    )
     model: Text
     knobs: dict[KnobName, KnobMapping] = Field(default_factory=dict)
     extra_flags: list[ArgText] = Field(default_factory=list)
@@ -682,6 +686,11 @@ class Sweep(_Model):
     objective: ObjectiveSpec | None = None
     constraints: dict[ConstraintName, ConstraintValue] = Field(default_factory=dict)
     search: SearchSpec = Field(default_factory=SearchSpec)
+
+    @property
+    def unit(self) -> str:
+        """The systemd service to reconfigure: ``server.unit``, else the engine's usual one."""
+        return self.server.unit or get_engine(self.engine).default_unit
 
     @field_validator("engine")
     @classmethod

@@ -165,6 +165,7 @@ class ToyEngine:
     """The toy server behind the seam; ``calls`` counts the seam's methods as they are used."""
 
     name = NAME
+    default_unit = "toy.service"
     apis: frozenset[ApiKind] = frozenset({"chat"})
     metrics_flag = METRICS_FLAG
     acceptance_counters = COUNTERS

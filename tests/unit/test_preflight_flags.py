@@ -123,4 +123,4 @@ def test_space_trials_are_every_config_of_configs_and_grid_whatever_the_cap() ->
     trials = space_trials(sweep, "h1")
     assert [config for _, config in trials] == expand_configs(sweep)
     assert len(trials) == 1 + 1 + 6
-    assert trials[1][0] == trial_key("h1", sweep.server.unit, {"a": 9})
+    assert trials[1][0] == trial_key("h1", sweep.unit, {"a": 9})

@@ -840,6 +840,7 @@ class Sglang:
     (mypy checks them against the protocol where ``SGLANG`` is declared)."""
 
     name = "sglang"
+    default_unit = "sglang.service"
     apis: frozenset[ApiKind] = frozenset({"chat", "generate"})
     metrics_flag = METRICS_FLAG
     acceptance_counters = ACCEPTANCE_COUNTERS
