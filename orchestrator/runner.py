@@ -84,7 +84,7 @@ from orchestrator.trialsource import (
     plan_trial_source,
     sweep_problems,
 )
-from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
+from orchestrator.types import DEADLINE_STOP, SYNTHETIC_WORKLOAD, MatrixCell
 
 
 @dataclass
@@ -175,7 +175,7 @@ async def _run_sweep(
     if sweep.schedule and sweep.schedule.finish_by:
         finish_at = local_deadline(sweep.schedule.finish_by, now())
         deadline_task = asyncio.create_task(
-            _stop_at(stop, (finish_at - now()).total_seconds(), "finish_by deadline")
+            _stop_at(stop, (finish_at - now()).total_seconds(), DEADLINE_STOP)
         )
 
     await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])

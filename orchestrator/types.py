@@ -181,6 +181,10 @@ SYNTHETIC_WORKLOAD = "synthetic"
 """The workload label of today's filler prompts: the default, and absent from point keys."""
 
 
+DEADLINE_STOP: Final = "finish_by deadline"
+"""The stop reason a sweep records when ``schedule.finish_by`` arrives (its summary's
+``stopped``): the runner writes it, the answers read it."""
+
 JsonObject = dict[str, Any]
 """A JSON object as the edges (CLI, API, webhook, stored JSON columns) write and read it."""
 

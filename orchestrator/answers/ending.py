@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from orchestrator.store.results import SweepResults
-from orchestrator.types import plural
+from orchestrator.types import DEADLINE_STOP, plural
 
-DEADLINE_STOP = "finish_by deadline"
-"""The stop reason the runner records when ``schedule.finish_by`` arrives."""
 STOPPED_CAUSE = "stopped"
 """The cause of an attempt that a stop (cancel, deadline) ended in flight: not a failure."""
 _NEVER_RAN = frozenset({"queued", "cancelled"})

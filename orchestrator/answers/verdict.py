@@ -254,21 +254,16 @@ class Decision:
         return None if runner is None else self.margins[runner.key]
 
 
+def _lost_to(margin: Margin) -> bool:
+    """The margin's interval lies wholly below 0: the other config beats the best beyond the
+    uncertainty."""
+    return margin.ci95 is not None and margin.ci95[1] < 0.0
+
+
 def holds_zero(margin: Margin) -> bool:
     """The margin's interval, as shown, does not exclude 0 (or there is none): a tie."""
     ci = margin.ci95
     return ci is None or ci[0] <= 0.0 <= ci[1]
-
-
-def _beaten_by(
-    best: RankedConfig, others: Sequence[RankedConfig], minimized: bool
-) -> RankedConfig | None:
-    """The config whose own restarts beat ``best``'s beyond the uncertainty by the widest
-    estimate, if any."""
-    beaten = [s for s in others if (ci := margin(best, s, minimized=minimized).ci95) and ci[1] < 0]
-    if not beaten:
-        return None
-    return (min if minimized else max)(beaten, key=lambda s: s.reported.value)
 
 
 def decide(ranked: Sequence[RankedConfig], *, minimized: bool) -> Decision:
@@ -284,13 +279,15 @@ def decide(ranked: Sequence[RankedConfig], *, minimized: bool) -> Decision:
         return Decision("no-valid-config", tuple(ranked))
     best = valid[0]
     overturned: list[RankedConfig] = []
-    while (
-        challenger := _beaten_by(best, [s for s in valid if s is not best], minimized)
-    ) is not None:
+    while True:
+        margins = {s.key: margin(best, s, minimized=minimized) for s in valid if s is not best}
+        beaten = [s for s in valid if s is not best and _lost_to(margins[s.key])]
+        if not beaten:
+            break
+        # The challenger with the widest own estimate leads next.
         overturned.append(best)
-        best = challenger
+        best = (min if minimized else max)(beaten, key=lambda s: s.reported.value)
     order = (best, *(s for s in ranked if s is not best))
-    margins = {s.key: margin(best, s, minimized=minimized) for s in valid if s is not best}
     tied = tuple(s for s in order[1:] if s.valid and holds_zero(margins[s.key]))
     return Decision(
         "tie" if tied else "better",

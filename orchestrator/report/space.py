@@ -75,14 +75,6 @@ def _varied(configs: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
     return sorted(((k, n) for k, n in counts if n >= 2), key=lambda kn: (-kn[1], kn[0]))
 
 
-def _better(answer: Answer, a: Contender, b: Contender) -> bool:
-    """Whether ``a`` should stand for a cell rather than ``b``: the one the answer ranks
-    first (valid before invalid, the answer's best before all), so the cell that holds the
-    answer's config shows it, with the number the contenders table shows."""
-    order = [c.label for c in answer.contenders]
-    return order.index(a.label) < order.index(b.label)
-
-
 def explored_space(answer: Answer) -> SpaceGrid | None:
     """The grid of ``answer``'s contenders and failed configs; None when fewer than two
     configs were tried or no knob varies (nothing to draw)."""
@@ -109,12 +101,12 @@ def explored_space(answer: Answer) -> SpaceGrid | None:
     columns = sorted({position(c)[1] for c in tried}, key=_sort_key)
     standing: dict[tuple[str, str], Contender] = {}
     measured: dict[tuple[str, str], int] = {}
+    # Contenders come in the answer's rank order (valid before invalid, its config first):
+    # the first at a cell is the one that stands for it, with the table's number.
     for contender in contenders:
         at = position(contender.config)
         measured[at] = measured.get(at, 0) + 1
-        current = standing.get(at)
-        if current is None or _better(answer, contender, current):
-            standing[at] = contender
+        standing.setdefault(at, contender)
     failures: dict[tuple[str, str], list[FailedConfig]] = {}
     for failure in answer.failed:
         failures.setdefault(position(failure.config), []).append(failure)

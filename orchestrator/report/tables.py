@@ -668,14 +668,19 @@ def _margin_cell(contender: Contender) -> Cell:
 
 
 def _contender_row(
-    answer: Answer, contender: Contender, *, ranked_column: bool, top: str | None
+    answer: Answer,
+    contender: Contender,
+    *,
+    ranked_column: bool,
+    top: str | None,
+    tied: set[str],
 ) -> tuple[Cell, ...]:
     """One config's row of :func:`contenders_table`."""
     metric = answer.objective.metric
     estimate = contender.estimate
     notes: list[str] = []
     kind: CellKind = ""
-    standing = _standing_note(answer, contender, {c.label for c in answer.tied})
+    standing = _standing_note(answer, contender, tied)
     if standing:
         notes.append(standing)
     if contender.violations:
@@ -724,8 +729,9 @@ def contenders_table(answer: Answer) -> Table:
     best_label = answer.best.label if answer.best is not None else None
     ranked_column = any(words.ranked_differently(c) for c in answer.contenders)
     top = _top(answer)
+    tied = {c.label for c in answer.tied}
     rows = tuple(
-        _contender_row(answer, contender, ranked_column=ranked_column, top=top)
+        _contender_row(answer, contender, ranked_column=ranked_column, top=top, tied=tied)
         for contender in answer.contenders
     )
     unit = fmt.metric_unit(metric).strip()
