@@ -286,6 +286,16 @@ def measured_output_tok_s(
     return truth.output_tok_s / speed + noise.gauss(0.0, sd), sd
 
 
+@dataclasses.dataclass(frozen=True)
+class InvocationEvidence:
+    """What a done attempt keeps of a server that is only an invocation id."""
+
+    invocation_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invocation_id": self.invocation_id}
+
+
 class TruthServer:
     """A "server" of the model runner: the truth at each cell over one process's speed factor,
     with request noise; each point committed as the real measurement commits it."""
@@ -319,8 +329,8 @@ class TruthServer:
             if key not in committed:
                 await self.store.record_point(attempt.id, point, [])
 
-    def evidence(self) -> dict[str, Any]:
-        return {"invocation_id": self.invocation_id}
+    def evidence(self) -> InvocationEvidence:
+        return InvocationEvidence(self.invocation_id)
 
 
 class TruthDriver:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from orchestrator.evidence import RefusalEvidence
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
@@ -507,8 +508,8 @@ class ParseVerdict:
     parser: str = field(default="", compare=False)
     """The engine whose parser said it (its name, in the evidence; not part of the verdict)."""
 
-    def evidence(self) -> dict[str, Any]:
-        return {"found_by": "preflight", "parser": self.parser, "error": self.error}
+    def evidence(self) -> RefusalEvidence:
+        return RefusalEvidence("preflight", parser=self.parser, error=self.error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import structlog
 
 from orchestrator.causes import DETERMINISTIC_CAUSES
+from orchestrator.evidence import CANCELLED, Evidence, RefusalEvidence, StopEvidence
 from orchestrator.lifecycle import failure_from
 from orchestrator.log import get_logger
 from orchestrator.plan import Trial
@@ -98,7 +99,7 @@ class Refusal:
     argv, a flag the build does not know, an extra flag the unit has with another value)."""
 
     cause: str
-    evidence: Mapping[str, Any]
+    evidence: RefusalEvidence
     message: str
 
 
@@ -114,7 +115,7 @@ class Served(Protocol):
         when the sweep is stopping."""
         ...
 
-    def evidence(self) -> dict[str, Any]:
+    def evidence(self) -> Evidence:
         """What the done attempt keeps of its server (its process, timeline, provenance)."""
         ...
 
@@ -213,7 +214,7 @@ async def run_trial(run: SweepContext, driver: Driver, planned: Trial, trial: Tr
             async with driver.serve(planned, trial) as server:
                 await store.set_attempt_invocation(attempt.id, server.invocation_id)
                 await _measure_trial(run, driver, server, attempt, trial)
-                await store.finish_attempt(attempt.id, "done", evidence=server.evidence())
+                await store.finish_attempt(attempt.id, "done", evidence=server.evidence().to_json())
             return
         except Stopped:
             await _stopped_attempt(run, attempt)
@@ -254,7 +255,7 @@ async def _fail_attempt(
     """An attempt that failed before any restart was made for it: recorded with its evidence,
     warned of, and held against the failure policy."""
     await run.store.finish_attempt(
-        attempt.id, "failed", cause=refused.cause, evidence=dict(refused.evidence)
+        attempt.id, "failed", cause=refused.cause, evidence=refused.evidence.to_json()
     )
     run.failures += 1
     _warn_failed(planned, refused.cause, refused.message)
@@ -265,10 +266,13 @@ async def _stopped_attempt(run: SweepContext, attempt: Attempt) -> None:
     """The attempt in flight when the sweep was asked to stop: a cancel is not a failure (the
     operator called it off); a shutdown leaves it running, so the next start resumes it."""
     if run.stop.reason == "cancel":
-        await run.store.finish_attempt(attempt.id, "cancelled", evidence={"reason": "cancel"})
+        await run.store.finish_attempt(attempt.id, "cancelled", evidence=CANCELLED.to_json())
     elif run.stop.reason != "shutdown":
         await run.store.finish_attempt(
-            attempt.id, "failed", cause="stopped", evidence={"reason": run.stop.reason}
+            attempt.id,
+            "failed",
+            cause="stopped",
+            evidence=StopEvidence(run.stop.reason or "stopped").to_json(),
         )
 
 

@@ -25,6 +25,7 @@ from orchestrator.bench.coding import CodingResult, run_coding
 from orchestrator.bench.problems import CodingProblem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
+from orchestrator.evidence import CANCELLED, RefusalEvidence, ServerEvidence
 from orchestrator.host import gpu
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
@@ -249,9 +250,9 @@ async def cancel_trials(store: Store, sweep_id: int, trials: Sequence[TrialRecor
     for trial in trials:
         last = latest.get(trial.id)
         if last is None:
-            await store.skip_trial(trial.id, None, {"reason": "cancel"}, state="cancelled")
+            await store.skip_trial(trial.id, None, CANCELLED.to_json(), state="cancelled")
         elif last.state == "running":
-            await store.finish_attempt(last.id, "cancelled", evidence={"reason": "cancel"})
+            await store.finish_attempt(last.id, "cancelled", evidence=CANCELLED.to_json())
 
 
 async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
@@ -424,7 +425,7 @@ class SessionDriver:
         if unknown:
             return Refusal(
                 "bad-flag",
-                {"found_by": "preflight", "unknown_flags": unknown},
+                RefusalEvidence("preflight", unknown_flags=tuple(unknown)),
                 f"unknown to this build: {' '.join(unknown)}",
             )
         refused = self.check.refusal(planned.key)
@@ -447,7 +448,7 @@ class SessionDriver:
         except ExtraFlagConflict as conflict:
             # Only the host's real command line shows it (validate saw the sweep's
             # exec_start): which value the server would take is up to its parser.
-            evidence = {"found_by": "drop-in", "message": str(conflict), "flag": conflict.flag}
+            evidence = RefusalEvidence("drop-in", message=str(conflict), flag=conflict.flag)
             return Refusal("invalid-config", evidence, str(conflict))
         return None
 
@@ -475,27 +476,8 @@ class _MeasuredServer:
     async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
         await _measure(self.run, self.session, attempt, self.server, plan)
 
-    def evidence(self) -> dict[str, Any]:
-        return _server_evidence(self.server)
-
-
-def _server_evidence(server: Server) -> dict[str, Any]:
-    return {
-        "invocation_id": server.invocation_id,
-        "main_pid": server.main_pid,
-        "timeline": server.timeline.to_json(),
-        "provenance": server.provenance.to_json(),
-        "overridden": [
-            {
-                "knob": d.knob,
-                "where": d.where,
-                "expected": d.expected,
-                "actual": d.actual,
-                "why": d.reason,
-            }
-            for d in server.overridden
-        ],
-    }
+    def evidence(self) -> ServerEvidence:
+        return ServerEvidence.of(self.server)
 
 
 # --- measuring -----------------------------------------------------------------------------

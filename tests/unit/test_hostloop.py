@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.evidence import RefusalEvidence
 from orchestrator.hostloop import (
     NoProgress,
     Refusal,
@@ -75,7 +76,7 @@ class FakeDriver:
     async def refusal(self, planned: Trial, trial: TrialRecord) -> Refusal | None:
         budget = int(planned.config["budget"])  # type: ignore[arg-type]
         cause = self.refused.get(budget)
-        return None if cause is None else Refusal(cause, {"found_by": "preflight"}, "refused")
+        return None if cause is None else Refusal(cause, RefusalEvidence("preflight"), "refused")
 
     @contextlib.asynccontextmanager
     async def serve(self, planned: Trial, trial: TrialRecord) -> AsyncIterator[FakeServer]:
@@ -85,6 +86,16 @@ class FakeDriver:
         if behaviour not in ("ok", "cancel"):
             raise TrialFailed(behaviour, f"scripted {behaviour}")  # type: ignore[arg-type]
         yield FakeServer(self.run, f"inv-{budget}-{len(self.starts)}", behaviour)
+
+
+@dataclass(frozen=True)
+class InvocationEvidence:
+    """What a done attempt keeps of a server that is only an invocation id."""
+
+    invocation_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invocation_id": self.invocation_id}
 
 
 @dataclass
@@ -105,8 +116,8 @@ class FakeServer:
             )
             await self.run.store.record_point(attempt.id, point, [])
 
-    def evidence(self) -> dict[str, Any]:
-        return {"invocation_id": self.invocation_id}
+    def evidence(self) -> InvocationEvidence:
+        return InvocationEvidence(self.invocation_id)
 
 
 @contextlib.asynccontextmanager
