@@ -22,24 +22,25 @@ from orchestrator.bench.coding import CodingResult, CodingSummary, Outcome
 from orchestrator.bench.lossless import check_lossless
 from orchestrator.store import (
     AcceptLength,
-    Attempt,
     AttemptState,
     CodingPoint,
     EventRecord,
-    HostRecord,
     JsonObject,
-    PointRecord,
     Store,
     StoredRequest,
-    SweepRecord,
     ThroughputMetrics,
     TrialPlan,
-    TrialRecord,
     TrialState,
-    point_from_record,
+    point_key,
 )
 from orchestrator.store import ThroughputPoint as StoredThroughput
-from orchestrator.store.results import attempts_and_points, config_label, unattempted_state
+from orchestrator.store.results import (
+    HostOutcome,
+    SweepResults,
+    TrialOutcome,
+    config_label,
+    unattempted_state,
+)
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
 
 
@@ -78,7 +79,6 @@ UNTRUSTED_FLAGS = frozenset(
 )
 """A point with one of these is not a clean server measurement: it wins a cell only when the
 cell has no clean point, and then shows its flags."""
-
 
 
 def flag_info(flag: str) -> FlagInfo:
@@ -407,8 +407,7 @@ class HostTypeGroup:
         candidates = [
             (trial, point)
             for trial in self.trials
-            if (point := trial.point_at(cell)) is not None
-            and point.output_tok_s is not None
+            if (point := trial.point_at(cell)) is not None and point.output_tok_s is not None
         ]
         trusted = [c for c in candidates if c[1].trusted]
         pool = trusted or candidates
@@ -427,7 +426,7 @@ class SweepReport:
     name: str
     id: int
     state: str
-    submitted_at: float
+    submitted_at: float | None
     started_at: float | None
     finished_at: float | None
     summary: JsonObject | None
@@ -485,16 +484,16 @@ def _lifecycle(evidence: Mapping[str, Any], events: Sequence[EventRecord]) -> Li
 
 
 def _attempt_events(
-    attempt: Attempt, host: str, events: Sequence[EventRecord], next_start: float | None
+    attempt: TrialOutcome, host: str, events: Sequence[EventRecord], next_start: float | None
 ) -> list[EventRecord]:
     """The host's events during the attempt (the lifecycle logs by host, not by attempt)."""
     if attempt.started_at is None:
-        return [e for e in events if e.attempt_id == attempt.id]
+        return [e for e in events if e.attempt_id == attempt.attempt_id]
     end = attempt.finished_at if attempt.finished_at is not None else next_start
     return [
         e
         for e in events
-        if e.attempt_id == attempt.id
+        if e.attempt_id == attempt.attempt_id
         or (
             e.attempt_id is None
             and e.host == host
@@ -573,8 +572,8 @@ def _drift(trial: TrialView, baseline: TrialView, temperature: float) -> Drift |
     )
 
 
-def _planned(trials: Sequence[TrialRecord]) -> list[TrialPlan]:
-    return [t.plan for t in trials if t.plan is not None]
+def _planned(trials: Sequence[Sequence[TrialOutcome]]) -> list[TrialPlan]:
+    return [t[0].plan for t in trials if t[0].plan is not None]
 
 
 def shared_knobs(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -759,7 +758,7 @@ def _pct(value: float | None) -> str:
 
 
 def _attempt_views(
-    tried: Sequence[Attempt], host: str, host_events: Sequence[EventRecord]
+    tried: Sequence[TrialOutcome], host: str, host_events: Sequence[EventRecord]
 ) -> tuple[AttemptView, ...]:
     """A trial's attempts in number order, each with its own events and lifecycle."""
     views: list[AttemptView] = []
@@ -768,7 +767,7 @@ def _attempt_views(
         mine = _attempt_events(attempt, host, host_events, next_start)
         views.append(
             AttemptView(
-                number=attempt.number,
+                number=attempt.attempt or 0,
                 state=attempt.state,
                 cause=attempt.cause,
                 evidence=dict(attempt.evidence or {}),
@@ -783,58 +782,72 @@ def _attempt_views(
     return tuple(views)
 
 
+RequestsKey = tuple[str, str, int, str]
+"""A throughput point's raw requests by what the results call the point: its trial's key and
+host, the attempt's number, and the point's key within the attempt."""
+
+
+def requests_key(attempt: TrialOutcome, point: StoredThroughput) -> RequestsKey:
+    cell = point_key(
+        "throughput",
+        context=point.context,
+        concurrency=point.concurrency,
+        rate=point.rate,
+        workload=point.workload,
+    )
+    return (attempt.key, attempt.host, attempt.attempt or 0, cell)
+
+
 @dataclass(frozen=True, slots=True)
 class _Records:
-    """A sweep's records grouped the ways the report reads them."""
+    """What the report reads beside the results: the host's events and each point's requests."""
 
-    attempts_by_trial: Mapping[int, Sequence[Attempt]]
-    points_by_attempt: Mapping[int, Sequence[PointRecord]]
     events_by_host: Mapping[str | None, Sequence[EventRecord]]
-    requests: Mapping[int, Sequence[StoredRequest]]
+    requests: Mapping[RequestsKey, Sequence[StoredRequest]]
     include_requests: bool
 
 
-def _grouped_records(
-    attempts: Sequence[Attempt],
-    points: Sequence[PointRecord],
-    events: Sequence[EventRecord],
-    requests: Mapping[int, Sequence[StoredRequest]],
-    include_requests: bool,
-) -> _Records:
-    attempts_by_trial, points_by_attempt = attempts_and_points(attempts, points)
-    events_by_host: dict[str | None, list[EventRecord]] = {}
-    for event in events:
-        events_by_host.setdefault(event.host, []).append(event)
-    return _Records(
-        attempts_by_trial, points_by_attempt, events_by_host, requests, include_requests
-    )
+def _by_trial(results: SweepResults) -> list[list[TrialOutcome]]:
+    """Each trial's outcomes (its attempts by number, or its one never-attempted entry), the
+    trials in plan order."""
+    trials: dict[tuple[str, str], list[TrialOutcome]] = {}
+    for outcome in results.trials:
+        trials.setdefault((outcome.key, outcome.host), []).append(outcome)
+    return list(trials.values())
 
 
 def _trial_view(
-    trial: TrialRecord, records: _Records, host_type: str, never_run: TrialState
+    ordinal: int,
+    outcomes: Sequence[TrialOutcome],
+    host_type: str,
+    records: _Records,
+    never_run: TrialState,
 ) -> TrialView:
     """One trial as the report shows it: its attempts, and its last attempt's points."""
-    tried = sorted(records.attempts_by_trial.get(trial.id, []), key=lambda a: a.number)
+    first = outcomes[0]
+    tried = [o for o in outcomes if o.attempt is not None]
     # The trial's numbers are its last attempt's: a retry never mixes with a failed try.
-    shown = records.points_by_attempt.get(tried[-1].id, []) if tried else []
-    decoded = [(p.id, point_from_record(p)) for p in shown]
-    throughput = tuple(
-        _throughput_point(p, records.requests.get(point_id, ()), records.include_requests)
-        for point_id, p in decoded
-        if isinstance(p, StoredThroughput)
-    )
+    shown = tried[-1] if tried else None
+    throughput: tuple[PointView, ...] = ()
+    if shown is not None:
+        throughput = tuple(
+            _throughput_point(
+                p, records.requests.get(requests_key(shown, p), ()), records.include_requests
+            )
+            for p in shown.throughput
+        )
     return TrialView(
-        key=trial.key,
-        host=trial.host,
+        key=first.key,
+        host=first.host,
         host_type=host_type,
-        config=dict(trial.config),
-        is_baseline=trial.is_baseline,
-        ordinal=trial.ordinal,
-        label=config_label(trial.config),
-        attempts=_attempt_views(tried, trial.host, records.events_by_host.get(trial.host, [])),
+        config=dict(first.config),
+        is_baseline=first.baseline,
+        ordinal=ordinal,
+        label=config_label(first.config),
+        attempts=_attempt_views(tried, first.host, records.events_by_host.get(first.host, [])),
         throughput=throughput,
-        coding=tuple(p for _, p in decoded if isinstance(p, CodingPoint)),
-        plan=trial.plan,
+        coding=shown.coding if shown else (),
+        plan=first.plan,
         never_run_state=never_run,
     )
 
@@ -842,7 +855,7 @@ def _trial_view(
 def _host_type_group(
     host_type: str,
     members: Sequence[TrialView],
-    hosts: Sequence[HostRecord],
+    hosts: Sequence[HostOutcome],
     temperature: float | None,
 ) -> HostTypeGroup:
     """One host type's section: its trials (short-labelled), its matrix, its hosts, and the
@@ -859,7 +872,7 @@ def _host_type_group(
         HostView(
             name=h.name,
             type=h.type,
-            set_aside_reason=h.set_aside_reason,
+            set_aside_reason=h.set_aside,
             provenance=_host_provenance([v for v in members if v.host == h.name]),
             baseline_exec_start=_baseline_exec_start([v for v in members if v.host == h.name]),
         )
@@ -884,47 +897,52 @@ def _host_type_group(
 
 
 def build_report(
-    sweep: SweepRecord,
-    hosts: Sequence[HostRecord],
-    trials: Sequence[TrialRecord],
-    attempts: Sequence[Attempt],
-    points: Sequence[PointRecord],
+    results: SweepResults,
     events: Sequence[EventRecord],
-    requests: Mapping[int, Sequence[StoredRequest]],
+    requests: Mapping[RequestsKey, Sequence[StoredRequest]],
     *,
     include_requests: bool = False,
     answers: Sequence[Answer] = (),
 ) -> SweepReport:
-    """The report of one sweep from its records (pure: no store, no clock); ``answers`` are
-    the caller's, built by the answers layer from the same sweep."""
+    """The report of one sweep from its results (pure: no store, no clock), the host's events
+    and the points' raw requests (:func:`requests_key`); ``answers`` are the caller's, built
+    by the answers layer from the same results."""
+    trials = _by_trial(results)
     plans = _planned(trials)
     models = [p.model for p in plans if p.model]
     temperatures = {p.coding_temperature for p in plans if p.coding_temperature is not None}
     temperature = next(iter(temperatures)) if len(temperatures) == 1 else None
-    never_run = unattempted_state(sweep.state)
-    host_types = {h.name: h.type for h in hosts}
-    records = _grouped_records(attempts, points, events, requests, include_requests)
+    never_run = unattempted_state(results.state)
+    host_types = {h.name: h.type for h in results.hosts}
+    events_by_host: dict[str | None, list[EventRecord]] = {}
+    for event in events:
+        events_by_host.setdefault(event.host, []).append(event)
+    records = _Records(events_by_host, requests, include_requests)
     views = [
-        _trial_view(trial, records, host_types.get(trial.host, "unknown"), never_run)
-        for trial in sorted(trials, key=lambda t: t.ordinal)
+        _trial_view(
+            ordinal, outcomes, host_types.get(outcomes[0].host, "unknown"), records, never_run
+        )
+        for ordinal, outcomes in enumerate(trials)
     ]
     type_order: list[str] = []
-    for name in [h.name for h in hosts] + [v.host for v in views]:
+    for name in [h.name for h in results.hosts] + [v.host for v in views]:
         host_type = host_types.get(name, "unknown")
         if host_type not in type_order:
             type_order.append(host_type)
     groups = [
-        _host_type_group(kind, [v for v in views if v.host_type == kind], hosts, temperature)
+        _host_type_group(
+            kind, [v for v in views if v.host_type == kind], results.hosts, temperature
+        )
         for kind in type_order
     ]
     return SweepReport(
-        name=sweep.name,
-        id=sweep.id,
-        state=sweep.state,
-        submitted_at=sweep.submitted_at,
-        started_at=sweep.started_at,
-        finished_at=sweep.finished_at,
-        summary=sweep.summary,
+        name=results.sweep,
+        id=results.id,
+        state=results.state,
+        submitted_at=results.submitted_at,
+        started_at=results.started_at,
+        finished_at=results.finished_at,
+        summary=results.summary,
         model=models[0] if models else None,
         coding_temperature=temperature,
         groups=tuple(groups),
@@ -956,30 +974,32 @@ async def load_report(
 ) -> SweepReport:
     """Read one sweep (by name or id) from the store; raises ``SweepNotFound``."""
     sweep = await store.get_sweep(ref)
-    hosts = await store.hosts(sweep.id)
-    trials = await store.trials(sweep.id)
-    attempts = await store.attempts(sweep.id)
-    points = await store.points(sweep_id=sweep.id)
-    events = await store.events(sweep.id)
-    requests: dict[int, list[StoredRequest]] = {}
-    for point in points:
-        if point.kind == "throughput":
-            requests[point.id] = await store.requests(point.id)
+    results = await store.results(sweep.id)
     # The answers from the sweep file stored with the results (none if it no longer parses).
     answers = answered_from_text(
-        await store.results(sweep.id), sweep.yaml_text, f"sweep {sweep.name} (id {sweep.id})"
+        results, sweep.yaml_text, f"sweep {sweep.name} (id {sweep.id})"
     ).answers
     return build_report(
-        sweep,
-        hosts,
-        trials,
-        attempts,
-        points,
-        events,
-        requests,
+        results,
+        await store.events(sweep.id),
+        await _requests(store, sweep.id),
         include_requests=include_requests,
         answers=answers,
     )
+
+
+async def _requests(store: Store, sweep_id: int) -> dict[RequestsKey, list[StoredRequest]]:
+    """Every throughput point's raw requests, by :func:`requests_key`."""
+    trials = {t.id: t for t in await store.trials(sweep_id)}
+    attempts = {a.id: a for a in await store.attempts(sweep_id)}
+    requests: dict[RequestsKey, list[StoredRequest]] = {}
+    for point in await store.points(sweep_id=sweep_id):
+        if point.kind == "throughput":
+            attempt = attempts[point.attempt_id]
+            trial = trials[attempt.trial_id]
+            key = (trial.key, trial.host, attempt.number, point.key)
+            requests[key] = await store.requests(point.id)
+    return requests
 
 
 __all__ = [
@@ -994,6 +1014,7 @@ __all__ = [
     "Lifecycle",
     "PointView",
     "ReportWarning",
+    "RequestsKey",
     "SweepReport",
     "TrialView",
     "build_report",
@@ -1001,5 +1022,6 @@ __all__ = [
     "flag_codes",
     "flag_info",
     "load_report",
+    "requests_key",
     "short_labels",
 ]

@@ -584,6 +584,9 @@ class TrialOutcome:
     finished_at: float | None = None
     points: tuple[Point, ...] = ()
     plan: TrialPlan | None = None
+    attempt_id: int | None = None
+    """The attempt's id in its store (events name their attempt by it); None when never
+    attempted."""
 
     @property
     def label(self) -> str:
@@ -609,6 +612,7 @@ class TrialOutcome:
             "cause": self.cause,
             "evidence": self.evidence,
             "attempt": self.attempt,
+            "attempt_id": self.attempt_id,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "plan": None if self.plan is None else self.plan.to_json(),
@@ -631,6 +635,7 @@ class TrialOutcome:
             cause=_text(data.get("cause")),
             evidence=dict(evidence) if isinstance(evidence, Mapping) else None,
             attempt=_int(data.get("attempt")),
+            attempt_id=_int(data.get("attempt_id")),
             started_at=_number(data.get("started_at")),
             finished_at=_number(data.get("finished_at")),
             points=tuple(point_from_json(p) for p in data.get("points") or ()),
@@ -795,6 +800,7 @@ def trial_outcome(
         cause=None if attempt is None else attempt.cause,
         evidence=None if attempt is None else attempt.evidence,
         attempt=None if attempt is None else attempt.number,
+        attempt_id=None if attempt is None else attempt.id,
         started_at=None if attempt is None else attempt.started_at,
         finished_at=None if attempt is None else attempt.finished_at,
         points=tuple(point_from_record(p) for p in points),
