@@ -24,7 +24,14 @@ from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dropin_path
 from orchestrator.host.errors import HostError
-from orchestrator.lifecycle import TrialFailed, failure_from, reconfigure, restore, trial_config
+from orchestrator.lifecycle import (
+    HostSession,
+    TrialFailed,
+    failure_from,
+    reconfigure,
+    restore,
+    trial_config,
+)
 from orchestrator.log import get_logger
 from orchestrator.plan import trial_key
 from orchestrator.sessions import host_session, snapshot_to_backup
@@ -82,15 +89,7 @@ async def adopt_host(
     target = str(adopted_dropin_path(unit))
     try:
         with structlog.contextvars.bound_contextvars(sweep=record.name, host=host.name):
-            trial_path = str(dropin_path(unit))
-            leftover = await session.transport.run(
-                ["test", "-e", trial_path], timeout=timeout, privileged=True
-            )
-            if leftover.ok:
-                raise AdoptRefused(
-                    f"{host.name}: a trial drop-in ({trial_path}) is still on the host: "
-                    f"`orchestrator restore {host.name}` first"
-                )
+            await _refuse_trial_leftover(session, host.name, unit)
             found = await systemd.read_unit(
                 session.transport, unit, control=session.control, path=target, timeout=timeout
             )
@@ -146,6 +145,20 @@ async def adopt_host(
         return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
     finally:
         await handle.close()
+
+
+async def _refuse_trial_leftover(session: HostSession, host: str, unit: str) -> None:
+    """A trial's drop-in still on the host means a sweep did not restore it: adopting over it
+    would make the trial's config lasting by accident."""
+    trial_path = str(dropin_path(unit))
+    leftover = await session.transport.run(
+        ["test", "-e", trial_path], timeout=session.timeouts.command, privileged=True
+    )
+    if leftover.ok:
+        raise AdoptRefused(
+            f"{host}: a trial drop-in ({trial_path}) is still on the host: "
+            f"`orchestrator restore {host}` first"
+        )
 
 
 async def adopt_type(
