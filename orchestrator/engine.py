@@ -654,3 +654,26 @@ class Engine(Protocol):
     ) -> list[ParseVerdict] | ParserUnavailable:
         """The verdicts of :meth:`batch_command`'s output, one per argv in order."""
         ...
+
+
+@runtime_checkable
+class KnobRules(Protocol):
+    """Optional, beside :class:`Engine`: an engine whose command line has JSON-valued flags
+    (vLLM's ``--speculative-config``) says which keys and values its own validation refuses,
+    so the sweep file is refused with the file and line before any host is touched, and where
+    its running config reports each key, so readiness checks it without the sweep file
+    naming a ``server_info_key``. An engine without these rules is checked by its parser on
+    the host alone (the preflight)."""
+
+    def knob_problem(self, flag: str, json_key: str | None) -> str | None:
+        """Why a knob mapped to ``flag`` (and ``json_key``) names what the engine refuses."""
+        ...
+
+    def value_problem(self, flag: str, json_key: str | None, value: KnobValue) -> str | None:
+        """Why the engine would refuse ``value`` for that knob, or None."""
+        ...
+
+    def json_key_report(self, flag: str, json_key: str) -> str | None:
+        """The running config's key for ``json_key`` of ``flag`` (the config check's), or
+        None when the running server does not report it."""
+        ...

@@ -34,6 +34,7 @@ from orchestrator.engine import (
     FailureEvent,
     InitEvent,
     KnobResolution,
+    KnobRules,
     Provenance,
 )
 from orchestrator.host import gpu, journal, systemd
@@ -216,6 +217,16 @@ class TrialDropin:
     """Where the drop-in goes (None: the trial drop-in's place)."""
 
 
+def _reported_key(engine: Engine, spec: KnobSpec) -> str | None:
+    """Where the running server reports a flag knob: the sweep file's ``server_info_key``,
+    else, for a key of a JSON-valued flag, where the engine's :class:`KnobRules` say."""
+    if spec.server_info_key is not None or spec.json_key is None or spec.flag is None:
+        return spec.server_info_key
+    if not isinstance(engine, KnobRules):
+        return None
+    return engine.json_key_report(spec.flag, spec.json_key)
+
+
 def trial_config(
     found: systemd.UnitSnapshot,
     *,
@@ -243,14 +254,14 @@ def trial_config(
     invocation = recipe.invocation(config, UnitBase.of(service))
     flag_knobs = tuple(
         engine.resolve_flag_knob(
-            name, spec.flag, config.get(name), server_info_key=spec.server_info_key
+            name, spec.flag, config.get(name), server_info_key=_reported_key(engine, spec)
         )
         for name, spec in knobs.items()
-        # A key of a JSON-valued flag is checked only where the sweep says where the server
-        # reports it: the flag's own name says nothing of its keys.
+        # A key of a JSON-valued flag is checked only where the sweep or the engine says
+        # where the server reports it: the flag's own name says nothing of its keys.
         if spec.flag is not None
         and name in config
-        and (spec.json_key is None or spec.server_info_key is not None)
+        and (spec.json_key is None or _reported_key(engine, spec) is not None)
     )
     env_knobs = tuple(
         EnvKnob(name, spec.env, config.get(name))

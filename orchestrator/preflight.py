@@ -354,6 +354,8 @@ def check_metrics(
     chat sweep gets neither it nor per-request spec stats: the chat API carries none, so its
     accept_len would rest on the journal alone."""
     metrics_flag = (engine or engines.get()).metrics_flag
+    if not metrics_flag:  # the engine serves /metrics without being asked (vLLM)
+        return Check("metrics", True, "the engine serves /metrics without a flag"), None
     present = any(isinstance(a, FlagArg) and a.flag == metrics_flag for a in flag_args(argv[1:]))
     if present:
         return Check("metrics", True, f"the unit runs {metrics_flag}: /metrics is read"), None

@@ -21,7 +21,10 @@ from orchestrator.engine import Engine
 DEFAULT_ENGINE = "sglang"
 """The engine of a sweep file that names none."""
 
-_BUILTIN: dict[str, str] = {"sglang": "orchestrator.engines.sglang"}
+_BUILTIN: dict[str, str] = {
+    "sglang": "orchestrator.engines.sglang",
+    "vllm": "orchestrator.engines.vllm",
+}
 """Built-in engine name -> the package whose ``ENGINE`` it is."""
 _registered: dict[str, Engine] = {}
 

@@ -17,6 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from orchestrator import engines
+from orchestrator.engine import KnobRules
 from orchestrator.host.dropin import (
     ExtraFlagConflict,
     MergedFlags,
@@ -163,6 +165,8 @@ class SweepParts:
     environment_keys: tuple[str, ...]
     exec_start: tuple[str, ...] | None
     knob_names: list[str] = field(default_factory=list)
+    engine: str = engines.DEFAULT_ENGINE
+    """The sweep's ``engine:`` as written (an unknown one is the schema's problem)."""
 
     def is_flag_knob(self, name: str) -> bool:
         declared = [*self.knobs, *(k for host in self.hosts for k in host.knobs)]
@@ -178,6 +182,10 @@ def _knob_decls(raw: YamlData, path: FieldPath) -> tuple[KnobDecl, ...]:
             mapping = None
         decls.append(KnobDecl(name, (*path, name), mapping))
     return tuple(decls)
+
+
+def _engine_name(value: YamlData) -> str:
+    return value if isinstance(value, str) else engines.DEFAULT_ENGINE
 
 
 def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
@@ -218,6 +226,7 @@ def parts_of(data: Mapping[str, YamlData]) -> SweepParts:
         environment_keys=tuple(_mapping(server.get("environment"))),
         exec_start=_words_field(ServerSpec, "exec_start", server),
         knob_names=[decl.name for decl in knobs],
+        engine=_engine_name(data.get("engine")),
     )
 
 
@@ -380,6 +389,40 @@ def extra_flag_repeats(parts: SweepParts) -> Iterator[Located]:
         )
 
 
+def _knob_rules(parts: SweepParts) -> KnobRules | None:
+    if parts.engine not in engines.names():
+        return None
+    engine = engines.get(parts.engine)
+    return engine if isinstance(engine, KnobRules) else None
+
+
+def engine_knob_rules(parts: SweepParts) -> Iterator[Located]:
+    """What the sweep's engine itself would refuse (its :class:`KnobRules`): a key its
+    JSON-valued flag does not have, a value its validation rejects (vLLM: a
+    ``--speculative-config`` key that is no ``SpeculativeConfig`` field, an unknown method)."""
+    rules = _knob_rules(parts)
+    if rules is None:
+        return
+    declared = [*parts.knobs, *(k for host in parts.hosts for k in host.knobs)]
+    for decl in declared:
+        mapping = decl.mapping
+        if mapping is not None and mapping.flag is not None:
+            problem = rules.knob_problem(mapping.flag, mapping.json_key)
+            if problem is not None:
+                yield Located((*decl.path, "json_key" if mapping.json_key else "flag"), problem)
+    for use in parts.uses:
+        if isinstance(use.value, _Missing):
+            continue
+        for decl in declared:
+            mapping = decl.mapping
+            if decl.name != use.knob or mapping is None or mapping.flag is None:
+                continue
+            problem = rules.value_problem(mapping.flag, mapping.json_key, use.value)
+            if problem is not None:
+                yield Located(use.path, problem)
+                break
+
+
 Rule = Callable[[SweepParts], Iterator[Located]]
 
 RULES: tuple[Rule, ...] = (
@@ -389,6 +432,7 @@ RULES: tuple[Rule, ...] = (
     distinct_hosts,
     no_collisions,
     extra_flags_against_exec_start,
+    engine_knob_rules,
 )
 """Each rule's findings are problems: the file is refused."""
 

@@ -16,10 +16,10 @@ space is one import, not one per config. Where the import fails the line says so
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.shared import read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix
 
@@ -90,42 +90,6 @@ def read_answers(
     """The script's answers to ``count`` argvs, in order, read from its output (the lines
     with :data:`MARKER`); an argv the script never answered (it died or timed out on the way)
     is ``unchecked``. Without any answer, what the command said instead is the reason."""
-    lines = [line for line in stdout.splitlines() if line.startswith(MARKER)]
-    if not lines:
-        tail = (stderr.strip() or stdout.strip())[-200:]
-        return ParserUnavailable(f"the parse script gave no answer{': ' + tail if tail else ''}")
-    answers: dict[int, Mapping[str, Any]] = {}
-    for line in lines:
-        try:
-            answer = json.loads(line[len(MARKER) :])
-        except ValueError as exc:
-            return ParserUnavailable(f"the parse script's answer is not JSON: {exc}")
-        if not isinstance(answer, dict):
-            return ParserUnavailable("the parse script's answer is not an object")
-        if "import_error" in answer:
-            return ParserUnavailable(f"{IMPORT_LINE} failed: {answer['import_error']}")
-        index = answer.get("index")
-        if isinstance(index, int) and 0 <= index < count:
-            answers[index] = answer
-    tail = stderr.strip()[-200:]
-    missing = ParseVerdict(
-        ok=None,
-        kind="unchecked",
-        error=f"no answer from the parse script{': ' + tail if tail else ''}",
-        parser=PARSER,
-    )
-    return [_verdict(answers[i]) if i in answers else missing for i in range(count)]
-
-
-def _verdict(answer: Mapping[str, Any]) -> ParseVerdict:
-    ok = answer.get("ok")
-    kind = answer.get("kind")
-    error = answer.get("error")
-    speculative = answer.get("speculative")
-    return ParseVerdict(
-        ok=ok if isinstance(ok, bool) else None,
-        kind=kind if kind in ("argparse", "resolution", "unchecked") else None,
-        error=str(error) if error is not None else None,
-        speculative=speculative if isinstance(speculative, dict) else {},
-        parser=PARSER,
+    return read_marked_answers(
+        stdout, stderr, count, marker=MARKER, import_line=IMPORT_LINE, parser=PARSER
     )

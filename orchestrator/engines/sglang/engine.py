@@ -59,6 +59,7 @@ from orchestrator.engines.openai_chat import (
 )
 from orchestrator.engines.sglang import argv as argv_parser
 from orchestrator.engines.sglang import forcing
+from orchestrator.engines.shared import first_failure
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
@@ -293,11 +294,7 @@ def _dflash_init(prefix: LinePrefix, rest: str) -> DflashInitEvent:
 
 def classify_failure(text: str) -> tuple[FailureCause, str] | None:
     """The startup-failure cause a line reveals, with the matched text (case-insensitive)."""
-    for cause, pattern in _FAILURES:
-        found = pattern.search(text)
-        if found is not None:
-            return cause, found.group(0).strip()
-    return None
+    return first_failure(_FAILURES, text)
 
 
 def parse_log_line(message: str) -> LogEvent | None:

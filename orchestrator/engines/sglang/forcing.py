@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from orchestrator.engines.shared import normal_scalar_word
+
 ALGORITHM_FLAG = "--speculative-algorithm"
 STEPS_FLAG = "--speculative-num-steps"
 TOPK_FLAG = "--speculative-eagle-topk"
@@ -25,13 +27,7 @@ def normal_word(word: str, flag: str | None) -> str:
     if flag == ALGORITHM_FLAG:
         upper = text.upper()
         return _REPORTED_AS.get(upper, upper)
-    if text in ("True", "true", "False", "false"):
-        return text.lower()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return str(int(number)) if number.is_integer() else repr(number)
+    return normal_scalar_word(text)
 
 
 def forced_flags(values: Mapping[str, str | None]) -> frozenset[str]:

@@ -1,0 +1,142 @@
+"""Asking a host's own vLLM whether it takes an argv: its parser, not its ``--help``.
+
+The unit's interpreter, with the unit's environment and working directory, runs ``PYTHON -c
+PARSE_SCRIPT ARGV_JSON...``. The script builds the parser ``vllm serve`` builds (vLLM 0.33:
+a ``FlexibleArgumentParser`` with the ``serve`` subcommand whose parser is
+``make_arg_parser``'s; for a unit running ``-m vllm.entrypoints.openai.api_server`` without
+``serve``, ``make_arg_parser`` alone), parses each argv (argparse's error line on a refusal,
+as ``vllm serve`` exits 2 with it), then checks what ``create_speculative_config`` and
+``SpeculativeConfig`` would refuse before any model is loaded: a shortcut flag
+(``--spec-method``, ``--spec-model``, ``--spec-tokens``) beside the same JSON key, a key that
+is no field of the host's own ``SpeculativeConfig``, a ``method`` outside its
+``SpeculativeMethod``; and ``validate_parsed_serve_args``. One line per argv (:data:`MARKER`
+first): ``ok``, the error, and the speculative config as parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import os.path
+from collections.abc import Sequence
+
+from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.shared import read_marked_answers
+from orchestrator.host.dropin import TrialInvocation
+from orchestrator.host.unitcommand import unit_env_prefix
+
+PARSER = "vllm"
+MARKER = "ORCHESTRATOR_VLLM_PARSE "
+IMPORT_LINE = "from vllm.entrypoints.common.cli_args import make_arg_parser"
+"""The line that marks the script (the simulated host answers it from its own parser)."""
+
+PARSE_SCRIPT = f"""\
+import contextlib, dataclasses, io, json, os, sys, typing
+def emit(**fields):
+    print({MARKER!r} + json.dumps(fields, default=str), flush=True)
+try:
+    {IMPORT_LINE}
+    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+except BaseException as exc:
+    emit(import_error=type(exc).__name__ + ": " + str(exc))
+    sys.exit(0)
+def literals(hint):
+    args = typing.get_args(hint)
+    return [a for x in args for a in literals(x)] if args else [hint]
+methods = set(literals(SpeculativeMethod))
+fields = set(SpeculativeConfig.__dataclass_fields__)
+shortcuts = (("--spec-method", "method", "spec_method"), ("--spec-model", "model", "spec_model"),
+             ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))
+def parser_for(argv):
+    if argv[:1] == ["serve"]:
+        top = FlexibleArgumentParser(prog="vllm")
+        subs = top.add_subparsers(required=False, dest="subparser")
+        make_arg_parser(subs.add_parser("serve", usage="vllm serve [model_tag] [options]"))
+        return top
+    return make_arg_parser(FlexibleArgumentParser(prog="api_server.py"))
+def speculative(args):
+    spec = dict(getattr(args, "speculative_config", None) or {{}})
+    for flag, key, dest in shortcuts:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if key in spec:
+            raise ValueError(
+                flag + " and --speculative-config['" + key + "'] are mutually exclusive")
+        spec[key] = value
+    spec = {{k.replace("-", "_"): v for k, v in spec.items()}}
+    extra = sorted(set(spec) - fields)
+    if extra:
+        raise ValueError("1 validation error for SpeculativeConfig: " + ", ".join(extra)
+                         + ": Extra inputs are not permitted")
+    if "method" in spec and spec["method"] not in methods:
+        raise ValueError("1 validation error for SpeculativeConfig: method: Input should be "
+                         + " or ".join(repr(m) for m in sorted(methods)))
+    return spec
+environ = dict(os.environ)
+for index, text in enumerate(sys.argv[1:]):
+    os.environ.clear()
+    os.environ.update(environ)
+    argv = json.loads(text)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser_for(argv).parse_args(argv)
+    except SystemExit:
+        lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
+        emit(index=index, ok=False, kind="argparse",
+             error=lines[-1] if lines else err.getvalue()[-400:])
+        continue
+    except (ValueError, TypeError, AssertionError) as exc:
+        emit(index=index, ok=False, kind="resolution", error=type(exc).__name__ + ": " + str(exc))
+        continue
+    try:
+        spec = speculative(args)
+        validate_parsed_serve_args(args)
+    except (ValueError, TypeError, AssertionError) as exc:
+        emit(index=index, ok=False, kind="resolution", error=type(exc).__name__ + ": " + str(exc))
+    except Exception as exc:
+        emit(index=index, ok=None, kind="unchecked", error=type(exc).__name__ + ": " + str(exc))
+    else:
+        emit(index=index, ok=True, speculative=spec)
+"""
+
+_MODULE_FORMS = ("-m",)
+
+
+def parse_command(
+    exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None
+) -> ParseCommand | None:
+    """How the host's vLLM is asked about ``invocation``: ``env ... PYTHON`` and the argv
+    vLLM's CLI parses. A unit running ``PYTHON -m MODULE ARGV...`` names its interpreter; a
+    unit running the ``vllm`` console script (``/venv/bin/vllm serve ...``) is asked with the
+    ``python3`` beside it, where pip puts a virtual environment's interpreter. None for any
+    other program."""
+    argv = invocation.argv
+    words = unit_env_prefix(invocation.environment, invocation.unset_environment, working_directory)
+    if len(exec_start) >= 3 and exec_start[1] in _MODULE_FORMS and len(argv) >= 3:
+        if argv[1] not in _MODULE_FORMS:
+            return None
+        return ParseCommand(prefix=(*words, argv[0]), argv=tuple(argv[3:]))
+    program = argv[0] if argv else ""
+    if os.path.isabs(program) and os.path.basename(program) == "vllm":
+        python = os.path.join(os.path.dirname(program), "python3")
+        return ParseCommand(prefix=(*words, python), argv=tuple(argv[1:]))
+    return None
+
+
+def batch_command(prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:
+    """``PREFIX -c PARSE_SCRIPT ARGV_JSON...``: one process that imports vLLM once."""
+    return [*prefix, "-c", PARSE_SCRIPT, *(json.dumps(list(argv)) for argv in argvs)]
+
+
+def read_answers(stdout: str, stderr: str, count: int) -> list[ParseVerdict] | ParserUnavailable:
+    """The script's answers to ``count`` argvs, in order (an unanswered one is
+    ``unchecked``); without any answer, what the command said instead is the reason."""
+    return read_marked_answers(
+        stdout, stderr, count, marker=MARKER, import_line=IMPORT_LINE, parser=PARSER
+    )
+
+
+__all__ = ["MARKER", "PARSER", "PARSE_SCRIPT", "batch_command", "parse_command", "read_answers"]

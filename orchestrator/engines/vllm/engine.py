@@ -1,0 +1,225 @@
+"""vLLM behind the engine seam (``orchestrator.engine.Engine``), as ``vllm serve`` 0.33 runs
+under systemd: the OpenAI-compatible chat dialect, its log lines (:mod:`.logs`), readiness and
+its config (:mod:`.config`), its parser asked on the host (:mod:`.argv`), the knob rules of
+``--speculative-config`` (:mod:`.facts`), and acceptance read from its Prometheus counters.
+
+Speculation is one JSON-valued flag, ``--speculative-config``, built from several knobs (the
+sweep file's ``json_key``): one argv element that the drop-in and the knob surgery treat as
+any flag. vLLM's dotted form (``--speculative-config.method dflash``) is not used: its parser
+turns the dotted keys into a second ``--speculative-config`` appended at the end, which
+replaces a JSON one elsewhere on the command line instead of merging with it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.engine import (
+    AcceptanceCounters,
+    ConfigDifference,
+    Dialect,
+    Engine,
+    Generation,
+    ProbeResult,
+    ServedModel,
+)
+from orchestrator.engines.openai_chat import ChatDialect
+from orchestrator.engines.vllm import argv as argv_parser
+from orchestrator.engines.vllm import config, facts, logs
+from orchestrator.types import ApiKind, KnobValue, MetricsMode
+
+if TYPE_CHECKING:
+    import aiohttp
+
+ACCEPTANCE_COUNTERS = AcceptanceCounters(
+    verify_steps="vllm:spec_decode_num_drafts_total",
+    tokens="vllm:spec_decode_num_accepted_tokens_total",
+    tokens_include_first=False,
+    tokens_include_bonus=False,
+)
+"""``1 + accepted / drafts`` over a point's deltas: vLLM's own mean acceptance length
+(``v1/spec_decode/metrics.py``), bonus token included."""
+
+PROBE_PROMPT = "Count from one to five."
+PROBE_MAX_TOKENS = 8
+_CHAT = ChatDialect()
+
+
+def dialect(api: ApiKind) -> Dialect:
+    if api != "chat":
+        raise ValueError(f"vLLM is driven through the chat API here, not {api!r}")
+    return _CHAT
+
+
+def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
+    """Nothing to add: vLLM serves ``/metrics`` unless started with ``--disable-log-stats``."""
+    return ()
+
+
+def decode_log_interval(server_info: Any) -> int:
+    """Each ``SpecDecoding metrics`` line covers a time interval (``VLLM_LOG_STATS_INTERVAL``,
+    10 s by default), not a count of steps: lines weigh alike."""
+    return 1
+
+
+def _after(argv: Sequence[str], flag: str) -> str | None:
+    found: str | None = None
+    for index, word in enumerate(argv):
+        name, sep, value = word.partition("=")
+        if name.replace("_", "-") != flag:
+            continue
+        if sep:
+            found = value
+        elif index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+            found = argv[index + 1]
+    return found
+
+
+def served_model(argv: Sequence[str]) -> ServedModel | None:
+    """``--served-model-name`` (its first name), else the model ``serve`` takes (the
+    positional tag, or ``--model``), as vLLM names it in ``/v1/models``."""
+    name = _after(argv, "--served-model-name")
+    if name is not None:
+        return ServedModel(name=name, flag="--served-model-name")
+    if "serve" in argv:
+        index = list(argv).index("serve")
+        if index + 1 < len(argv) and not argv[index + 1].startswith("-"):
+            return ServedModel(name=argv[index + 1], flag="serve")
+    model = _after(argv, "--model")
+    return None if model is None else ServedModel(name=model, flag="--model")
+
+
+async def served_models(
+    session: aiohttp.ClientSession, base_url: str, timeout: float
+) -> tuple[str, ...] | None:
+    """The ids ``/v1/models`` lists (always registered), or None when nothing is known."""
+    import aiohttp
+
+    try:
+        async with session.get(
+            base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            body = await response.json(content_type=None) if response.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    data = body.get("data") if isinstance(body, dict) else None
+    names = tuple(
+        item["id"]
+        for item in data or ()
+        if isinstance(item, dict) and isinstance(item.get("id"), str)
+    )
+    return names or None
+
+
+async def probe_generation(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api: ApiKind,
+    model: str | None,
+    timeout: float,
+) -> ProbeResult:
+    """A real temperature-0 chat generation from the running process; the name sent as
+    ``model`` is first checked against ``/v1/models`` (a mismatch no later probe cures)."""
+    import aiohttp
+
+    started = time.monotonic()
+    if model:
+        served = await served_models(session, base_url, timeout)
+        if served is not None and model not in served:
+            mismatch = ConfigDifference(
+                "model", "/v1/models", model, list(served),
+                "the benchmark's model name (server.model) is not one the server serves",
+            )  # fmt: skip
+            error = f"model {model!r} is not served (served: {', '.join(served)})"
+            elapsed = time.monotonic() - started
+            return ProbeResult(False, 0, None, elapsed, error, model_mismatch=mismatch)
+    request = dialect(api).request(
+        Generation(PROBE_PROMPT, PROBE_MAX_TOKENS, temperature=0, stream=False, model=model)
+    )
+    try:
+        async with session.post(
+            base_url.rstrip("/") + request.path,
+            json=request.body,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            raw, status = await response.read(), response.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        elapsed = time.monotonic() - started
+        return ProbeResult(False, 0, None, elapsed, f"{type(exc).__name__}: {exc}")
+    elapsed = time.monotonic() - started
+    excerpt = raw[:500].decode("utf-8", errors="replace")
+    if status != 200:
+        return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
+    try:
+        tokens = dialect(api).parse_final(json.loads(raw)).completion_tokens or 0
+    except ValueError:
+        return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
+    failed = None if tokens > 0 else "no tokens generated"
+    return ProbeResult(tokens > 0, tokens, status, elapsed, failed, excerpt)
+
+
+# --- the sweep file's knob rules (orchestrator.engine.KnobRules) ------------------------------
+
+
+def knob_problem(flag: str, json_key: str | None) -> str | None:
+    """Why a knob's mapping names something vLLM would refuse (a key of
+    ``--speculative-config`` that is no ``SpeculativeConfig`` field), or None."""
+    if json_key is not None and flag in facts.SPEC_FLAG_ALIASES:
+        return facts.key_problem(json_key)
+    return None
+
+
+def value_problem(flag: str, json_key: str | None, value: KnobValue) -> str | None:
+    """Why vLLM would refuse ``value`` for the knob (an unknown method, a count below 1), or
+    None; the shortcut flags are checked as the keys they set."""
+    if json_key is not None and flag in facts.SPEC_FLAG_ALIASES:
+        return facts.value_problem(json_key, value)
+    if flag in facts.SHORTCUT_FLAGS:
+        return facts.value_problem(facts.SHORTCUT_FLAGS[flag], value)
+    return None
+
+
+def json_key_report(flag: str, json_key: str) -> str | None:
+    """Where the running config reports a key of a JSON flag (the config check's key)."""
+    if flag in facts.SPEC_FLAG_ALIASES:
+        return config.config_path(flag, json_key)
+    return None
+
+
+class Vllm:
+    """vLLM as an ``orchestrator.engine.Engine`` (and ``KnobRules``)."""
+
+    name = "vllm"
+    default_unit = "vllm.service"
+    apis: frozenset[ApiKind] = frozenset({"chat"})
+    metrics_flag = ""
+    """None: vLLM serves ``/metrics`` by default (``--disable-log-stats`` turns it off)."""
+    acceptance_counters = ACCEPTANCE_COUNTERS
+    metrics_flags = staticmethod(metrics_flags)
+    server_config = staticmethod(config.server_config)
+    normal_word = staticmethod(config.normal_word)
+    forced_flags = staticmethod(config.forced_flags)
+    parse_command = staticmethod(argv_parser.parse_command)
+    batch_command = staticmethod(argv_parser.batch_command)
+    read_answers = staticmethod(argv_parser.read_answers)
+    dialect = staticmethod(dialect)
+    parse_log_line = staticmethod(logs.parse_log_line)
+    classify_failure = staticmethod(logs.classify_failure)
+    resolve_flag_knob = staticmethod(config.resolve_flag_knob)
+    check_server_config = staticmethod(config.check_server_config)
+    served_model = staticmethod(served_model)
+    served_models = staticmethod(served_models)
+    probe_generation = staticmethod(probe_generation)
+    build_provenance = staticmethod(config.build_provenance)
+    decode_log_interval = staticmethod(decode_log_interval)
+    knob_problem = staticmethod(knob_problem)
+    value_problem = staticmethod(value_problem)
+    json_key_report = staticmethod(json_key_report)
+
+
+VLLM: Engine = Vllm()
+
+__all__ = ["ACCEPTANCE_COUNTERS", "VLLM", "Vllm", "served_model"]
