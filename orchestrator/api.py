@@ -29,7 +29,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -37,6 +37,9 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
 from orchestrator.log import get_logger
+
+if TYPE_CHECKING:
+    from orchestrator.host.systemd import ForeignChange
 from orchestrator.store import (
     JsonObject,
     Store,
@@ -156,7 +159,8 @@ class RestoreOutcome:
     sweep_id: int
     ok: bool
     error: str | None = None
-    foreign_changes: tuple[str, ...] = ()
+    foreign_changes: tuple[ForeignChange, ...] = ()
+    """Files someone else changed, each with the sweep whose drop-in it is (or None)."""
 
     def to_json(self) -> JsonObject:
         entry: JsonObject = {
@@ -166,7 +170,7 @@ class RestoreOutcome:
             "ok": self.ok,
         }
         if self.ok:
-            entry["foreign_changes"] = list(self.foreign_changes)
+            entry["foreign_changes"] = [change.to_json() for change in self.foreign_changes]
         else:
             entry["error"] = self.error
         return entry
@@ -286,7 +290,9 @@ class DaemonOps(Protocol):
 
     async def results(self, ref: str) -> AnsweredResults: ...
 
-    async def restore_hosts(self, host: str | None) -> Sequence[RestoreOutcome]: ...
+    async def restore_hosts(
+        self, host: str | None, *, force: bool = False
+    ) -> Sequence[RestoreOutcome]: ...
 
     async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption: ...
 
@@ -389,6 +395,15 @@ async def _submission(request: web.Request) -> tuple[str, str, dict[str, str]] |
     return text, filename, workloads
 
 
+async def _restore_forced(request: web.Request) -> bool:
+    """``"force": true`` in a restore's body: another sweep's drop-in is removed too."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(body, dict) and body.get("force") is True
+
+
 async def _restore_target(request: web.Request) -> str | web.Response | None:
     """The host a restore asks for (None: every host), or the error response."""
     try:
@@ -443,7 +458,7 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         target = await _restore_target(request)
         if isinstance(target, web.Response):
             return target
-        outcomes = await ops.restore_hosts(target)
+        outcomes = await ops.restore_hosts(target, force=await _restore_forced(request))
         return web.json_response({"restored": [outcome.to_json() for outcome in outcomes]})
 
     async def adopt(request: web.Request) -> web.Response:

@@ -62,6 +62,11 @@ CAUSES: Mapping[FailureCause, Cause] = MappingProxyType(
         ),
         "stopped": Cause("the sweep was stopped before this trial finished"),
         "host-set-aside": Cause("its host was set aside", started=False),
+        "lease-lost": Cause(
+            "another controller took the host over (its lease was lost); nothing was changed"
+            " after that",
+            retry_cures=False,
+        ),
     }
 )
 

@@ -48,21 +48,40 @@ class NoProgress:
         pass
 
 
+INTERRUPT = "interrupt"
+"""The stop of a Ctrl-C or SIGTERM to a foreground run: the hosts are restored and the sweep
+ends ``interrupted``, to be continued by running it again (the attempt in flight stays
+resumable)."""
+
+
 @dataclass
 class StopSignal:
-    """Asks a running sweep to stop at its next safe step (between points and trials)."""
+    """Asks a running sweep to stop at its next safe step (between points and trials); an
+    :meth:`abort` (a second Ctrl-C) ends each host's current step at once, then its restore
+    runs."""
 
     reason: str | None = None
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
         self.event.set()
 
+    def abort(self, reason: str) -> None:
+        self.stop(reason)
+        self.aborted.set()
+
     @property
     def stopping(self) -> bool:
         return self.event.is_set()
+
+    @property
+    def resumable(self) -> bool:
+        """The attempt in flight stays running in the store, for a later run to resume: a
+        daemon's shutdown (the hosts keep their trial) or an interrupt (they are restored)."""
+        return self.reason in ("shutdown", INTERRUPT)
 
 
 @dataclass
@@ -142,7 +161,20 @@ class Driver(Protocol):
 
 
 class HostLost(Exception):
-    """A trial failed for good because the host cannot be reached."""
+    """A trial failed for good because the host cannot be reached, or its lease was taken
+    over (``cause``): each further trial would fail the same way."""
+
+    def __init__(self, message: str, cause: str = "host-unreachable") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    @property
+    def reason(self) -> str:
+        """Why the host is set aside, as its record says."""
+        return f"lease lost: {self}" if self.cause == "lease-lost" else f"unreachable: {self}"
+
+
+HOST_LOSING_CAUSES = frozenset({"host-unreachable", "lease-lost"})
 
 
 class Stopped(Exception):
@@ -175,8 +207,8 @@ async def run_host_trials(run: SweepContext, driver: Driver) -> bool:
             # Each further trial would spend the whole reconnect budget to fail the same
             # way: set the host aside now; the restore still gets its one chance.
             for rest in run.source.withdraw(host):
-                await store.skip_trial(rest.record.id, "host-unreachable", {"reason": str(lost)})
-            await store.set_host_aside(run.record.id, host, f"unreachable: {lost}")
+                await store.skip_trial(rest.record.id, lost.cause, {"reason": str(lost)})
+            await store.set_host_aside(run.record.id, host, lost.reason)
             return False
     return True
 
@@ -267,7 +299,7 @@ async def _stopped_attempt(run: SweepContext, attempt: Attempt) -> None:
     operator called it off); a shutdown leaves it running, so the next start resumes it."""
     if run.stop.reason == "cancel":
         await run.store.finish_attempt(attempt.id, "cancelled", evidence=CANCELLED.to_json())
-    elif run.stop.reason != "shutdown":
+    elif not run.stop.resumable:
         await run.store.finish_attempt(
             attempt.id,
             "failed",
@@ -305,8 +337,8 @@ async def _retry_after(
         or cap_reached(run, driver.host)  # a retry is a start like any other
     ):
         await _after_failure(run)
-        if failed.cause == "host-unreachable":
-            raise HostLost(failed.message) from failed
+        if failed.cause in HOST_LOSING_CAUSES:
+            raise HostLost(failed.message, failed.cause) from failed
         return False
     return True
 
@@ -371,6 +403,8 @@ async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt
 
 
 __all__ = [
+    "HOST_LOSING_CAUSES",
+    "INTERRUPT",
     "RESTORE_ATTEMPTS_AFTER_LOSS",
     "Driver",
     "HostLost",

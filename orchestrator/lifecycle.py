@@ -42,6 +42,7 @@ from orchestrator.host.dropin import (
     KnobTarget,
     TrialInvocation,
     adopted_dropin_path,
+    parse_dropin_header,
     render_dropin,
 )
 from orchestrator.host.errors import HostError
@@ -894,16 +895,24 @@ def _classify(
 # --- restore -------------------------------------------------------------------------------
 
 
-async def restore(session: HostSession, policy: RestorePolicy) -> list[str]:
+async def restore(
+    session: HostSession, policy: RestorePolicy, *, owner: str | None = None, force: bool = False
+) -> list[systemd.ForeignChange]:
     """Put the host back: unit files byte-identical to the backup, and the unit running iff
     it was (``as-found``: the same clean restart as a trial's), ``stopped``, or left as is
     (``leave``). Returns other people's files that changed meanwhile (reported, never
-    overwritten). Raises :class:`TrialFailed` (host errors mapped by :func:`failure_from`):
-    restore is idempotent, so a caller may try again."""
+    overwritten). A trial drop-in another sweep than ``owner`` wrote in our drop-in's place is
+    one of them, named by its sweep: the unit is then left entirely alone (files and state:
+    it runs that sweep's trial), unless ``force``. Raises :class:`TrialFailed` (host errors
+    mapped by :func:`failure_from`): restore is idempotent, so a caller may try again."""
     t = session.timeouts
     try:
         snapshot = await session.read_found()
         await session.events("restore.begin", policy=policy)
+        other = await _other_sweeps_dropin(session, snapshot, owner)
+        if other is not None and not force:
+            await session.events("restore.left_alone", **other.to_json())
+            return [other]
         foreign = await systemd.restore_files(
             session.transport, snapshot, control=session.control, timeout=t.command
         )
@@ -922,9 +931,59 @@ async def restore(session: HostSession, policy: RestorePolicy) -> list[str]:
             f" found ActiveState={final.active_state}",
         )
     await session.events(
-        "restore.done", policy=policy, active_state=final.active_state, foreign_changes=foreign
+        "restore.done",
+        policy=policy,
+        active_state=final.active_state,
+        foreign_changes=[f.to_json() for f in foreign],
     )
     return foreign
+
+
+async def _other_sweeps_dropin(
+    session: HostSession, snapshot: systemd.UnitSnapshot, owner: str | None
+) -> systemd.ForeignChange | None:
+    """The trial drop-in in our drop-in's place when another sweep than ``owner`` wrote it
+    (and it is not what the backup holds there)."""
+    if owner is None:
+        return None
+    try:
+        now = await session.transport.read_file(
+            snapshot.dropin_path, timeout=session.timeouts.command
+        )
+    except FileNotFoundError:
+        return None
+    header = parse_dropin_header(now.decode("utf-8", errors="replace"))
+    if header is None or header.sweep == owner or now == snapshot.dropin_before:
+        return None
+    return systemd.ForeignChange(snapshot.dropin_path, sweep=header.sweep, trial=header.trial)
+
+
+async def clear_stale(session: HostSession) -> bool:
+    """After taking over a dead or stalled holder's lease, before anything else: its trial
+    drop-in (a ``# managed-by:`` header that is not ours to keep) removed, ``daemon-reload``,
+    and a unit that runs restarted on its own files, so the host is as its owner left it before
+    this sweep reads it as found. Returns whether there was a stale drop-in."""
+    t = session.timeouts
+    try:
+        found = await systemd.read_unit(
+            session.transport, session.unit, control=session.control, timeout=t.command
+        )
+        stale = found.stale_dropin
+        if stale is None:
+            return False
+        await session.events("takeover.clearing", sweep=stale.sweep, trial=stale.trial)
+        await systemd.restore_files(
+            session.transport,
+            found.without_stale_dropin(),
+            control=session.control,
+            timeout=t.command,
+        )
+        if found.state.running:
+            await _restart_as_found(session)
+    except HostError as exc:
+        raise failure_from(exc) from exc
+    await session.events("takeover.cleared", sweep=stale.sweep, trial=stale.trial)
+    return True
 
 
 RESTORE_ATTEMPTS = 3
@@ -932,8 +991,13 @@ RESTORE_RETRY_S = 1.0
 
 
 async def restore_retrying(
-    session: HostSession, policy: RestorePolicy, *, attempts: int = RESTORE_ATTEMPTS
-) -> list[str]:
+    session: HostSession,
+    policy: RestorePolicy,
+    *,
+    attempts: int = RESTORE_ATTEMPTS,
+    owner: str | None = None,
+    force: bool = False,
+) -> list[systemd.ForeignChange]:
     """:func:`restore`, tried again on any host failure, ``reset-failed`` between tries: it
     is the last thing between the host and the morning, and idempotent. Such failures are a
     journal read or daemon-reload that failed, a stop job past its bound, and a start refused
@@ -942,7 +1006,7 @@ async def restore_retrying(
     clears. Raises the last :class:`TrialFailed`; a bug of ours is not one and propagates."""
     for attempt in range(1, attempts + 1):
         try:
-            return await restore(session, policy)
+            return await restore(session, policy, owner=owner, force=force)
         except TrialFailed as exc:
             if attempt == attempts:
                 raise

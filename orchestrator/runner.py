@@ -14,7 +14,7 @@ import contextlib
 import datetime as dt
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,10 @@ from orchestrator.host import gpu
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.lease import HostBusy, HostLease
 from orchestrator.hostloop import (
+    INTERRUPT,
     RESTORE_ATTEMPTS_AFTER_LOSS,
     NoProgress,
     Progress,
@@ -41,12 +44,20 @@ from orchestrator.hostloop import (
     SweepContext,
     run_host_trials,
 )
+from orchestrator.leasing import (
+    Controller,
+    held,
+    take_or_wait,
+    take_over_fields,
+    took_over_someone_else,
+)
 from orchestrator.lifecycle import (
     RESTORE_ATTEMPTS,
     HostSession,
     Server,
     TrialDropin,
     TrialFailed,
+    clear_stale,
     failure_from,
     reconfigure,
     restore_retrying,
@@ -114,8 +125,13 @@ class _SweepRun(SweepContext):
 
     samples: WorkloadSamples = field(kw_only=True)
     """The workloads' samples, parsed once for the sweep."""
+    controller: Controller = field(kw_only=True)
+    """Who runs the sweep, as each host's lease names it."""
     unrestored: list[str] = field(default_factory=list, kw_only=True)
     """Hosts whose restore did not complete: the sweep ends failed and names them."""
+    cleared_on_take: set[str] = field(default_factory=set, kw_only=True)
+    """Hosts whose lease this sweep took over from another sweep's dead or stalled holder:
+    its leftovers are cleared before anything else."""
 
 
 async def run_sweep(
@@ -129,11 +145,15 @@ async def run_sweep(
     stop: StopSignal | None = None,
     now: Callable[[], dt.datetime] = dt.datetime.now,
     trials: TrialSourceFactory = plan_trial_source,
+    controller: Controller | None = None,
 ) -> SweepOutcome:
     """Run (or resume) ``sweep`` to its end; a sweep already finished is not run again.
 
     Each host asks ``trials``' source for its next trial (today: the plan, in order).
+    ``controller``: who runs it, as each host's lease names it (a foreground ``run`` of
+    ``store``'s file when None).
     """
+    controller = controller or Controller("run", str(store.path))
     submitted = await store.submit_sweep(
         sweep.name,
         yaml_text,
@@ -149,7 +169,14 @@ async def run_sweep(
     # id; the host tasks started below inherit them and add their host.
     with structlog.contextvars.bound_contextvars(sweep=sweep.name, sweep_id=record.id):
         return await _run_sweep(
-            sweep, record, store, progress or NoProgress(), stop or StopSignal(), now, trials
+            sweep,
+            record,
+            store,
+            progress or NoProgress(),
+            stop or StopSignal(),
+            now,
+            trials,
+            controller,
         )
 
 
@@ -161,6 +188,7 @@ async def _run_sweep(
     stop: StopSignal,
     now: Callable[[], dt.datetime],
     trials: TrialSourceFactory,
+    controller: Controller,
 ) -> SweepOutcome:
     log = get_logger()
 
@@ -183,8 +211,10 @@ async def _run_sweep(
     source = await trials(store, record, sweep)
     budget = await RestartBudget.load(store, record.id, sweep)
     samples = WorkloadSamples(sweep.benchmark)
-    run = _SweepRun(sweep, record, store, progress, stop, source, budget, samples=samples)
-    resumed = record.state == "running"
+    run = _SweepRun(
+        sweep, record, store, progress, stop, source, budget, samples=samples, controller=controller
+    )
+    resumed = record.state in ("running", "interrupted")
     await store.set_sweep_state(record.id, "running")
     await run.event("sweep.started", {"trials": run.source.known, "resumed": resumed})
     log.info("sweep.started", trials=run.source.known, resumed=resumed)
@@ -204,6 +234,8 @@ async def _run_sweep(
     error = None
     if stop.reason == "cancel":
         state = "cancelled"
+    elif stop.reason == INTERRUPT:
+        state = "interrupted"
     elif (stop.reason is not None and stop.reason.startswith("abort")) or run.unrestored:
         state = "failed"
     else:
@@ -264,8 +296,9 @@ async def _stop_at(stop: StopSignal, seconds: float, reason: str) -> None:
 
 
 async def _run_host(run: _SweepRun, host: HostSpec) -> None:
-    """Preflight, backup, the trials the source gives this host, then restore. Crash-safe at
-    each step."""
+    """The host's lease (waited for or set aside per ``policy.hosts_busy``), then preflight,
+    backup, the trials the source gives this host and the restore, every change fenced by the
+    lease; the lease given back after the restore. Crash-safe at each step."""
     structlog.contextvars.bind_contextvars(host=host.name)  # this host's task and its children
     sweep, store = run.sweep, run.store
     log = get_logger()
@@ -274,20 +307,16 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     async def events(kind: str, /, **fields: Any) -> None:
         await run.event(kind, fields, host=host.name)
 
-    session = host_session(sweep, host, handle, unit=sweep.unit, events=events)
     try:
-        check = await _preflight(run, host, session)
-        if not check.ok:
-            await _set_aside(run, host, run.source.withdraw(host.name), check)
+        lease = await _take_lease(run, host, handle, events)
+        if lease is None:
             return
-        await _load_or_take_backup(run, session)
-        kept = await run_host_trials(run, SessionDriver(run, session, host, check))
-        restore_attempts = RESTORE_ATTEMPTS if kept else RESTORE_ATTEMPTS_AFTER_LOSS
-        if run.stop.reason == "cancel":
-            await cancel_trials(
-                store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
-            )
-        await _restore_host(run, session, attempts=restore_attempts)
+        async with held(lease, handle) as fenced_handle:
+            session = host_session(sweep, host, fenced_handle, unit=sweep.unit, events=events)
+            restored = await _host_sweep(run, host, session, lease)
+        if restored:
+            await lease.release()
+            await events("lease.released", token=lease.token)
     except HostError as exc:
         # Outside a trial (reading the unit as found): the host, not a bug of ours.
         failed = failure_from(exc)
@@ -309,6 +338,103 @@ async def _run_host(run: _SweepRun, host: HostSpec) -> None:
     finally:
         run.progress.update(host.name, step="done", trial=None, config=None)
         await handle.close()
+
+
+async def _take_lease(
+    run: _SweepRun, host: HostSpec, handle: HostHandle, events: Any
+) -> HostLease | None:
+    """The host's lease for this sweep; None when the host is set aside instead (another
+    controller holds it and the sweep does not wait, or stopped while it waited). A take-over
+    of a dead or stalled holder is recorded with the old holder's identity."""
+    policy = run.sweep.policy
+    holder = run.controller.holder(run.sweep.name, run.record.id)
+
+    async def waiting(words: str) -> None:
+        run.progress.update(host.name, step=f"waiting: {words}", trial=None, config=None)
+        get_logger().warning("host.busy", holder=words)
+        await events("lease.waiting", holder=words)
+
+    try:
+        taken = await take_or_wait(
+            handle,
+            holder,
+            expiry_s=policy.lease_expiry,
+            busy=policy.hosts_busy,
+            stop=run.stop.event,
+            waiting=waiting,
+            timeout=run.sweep.timeouts.connect,
+        )
+    except HostBusy as busy:
+        await _host_busy(run, host, busy)
+        return None
+    assert taken.lease is not None
+    await events("lease.taken", token=taken.lease.token, expiry_s=policy.lease_expiry)
+    if took_over_someone_else(taken, holder):
+        await events("lease.taken_over", **take_over_fields(taken))
+        run.cleared_on_take.add(host.name)
+    return taken.lease
+
+
+async def _host_busy(run: _SweepRun, host: HostSpec, busy: HostBusy) -> None:
+    """Another controller holds the host: its trials are not run by this sweep (cancelled when
+    the sweep was cancelled meanwhile, left queued for an interrupted one to continue)."""
+    reason = f"busy: {busy}"
+    await run.event("lease.refused", {"holder": str(busy)}, host=host.name)
+    get_logger().warning("host.set_aside", reason=reason)
+    withdrawn = run.source.withdraw(host.name)
+    if run.stop.reason == "cancel":
+        await cancel_trials(run.store, run.record.id, [t.record for t in withdrawn])
+        return
+    if run.stop.resumable:
+        return
+    await run.store.set_host_aside(run.record.id, host.name, reason)
+    for trial in withdrawn:
+        await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})
+
+
+async def _host_sweep(
+    run: _SweepRun, host: HostSpec, session: HostSession, lease: HostLease
+) -> bool:
+    """What the sweep does on a host it holds; True when the host was restored (or left as
+    the sweep's policy says) and the lease may be given back."""
+    if host.name in run.cleared_on_take:
+        await clear_stale(session)
+    check = await _preflight(run, host, session)
+    if not check.ok:
+        await _set_aside(run, host, run.source.withdraw(host.name), check)
+        return True
+    await _load_or_take_backup(run, session)
+    driver = SessionDriver(run, session, host, check)
+    kept = await _until_aborted(run, host.name, run_host_trials(run, driver))
+    if lease.lost is not None:
+        # Another controller holds the host now and restores it as it took it: nothing of
+        # ours may change it; the backup stays pending in this store.
+        await session.events("restore.skipped", why=f"lease lost: {lease.lost.why}")
+        return False
+    restore_attempts = RESTORE_ATTEMPTS if kept else RESTORE_ATTEMPTS_AFTER_LOSS
+    if run.stop.reason == "cancel":
+        await cancel_trials(
+            run.store, run.record.id, [t.record for t in run.source.withdraw(host.name)]
+        )
+    return await _restore_host(run, session, attempts=restore_attempts)
+
+
+async def _until_aborted(run: _SweepRun, host: str, trials: Coroutine[Any, Any, bool]) -> bool:
+    """The host's trials, unless the sweep is aborted (a second Ctrl-C): then the current
+    step ends at once (the attempt in flight stays resumable) and the restore follows."""
+    task = asyncio.create_task(trials)
+    aborted = asyncio.create_task(run.stop.aborted.wait())
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await run.event("host.aborted", {"reason": run.stop.reason}, host=host)
+        return True
+    return task.result()
 
 
 async def _preflight(run: _SweepRun, host: HostSpec, session: HostSession) -> HostCheck:
@@ -368,12 +494,15 @@ async def _stored_baseline(run: _SweepRun, host: str) -> gpu.Baseline | None:
 
 async def _restore_host(
     run: _SweepRun, session: HostSession, *, attempts: int = RESTORE_ATTEMPTS
-) -> None:
+) -> bool:
+    """True when the host is back as found (its lease may be given back)."""
     if run.stop.reason == "shutdown":
-        return  # the daemon stops; the sweep resumes later, so the host keeps its trial
+        return False  # the daemon stops; the sweep resumes later, so the host keeps its trial
     run.progress.update(session.name, step="restore", trial=None, config=None)
     try:
-        foreign = await restore_retrying(session, run.sweep.policy.restore, attempts=attempts)
+        foreign = await restore_retrying(
+            session, run.sweep.policy.restore, attempts=attempts, owner=run.sweep.name
+        )
     except TrialFailed as exc:
         # e.g. memory-not-released: the files are back, the unit is not started over held
         # memory; the host stays pending for a later restore.
@@ -385,10 +514,15 @@ async def _restore_host(
         )
         await run.store.set_host_aside(run.record.id, session.name, reason)
         run.unrestored.append(session.name)
-        return
+        return False
     await run.store.mark_restored(run.record.id, session.name)
     if foreign:
-        await session.events("restore.foreign_changes", paths=foreign)
+        await session.events(
+            "restore.foreign_changes",
+            paths=[f.path for f in foreign],
+            changes=[f.to_json() for f in foreign],
+        )
+    return True
 
 
 # --- one trial -----------------------------------------------------------------------------

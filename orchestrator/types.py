@@ -21,6 +21,10 @@ MetricsMode = Literal["auto", "off"]
 KnobValue = str | int | float | bool | None
 """One knob's value as a sweep file gives it (None: the knob is left out of the command line)."""
 
+DEFAULT_LEASE_EXPIRY_S = 60.0
+"""How long a host's lease lasts without a renewal unless the sweep file says
+(``policy.lease_expiry``); the holder renews every quarter of it."""
+
 FailureCause = Literal[
     "bad-flag",
     "invalid-config",
@@ -40,10 +44,12 @@ FailureCause = Literal[
     "orchestrator-error",
     "stopped",
     "host-set-aside",
+    "lease-lost",
 ]
 """Why a trial's attempt failed; docs/architecture.md says what each means for an operator.
 ``stopped`` (a stop other than cancel took effect mid-trial) and ``host-set-aside`` (the
-preflight set the host aside, so its trials never started) are recorded by the runner."""
+preflight set the host aside, so its trials never started) are recorded by the runner;
+``lease-lost`` is a change the host's lease refused (another controller took the host over)."""
 
 @dataclass(frozen=True, slots=True)
 class ThroughputScalars:

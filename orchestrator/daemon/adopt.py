@@ -24,6 +24,8 @@ from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dropin_path
 from orchestrator.host.errors import HostError
+from orchestrator.host.handle import HostHandle
+from orchestrator.leasing import Controller, HostBusy, held, take_at_once
 from orchestrator.lifecycle import (
     HostSession,
     TrialFailed,
@@ -73,13 +75,47 @@ def choose(answers: Sequence[Answer], host_type: str, *, allow_tie: bool) -> Ans
 
 
 async def adopt_host(
-    store: Store, record: SweepRecord, sweep: Sweep, host: HostSpec, config: Mapping[str, Any]
+    store: Store,
+    record: SweepRecord,
+    sweep: Sweep,
+    host: HostSpec,
+    config: Mapping[str, Any],
+    *,
+    controller: Controller | None = None,
 ) -> AdoptOutcome:
-    """Install ``config`` as ``host``'s lasting configuration; never leaves it worse: a failed
-    start puts the unit back as found, and a host error is reported, the backup kept."""
+    """Install ``config`` as ``host``'s lasting configuration, holding the host's lease
+    meanwhile (refused, naming the holder, while another controller's live lease holds it)."""
+    controller = controller or Controller("adopt", str(store.path))
+    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
+    try:
+        try:
+            lease = (await take_at_once(handle, controller, sweep, record.id)).lease
+        except HostBusy as busy:
+            return AdoptOutcome(host.name, ok=False, error=str(busy))
+        except HostError as exc:
+            mapped = failure_from(exc)
+            return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
+        assert lease is not None
+        async with held(lease, handle) as fenced_handle:
+            outcome = await _adopt_held(store, record, sweep, host, config, fenced_handle)
+        await lease.release()
+        return outcome
+    finally:
+        await handle.close()
+
+
+async def _adopt_held(
+    store: Store,
+    record: SweepRecord,
+    sweep: Sweep,
+    host: HostSpec,
+    config: Mapping[str, Any],
+    handle: HostHandle,
+) -> AdoptOutcome:
+    """Adopt on a host whose lease is held: never leaves it worse: a failed start puts the
+    unit back as found, and a host error is reported, the backup kept."""
     unit = sweep.unit
     log = get_logger(host=host.name, sweep=record.name)
-    handle = open_host(host, connect_timeout=sweep.timeouts.connect)
 
     async def events(kind: str, /, **fields: Any) -> None:
         await store.add_event(record.id, kind, host=host.name, fields=fields)
@@ -143,8 +179,6 @@ async def adopt_host(
     except HostError as exc:
         mapped = failure_from(exc)
         return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
-    finally:
-        await handle.close()
 
 
 async def _refuse_trial_leftover(session: HostSession, host: str, unit: str) -> None:

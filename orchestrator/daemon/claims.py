@@ -1,4 +1,11 @@
-"""Which hosts are in use now: by a running sweep or by a restore.
+"""Which hosts this daemon's own work holds now: the host lease's local view.
+
+Ownership of a host is its lease, on the host (:mod:`orchestrator.host.lease`): every sweep,
+restore and adopt of this daemon takes it before its first change, as a foreground ``run`` or
+another daemon does. These claims are only what this process knows of its own leases without
+asking a host: the scheduler does not start a sweep whose host another of its own sweeps (or
+a restore) is using, which would only wait for that lease. A host other controllers hold is
+found by its lease, when the sweep tries to take it (``policy.hosts_busy``).
 
 A host is held by its keys (:func:`orchestrator.daemon.order.host_keys`); two holders may share
 a key (a restore of a host a finished sweep still names), so each key is counted.

@@ -24,6 +24,7 @@ from orchestrator.daemon.statedir import (
     check_loopback,
     read_token,
 )
+from orchestrator.leasing import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import DEFAULT_TIMEOUT_S as WEBHOOK_TIMEOUT_S
 from orchestrator.sdnotify import Notifier, watchdog_interval_s
@@ -123,7 +124,15 @@ class Daemon:
             sweeps = ParsedSweeps()
             claims = HostClaims()
             active: dict[int, ActiveSweep] = {}
-            restorer = Restorer(store, sweeps, claims, running=active, spawn=self._background.spawn)
+            controller = Controller("daemon", str(self.dirs.db))
+            restorer = Restorer(
+                store,
+                sweeps,
+                claims,
+                running=active,
+                spawn=self._background.spawn,
+                controller=controller,
+            )
             scheduler = self._scheduler = Scheduler(
                 store,
                 sweeps,
@@ -135,6 +144,7 @@ class Daemon:
                 tick_s=max(self.inbox_poll_s * 4, 1.0),
                 webhook=self.webhook,
                 webhook_timeout_s=self.webhook_timeout_s,
+                controller=controller,
             )
             claims.on_release = scheduler.wake.set  # a freed host may let a waiting sweep start
             scheduler.closed = self._stop_requested.is_set()

@@ -92,9 +92,9 @@ class DaemonApi:
             return AnsweredResults(results)
         return answered(results, sweep)
 
-    async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
+    async def restore_hosts(self, host: str | None, *, force: bool = False) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
-        return await self._restorer.restore_hosts(host)
+        return await self._restorer.restore_hosts(host, force=force)
 
     async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption:
         """Install the sweep's answer for ``host_type`` on that type's hosts, one at a time."""

@@ -18,6 +18,14 @@ from orchestrator.api import RestoreOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
+from orchestrator.host.systemd import ForeignChange
+from orchestrator.leasing import (
+    Controller,
+    HostBusy,
+    held,
+    take_at_once,
+    take_over_fields,
+)
 from orchestrator.lifecycle import restore_retrying
 from orchestrator.log import get_logger
 from orchestrator.sessions import backup_to_snapshot, host_session
@@ -39,28 +47,46 @@ class UnknownHost(ValueError):
         self.host = host
 
 
-async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBackup) -> list[str]:
+async def restore_from_backup(
+    store: Store,
+    record: SweepRecord,
+    backup: UnitBackup,
+    *,
+    controller: Controller | None = None,
+    force: bool = False,
+) -> list[ForeignChange]:
     """Put ``backup``'s host back as the sweep found it, then mark it restored.
 
     The sweep's own file says how to reach the host and which restore policy applies; the
     unit's original files come from the store, never from the host's current (changed) state.
-    Returns other people's files that changed meanwhile (reported, never overwritten).
+    The host's lease is taken first (refused, :class:`HostBusy`, while another controller's
+    live lease holds it) and given back after. Returns other people's files that changed
+    meanwhile (reported, never overwritten; another sweep's trial drop-in is left alone
+    unless ``force``).
     """
     sweep = parse_sweep(record.yaml_text, f"sweep {record.name} (id {record.id})")
     host = next((h for h in sweep.hosts if h.name == backup.host), None)
     if host is None:
         raise ValueError(f"sweep {record.name} has no host {backup.host!r}")
+    controller = controller or Controller("restore", str(store.path))
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
 
     async def events(kind: str, /, **fields: Any) -> None:
         await store.add_event(record.id, kind, host=host.name, fields=fields)
 
     try:
-        session = host_session(sweep, host, handle, unit=backup.unit, events=events)
-        session.found = backup_to_snapshot(backup)
-        # Undoing an adopt puts the unit back running as adopt found it.
-        policy = "as-found" if backup.adopted else sweep.policy.restore
-        foreign = await restore_retrying(session, policy)
+        taken = await take_at_once(handle, controller, sweep, record.id)
+        if taken.took_over is not None:
+            await events("lease.taken_over", **take_over_fields(taken))
+        lease = taken.lease
+        assert lease is not None
+        async with held(lease, handle) as fenced_handle:
+            session = host_session(sweep, host, fenced_handle, unit=backup.unit, events=events)
+            session.found = backup_to_snapshot(backup)
+            # Undoing an adopt puts the unit back running as adopt found it.
+            policy = "as-found" if backup.adopted else sweep.policy.restore
+            foreign = await restore_retrying(session, policy, owner=sweep.name, force=force)
+        await lease.release()
     finally:
         await handle.close()
     await store.mark_restored(record.id, backup.host)
@@ -68,7 +94,13 @@ async def restore_from_backup(store: Store, record: SweepRecord, backup: UnitBac
 
 
 async def restore_host(
-    store: Store, record: SweepRecord, backup: UnitBackup, *, why: RestoreWhy
+    store: Store,
+    record: SweepRecord,
+    backup: UnitBackup,
+    *,
+    why: RestoreWhy,
+    controller: Controller | None = None,
+    force: bool = False,
 ) -> RestoreOutcome:
     """Restore one backed-up host and say how it went; a failure is logged and returned, never
     raised (the host stays pending, so a later restore tries again)."""
@@ -79,14 +111,17 @@ async def restore_host(
     ):
         log.info("host.restoring")
         try:
-            foreign = await restore_from_backup(store, record, backup)
+            foreign = await restore_from_backup(
+                store, record, backup, controller=controller, force=force
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            # Someone else's live lease is no error of the restore: its words name the holder.
+            error = str(exc) if isinstance(exc, HostBusy) else f"{type(exc).__name__}: {exc}"
             log.error("host.restore_failed", error=error)
             return RestoreOutcome(backup.host, record.name, record.id, ok=False, error=error)
-        log.info("host.restored", foreign_changes=foreign)
+        log.info("host.restored", foreign_changes=[f.to_json() for f in foreign])
     return RestoreOutcome(
         backup.host, record.name, record.id, ok=True, foreign_changes=tuple(foreign)
     )
@@ -103,19 +138,29 @@ class Restorer:
         *,
         running: Container[int] = (),
         spawn: Spawn | None = None,
+        controller: Controller | None = None,
     ) -> None:
         self.store = store
         self.sweeps = sweeps
         self.claims = claims
+        self.controller = controller or Controller("restore", str(store.path))
+        """Who restores, as each host's lease names it (the daemon, or ``restore --db``)."""
         self._running = running
         """Ids of the sweeps running now (their hosts are theirs until they end)."""
         self._spawn = spawn
 
     async def _held(
-        self, record: SweepRecord, backup: UnitBackup, keys: frozenset[str], why: RestoreWhy
+        self,
+        record: SweepRecord,
+        backup: UnitBackup,
+        keys: frozenset[str],
+        why: RestoreWhy,
+        force: bool = False,
     ) -> RestoreOutcome:
         try:
-            return await restore_host(self.store, record, backup, why=why)
+            return await restore_host(
+                self.store, record, backup, why=why, controller=self.controller, force=force
+            )
         finally:
             self.claims.release(keys)
 
@@ -141,7 +186,9 @@ class Restorer:
         """Every host a failed runner changed goes back (its keys are still held by the sweep,
         so nothing else starts there meanwhile)."""
         for backup in await self.store.pending_restores(sweep_id=record.id):
-            await restore_host(self.store, record, backup, why="runner-failed")
+            await restore_host(
+                self.store, record, backup, why="runner-failed", controller=self.controller
+            )
 
     async def known_host(self, host: str) -> bool:
         """Whether any sweep in the store names ``host`` (in its file or its host list)."""
@@ -152,8 +199,9 @@ class Restorer:
                 return True
         return False
 
-    async def restore_hosts(self, host: str | None) -> list[RestoreOutcome]:
-        """Restore every pending backup of ``host`` (or of every host), now, in parallel.
+    async def restore_hosts(self, host: str | None, *, force: bool = False) -> list[RestoreOutcome]:
+        """Restore every pending backup of ``host`` (or of every host), now, in parallel;
+        ``force`` also removes another sweep's trial drop-in found in our drop-in's place.
 
         Raises :class:`UnknownHost` when no sweep names ``host``: "nothing to restore" would
         hide a typo.
@@ -183,7 +231,7 @@ class Restorer:
                 )
                 continue
             self.claims.claim(keys)
-            jobs.append(self._held(record, backup, keys, "operator"))
+            jobs.append(self._held(record, backup, keys, "operator", force))
         restored = list(await asyncio.gather(*jobs))
         return restored + skipped
 

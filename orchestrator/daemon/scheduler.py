@@ -24,6 +24,7 @@ from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps, pick_runnable, run_order, sweep_host_keys
 from orchestrator.daemon.restore import Restorer
 from orchestrator.hostloop import StopSignal
+from orchestrator.leasing import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
 from orchestrator.runner import run_sweep
@@ -114,8 +115,11 @@ class Scheduler:
         tick_s: float,
         webhook: str | None,
         webhook_timeout_s: float,
+        controller: Controller | None = None,
     ) -> None:
         self.store = store
+        self.controller = controller or Controller("daemon", str(store.path))
+        """Who runs the sweeps, as each host's lease names it."""
         self.sweeps = sweeps
         self.claims = claims
         self.restorer = restorer
@@ -234,6 +238,7 @@ class Scheduler:
                 progress=active.progress,
                 stop=active.stop,
                 trials=trial_source_for(sweep),
+                controller=self.controller,
             )
         except asyncio.CancelledError:
             log.warning("sweep.interrupted")  # left running in the store: the next start resumes

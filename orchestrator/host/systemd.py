@@ -576,6 +576,25 @@ async def reset_failed(transport: Transport, unit: str, *, timeout: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
+class ForeignChange:
+    """A unit file someone else changed during the sweep: reported by a restore, never
+    overwritten. ``sweep``/``trial``: the other sweep whose trial drop-in it is (its
+    ``# managed-by:`` header), None for anyone else's edit."""
+
+    path: str
+    sweep: str | None = None
+    trial: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"path": self.path, "sweep": self.sweep, "trial": self.trial}
+
+    def describe(self) -> str:
+        if self.sweep is None:
+            return f"{self.path} changed by someone else"
+        return f"{self.path} holds sweep '{self.sweep}' trial {self.trial} (left alone)"
+
+
+@dataclass(frozen=True, slots=True)
 class FileBytes:
     path: str
     data: bytes
@@ -722,7 +741,7 @@ async def remove_stale_temp_files(
 
 async def restore_files(
     transport: Transport, snapshot: UnitSnapshot, *, control: UnitControl, timeout: float = 60.0
-) -> list[str]:
+) -> list[ForeignChange]:
     """Put back what we changed (our drop-in: its old bytes, or gone, and its directory if we
     made it), daemon-reload, and verify byte-identity. Returns the paths of OTHER unit files
     that changed meanwhile (someone else's edits: reported, never overwritten)."""
@@ -749,7 +768,7 @@ async def restore_files(
         now = None
     if now != snapshot.dropin_before:
         raise RestoreIncomplete(snapshot.unit, [target])
-    foreign: list[str] = []
+    foreign: list[ForeignChange] = []
     for unit_file in snapshot.files:
         if unit_file.path == target:
             continue
@@ -758,8 +777,8 @@ async def restore_files(
         except FileNotFoundError:
             current = None
         if current != unit_file.data:
-            foreign.append(unit_file.path)
+            foreign.append(ForeignChange(unit_file.path))
     get_logger(host=transport.name, unit=snapshot.unit).info(
-        "unit.restored", path=target, foreign_changes=foreign
+        "unit.restored", path=target, foreign_changes=[f.path for f in foreign]
     )
     return foreign

@@ -295,7 +295,8 @@ def submit_sweep(
         existing = _current_sweep_named(conn, name)
         if existing is not None:
             same_files = stored_hashes(conn, existing.id) == workload_hashes(files)
-            if existing.content_hash == digest and same_files:
+            final = existing.state in ("cancelled", "failed")
+            if existing.content_hash == digest and same_files and not (replace and final):
                 return SubmitResult(sweep=existing, created=False)
             if not replace:
                 raise SweepNameConflict(name, existing, digest)

@@ -13,7 +13,10 @@ from typing import Any, Literal, get_args
 
 from orchestrator.types import SYNTHETIC_WORKLOAD, JsonObject, MatrixCell, format_rate
 
-SweepState = Literal["queued", "running", "done", "failed", "cancelled"]
+SweepState = Literal["queued", "running", "interrupted", "done", "failed", "cancelled"]
+"""docs/operator-guide.md has the table of states and their transitions: ``interrupted`` is a
+sweep a foreground run was asked to stop (Ctrl-C, SIGTERM), its hosts restored; running it
+again (or ``resume`` through the daemon) continues it."""
 AttemptState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 PointKind = Literal["throughput", "coding"]
 
@@ -26,6 +29,9 @@ FINISHED_ATTEMPT_STATES: tuple[AttemptState, ...] = (
     "cancelled",
 )
 TERMINAL_SWEEP_STATES: tuple[SweepState, ...] = ("done", "failed", "cancelled")
+RESUMABLE_SWEEP_STATES: tuple[SweepState, ...] = ("running", "interrupted")
+"""A sweep a run continues: ``running`` in the store with no runner (crashed, killed, the
+daemon stopped) or ``interrupted``."""
 POINT_KINDS: tuple[PointKind, ...] = get_args(PointKind)
 
 

@@ -218,7 +218,19 @@ _V6 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+_V7 = Migration(
+    version=7,
+    summary="sweeps may be interrupted (a foreground run stopped by Ctrl-C: resumable)",
+    # As _V3: widening a CHECK changes no stored row, so the schema text is edited in place.
+    statements=(
+        "PRAGMA writable_schema = ON",
+        "UPDATE sqlite_schema SET sql = replace(sql, '''running'', ''done''', "
+        "'''running'', ''interrupted'', ''done''') WHERE type = 'table' AND name = 'sweeps'",
+        "PRAGMA writable_schema = RESET",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:

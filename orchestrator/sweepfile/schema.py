@@ -61,6 +61,7 @@ from orchestrator.sweepfile.workloads import (
     workload_label,
 )
 from orchestrator.types import (
+    DEFAULT_LEASE_EXPIRY_S,
     SLO_METRICS,
     SYNTHETIC_WORKLOAD,
     ApiKind,
@@ -467,6 +468,12 @@ class Policy(_Model):
     on_trial_failure: Literal["continue", "abort"] = "continue"
     trial_retries: Annotated[int, Field(ge=0, le=10)] = 1
     restore: RestorePolicy = "as-found"
+    hosts_busy: Literal["wait", "set-aside"] = "wait"
+    """A host another controller's live lease holds: wait for it (until ``finish_by`` or a
+    stop), or set it aside at once."""
+    lease_expiry: Duration = DEFAULT_LEASE_EXPIRY_S
+    """Seconds a host's lease lasts without a renewal (the holder renews every quarter of it):
+    how long a dead holder on another machine keeps others waiting."""
 
 
 class Schedule(_Model):

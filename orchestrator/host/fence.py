@@ -1,0 +1,125 @@
+"""A host handle whose every change is fenced by the host's lease.
+
+Every change the orchestrator makes to a host is a file written or removed through the
+transport (a drop-in, its restore) or a unit job through the unit control (``daemon-reload``,
+``stop``, ``start``, ``reset-failed``); the lifecycle, the restore and adopt all make them through
+the :class:`~orchestrator.host.handle.HostHandle` they are given. :func:`fenced` gives them one
+whose transport and control first ask :meth:`HostLease.check` (the one check), so a controller
+whose lease was taken over changes nothing, whichever code path it is on. Reads pass through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+
+from orchestrator.host.handle import HostHandle
+from orchestrator.host.lease import HostLease
+from orchestrator.host.systemd import STATE_PROPERTIES, UnitFile, UnitState
+from orchestrator.host.transport import CompletedCommand, LineStream, Transport
+from orchestrator.host.unitcontrol import UnitControl
+
+
+class FencedTransport:
+    """A transport whose file writes and removals are fenced."""
+
+    def __init__(self, inner: Transport, lease: HostLease) -> None:
+        self.inner, self.lease = inner, lease
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def sudo(self) -> bool:
+        return bool(getattr(self.inner, "sudo", False))
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = False,
+        privileged: bool = False,
+        idempotent: bool = True,
+        stdin: bytes | None = None,
+    ) -> CompletedCommand:
+        return await self.inner.run(
+            argv,
+            timeout=timeout,
+            check=check,
+            privileged=privileged,
+            idempotent=idempotent,
+            stdin=stdin,
+        )
+
+    async def read_file(self, path: str, *, timeout: float) -> bytes:
+        return await self.inner.read_file(path, timeout=timeout)
+
+    async def write_file_atomic(
+        self, path: str, data: bytes, *, mode: int = 0o644, timeout: float
+    ) -> None:
+        await self.lease.check(f"write {path}")
+        await self.inner.write_file_atomic(path, data, mode=mode, timeout=timeout)
+
+    async def remove_file(self, path: str, *, timeout: float) -> bool:
+        await self.lease.check(f"remove {path}")
+        return await self.inner.remove_file(path, timeout=timeout)
+
+    def stream(
+        self, argv: Sequence[str], *, privileged: bool = False
+    ) -> AbstractAsyncContextManager[LineStream]:
+        return self.inner.stream(argv, privileged=privileged)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class FencedControl:
+    """A unit control whose jobs and reloads are fenced."""
+
+    def __init__(self, inner: UnitControl, lease: HostLease) -> None:
+        self.inner, self.lease = inner, lease
+
+    @property
+    def mechanism(self) -> str | None:
+        return getattr(self.inner, "mechanism", type(self.inner).__name__)
+
+    @property
+    def detail(self) -> str:
+        return str(getattr(self.inner, "detail", ""))
+
+    async def show(
+        self, unit: str, props: Sequence[str] = STATE_PROPERTIES, *, timeout: float
+    ) -> UnitState:
+        return await self.inner.show(unit, props, timeout=timeout)
+
+    async def cat(self, unit: str, *, timeout: float) -> list[UnitFile]:
+        return await self.inner.cat(unit, timeout=timeout)
+
+    async def start(self, unit: str, *, timeout: float) -> None:
+        await self.lease.check(f"start {unit}")
+        await self.inner.start(unit, timeout=timeout)
+
+    async def stop(self, unit: str, *, timeout: float) -> None:
+        await self.lease.check(f"stop {unit}")
+        await self.inner.stop(unit, timeout=timeout)
+
+    async def reset_failed(self, unit: str, *, timeout: float) -> None:
+        await self.lease.check(f"reset-failed {unit}")
+        await self.inner.reset_failed(unit, timeout=timeout)
+
+    async def daemon_reload(self, *, timeout: float) -> None:
+        await self.lease.check("daemon-reload")
+        await self.inner.daemon_reload(timeout=timeout)
+
+
+def fenced(handle: HostHandle, lease: HostLease) -> HostHandle:
+    """``handle`` with every change checked against ``lease`` first (closing it closes the
+    original's connection)."""
+    return HostHandle(
+        FencedTransport(handle.transport, lease), FencedControl(handle.control, lease), handle.gpu
+    )
+
+
+__all__ = ["FencedControl", "FencedTransport", "fenced"]
