@@ -223,12 +223,13 @@ async def simulated_hosts(
     defaults: dict[str, Any],
     faults: dict[str, Any] | None = None,
     units: Mapping[str, str] | None = None,
+    engine: str = "sglang",
 ) -> AsyncIterator[SimCluster]:
     """Start simulated hosts ``(name, address, port)`` with a client key and known_hosts in
     ``state_dir``; once every host answers over SSH, yield them; stop them all on exit.
 
     ``units`` maps a host name to the unit file it is to start with; the others get the
-    simulated SGLang server's unit, written afresh at every start."""
+    simulated server's unit (``engine``: SGLang's or vLLM's), written afresh at every start."""
     key_path, authorized = _prepare_state_dir(state_dir)
     sims = [
         SimHost(
@@ -240,6 +241,7 @@ async def simulated_hosts(
                 authorized_keys=authorized,
                 settings=settings_for(name, faults or {}, defaults),
                 unit_text=(units or {}).get(name),
+                engine=engine,
             )
         )
         for name, address, port in hosts

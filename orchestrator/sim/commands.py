@@ -218,7 +218,7 @@ async def run_command(
     if program in services.manager.unit_programs():
         if parse_check.is_parse_script(args):
             env = {**services.program_env, **(environ or {})}
-            line = await asyncio.to_thread(parse_check.answer, args[2:], env)
+            line = await asyncio.to_thread(parse_check.answer_script, args[1], args[2:], env)
             await io.write_out(line.encode())
             return 0
         return await _run_real(services, words, io, environ)

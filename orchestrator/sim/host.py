@@ -71,6 +71,31 @@ def sglang_argv(address: str, port: int = SERVER_PORT) -> list[str]:
     ]
 
 
+VLLM_UNIT_NAME = "vllm.service"
+
+
+def vllm_argv(address: str, port: int = SERVER_PORT) -> list[str]:
+    """The base command line of a Kimi K2.6 host's vLLM unit (``vllm serve``, simulated)."""
+    return [
+        sys.executable,
+        "-m",
+        "orchestrator.sim.vllm_server",
+        "serve",
+        MODEL_PATH,
+        "--served-model-name",
+        "kimi-k2.6",
+        "--tensor-parallel-size",
+        "8",
+        "--host",
+        address,
+        "--port",
+        str(port),
+        "--reasoning-parser",
+        "kimi_k2",
+        "--trust-remote-code",
+    ]
+
+
 def render_unit(argv: list[str], *, description: str, timeout_stop_s: int = 30) -> str:
     """The unit file a simulated host starts with."""
     exec_start = " ".join(quote_exec_word(word) for word in argv)
@@ -100,7 +125,14 @@ class SimHostConfig:
     authorized_keys: Path
     settings: HostSettings = field(default_factory=HostSettings)
     unit_text: str | None = None
-    """The initial unit file; None = the simulated SGLang server's unit."""
+    """The initial unit file; None = the simulated server's unit of ``engine``."""
+    engine: str = "sglang"
+    """Which server the host's unit runs: ``sglang`` (sglang.service) or ``vllm``
+    (vllm.service, ``vllm serve``)."""
+
+    @property
+    def unit_name(self) -> str:
+        return VLLM_UNIT_NAME if self.engine == "vllm" else UNIT_NAME
 
 
 class SimHost:
@@ -192,7 +224,7 @@ class SimHost:
         try:
             await self.sshd.start()
             if settings.unit_running:
-                await self.manager.start(UNIT_NAME)
+                await self.manager.start(self.config.unit_name)
         except BaseException:
             await self.stop()
             raise
@@ -249,8 +281,9 @@ class SimHost:
         # keeps its state (ExecMain*, Result) after a stop instead of garbage-collecting it.
         wants = self.root / "etc/systemd/system/multi-user.target.wants"
         wants.mkdir(exist_ok=True)
-        if not (wants / UNIT_NAME).is_symlink():
-            (wants / UNIT_NAME).symlink_to(f"../{UNIT_NAME}")
+        unit = self.config.unit_name
+        if not (wants / unit).is_symlink():
+            (wants / unit).symlink_to(f"../{unit}")
 
     def _write_unit(self) -> None:
         """The unit file as this checkout renders it, on every start.
@@ -259,10 +292,12 @@ class SimHost:
         checkout can name an interpreter that is gone (every start then fails with 203/EXEC) or
         run another checkout's server. A unit as found that a test or a person wants is given
         as ``SimHostConfig.unit_text``, never left lying in the root."""
-        unit_path = self.root / "etc/systemd/system" / UNIT_NAME
-        text = self.config.unit_text or render_unit(
-            sglang_argv(self.address), description=f"SGLang server ({self.name}, simulated)"
-        )
+        unit_path = self.root / "etc/systemd/system" / self.config.unit_name
+        if self.config.engine == "vllm":
+            argv, description = vllm_argv(self.address), f"vLLM server ({self.name}, simulated)"
+        else:
+            argv, description = sglang_argv(self.address), f"SGLang server ({self.name}, simulated)"
+        text = self.config.unit_text or render_unit(argv, description=description)
         try:
             current: str | None = unit_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):

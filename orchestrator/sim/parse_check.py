@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from orchestrator.sim import vllm_args
 from orchestrator.sim.server_args import build_parser, resolve
 from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
 
@@ -26,13 +27,48 @@ MARKER = "ORCHESTRATOR_SGLANG_PARSE "
 """The prefix of the script's answer line (the script prints it, so the sim does too)."""
 
 
+VLLM_IMPORT = "from vllm.entrypoints.common.cli_args import make_arg_parser"
+"""What marks the vLLM engine's parse script (the simulated host has no ``vllm`` either)."""
+VLLM_MARKER = "ORCHESTRATOR_VLLM_PARSE "
+
+
 class _ArgparseError(Exception):
     pass
 
 
 def is_parse_script(args: Sequence[str]) -> bool:
-    """``-c SCRIPT ...`` where the script imports SGLang's ``prepare_server_args``."""
-    return len(args) >= 2 and args[0] == "-c" and SGLANG_IMPORT in args[1]
+    """``-c SCRIPT ...`` where the script imports SGLang's ``prepare_server_args`` or vLLM's
+    ``make_arg_parser``."""
+    return (
+        len(args) >= 2 and args[0] == "-c" and (SGLANG_IMPORT in args[1] or VLLM_IMPORT in args[1])
+    )
+
+
+def answer_script(script: str, batch: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The output of the parse script ``script`` (SGLang's or vLLM's) for ``batch``."""
+    if VLLM_IMPORT in script:
+        return answer_vllm(batch)
+    return answer(batch, environ)
+
+
+def answer_vllm(batch: Sequence[str]) -> str:
+    """The vLLM parse script's output: the simulated ``vllm serve`` parser and its checks."""
+    lines = []
+    for index, text in enumerate(batch):
+        try:
+            argv = [str(word) for word in json.loads(text)]
+        except ValueError:
+            break
+        try:
+            resolved = vllm_args.resolve(vllm_args.parse(argv))
+        except vllm_args.ArgparseExit as exc:
+            fields: dict[str, Any] = {"ok": False, "kind": "argparse", "error": exc.message}
+        except ValueError as exc:
+            fields = {"ok": False, "kind": "resolution", "error": f"ValueError: {exc}"}
+        else:
+            fields = {"ok": True, "speculative": resolved.values["speculative_config"] or {}}
+        lines.append(VLLM_MARKER + json.dumps({"index": index, **fields}, default=str) + "\n")
+    return "".join(lines)
 
 
 def answer(batch: Sequence[str], environ: Mapping[str, str]) -> str:

@@ -187,6 +187,8 @@ class Scheduler:
         log: SglangLog,
         on_completed: Callable[[int], None] | None = None,
         speed_factor: float = 1.0,
+        on_step: Callable[[Sequence[int]], None] | None = None,
+        batch_lines: bool = True,
     ) -> None:
         self.shape = shape
         self.perf = perf
@@ -200,6 +202,11 @@ class Scheduler:
         self.radix_cache = radix_cache
         self.log = log
         self.on_completed = on_completed
+        self.on_step = on_step
+        """Told each decode step's accepted draft tokens per client request (the bonus token
+        not counted): how an engine that counts drafts (vLLM) keeps its statistics."""
+        self.batch_lines = batch_lines
+        """Whether SGLang's ``Prefill batch`` / ``Decode batch`` lines are written."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stalled: list[Request] = []
@@ -323,17 +330,8 @@ class Scheduler:
         started = time.monotonic()
         await self._sleep_ms(prefill_time_ms(new, self.perf))
         elapsed = max(1e-9, time.monotonic() - started)
-        self.log.rank(
-            prefill_line(
-                new_seq=len(batch),
-                new_token=new,
-                cached_token=cached,
-                token_usage=self.kv_tokens() / self.max_total_tokens,
-                running_req=len(self.running),
-                queue_req=len(self.waiting),
-                input_throughput=new / elapsed,
-            )
-        )
+        if self.batch_lines:
+            self._log_prefill(batch, new, cached, elapsed)
         for req in batch:
             if req.aborted:
                 continue
@@ -346,9 +344,23 @@ class Scheduler:
                 else:
                     self.running.append(req)
 
+    def _log_prefill(self, batch: list[Request], new: int, cached: int, elapsed: float) -> None:
+        self.log.rank(
+            prefill_line(
+                new_seq=len(batch),
+                new_token=new,
+                cached_token=cached,
+                token_usage=self.kv_tokens() / self.max_total_tokens,
+                running_req=len(self.running),
+                queue_req=len(self.waiting),
+                input_throughput=new / elapsed,
+            )
+        )
+
     async def _decode_step(self) -> None:
         batch = list(self.running)
         await self._sleep_ms(step_time_ms(self.shape, [r.context for r in batch], self.perf))
+        accepted: list[int] = []
         for req in batch:
             if req.aborted or req.finish is not None:
                 continue
@@ -364,10 +376,13 @@ class Scheduler:
             if not req.internal:
                 self.counters.spec_verify_calls += 1
                 self.counters.spec_accepted_tokens += n
+                accepted.append(n - 1)
             self._emit(req, n, verify_step=True)
         self.running = [r for r in self.running if r.finish is None and not r.aborted]
+        if self.on_step is not None and self.shape.speculative:
+            self.on_step(accepted)
         self._decode_iter += 1
-        if self._decode_iter % self.decode_log_interval == 0:
+        if self._decode_iter % self.decode_log_interval == 0 and self.batch_lines:
             self._log_decode()
 
     def _emit(self, req: Request, n: int, *, verify_step: bool) -> None:

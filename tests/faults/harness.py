@@ -111,6 +111,11 @@ class FaultHost:
     def base_url(self) -> str:
         return self.cluster.hosts[0].base_url
 
+    @property
+    def unit(self) -> str:
+        """The host's unit: sglang.service, or vllm.service on a vLLM host."""
+        return self.cluster.hosts[0].config.unit_name
+
     def unit_files(self) -> dict[str, bytes]:
         """Every file under the private root's /etc/systemd/system, by relative path."""
         top = self.root / UNIT_DIR
@@ -137,12 +142,12 @@ class FaultHost:
             return await conn.run(command, encoding="utf-8", errors="replace")
 
     async def show(self, *props: str) -> dict[str, str]:
-        result = await self.run(f"systemctl show -p {','.join(props)} {UNIT_NAME}")
+        result = await self.run(f"systemctl show -p {','.join(props)} {self.unit}")
         pairs = (line.split("=", 1) for line in str(result.stdout).splitlines() if "=" in line)
         return dict(pairs)
 
     async def journal(self) -> list[str]:
-        result = await self.run(f"journalctl -u {UNIT_NAME} -o cat --no-pager -q")
+        result = await self.run(f"journalctl -u {self.unit} -o cat --no-pager -q")
         return str(result.stdout).splitlines()
 
     async def server_info(self) -> dict[str, Any]:
@@ -181,9 +186,11 @@ async def fault_host(
     server_faults: Mapping[str, Any] | None = None,
     server: Mapping[str, Any] | None = None,
     unit: str | None = None,
+    engine: str = "sglang",
 ) -> AsyncIterator[FaultHost]:
-    """A simulated host on ``address`` with ``settings`` (host faults) and ``server_faults``;
-    yields once its unit serves, having recorded its unit files and state; stops it after."""
+    """A simulated host on ``address`` with ``settings`` (host faults) and ``server_faults``,
+    running ``engine``'s simulated server; yields once its unit serves, having recorded its
+    unit files and state; stops it after."""
     name = host_name(address)
     state = tmp_path / "sim"
     host_settings: dict[str, Any] = {
@@ -198,6 +205,7 @@ async def fault_host(
         defaults={},
         faults={name: host_settings},
         units=None if unit is None else {name: unit},
+        engine=engine,
     ) as cluster:
         host = FaultHost(cluster, address)
         try:
