@@ -32,7 +32,14 @@ import yaml
 from orchestrator.log import configure_logging, get_logger
 from orchestrator.sim.content import CONTENT_CLASSES, ContentClass
 from orchestrator.sim.faults import FaultsFileError, load_faults_file, settings_for
-from orchestrator.sim.host import UNIT_NAME, SimHost, SimHostConfig, sglang_argv
+from orchestrator.sim.host import (
+    UNIT_NAME,
+    VLLM_UNIT_NAME,
+    SimHost,
+    SimHostConfig,
+    sglang_argv,
+    vllm_argv,
+)
 from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
 
 CLIENT_KEY_NAME = "id_ed25519"
@@ -50,6 +57,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--state-dir", type=Path, help="where keys, hosts and the sweep go")
     up.add_argument("--base-address", default="127.0.0.11", help="first host's loopback address")
     up.add_argument("--port", type=int, default=2222, help="SSH port of every host")
+    up.add_argument(
+        "--engine", choices=("sglang", "vllm"), default="sglang",
+        help="the server the hosts' unit runs: SGLang (sglang.service) or vLLM's `vllm serve` "
+        "(vllm.service); the sweep file written matches",
+    )  # fmt: skip
     truth = verbs.add_parser(
         "truth",
         help="print each config's expected output_tok_s and accept_len in every cell of a sweep",
@@ -182,6 +194,32 @@ def render_sweep(hosts: list[dict[str, Any]], *, window_flag: str) -> dict[str, 
     }
 
 
+def render_vllm_sweep(hosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A small vLLM sweep for simulated ``vllm serve`` hosts: baseline, DFlash at three
+    draft lengths and EAGLE-3, each speculative config one ``--speculative-config`` JSON."""
+    sweep = render_sweep(hosts, window_flag="--speculative-draft-window-size")
+    dflash, eagle3 = "/models/Kimi-K2.6-DFlash", "/models/Kimi-K2.6-EAGLE3"
+    sweep.update(
+        name="sim-vllm-quick",
+        description="DFlash draft length and EAGLE-3 on simulated vLLM hosts (`sim up`).",
+        engine="vllm",
+        configs=[
+            {"method": "dflash", "tokens": tokens, "draft": dflash} for tokens in (4, 8, 12)
+        ] + [{"method": "eagle3", "tokens": 4, "draft": eagle3}],
+    )  # fmt: skip
+    sweep["server"] = {
+        "unit": VLLM_UNIT_NAME,
+        "model": "kimi-k2.6",
+        "knobs": {
+            "method": {"flag": "--speculative-config", "json_key": "method"},
+            "tokens": {"flag": "--speculative-config", "json_key": "num_speculative_tokens"},
+            "draft": {"flag": "--speculative-config", "json_key": "model"},
+        },
+        "exec_start": vllm_argv(hosts[0]["address"]) if hosts else [],
+    }
+    return sweep
+
+
 def _window_flag(version: str) -> str:
     parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
     return (
@@ -295,11 +333,17 @@ async def _up(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     specs = [(name, address, args.port) for name, address in zip(names, addresses, strict=True)]
     try:
-        async with simulated_hosts(state_dir, specs, defaults=defaults, faults=faults) as cluster:
+        async with simulated_hosts(
+            state_dir, specs, defaults=defaults, faults=faults, engine=args.engine
+        ) as cluster:
             described = cluster.describe()
             sweep_path = state_dir / "sweep.yaml"
             version = cluster.hosts[0].settings.sglang_version
-            sweep = render_sweep(described, window_flag=_window_flag(version))
+            sweep = (
+                render_vllm_sweep(described)
+                if args.engine == "vllm"
+                else render_sweep(described, window_flag=_window_flag(version))
+            )
             sweep_path.write_text(
                 "# Written by `orchestrator sim up`: a quick sweep over the simulated hosts.\n"
                 + yaml.safe_dump(sweep, sort_keys=False),
