@@ -15,6 +15,7 @@ Endpoints (all answer JSON)::
     GET  /sweeps[?all=1]              {"sweeps": [{"name", "id", "state", "priority", ...}]}
     GET  /sweeps/{ref}                one sweep with each host's current trial and step
     POST /sweeps/{ref}/cancel         stop at the next safe step and restore its hosts
+    POST /sweeps/{ref}/resume         queue an interrupted sweep again: it continues
     GET  /sweeps/{ref}/results        the store's results document
     POST /restore                     {"host": NAME} | {"all": true}
     POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false}
@@ -288,6 +289,8 @@ class DaemonOps(Protocol):
 
     async def cancel(self, ref: str) -> CancelOutcome: ...
 
+    async def resume(self, ref: str) -> SweepRecord: ...
+
     async def results(self, ref: str) -> AnsweredResults: ...
 
     async def restore_hosts(
@@ -451,6 +454,12 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     async def cancel(request: web.Request) -> web.Response:
         return web.json_response((await ops.cancel(_ref(request))).to_json(), status=202)
 
+    async def resume(request: web.Request) -> web.Response:
+        record = await ops.resume(_ref(request))
+        return web.json_response(
+            {"id": record.id, "name": record.name, "state": record.state}, status=202
+        )
+
     async def results(request: web.Request) -> web.Response:
         return web.json_response((await ops.results(_ref(request))).to_json())
 
@@ -478,6 +487,7 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     app.router.add_get("/sweeps", list_sweeps)
     app.router.add_get("/sweeps/{ref}", status)
     app.router.add_post("/sweeps/{ref}/cancel", cancel)
+    app.router.add_post("/sweeps/{ref}/resume", resume)
     app.router.add_get("/sweeps/{ref}/results", results)
     app.router.add_post("/restore", restore)
     app.router.add_post("/sweeps/{ref}/adopt", adopt)

@@ -46,6 +46,7 @@ VERBS: dict[str, str] = {
     "submit": "orchestrator.verbs.submit",
     "status": "orchestrator.verbs.status",
     "cancel": "orchestrator.verbs.cancel",
+    "resume": "orchestrator.verbs.resume",
     "results": "orchestrator.verbs.results",
     "restore": "orchestrator.verbs.restore",
     "adopt": "orchestrator.verbs.adopt",

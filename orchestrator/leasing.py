@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 HostsBusy = Literal["wait", "set-aside"]
 ControllerKind = Literal["daemon", "run", "restore", "adopt"]
 WAIT_POLL_MAX_S = 10.0
+TAKING_RETRIES = 10
+TAKING_RETRY_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +68,22 @@ async def take_or_wait(
     ended by ``stop``."""
     place = LeasePlace(handle.transport, timeout=timeout)
     seen: dict[int, float] = {}
-    told: int | None = None
+    told: tuple[int, bool] | None = None
     poll_s = min(max(expiry_s / 4, 0.25), WAIT_POLL_MAX_S)
     while True:
         taken = await try_take(place, holder, expiry_s=expiry_s, taking_seen=seen)
         if taken.lease is not None:
             return taken
+        if taken.view.record is None:
+            # Another controller is between its mkdir and its holder file (milliseconds):
+            # look again before saying who holds the host.
+            taken = await _once_written(place, holder, expiry_s, seen)
+            if taken.lease is not None:
+                return taken
         if busy == "set-aside" or (stop is not None and stop.is_set()):
             raise HostBusy(handle.name, taken.view, time.time())
-        if told != taken.view.token and waiting is not None:
-            told = taken.view.token
+        if told != (taken.view.token, taken.view.record is None) and waiting is not None:
+            told = (taken.view.token, taken.view.record is None)
             await waiting(taken.view.describe(handle.name, time.time()))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(poll_s):
@@ -100,6 +108,18 @@ async def take_at_once(
     return taken
 
 
+async def _once_written(
+    place: LeasePlace, holder: Holder, expiry_s: float, seen: dict[int, float]
+) -> Taken:
+    """Try again while the newest generation has no holder file yet, up to a second."""
+    for _ in range(TAKING_RETRIES):
+        await asyncio.sleep(TAKING_RETRY_S)
+        taken = await try_take(place, holder, expiry_s=expiry_s, taking_seen=seen)
+        if taken.lease is not None or taken.view.record is not None:
+            return taken
+    return taken
+
+
 def took_over_someone_else(taken: Taken, holder: Holder) -> bool:
     """The take replaced another sweep's dead or expired lease (not a run of this same sweep
     and store, whose own backup covers what it left)."""
@@ -121,7 +141,7 @@ def take_over_fields(taken: Taken) -> dict[str, object]:
     assert taken.took_over is not None and taken.lease is not None
     before = taken.took_over
     get_logger(host=taken.lease.host).warning(
-        "lease.taken_over", token=taken.lease.token, old_holder=before.holder.describe()
+        "lease.taken_over", generation=taken.lease.token, old_holder=before.holder.describe()
     )
     return {
         "token": taken.lease.token,

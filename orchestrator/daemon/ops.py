@@ -72,14 +72,29 @@ class DaemonApi:
             active.stop.stop("cancel")
             self._log.info("sweep.cancelling", sweep=record.name, sweep_id=record.id)
             return CancelOutcome(record, cancelling=True)
-        if record.state not in ("queued", "running"):
+        if record.state not in ("queued", "running", "interrupted"):
             raise Conflict(f"sweep {record.name} (id {record.id}) already ended: {record.state}")
         updated = await self.store.set_sweep_state(record.id, "cancelled")
         self._log.info("sweep.cancelled", sweep=record.name, sweep_id=record.id)
-        if record.state == "running":  # interrupted earlier, not resumed yet: hosts may be changed
+        if record.state in ("running", "interrupted"):  # not resumed yet: hosts may be changed
             await cancel_trials(self.store, record.id, await self.store.trials(record.id))
             await self._restorer.recover()
         return CancelOutcome(updated, cancelling=False)
+
+    async def resume(self, ref: str) -> SweepRecord:
+        """An interrupted sweep queued again: the scheduler continues it (what it measured is
+        kept, nothing is measured twice). A sweep that ended stays ended: ``cancel`` is final
+        (``submit --replace`` of its file starts it again)."""
+        record = await self.store.get_sweep(ref)
+        if record.state != "interrupted":
+            raise Conflict(
+                f"sweep {record.name} (id {record.id}) is {record.state}, not interrupted:"
+                " only an interrupted sweep resumes"
+            )
+        updated = await self.store.set_sweep_state(record.id, "queued")
+        self._scheduler.wake.set()
+        self._log.info("sweep.resumed", sweep=record.name, sweep_id=record.id)
+        return updated
 
     async def results(self, ref: str) -> AnsweredResults:
         """The results with their answers, from the sweep file stored with them (parsed once);

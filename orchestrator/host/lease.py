@@ -368,7 +368,7 @@ class HostLease:
         if self.lost is not None:
             self.fenced.append(change)
             get_logger(host=self.host).error(
-                "lease.fenced", token=self.token, change=change, why=self.lost.why
+                "lease.fenced", generation=self.token, change=change, why=self.lost.why
             )
             raise self.lost
 
@@ -389,7 +389,7 @@ class HostLease:
         with contextlib.suppress(LeaseLost):
             await self.check("release")
             await self.place.write(replace(self.record, released_at=self.wall()))
-            get_logger(host=self.host).info("lease.released", token=self.token)
+            get_logger(host=self.host).info("lease.released", generation=self.token)
 
     @property
     def heartbeat_s(self) -> float:
@@ -406,7 +406,7 @@ class HostLease:
             except LeaseLost:
                 return
             except HostError as exc:
-                log.warning("lease.renew_failed", token=self.token, error=str(exc))
+                log.warning("lease.renew_failed", generation=self.token, error=str(exc))
 
     @contextlib.asynccontextmanager
     async def renewed(self) -> AsyncIterator[HostLease]:
@@ -467,7 +467,7 @@ async def try_take(
     lease = HostLease(place, record, expiry_s, started + expiry_s * 0.75, monotonic, wall)
     get_logger(host=place.host).info(
         "lease.taken",
-        token=token,
+        generation=token,
         sweep=holder.sweep,
         took_over_from=None if before is None else before.holder.describe(),
     )

@@ -13,13 +13,15 @@ import http.client
 import json
 import os
 import socket
+import sys
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.types import valid_ref
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput, emit_json
 
 SYSTEM_SOCKET = Path("/var/lib/orchestrator/orchestrator.sock")
 SOCKET_ENV = "ORCHESTRATOR_SOCKET"
@@ -140,3 +142,24 @@ def call(
     except json.JSONDecodeError:
         document = {"error": text[:500]}
     return ApiResponse(status, document)
+
+
+def post_to_sweep(args: Any, action: str, said: Callable[[dict[str, Any]], str]) -> int:
+    """``POST /sweeps/{args.sweep}/{action}`` (cancel, resume): the daemon's answer as JSON with
+    ``--json``, and in words (``said`` of the answer) on stderr; returns the exit status."""
+    try:
+        response = call(socket_path(args.socket), "POST", sweep_url(args.sweep, f"/{action}"))
+    except BadInput as error:
+        print(error, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DaemonUnreachable as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        emit_json(response.document)
+    if response.ok:
+        document = response.document
+        print(f"sweep {document['name']} (id {document['id']}): {said(document)}", file=sys.stderr)
+    else:
+        print(f"{action} {args.sweep}: {response.error}", file=sys.stderr)
+    return response.exit_code()

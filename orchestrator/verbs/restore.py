@@ -28,6 +28,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     which.add_argument("host", nargs="?", help="the host's name in its sweep file")
     which.add_argument("--all", action="store_true", help="every host not yet restored")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also remove another sweep's trial drop-in found in ours' place (else reported)",
+    )
     source = parser.add_mutually_exclusive_group()
     add_socket_argument(source)
     source.add_argument(
@@ -35,17 +40,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _from_store(path: Path, host: str | None) -> dict[str, Any]:
-    """The restore without a daemon: nothing else holds a host, no sweep runs here."""
+async def _from_store(path: Path, host: str | None, force: bool) -> dict[str, Any]:
+    """The restore without a daemon: each host's lease says whether another controller holds
+    it (then it is refused, naming the holder)."""
     from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer
 
     async with await Store.open(path) as store:
         restorer = Restorer(store, ParsedSweeps(), HostClaims())
-        outcomes = await restorer.restore_hosts(host)
+        outcomes = await restorer.restore_hosts(host, force=force)
     return {"restored": [outcome.to_json() for outcome in outcomes]}
 
 
-def _restore_from_store(db: str, host: str | None) -> tuple[int, dict[str, Any]]:
+def _restore_from_store(db: str, host: str | None, force: bool) -> tuple[int, dict[str, Any]]:
     # Imported here: the daemon's restore path (the lifecycle, SSH, the runner's parts) costs a
     # second to load, and a restore through a running daemon is only an API call.
     from orchestrator.daemon import UnknownHost, daemon_holds
@@ -58,7 +64,7 @@ def _restore_from_store(db: str, host: str | None) -> tuple[int, dict[str, Any]]
             "error": f"a daemon runs on {path.parent}: restore through it (without --db)"
         }
     try:
-        return EXIT_OK, asyncio.run(_from_store(path, host))
+        return EXIT_OK, asyncio.run(_from_store(path, host, force))
     except UnknownHost as error:
         return EXIT_BAD_INPUT, {"error": str(error)}
     except StoreError as error:
@@ -66,7 +72,9 @@ def _restore_from_store(db: str, host: str | None) -> tuple[int, dict[str, Any]]
 
 
 def _restore_through_daemon(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    body = {"all": True} if args.all else {"host": args.host}
+    body: dict[str, Any] = {"all": True} if args.all else {"host": args.host}
+    if args.force:
+        body["force"] = True
     response = call(
         socket_path(args.socket),
         "POST",
@@ -87,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         if args.db is not None:
-            code, document = _restore_from_store(args.db, None if args.all else args.host)
+            code, document = _restore_from_store(
+                args.db, None if args.all else args.host, args.force
+            )
         else:
             code, document = _restore_through_daemon(args)
     except DaemonUnreachable as error:
@@ -104,4 +114,8 @@ def run(args: argparse.Namespace) -> int:
     for outcome in outcomes:
         what = "restored" if outcome["ok"] else f"NOT restored: {outcome['error']}"
         print(f"{outcome['host']} (sweep {outcome['sweep']}): {what}", file=sys.stderr)
+        for change in outcome.get("foreign_changes") or []:
+            whose = f"sweep '{change['sweep']}'" if change["sweep"] else "someone else"
+            left = " (left alone: --force removes it)" if change["sweep"] else ""
+            print(f"  {change['path']}: written by {whose}{left}", file=sys.stderr)
     return EXIT_OK if all(o["ok"] for o in outcomes) else EXIT_FAILED

@@ -8,13 +8,14 @@ import signal
 import sys
 
 from orchestrator.answers import answered
-from orchestrator.hostloop import StopSignal
+from orchestrator.hostloop import INTERRUPT, StopSignal
 from orchestrator.progress import LiveProgress, print_outcome
 from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweeptracker import SweepShape
+from orchestrator.types import content_hash
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -41,21 +42,32 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 async def run_in_foreground(
     sweep: Sweep, text: str, *, db: str | None, source: str | None, replace: bool
 ) -> SweepOutcome:
-    """The sweep with a live display; Ctrl-C / SIGTERM stop at the next safe step and restore
-    the hosts, a second one stops at once (the sweep resumes on the next run)."""
+    """The sweep with a live display; a first Ctrl-C / SIGTERM stops at the next safe step,
+    restores the hosts and leaves the sweep ``interrupted``; a second aborts the current step
+    at once (the restore still runs). Running the same file again continues it."""
     stop = StopSignal()
     loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
 
     def on_signal() -> None:
-        if stop.stopping and main is not None:
-            main.cancel()
-        print("stopping at the next safe step (again to abort now)", file=sys.stderr)
-        stop.stop("cancel")
+        if not stop.stopping:
+            print(
+                "stopping at the next safe step, then restoring the hosts"
+                " (Ctrl-C again to abort the current step)",
+                file=sys.stderr,
+            )
+            stop.stop(INTERRUPT)
+        elif not stop.aborted.is_set():
+            print("aborting the current step; restoring the hosts", file=sys.stderr)
+            stop.abort(INTERRUPT)
+        else:
+            print("restoring the hosts; they are listed when done", file=sys.stderr)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     async with await Store.open(db_path(db)) as store:
+        first = await continuing(store, sweep, text, replace=replace)
+        if first:
+            print(first, file=sys.stderr)
         with LiveProgress(SweepShape.of(sweep), sweep=sweep.name) as progress:
             return await run_sweep(
                 sweep,
@@ -69,12 +81,46 @@ async def run_in_foreground(
             )
 
 
+async def continuing(store: Store, sweep: Sweep, text: str, *, replace: bool) -> str | None:
+    """The first line when this file's sweep is already in the store: continued (interrupted,
+    or left running by a run that died), or ended (said plainly; ``--replace`` after a cancel
+    or a failure starts it again)."""
+    record = await store.find_sweep(sweep.name)
+    if (
+        record is None
+        or record.replaced_at is not None
+        or record.content_hash != content_hash(text)
+    ):
+        return None
+    trials = (await store.results(record.id)).trials
+    done = sum(1 for t in trials if t.state == "done")
+    if record.state == "interrupted":
+        return (
+            f"continuing sweep {record.name} (id {record.id}), interrupted earlier: {done} trial"
+            f" attempts done are kept, nothing is measured twice"
+        )
+    if record.state == "running":
+        return (
+            f"continuing sweep {record.name} (id {record.id}), whose last run stopped without"
+            f" finishing (killed or crashed): {done} trial attempts done are kept"
+        )
+    if record.state in ("cancelled", "failed") and replace:
+        return f"starting sweep {record.name} again: its last run was {record.state}"
+    if record.state in ("cancelled", "failed", "done"):
+        again = " (--replace starts it again)" if record.state != "done" else ""
+        return f"sweep {record.name} (id {record.id}) already ended {record.state}{again}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         sweep, text = load_sweep_or_raise(args.file)
         outcome = asyncio.run(
             run_in_foreground(sweep, text, db=args.db, source=args.file, replace=args.replace)
         )
+    except KeyboardInterrupt:  # before the sweep's own handlers were installed: nothing ran
+        print("interrupted before the sweep started; nothing changed", file=sys.stderr)
+        return EXIT_FAILED
     except BadInput as error:
         print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -92,10 +138,21 @@ def run(args: argparse.Namespace) -> int:
             f"{len(outcome.results['trials'])} trial attempts, {len(failed)} failed",
             file=sys.stderr,
         )
-        why = (outcome.results.get("summary") or {}).get("error")
+        summary = outcome.results.get("summary") or {}
+        why = summary.get("error")
         if why:
             print(f"  {why}", file=sys.stderr)
         store = f" --db {args.db}" if args.db else ""
+        for host in summary.get("unrestored_hosts") or []:
+            print(
+                f"  NOT restored: {host} (its backup is kept: orchestrator restore {host}{store})",
+                file=sys.stderr,
+            )
+        if outcome.state == "interrupted":
+            print(
+                f"  interrupted: run `orchestrator run {args.file}{store}` again to continue",
+                file=sys.stderr,
+            )
         print(
             f"report: orchestrator report {outcome.name}{store} --format html "
             f"-o {outcome.name}.html",

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.evidence import RefusalEvidence
 from orchestrator.hostloop import (
+    INTERRUPT,
     NoProgress,
     Refusal,
     Stopped,
@@ -83,7 +84,7 @@ class FakeDriver:
         budget = int(planned.config["budget"])  # type: ignore[arg-type]
         self.starts.append(budget)
         behaviour = self.scripts.get(budget, lambda n: "ok")(self.starts.count(budget))
-        if behaviour not in ("ok", "cancel"):
+        if behaviour not in ("ok", "cancel", INTERRUPT):
             raise TrialFailed(behaviour, f"scripted {behaviour}")  # type: ignore[arg-type]
         yield FakeServer(self.run, f"inv-{budget}-{len(self.starts)}", behaviour)
 
@@ -105,8 +106,8 @@ class FakeServer:
     behaviour: str
 
     async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
-        if self.behaviour == "cancel":
-            self.run.stop.stop("cancel")
+        if self.behaviour in ("cancel", INTERRUPT):
+            self.run.stop.stop(self.behaviour)
             raise Stopped
         for cell in plan.cells:
             point = ThroughputPoint(
@@ -217,3 +218,34 @@ async def test_abort_stops_after_the_first_failure(tmp_path: Path) -> None:
         await run_host_trials(run, driver)
         assert run.stop.reason is not None and run.stop.reason.startswith("abort")
         assert driver.starts == [4]
+
+
+async def test_a_lost_lease_sets_the_host_aside_and_tries_nothing_more(tmp_path: Path) -> None:
+    """Another controller took the host over: not retried (each try would be refused the same
+    way), the host's other trials never started, the reason on the host."""
+    async with context(tmp_path, sweep_text(retries=2)) as run:
+        driver = FakeDriver(run, {4: lambda n: "lease-lost"})
+        assert not await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        (host,) = await run.store.hosts(run.record.id)
+    assert found == {
+        4: [("failed", "lease-lost")],
+        8: [("skipped", "lease-lost")],
+        16: [("skipped", "lease-lost")],
+    }
+    assert driver.starts == [4]
+    assert host.set_aside_reason is not None and host.set_aside_reason.startswith("lease lost")
+
+
+async def test_an_interrupt_leaves_the_attempt_resumable_and_the_rest_queued(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C mid-measurement: the attempt stays running (the next run resumes it, its points
+    kept), the trials after it are not touched, and nothing counts as failed."""
+    async with context(tmp_path, sweep_text()) as run:
+        driver = FakeDriver(run, {8: lambda n: INTERRUPT})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        assert run.stop.resumable and run.failures == 0
+    assert found == {4: [("done", None)], 8: [("running", None)]}
+    assert driver.starts == [4, 8]
