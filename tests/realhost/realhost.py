@@ -53,6 +53,9 @@ mkdir -p /run/systemd/system /run/systemd/journal
 mount -t tmpfs -o mode=755 tmpfs /run/log
 mkdir -p /run/sshd
 mount -t tmpfs -o mode=755 tmpfs /run/sshd
+# The host's lease lives in its own /run, as on a real host (not the test machine's).
+mkdir -p /run/orchestrator
+mount -t tmpfs -o mode=755 tmpfs /run/orchestrator
 ln -s /run/user/0/systemd/private /run/systemd/private
 # sshd gives sessions its standard PATH: put the stand-in tools where that PATH looks first.
 mount --bind "$DIR/bin" /usr/local/sbin
