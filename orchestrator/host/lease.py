@@ -97,6 +97,17 @@ class Holder:
         """``sweep 'night' (daemon on ctl-2, pid 4411)``."""
         return f"sweep '{self.sweep}' ({self.kind} on {self.controller}, pid {self.pid})"
 
+    def same_owner(self, other: Holder) -> bool:
+        """The same process working for the same sweep of the same store (an earlier take of
+        its own that was never given back: a host lost and later restored)."""
+        return (self.controller, self.pid, self.pid_start, self.store, self.sweep_id) == (
+            other.controller,
+            other.pid,
+            other.pid_start,
+            other.store,
+            other.sweep_id,
+        )
+
     def process_gone(self) -> bool:
         """The holder ran on this machine and its process is gone: it is dead, whatever its
         expiry says (a run killed and started again need not wait out its own lease)."""
@@ -448,12 +459,12 @@ async def try_take(
         seen = (taking_seen if taking_seen is not None else {}).setdefault(view.token, started)
         if started - seen < expiry_s:
             return Taken(None, view)
-    elif state == "held":
+    elif state == "held" and not (view.record and view.record.holder.same_owner(holder)):
         return Taken(None, view)
     token = view.token + 1
     if not await place.create_generation(token):
         return Taken(None, await place.read())  # another controller won generation ``token``
-    before = view.record if state in ("expired", "dead") else None
+    before = view.record if state in ("expired", "dead", "held") else None
     record = LeaseRecord(
         token=token,
         holder=holder,

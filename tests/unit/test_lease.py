@@ -28,10 +28,13 @@ from orchestrator.lifecycle import failure_from
 def holder(
     sweep: str = "night", *, pid: int | None = None, controller: str | None = None
 ) -> Holder:
-    here = Holder.here(store="/tmp/x.db", kind="run", sweep=sweep, sweep_id=1)
+    sweep_id = sum(map(ord, sweep))  # one id per sweep name
+    here = Holder.here(store="/tmp/x.db", kind="run", sweep=sweep, sweep_id=sweep_id)
     if pid is None and controller is None:
         return here
-    return Holder(controller or here.controller, pid or here.pid, None, here.store, "run", sweep, 1)
+    return Holder(
+        controller or here.controller, pid or here.pid, None, here.store, "run", sweep, sweep_id
+    )
 
 
 def place(tmp_path: Path, name: str = "gpu-a") -> LeasePlace:
@@ -188,3 +191,17 @@ def test_records_and_views_round_trip_through_json() -> None:
     assert LeaseRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
     assert LeaseView(0, None).describe("gpu-a", 0) == "gpu-a is free"
     assert socket.gethostname() in record.holder.describe()
+
+
+async def test_the_same_process_and_sweep_takes_its_own_lease_again(tmp_path: Path) -> None:
+    """A host lost mid-sweep keeps its lease; the restore the same process runs later for the
+    same sweep is not refused by it (a new generation), another sweep still is."""
+    mine = holder("lost")
+    first = await try_take(place(tmp_path), mine)
+    other = await try_take(place(tmp_path), holder("other"))
+    again = await try_take(
+        place(tmp_path),
+        Holder.here(store=mine.store, kind="restore", sweep="lost", sweep_id=mine.sweep_id),
+    )
+    assert first.lease is not None and other.lease is None
+    assert again.lease is not None and again.lease.token == 2
