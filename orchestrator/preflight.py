@@ -232,6 +232,12 @@ async def check_model(
 
 def release_method_text(snapshot: GpuSnapshot, gpus: Sequence[int] | None) -> str:
     """How memory release will be judged on these GPUs, as the ``gpus`` check says it."""
+    if snapshot.host_memory:
+        return (
+            "no NVIDIA GPU: release judged by the host's RAM in use (MemTotal - MemAvailable) "
+            "against its level after the first stop, and the unit's empty control group "
+            "(method: host-memory)"
+        )
     chosen = [g for g in snapshot.gpus if gpus is None or g.index in gpus]
     silent = [g.index for g in chosen if not g.reports_memory]
     if not silent:

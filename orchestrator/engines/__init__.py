@@ -24,6 +24,7 @@ DEFAULT_ENGINE = "sglang"
 _BUILTIN: dict[str, str] = {
     "sglang": "orchestrator.engines.sglang",
     "vllm": "orchestrator.engines.vllm",
+    "llamacpp": "orchestrator.engines.llamacpp",
 }
 """Built-in engine name -> the package whose ``ENGINE`` it is."""
 _registered: dict[str, Engine] = {}

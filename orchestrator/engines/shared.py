@@ -1,16 +1,36 @@
 """What several engines read alike: the answers of a parse script run on the host (one marked
-JSON line per argv), a command-line number or boolean as argparse's ``type=`` reads it, and
-the first failure text a line holds. Each engine keeps its own markers, flags and texts."""
+JSON line per argv), a command-line number or boolean as argparse's ``type=`` reads it, the
+first failure text a line holds, and the readiness probe of a server that speaks OpenAI's chat
+API (its ``/v1/models`` and a real generation). Each engine keeps its own markers, flags and
+texts."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import ParserUnavailable, ParseVerdict
+from orchestrator.engine import (
+    ConfigDifference,
+    Dialect,
+    EnvKnob,
+    FieldValue,
+    Generation,
+    InitEvent,
+    ParserUnavailable,
+    ParseVerdict,
+    ProbeResult,
+)
+from orchestrator.host.dropin import format_knob_value
 from orchestrator.types import FailureCause
+
+if TYPE_CHECKING:
+    import aiohttp
+
+PROBE_PROMPT = "Count from one to five."
+PROBE_MAX_TOKENS = 8
 
 
 def read_marked_answers(
@@ -85,4 +105,113 @@ def first_failure(
     return None
 
 
-__all__ = ["first_failure", "normal_scalar_word", "read_marked_answers"]
+
+
+async def listed_models(
+    session: aiohttp.ClientSession, base_url: str, timeout: float
+) -> tuple[str, ...] | None:
+    """The ids an OpenAI-compatible server's ``/v1/models`` lists, or None when it does not
+    answer or lists none: then nothing is known."""
+    import aiohttp
+
+    try:
+        async with session.get(
+            base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            body = await response.json(content_type=None) if response.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    data = body.get("data") if isinstance(body, dict) else None
+    names = tuple(
+        item["id"]
+        for item in data or ()
+        if isinstance(item, dict) and isinstance(item.get("id"), str)
+    )
+    return names or None
+
+
+async def probe_chat(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    reader: Dialect,
+    model: str | None,
+    timeout: float,
+) -> ProbeResult:
+    """A real temperature-0 generation of a few tokens through ``reader`` (not streamed; the
+    answer's own count says how many), after the name sent as ``model`` is checked against
+    ``/v1/models`` (a mismatch no later probe cures). Connection errors are results, not
+    exceptions: the caller probes repeatedly while the server loads."""
+    import aiohttp
+
+    started = time.monotonic()
+    if model:
+        served = await listed_models(session, base_url, timeout)
+        if served is not None and model not in served:
+            mismatch = ConfigDifference(
+                "model", "/v1/models", model, list(served),
+                "the benchmark's model name (server.model) is not one the server serves",
+            )  # fmt: skip
+            error = f"model {model!r} is not served (served: {', '.join(served)})"
+            elapsed = time.monotonic() - started
+            return ProbeResult(False, 0, None, elapsed, error, model_mismatch=mismatch)
+    request = reader.request(
+        Generation(PROBE_PROMPT, PROBE_MAX_TOKENS, temperature=0, stream=False, model=model)
+    )
+    try:
+        async with session.post(
+            base_url.rstrip("/") + request.path,
+            json=request.body,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            raw, status = await response.read(), response.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        elapsed = time.monotonic() - started
+        return ProbeResult(False, 0, None, elapsed, f"{type(exc).__name__}: {exc}")
+    elapsed = time.monotonic() - started
+    excerpt = raw[:500].decode("utf-8", errors="replace")
+    if status != 200:
+        return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
+    try:
+        tokens = reader.parse_final(json.loads(raw)).completion_tokens or 0
+    except ValueError:
+        return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
+    failed = None if tokens > 0 else "no tokens generated"
+    return ProbeResult(tokens > 0, tokens, status, elapsed, failed, excerpt)
+
+
+def env_differences(
+    env: Sequence[EnvKnob], process_environ: Mapping[str, str]
+) -> list[ConfigDifference]:
+    """Env knobs whose value in the main process's environment is not the text the drop-in's
+    ``Environment=`` line wrote (a knob valued None must be absent)."""
+    differences = []
+    for variable in env:
+        expected = None if variable.value is None else format_knob_value(variable.value)
+        actual = process_environ.get(variable.name)
+        if actual != expected:
+            differences.append(
+                ConfigDifference(variable.knob, f"environ[{variable.name}]", expected, actual)
+            )
+    return differences
+
+
+def init_fields(init_events: Sequence[InitEvent]) -> dict[str, dict[str, FieldValue]]:
+    """The startup lines' fields by kind, the first of each kind (the provenance's
+    ``worker_init``)."""
+    fields: dict[str, dict[str, FieldValue]] = {}
+    for event in init_events:
+        fields.setdefault(event.kind, dict(event.fields))
+    return fields
+
+
+__all__ = [
+    "PROBE_MAX_TOKENS",
+    "PROBE_PROMPT",
+    "env_differences",
+    "first_failure",
+    "init_fields",
+    "listed_models",
+    "normal_scalar_word",
+    "probe_chat",
+    "read_marked_answers",
+]

@@ -6,21 +6,31 @@ run as local subprocesses; units go over D-Bus to systemd on the system bus
 ``systemctl`` subprocesses only where there is no bus (no socket, no connection, or no
 ``org.freedesktop.systemd1`` on it) or where privilege comes from ``sudo`` (the bus would ask
 polkit for a non-root caller's jobs); GPUs are read through NVML, with ``nvidia-smi`` on PATH
-where NVML is missing (no ``pynvml``, or ``nvmlInit`` fails). Each choice is made once per
-host, at its first use, and logged; the preflight says which were used. Any other address is
-reached over SSH with the host's typed settings, and its units and GPUs through that connection
-(``systemctl``, ``nvidia-smi``), as before.
+where NVML is missing (no ``pynvml``, or ``nvmlInit`` fails), and the host's RAM where neither
+is (no NVIDIA GPU: a CPU server). Each choice is made once per host, at its first use, and
+logged; the preflight says which were used. Any other address is reached over SSH with the
+host's typed settings, and its units and GPUs through that connection (``systemctl``,
+``nvidia-smi``; the host's RAM where ``nvidia-smi`` is not found).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from orchestrator.host.dbus import BusUnavailable, BusUnitControl, SystemdBus, system_bus_address
-from orchestrator.host.gpu import GpuIdentity, GpuProbe, GpuSnapshot, NvidiaSmiProbe, NvmlProbe
+from orchestrator.host.gpu import (
+    GpuIdentity,
+    GpuProbe,
+    GpuSnapshot,
+    HostMemoryProbe,
+    NvidiaSmiOrHostMemory,
+    NvidiaSmiProbe,
+    NvmlProbe,
+)
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.local import LocalTransport
 from orchestrator.host.ssh import SSHSettings, SSHTransport
@@ -181,8 +191,9 @@ def nvml_missing() -> str | None:
 
 
 class LocalGpuProbe(_ChosenOnce[GpuProbe]):
-    """This machine's GPUs through NVML, or ``nvidia-smi`` on PATH where NVML is missing;
-    chosen once, at the first read, and logged (``gpu_reader.chosen``)."""
+    """This machine's GPUs through NVML, or ``nvidia-smi`` on PATH where NVML is missing, or
+    the machine's RAM where neither is (no NVIDIA GPU); chosen once, at the first read, and
+    logged (``gpu_reader.chosen``)."""
 
     def __init__(self, transport: LocalTransport) -> None:
         super().__init__()
@@ -197,6 +208,10 @@ class LocalGpuProbe(_ChosenOnce[GpuProbe]):
         if why is None:
             log.info("gpu_reader.chosen", mechanism=NvmlProbe.mechanism)
             return NvmlProbe(), NvmlProbe.mechanism, "GPUs through NVML"
+        if shutil.which("nvidia-smi") is None:
+            log.warning("gpu_reader.chosen", mechanism=HostMemoryProbe.mechanism, reason=why)
+            detail = f"no GPU: no NVML ({why}) and no nvidia-smi on PATH: the host's RAM"
+            return HostMemoryProbe(self.transport), HostMemoryProbe.mechanism, detail
         log.warning("gpu_reader.chosen", mechanism=NvidiaSmiProbe.mechanism, reason=why)
         detail = f"GPUs by nvidia-smi: no NVML ({why})"
         return NvidiaSmiProbe(self.transport), NvidiaSmiProbe.mechanism, detail
@@ -220,4 +235,4 @@ def open_host(host: HostAddress, *, connect_timeout: float = 10.0) -> HostHandle
         control = LocalUnitControl(local, connect_timeout=connect_timeout)
         return HostHandle(local, control, LocalGpuProbe(local))
     remote = SSHTransport(ssh_settings(host, connect_timeout=connect_timeout))
-    return HostHandle(remote, SystemctlControl(remote), NvidiaSmiProbe(remote))
+    return HostHandle(remote, SystemctlControl(remote), NvidiaSmiOrHostMemory(remote))

@@ -9,6 +9,16 @@ Unified-memory GPUs (GB10 / DGX Spark) report no memory at all: ``nvidia-smi`` p
 for ``memory.used`` and ``memory.total`` and NVML answers NOT_SUPPORTED, while the compute-process
 list still works. There release is judged by that list and the unit's empty control group alone
 (:data:`ReleaseMethod` ``compute-processes``), and the method is said wherever a release is.
+
+A host with no NVIDIA GPU at all (no ``nvidia-smi``: the command is not found, exit 127; on
+this machine no NVML either) runs its server on the CPU, from the host's RAM: there
+:class:`HostMemoryProbe` reads ``/proc/meminfo`` and reports the RAM in use (``MemTotal -
+MemAvailable``) as the one "GPU" (:data:`HOST_MEMORY`), with no process list (method
+``host-memory``). Without a process list nothing tells the running server's share of the RAM
+from the idle level, so no baseline is read before the stop (:func:`idle_baseline` gives None):
+it is read once the unit's first stop has emptied its control group (the kernel frees a
+process's memory when it exits), and later releases are judged against it, with the control
+group's emptiness checked first on every poll as everywhere.
 """
 
 from __future__ import annotations
@@ -36,14 +46,20 @@ APPS_QUERY = [
     "--format=csv,noheader,nounits",
 ]
 IDENTITY_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+MEMINFO_QUERY = ["cat", "/proc/meminfo"]
+HOST_MEMORY = "host-memory"
+"""The mechanism and the one "GPU"'s uuid of a host without NVIDIA GPUs: its RAM."""
+_COMMAND_NOT_FOUND = 127
 
 DEFAULT_MARGIN_MIB = 512
 _MIB = 1024 * 1024
 
-ReleaseMethod = Literal["memory", "compute-processes", "mixed"]
+ReleaseMethod = Literal["memory", "compute-processes", "mixed", "host-memory"]
 """How release is judged: ``memory`` (used back at the idle baseline, no compute process, the
 unit's control group empty), ``compute-processes`` (GPUs that report no memory: no compute
-process and an empty control group), ``mixed`` (some GPUs of each kind)."""
+process and an empty control group), ``mixed`` (some GPUs of each kind), ``host-memory`` (no
+NVIDIA GPU: the host's RAM in use back at its level after the first stop, and the control
+group empty)."""
 
 # Text some drivers print in CSV mode instead of rows (no comma in the line): not a row.
 _TEXT_LINE = re.compile(r"^(?:No running (?:compute )?processes found\.?|\[[^\],]*\])$", re.I)
@@ -54,9 +70,10 @@ class GpuQueryError(HostError):
 
     cause: FailureCause = "gpu-query-failed"
 
-    def __init__(self, message: str, output: str = "") -> None:
+    def __init__(self, message: str, output: str = "", exit_status: int | None = None) -> None:
         super().__init__(f"{message}: {output.strip()[:400]}" if output else message)
         self.output = output
+        self.exit_status = exit_status
 
     @property
     def evidence(self) -> dict[str, Any]:
@@ -99,6 +116,8 @@ class GpuIdentity:
 class GpuSnapshot:
     gpus: tuple[GpuMemory, ...]
     processes: tuple[GpuProcess, ...]
+    host_memory: bool = False
+    """The figures are the host's RAM (no NVIDIA GPU), with no process list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +128,13 @@ class Baseline:
     processes: tuple[GpuProcess, ...] = ()
     unreported: frozenset[int] = frozenset()
     """GPUs that report no memory (unified memory): judged by compute processes alone."""
+    host_memory: bool = False
+    """The host's RAM, read after a stop (no NVIDIA GPU)."""
 
     @property
     def method(self) -> ReleaseMethod:
+        if self.host_memory:
+            return "host-memory"
         if not self.unreported:
             return "memory"
         return "mixed" if self.used_mib else "compute-processes"
@@ -255,6 +278,7 @@ def baseline_from(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseli
         used_mib={g.index: g.used_mib for g in chosen if g.used_mib is not None},
         processes=snapshot.processes,
         unreported=frozenset(g.index for g in chosen if not g.reports_memory),
+        host_memory=snapshot.host_memory,
     )
 
 
@@ -265,7 +289,11 @@ def idle_baseline(snapshot: GpuSnapshot, gpus: Collection[int] | None) -> Baseli
     A reading taken right after the stop is no baseline: the driver frees memory some time after
     the processes exit, so it would count the old server's memory as idle and every later wait
     would pass at once. Read before the stop, the processes' own figures say what is theirs.
+    The host's RAM comes with no process list, so it has no such reading (None: read it once
+    the unit is stopped).
     """
+    if snapshot.host_memory:
+        return None
     base = baseline_from(snapshot, gpus)
     if not base.used_mib:
         return Baseline({}, unreported=base.unreported)  # no memory to read: nothing to correct
@@ -344,13 +372,7 @@ class NvidiaSmiProbe:
         self._timeout = timeout
 
     async def _query(self, argv: list[str]) -> CompletedCommand:
-        result = await self._transport.run(argv, timeout=self._timeout, idempotent=True)
-        if not result.ok:
-            raise GpuQueryError(
-                f"{' '.join(argv[:2])} exited {result.exit_status}",
-                result.stderr_text() or result.stdout_text(),
-            )
-        return result
+        return await _run_query(self._transport, argv, self._timeout)
 
     async def snapshot(self) -> GpuSnapshot:
         # Both are awaited to the end even when one fails: no query outlives the snapshot.
@@ -447,6 +469,96 @@ class NvmlProbe:
             with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
             self._initialised = False
+
+
+async def _run_query(transport: Transport, argv: list[str], timeout: float) -> CompletedCommand:
+    result = await transport.run(argv, timeout=timeout, idempotent=True)
+    if not result.ok:
+        raise GpuQueryError(
+            f"{' '.join(argv[:2])} exited {result.exit_status}",
+            result.stderr_text() or result.stdout_text(),
+            exit_status=result.exit_status,
+        )
+    return result
+
+
+def parse_meminfo(text: str) -> GpuMemory:
+    """``/proc/meminfo`` as the one "GPU" of a host without one: RAM in use (``MemTotal -
+    MemAvailable``, what the kernel could not hand out without swapping) and the total, MiB."""
+    kib: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        words = rest.split()
+        if words and words[0].isdigit():
+            kib[name.strip()] = int(words[0])
+    if "MemTotal" not in kib or "MemAvailable" not in kib:
+        raise GpuQueryError("/proc/meminfo has no MemTotal or MemAvailable", text[:400])
+    total, available = kib["MemTotal"] // 1024, kib["MemAvailable"] // 1024
+    return GpuMemory(0, HOST_MEMORY, total - available, total)
+
+
+class HostMemoryProbe:
+    """A host without NVIDIA GPUs: its RAM, over a transport (``cat /proc/meminfo``). It
+    lists no processes and names no GPU."""
+
+    mechanism = HOST_MEMORY
+
+    def __init__(self, transport: Transport, *, timeout: float = 15.0) -> None:
+        self._transport = transport
+        self._timeout = timeout
+
+    async def snapshot(self) -> GpuSnapshot:
+        result = await _run_query(self._transport, MEMINFO_QUERY, self._timeout)
+        return GpuSnapshot((parse_meminfo(result.stdout_text()),), (), host_memory=True)
+
+    async def identities(self) -> tuple[GpuIdentity, ...]:
+        return ()
+
+    def close(self) -> None:
+        """Nothing of its own to release."""
+
+
+class NvidiaSmiOrHostMemory:
+    """A host's GPUs by ``nvidia-smi`` over its transport; where the host has no
+    ``nvidia-smi`` (the command is not found: exit 127) it has no NVIDIA GPU, and its RAM is
+    read instead (:class:`HostMemoryProbe`). Chosen at the first read and logged
+    (``gpu_reader.chosen``); any other failure of ``nvidia-smi`` stays a GPU query failure."""
+
+    def __init__(self, transport: Transport, *, timeout: float = 15.0) -> None:
+        self._transport = transport
+        self._smi = NvidiaSmiProbe(transport, timeout=timeout)
+        self._ram = HostMemoryProbe(transport, timeout=timeout)
+        self._chosen: GpuProbe | None = None
+        self.mechanism: str | None = None
+        """``nvidia-smi`` or ``host-memory``; None before the first read."""
+        self.detail = ""
+
+    async def snapshot(self) -> GpuSnapshot:
+        if self._chosen is not None:
+            return await self._chosen.snapshot()
+        try:
+            snapshot = await self._smi.snapshot()
+        except GpuQueryError as exc:
+            if exc.exit_status != _COMMAND_NOT_FOUND:
+                self._chosen, self.mechanism = self._smi, NvidiaSmiProbe.mechanism
+                raise
+            self._chosen, self.mechanism = self._ram, HostMemoryProbe.mechanism
+            self.detail = "no nvidia-smi on the host: release judged by its RAM"
+            get_logger(host=self._transport.name).warning(
+                "gpu_reader.chosen", mechanism=HOST_MEMORY, reason=str(exc)
+            )
+            return await self._ram.snapshot()
+        self._chosen, self.mechanism = self._smi, NvidiaSmiProbe.mechanism
+        return snapshot
+
+    async def identities(self) -> tuple[GpuIdentity, ...]:
+        if self._chosen is None:
+            await self.snapshot()
+        assert self._chosen is not None
+        return await self._chosen.identities()
+
+    def close(self) -> None:
+        """Nothing of its own to release: the transport belongs to the host handle."""
 
 
 # --- waiting -------------------------------------------------------------------------------
