@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+STAMP_REAL := $(VENV)/.installed-realengine
 
-.PHONY: demo test lint typecheck install dev clean bench bench-peers
+.PHONY: demo test lint typecheck install dev clean bench bench-peers real-engine real-engine-test
 
 # Installs go through uv, itself installed from the package index into the venv: it resolves the
 # same versions as pip, but fetches, unpacks and byte-compiles in parallel, so a fresh install
@@ -31,6 +32,10 @@ $(STAMP_RUN): pyproject.toml | $(UV)
 $(STAMP_DEV): pyproject.toml | $(UV)
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(STAMP_RUN)
+
+$(STAMP_REAL): pyproject.toml | $(UV)
+	$(PIP_INSTALL) -e '.[dev,realengine]'
+	touch $@ $(STAMP_DEV) $(STAMP_RUN)
 
 install: $(STAMP_RUN)
 dev: $(STAMP_DEV)
@@ -88,3 +93,21 @@ bench: $(STAMP_RUN)
 # The load generator against SGLang's bench_serving, GuideLLM and AIPerf (installs them).
 bench-peers: $(STAMP_RUN)
 	$(BIN)/python benchmarks/client.py --peers
+
+# A real engine: llama.cpp's llama-server built from the llama-cpp-python sdist on the package
+# index (CPU only, about 11 minutes on 2 cores; once per version, into REAL_ENGINE_CACHE), and
+# tiny llama-architecture models made with gguf. The last line printed is one JSON object with
+# their paths (tests/realengine/prepare.py).
+REAL_ENGINE_CACHE ?= $(HOME)/.cache/orchestrator/real-engine
+LLAMA_CPP_PYTHON ?= 0.3.36
+
+real-engine: $(STAMP_REAL)
+	$(BIN)/python -m tests.realengine.prepare --cache $(REAL_ENGINE_CACHE) \
+		--version $(LLAMA_CPP_PYTHON)
+
+# The real-engine tier (pytest marker realengine): llama-server under real systemd, swept by
+# `orchestrator run`. Not part of `make test`; .ci/run runs it after.
+real-engine-test: real-engine
+	REAL_ENGINE_CACHE=$(REAL_ENGINE_CACHE) LLAMA_CPP_PYTHON=$(LLAMA_CPP_PYTHON) \
+		$(BIN)/python -m pytest -q -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
+		tests/realengine

@@ -128,7 +128,10 @@ def test_words_forcing_and_served_model(engine: Engine) -> None:
     assert engine.normal_word("draft-simple, ngram-mod", "--spec-type") == "draft-simple,ngram-mod"
     assert "--spec-draft-n-max" in engine.forced_flags({})
     assert "--spec-draft-n-max" in engine.forced_flags({"--spec-type": "none"})
-    assert engine.forced_flags({"--spec-type": "draft-simple"}) == frozenset()
+    draft = engine.forced_flags({"--spec-type": "draft-simple"})
+    assert "--spec-draft-n-max" not in draft and "--spec-ngram-simple-size-n" in draft
+    ngram = engine.forced_flags({"--spec-type": "ngram-simple"})
+    assert "--spec-draft-n-max" in ngram and "--spec-ngram-simple-size-n" not in ngram
     served = engine.served_model(["llama-server", "--model", "/m/t.gguf", "--alias", "a,b"])
     assert served is not None and (served.name, served.flag) == ("a", "--alias")
     served = config.served_model(["llama-server", "--model", "/m/t.gguf"])

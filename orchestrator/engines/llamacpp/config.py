@@ -52,29 +52,31 @@ _REPORTED: Mapping[str, str] = {
 }
 _SPEC_TYPE_FLAGS = frozenset({SPEC_TYPE_FLAG})
 _DRAFT_MODEL_FLAGS = frozenset({"-md", "--model-draft", "--spec-draft-model"})
-_SPEC_SIZE_FLAGS = frozenset(
-    {
-        "--spec-draft-n-max",
-        "--spec-draft-n-min",
-        "--spec-draft-p-min",
-        "--draft-p-min",
-        "--spec-draft-p-split",
-        "--draft-p-split",
-        "--spec-ngram-simple-size-n",
-        "--spec-ngram-simple-size-m",
-        "--spec-ngram-simple-min-hits",
-        "--spec-ngram-map-k-size-n",
-        "--spec-ngram-map-k-size-m",
-        "--spec-ngram-map-k-min-hits",
-        "--spec-ngram-map-k4v-size-n",
-        "--spec-ngram-map-k4v-size-m",
-        "--spec-ngram-map-k4v-min-hits",
-        "--spec-ngram-mod-n-min",
-        "--spec-ngram-mod-n-max",
-        "--spec-ngram-mod-n-match",
-    }
-)
-"""Flags that size a speculative method: they change nothing while no method runs."""
+_DRAFT_SIZE_FLAGS = frozenset(
+    {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "--draft-p-min",
+     "--spec-draft-p-split", "--draft-p-split"}
+)  # fmt: skip
+_SIZE_FLAGS_BY_TYPE: Mapping[str, frozenset[str]] = {
+    "ngram-simple": frozenset(
+        {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-ngram-simple-min-hits"}
+    ),
+    "ngram-map-k": frozenset(
+        {"--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits"}
+    ),
+    "ngram-map-k4v": frozenset(
+        {
+            "--spec-ngram-map-k4v-size-n",
+            "--spec-ngram-map-k4v-size-m",
+            "--spec-ngram-map-k4v-min-hits",
+        }
+    ),
+    "ngram-mod": frozenset(
+        {"--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match"}
+    ),
+}
+"""The flags that size each speculative method (``common_params_speculative``: the ``draft-*``
+methods read ``draft.n_max``/``n_min``/``p_min``, each n-gram method its own sizes): a flag
+changes nothing while its method is not in ``--spec-type``."""
 _ALIAS_FLAGS = ("-a", "--alias")
 _MODEL_FLAGS = ("-m", "--model")
 
@@ -204,12 +206,14 @@ def normal_word(word: str, flag: str | None) -> str:
 
 
 def forced_flags(values: Mapping[str, str | None]) -> frozenset[str]:
-    """Without a speculative method (no ``--spec-type``, or ``none``), the flags that size one
-    change nothing: configs that differ only there run the same server."""
+    """The flags that size a speculative method ``--spec-type`` does not run (no type, or
+    ``none``: every one of them): configs that differ only there run the same server."""
     types = {t for t in (values.get(SPEC_TYPE_FLAG) or NO_SPECULATION).split(",") if t}
-    if types <= {NO_SPECULATION}:
-        return _SPEC_SIZE_FLAGS
-    return frozenset()
+    unused = set() if any(t.startswith("draft-") for t in types) else set(_DRAFT_SIZE_FLAGS)
+    for method, flags in _SIZE_FLAGS_BY_TYPE.items():
+        if method not in types:
+            unused |= flags
+    return frozenset(unused)
 
 
 def _last_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:

@@ -1,0 +1,319 @@
+"""A real engine under the orchestrator: llama.cpp's ``llama-server`` (built from the package
+registry's source by ``make real-engine``) as a real-systemd host's unit, swept by
+``orchestrator run``: real drop-ins, real restarts, readiness (503 ``Loading model``, then a
+real generation), the benchmark matrix, acceptance from the journal and ``/metrics``, an
+answer with intervals, and the host restored byte for byte. Faults with the real engine: a
+draft path that does not exist, a removed flag, SIGKILL of the server mid-benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from orchestrator import engines
+from tests.realengine import compare
+from tests.realengine.unit import LlamaHost
+
+pytestmark = [pytest.mark.realengine, pytest.mark.timeout(1800)]
+
+DRAFT_SIZES = (2, 4, 8, 16)
+MISSING_DRAFT = "/nonexistent/draft.gguf"
+CONTEXT = 128
+BENCHMARK = f"""\
+benchmark:
+  api: chat
+  contexts: [{CONTEXT}]
+  concurrency: [1]
+  max_tokens: 128
+  rounds: 3
+  warmup_requests: 1
+  repeats: 2
+objective: {{metric: output_tok_s, context: {CONTEXT}, concurrency: 1}}
+timeouts: {{connect: 15, stop: 30, memory_release: 30, ready: 120, request: 120}}
+policy: {{trial_retries: 0, restore: as-found}}
+"""
+
+
+def run_sweep(text: str, tmp_path: Path, name: str) -> tuple[int, dict[str, Any], str]:
+    """``orchestrator run FILE --json`` as an operator runs it: (exit code, document, log)."""
+    sweep = tmp_path / f"{name}.yaml"
+    sweep.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "--db",
+         str(tmp_path / f"{name}.db"), "--json"],
+        capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    (tmp_path / f"{name}.json").write_text(done.stdout)
+    (tmp_path / f"{name}.log").write_text(done.stderr)
+    try:
+        document = json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(f"run gave no JSON (exit {done.returncode}): {done.stderr[-4000:]}")
+    return done.returncode, document, done.stderr
+
+
+def key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def draft_config(llama: LlamaHost, n_max: int) -> dict[str, Any]:
+    return {"spec": "draft-simple", "draft": str(llama.draft()), "n_max": n_max}
+
+
+def test_a_llama_server_sweep_answers_which_draft_size(
+    llama_host: LlamaHost, tmp_path: Path
+) -> None:
+    llama = llama_host
+    configs = [draft_config(llama, n) for n in DRAFT_SIZES]
+    missing = {"spec": "draft-simple", "draft": MISSING_DRAFT, "n_max": 4}
+    removed = {"spec": "draft-simple", "draft": str(llama.draft()), "legacy_n_max": 8}
+    body = "baseline: true\nconfigs:\n" + "".join(
+        f"  - {json.dumps(c)}\n" for c in [*configs, missing, removed]
+    )
+    before = llama.unit_files()
+    started = time.monotonic()
+    code, document, log = run_sweep(
+        llama.sweep_yaml("llamacpp-real", body + BENCHMARK), tmp_path, "sweep"
+    )
+    elapsed = time.monotonic() - started
+    assert code == 1, log[-3000:]  # the missing draft and the removed flag fail by design
+    trials: dict[str, list[dict[str, Any]]] = {}
+    for trial in document["trials"]:
+        trials.setdefault(key(trial["config"]), []).append(trial)
+
+    # Faults: the removed flag never reached the host (the host's own llama-server refused
+    # it in the preflight); the missing draft failed at startup, its cause read from the
+    # server's own text.
+    for trial in trials[key(removed)]:
+        assert (trial["state"], trial["cause"]) == ("failed", "bad-flag"), trial
+        assert trial["evidence"]["found_by"] == "preflight", trial["evidence"]
+        assert "has been removed" in json.dumps(trial["evidence"]), trial["evidence"]
+    for trial in trials[key(missing)]:
+        assert (trial["state"], trial["cause"]) == ("failed", "invalid-config"), trial
+        assert MISSING_DRAFT in json.dumps(trial["evidence"]), trial["evidence"]
+
+    # Every other config measured twice, each after its own restart, on the asked argv.
+    measured = {"baseline": trials[key({})]}
+    measured.update({str(n): trials[key(c)] for n, c in zip(DRAFT_SIZES, configs, strict=True)})
+    for name, attempts in measured.items():
+        assert [t["state"] for t in attempts] == ["done", "done"], (name, attempts)
+        assert len({t["evidence"]["invocation_id"] for t in attempts}) == 2, attempts
+        for trial in attempts:
+            check_provenance(llama, name, trial["evidence"]["provenance"])
+            (point,) = [p for p in trial["points"] if p["kind"] == "throughput"]
+            metrics = point["metrics"]
+            assert metrics["errors"] == 0 and metrics["requests_ok"] == 3, metrics
+            assert metrics["output_len_max"] == 128, metrics
+    accept = {name: accept_lengths(attempts) for name, attempts in measured.items()}
+    assert accept.pop("baseline") == [None, None]
+    means = [statistics.fmean(accept[str(n)]) for n in DRAFT_SIZES]
+    assert means == sorted(means) and means[0] < means[-1], accept  # longer drafts, more per step
+
+    answer = check_answer(document, measured)
+    check_host_events(tmp_path / "sweep.db")
+    assert llama.unit_files() == before  # restored byte for byte
+    assert llama.show("ActiveState")["ActiveState"] == "active"
+    props = llama.await_serving()
+    assert props["model_path"] == str(llama.engine.models.target)
+    assert [s["speculative"] for s in llama.get("/slots")] == [False]
+    report = {
+        "elapsed_s": round(elapsed),
+        "answer": answer,
+        "accept_len": {n: [round(a, 3) for a in v] for n, v in accept.items()},
+        "output_tok_s": {
+            n: [round(throughput(t), 1) for t in attempts] for n, attempts in measured.items()
+        },
+    }
+    (tmp_path / "report.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+
+
+def throughput(trial: dict[str, Any]) -> float:
+    (point,) = [p for p in trial["points"] if p["kind"] == "throughput"]
+    return float(point["metrics"]["output_tok_s"])
+
+
+def check_provenance(llama: LlamaHost, name: str, provenance: dict[str, Any]) -> None:
+    """What ran: this build, the drop-in's argv (the knobs' flags and --metrics), and what the
+    new process said of itself (``/slots`` speculative, the draft it loaded)."""
+    assert provenance["engine"] == "llamacpp", provenance
+    assert provenance["engine_version"] == "b1-0c1e570", provenance
+    assert provenance["added_flags"] == ["--metrics"], provenance
+    assert provenance["gpus"] == []  # no GPU: the host's RAM was the memory gate's
+    speculating = name != "baseline"
+    assert provenance["server_args"]["speculative"] is speculating, provenance
+    argv = provenance["exec_start"]
+    assert argv[:2] == [str(llama.engine.llama_server), "--model"] and "--metrics" in argv
+    if speculating:
+        at = argv.index("--spec-draft-n-max")
+        assert argv[at + 1] == name and "--spec-type" in argv, argv
+        assert provenance["worker_init"]["draft_model"]["path"] == str(llama.draft())
+    else:
+        assert "--spec-type" not in argv and "draft_model" not in provenance["worker_init"]
+
+
+def accept_lengths(attempts: list[dict[str, Any]]) -> list[float | None]:
+    """Each attempt's accept length, after checking its sources: the ``llamacpp:`` counters'
+    deltas (exact: the value taken) and the journal's per-request ``draft acceptance`` lines
+    of the point's own window, flagged when they disagree by more than 5 %."""
+    values: list[float | None] = []
+    for trial in attempts:
+        (point,) = [p for p in trial["points"] if p["kind"] == "throughput"]
+        accept = point["accept_len"]
+        if accept["accept_len"] is None:
+            assert accept["accept_len_journal_lines"] == 0, accept
+            assert accept["accept_len_metrics"] is None, accept
+            values.append(None)
+            continue
+        assert accept["accept_len"] == accept["accept_len_metrics"], accept
+        assert accept["accept_len_journal_lines"] == 3, accept  # one line per request
+        apart = abs(accept["accept_len_journal"] / accept["accept_len_metrics"] - 1) > 0.05
+        assert apart == ("disagree" in accept["accept_len_flags"]), accept
+        assert accept["accept_len_meta_info"] is None  # the chat API reports no verify steps
+        values.append(float(accept["accept_len"]))
+    return values
+
+
+def check_answer(document: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """The answer: a verdict, the best config with its interval over restarts, every
+    measured config a contender and no failed one."""
+    (answer,) = document["answers"]
+    assert answer["verdict"] in ("better", "tie"), answer
+    best = answer["best"]
+    low, high = best["ci95"]
+    assert low <= best["estimate"] <= high and best["restarts"] == 2, best
+    contenders = {key(c["config"]) for c in answer["contenders"]}
+    assert contenders == {key(attempts[0]["config"]) for attempts in measured.values()}
+    name = "baseline" if not best["config"] else str(best["config"]["n_max"])
+    return {
+        "verdict": answer["verdict"],
+        "best": name,
+        "estimate": round(best["estimate"], 1),
+        "ci95": [round(low, 1), round(high, 1)],
+        "speedup_vs_baseline": best["speedup_vs_baseline"],
+        "speedup_ci95": best["speedup_ci95"],
+        "tied": [c.get("n_max", "baseline") for c in answer["tied"]],
+    }
+
+
+def check_host_events(db: Path) -> None:
+    """The preflight asked the host's own llama-server and judged memory by the host's RAM."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as store:
+        rows = store.execute("SELECT kind, fields FROM events ORDER BY id").fetchall()
+    events = [(kind, json.loads(fields)) for kind, fields in rows]
+    (preflight,) = [fields for kind, fields in events if kind == "preflight"]
+    assert preflight["parser"] == "llamacpp" and preflight["gpu_reader"] == "host-memory"
+    checks = {c["name"]: c for c in preflight["checks"]}
+    assert "method: host-memory" in checks["gpus"]["detail"], checks["gpus"]
+    assert "rejected" in checks["llamacpp_parser"]["detail"], checks
+    released = [fields for kind, fields in events if kind == "memory.released"]
+    assert released and {r["method"] for r in released} == {"host-memory"}, released
+
+
+def test_readiness_is_loading_503_then_200(llama_host: LlamaHost) -> None:
+    """What readiness meets on a restart: the port refuses, then answers 503 ``Loading
+    model`` while the model loads (the engine's ``server_config`` says not yet), then 200."""
+    engine = engines.get("llamacpp")
+
+    async def server_config() -> dict[str, Any] | None:
+        async with aiohttp.ClientSession() as http:
+            try:
+                return await engine.server_config(http, llama_host.base_url, 5.0)
+            except aiohttp.ClientConnectorError:
+                return None
+
+    llama_host.host.ssh(["systemctl", "restart", llama_host.unit])
+    seen: list[object] = []
+    loading_config: list[dict[str, Any] | None] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(llama_host.base_url + "/health", timeout=5) as reply:
+                seen.append(reply.status)
+                break
+        except urllib.error.HTTPError as error:
+            seen.append(error.code)
+            body = json.loads(error.read())
+            assert body["error"]["message"] == "Loading model", body
+            if not loading_config:
+                loading_config.append(asyncio.run(server_config()))
+        except urllib.error.URLError:
+            seen.append("refused")
+        time.sleep(0.01)
+    order = [s for i, s in enumerate(seen) if i == 0 or seen[i - 1] != s]
+    assert order[-1] == 200 and 503 in order, order
+    assert order in (["refused", 503, 200], [503, 200]), order
+    assert loading_config == [None]  # 503: not ready, whatever else answers
+    ready = asyncio.run(server_config())
+    assert ready is not None and ready["speculative"] is False and ready["total_slots"] == 1
+
+
+def test_sigkill_mid_benchmark_is_a_crash(llama_host: LlamaHost, tmp_path: Path) -> None:
+    """The server killed (SIGKILL, by its pid) while a point is measured: the attempt fails
+    ``crashed``, and the host is restored as found, serving again."""
+    llama = llama_host
+    before = llama.unit_files()
+    config = {**draft_config(llama, 8)}
+    benchmark = BENCHMARK.replace("rounds: 3", "rounds: 8").replace("repeats: 2", "repeats: 1")
+    text = llama.sweep_yaml("llamacpp-kill", f"configs:\n  - {json.dumps(config)}\n{benchmark}")
+    killed: list[int] = []
+
+    def kill_mid_point() -> None:
+        """Once the trial's server (its --metrics) has generated past its probe, prompt
+        calibration and warm-up, SIGKILL its main process."""
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            try:
+                metrics = llama.get("/metrics")
+            except OSError:
+                metrics = ""
+            predicted = [
+                float(line.split()[-1])
+                for line in metrics.splitlines()
+                if line.startswith("llamacpp:tokens_predicted_total ")
+            ]
+            if predicted and predicted[0] >= 400:
+                pid = int(llama.show("MainPID")["MainPID"])
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_mid_point, daemon=True)
+    killer.start()
+    code, document, log = run_sweep(text, tmp_path, "kill")
+    killer.join(timeout=10)
+    assert killed, log[-3000:]
+    assert code == 1, log[-3000:]
+    (trial,) = document["trials"]
+    assert (trial["state"], trial["cause"]) == ("failed", "crashed"), trial
+    assert llama.unit_files() == before
+    assert llama.show("ActiveState")["ActiveState"] == "active"
+    assert int(llama.show("MainPID")["MainPID"]) not in killed
+    assert llama.await_serving()["model_path"] == str(llama.engine.models.target)
+
+
+def test_bench_measures_a_hand_started_server(llama_host: LlamaHost) -> None:
+    """``orchestrator bench --engine llamacpp`` against a llama-server started by hand (no
+    systemd, no journal): tokens from the chunks' ``timings``, accept length from the
+    ``llamacpp:`` counters."""
+    point = compare.measure(llama_host.engine, compare.configs(llama_host.engine)["n_max=4"])
+    assert point["requests_ok"] == 3 and point["errors"] == 0, point
+    assert point["output_tokens"] == 3 * 128 and point["output_len_max"] == 128, point
+    assert point["accept_len"] == point["accept_len_metrics"] and point["accept_len"] > 1.5
+    assert point["accept_len_metrics_verify_calls"] > 0, point
+    assert point["accept_len_meta_info"] is None, point  # chat reports no verify steps
