@@ -12,21 +12,18 @@ replaces a JSON one elsewhere on the command line instead of merging with it.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine import (
     AcceptanceCounters,
-    ConfigDifference,
     Dialect,
     Engine,
-    Generation,
     ProbeResult,
     ServedModel,
 )
 from orchestrator.engines.openai_chat import ChatDialect
+from orchestrator.engines.shared import listed_models, probe_chat
 from orchestrator.engines.vllm import argv as argv_parser
 from orchestrator.engines.vllm import config, facts, logs
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
@@ -96,22 +93,7 @@ async def served_models(
     session: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> tuple[str, ...] | None:
     """The ids ``/v1/models`` lists (always registered), or None when nothing is known."""
-    import aiohttp
-
-    try:
-        async with session.get(
-            base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as response:
-            body = await response.json(content_type=None) if response.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
-    data = body.get("data") if isinstance(body, dict) else None
-    names = tuple(
-        item["id"]
-        for item in data or ()
-        if isinstance(item, dict) and isinstance(item.get("id"), str)
-    )
-    return names or None
+    return await listed_models(session, base_url, timeout)
 
 
 async def probe_generation(
@@ -123,42 +105,7 @@ async def probe_generation(
 ) -> ProbeResult:
     """A real temperature-0 chat generation from the running process; the name sent as
     ``model`` is first checked against ``/v1/models`` (a mismatch no later probe cures)."""
-    import aiohttp
-
-    started = time.monotonic()
-    if model:
-        served = await served_models(session, base_url, timeout)
-        if served is not None and model not in served:
-            mismatch = ConfigDifference(
-                "model", "/v1/models", model, list(served),
-                "the benchmark's model name (server.model) is not one the server serves",
-            )  # fmt: skip
-            error = f"model {model!r} is not served (served: {', '.join(served)})"
-            elapsed = time.monotonic() - started
-            return ProbeResult(False, 0, None, elapsed, error, model_mismatch=mismatch)
-    request = dialect(api).request(
-        Generation(PROBE_PROMPT, PROBE_MAX_TOKENS, temperature=0, stream=False, model=model)
-    )
-    try:
-        async with session.post(
-            base_url.rstrip("/") + request.path,
-            json=request.body,
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response:
-            raw, status = await response.read(), response.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        elapsed = time.monotonic() - started
-        return ProbeResult(False, 0, None, elapsed, f"{type(exc).__name__}: {exc}")
-    elapsed = time.monotonic() - started
-    excerpt = raw[:500].decode("utf-8", errors="replace")
-    if status != 200:
-        return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
-    try:
-        tokens = dialect(api).parse_final(json.loads(raw)).completion_tokens or 0
-    except ValueError:
-        return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
-    failed = None if tokens > 0 else "no tokens generated"
-    return ProbeResult(tokens > 0, tokens, status, elapsed, failed, excerpt)
+    return await probe_chat(session, base_url, dialect(api), model, timeout)
 
 
 # --- the sweep file's knob rules (orchestrator.engine.KnobRules) ------------------------------
