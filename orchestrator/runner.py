@@ -367,6 +367,11 @@ async def _take_lease(
     except HostBusy as busy:
         await _host_busy(run, host, busy)
         return None
+    except HostError as exc:
+        # Nothing on the host has changed yet: set aside as the preflight sets aside a host
+        # it cannot reach (the reason is the error itself, the trials skipped).
+        await _set_aside_before_change(run, host, str(exc))
+        return None
     assert taken.lease is not None
     await events("lease.taken", token=taken.lease.token, expiry_s=policy.lease_expiry)
     if took_over_someone_else(taken, holder):
@@ -378,18 +383,8 @@ async def _take_lease(
 async def _host_busy(run: _SweepRun, host: HostSpec, busy: HostBusy) -> None:
     """Another controller holds the host: its trials are not run by this sweep (cancelled when
     the sweep was cancelled meanwhile, left queued for an interrupted one to continue)."""
-    reason = f"busy: {busy}"
     await run.event("lease.refused", {"holder": str(busy)}, host=host.name)
-    get_logger().warning("host.set_aside", reason=reason)
-    withdrawn = run.source.withdraw(host.name)
-    if run.stop.reason == "cancel":
-        await cancel_trials(run.store, run.record.id, [t.record for t in withdrawn])
-        return
-    if run.stop.resumable:
-        return
-    await run.store.set_host_aside(run.record.id, host.name, reason)
-    for trial in withdrawn:
-        await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})
+    await _set_aside_before_change(run, host, f"busy: {busy}")
 
 
 async def _host_sweep(
@@ -446,10 +441,27 @@ async def _preflight(run: _SweepRun, host: HostSpec, session: HostSession) -> Ho
     return check
 
 
+async def _set_aside_before_change(run: _SweepRun, host: HostSpec, reason: str) -> None:
+    """A host that failed before this sweep changed anything on it: its trials withdrawn and
+    skipped (cancelled under a cancel; left queued for an interrupted sweep to continue)."""
+    withdrawn = run.source.withdraw(host.name)
+    if run.stop.reason == "cancel":
+        await cancel_trials(run.store, run.record.id, [t.record for t in withdrawn])
+        return
+    if run.stop.resumable:
+        return
+    await _skip_set_aside(run, host, withdrawn, reason)
+
+
 async def _set_aside(
     run: _SweepRun, host: HostSpec, trials: Sequence[SourcedTrial], check: HostCheck
 ) -> None:
-    reason = check.reason or "preflight failed"
+    await _skip_set_aside(run, host, trials, check.reason or "preflight failed")
+
+
+async def _skip_set_aside(
+    run: _SweepRun, host: HostSpec, trials: Sequence[SourcedTrial], reason: str
+) -> None:
     await run.store.set_host_aside(run.record.id, host.name, reason)
     for trial in trials:
         await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})

@@ -48,6 +48,8 @@ NOT_RUN: dict[str, str] = {
     ),
     "make bench": "the orchestrator's own benchmarks: minutes of load, not part of the suite",
     "make bench-peers": "installs third-party load generators to compare against",
+    "make real-engine-test": "the real-engine tier: builds llama.cpp (minutes); .ci/run runs it",
+    "orchestrator run": "the verb named in a sentence, not a command",
     "orchestrator validate sweep.yaml [transcript]": "a transcript of an invalid file's output",
     "orchestrator submit night.yaml": _DAEMON,
     "orchestrator submit night.yaml --replace": _DAEMON,
