@@ -101,7 +101,10 @@ def _configurer(sub: argparse.ArgumentParser, module_name: str) -> Callable[[], 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrator",
-        description="Unattended speculative-decoding config sweeps on SGLang GPU hosts.",
+        description=(
+            "Unattended speculative-decoding config sweeps on inference hosts "
+            "(SGLang, vLLM, llama.cpp)."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     parser.add_argument(
