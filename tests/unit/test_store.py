@@ -586,27 +586,27 @@ async def test_event_loop_stays_responsive_while_writing(store: Store) -> None:
     attempt = await store.start_attempt(b8)
     big = _requests(20_000)
     ticking = True
-    worst_lag = 0.0
+    ticks_during_writes = 0
+    writing = False
 
     async def ticker() -> None:
-        nonlocal worst_lag
-        interval = 0.005
+        nonlocal ticks_during_writes
         while ticking:
-            before = time.perf_counter()
-            await asyncio.sleep(interval)
-            worst_lag = max(worst_lag, time.perf_counter() - before - interval)
+            await asyncio.sleep(0.005)
+            ticks_during_writes += writing
 
     tick_task = asyncio.create_task(ticker())
     await asyncio.sleep(0.02)
-    durations = []
-    for concurrency in range(1, 5):
-        started = time.perf_counter()
+    writes = 4
+    for concurrency in range(1, writes + 1):
+        writing = True
         await store.record_point(attempt.id, _throughput(8192, concurrency), big)
-        durations.append(time.perf_counter() - started)
+        writing = False
     ticking = False
     await tick_task
-    # Blocking the loop would show a lag as long as the longest write; loose for shared CI.
-    assert worst_lag < max(durations) / 2, (worst_lag, durations)
+    # A write that blocked the loop would let the ticker run at most once per write (between
+    # them); counted rather than timed, so a loaded machine cannot fail it.
+    assert ticks_during_writes > 3 * writes, ticks_during_writes
 
 
 async def test_lock_held_elsewhere_surfaces_as_store_busy(db_path: Path) -> None:
