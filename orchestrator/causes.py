@@ -28,6 +28,8 @@ class Cause:
     host type."""
     started: bool = True
     """An attempt with this cause started the unit (it spent a restart)."""
+    loses_host: bool = False
+    """Every further trial on the host would fail the same way: the host is set aside."""
 
 
 CAUSES: Mapping[FailureCause, Cause] = MappingProxyType(
@@ -50,7 +52,9 @@ CAUSES: Mapping[FailureCause, Cause] = MappingProxyType(
         "config-mismatch": Cause(
             "the server runs something other than the config asked", retry_cures=False
         ),
-        "host-unreachable": Cause("SSH to the host failed past the reconnect budget"),
+        "host-unreachable": Cause(
+            "SSH to the host failed past the reconnect budget", loses_host=True
+        ),
         "stop-timeout": Cause("the old server did not stop within timeouts.stop"),
         "crashed": Cause("the server died during the benchmark"),
         "gpu-query-failed": Cause("the GPUs could not be queried (nvidia-smi)"),
@@ -66,6 +70,7 @@ CAUSES: Mapping[FailureCause, Cause] = MappingProxyType(
             "another controller took the host over (its lease was lost); nothing was changed"
             " after that",
             retry_cures=False,
+            loses_host=True,
         ),
     }
 )
@@ -86,6 +91,8 @@ INVALID_CONFIG_CAUSES = frozenset(
 )
 """Causes that condemn a config on every host type (a bad flag condemns it on its own type,
 where the config is paid for already and never proposed again)."""
+HOST_LOSING_CAUSES = frozenset(name for name, cause in CAUSES.items() if cause.loses_host)
+"""Causes after which the host's remaining trials are skipped and the host set aside."""
 NEVER_STARTED = frozenset(name for name, cause in CAUSES.items() if not cause.started)
 """Causes of attempts that never reached the unit (no restart was spent)."""
 
@@ -94,6 +101,7 @@ __all__ = [
     "CAUSES",
     "CAUSE_WORDS",
     "DETERMINISTIC_CAUSES",
+    "HOST_LOSING_CAUSES",
     "INVALID_CONFIG_CAUSES",
     "NEVER_STARTED",
     "PREFLIGHT_REFUSAL",

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from orchestrator.causes import DETERMINISTIC_CAUSES
+from orchestrator.causes import DETERMINISTIC_CAUSES, HOST_LOSING_CAUSES
 from orchestrator.evidence import CANCELLED, Evidence, RefusalEvidence, StopEvidence
 from orchestrator.lifecycle import failure_from
 from orchestrator.log import get_logger
@@ -172,9 +172,6 @@ class HostLost(Exception):
     def reason(self) -> str:
         """Why the host is set aside, as its record says."""
         return f"lease lost: {self}" if self.cause == "lease-lost" else f"unreachable: {self}"
-
-
-HOST_LOSING_CAUSES = frozenset({"host-unreachable", "lease-lost"})
 
 
 class Stopped(Exception):
@@ -403,7 +400,6 @@ async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt
 
 
 __all__ = [
-    "HOST_LOSING_CAUSES",
     "INTERRUPT",
     "RESTORE_ATTEMPTS_AFTER_LOSS",
     "Driver",
