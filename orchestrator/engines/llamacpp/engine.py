@@ -126,13 +126,6 @@ def decode_log_interval(server_info: Any) -> int:
     return 1
 
 
-async def served_models(
-    session: aiohttp.ClientSession, base_url: str, timeout: float
-) -> tuple[str, ...] | None:
-    """The ids ``/v1/models`` lists (the ``--alias``, else the model file's name)."""
-    return await listed_models(session, base_url, timeout)
-
-
 async def probe_generation(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -166,7 +159,7 @@ class LlamaCpp:
     resolve_flag_knob = staticmethod(config.resolve_flag_knob)
     check_server_config = staticmethod(config.check_server_config)
     served_model = staticmethod(config.served_model)
-    served_models = staticmethod(served_models)
+    served_models = staticmethod(listed_models)
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
     decode_log_interval = staticmethod(decode_log_interval)

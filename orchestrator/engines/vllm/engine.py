@@ -89,13 +89,6 @@ def served_model(argv: Sequence[str]) -> ServedModel | None:
     return None if model is None else ServedModel(name=model, flag="--model")
 
 
-async def served_models(
-    session: aiohttp.ClientSession, base_url: str, timeout: float
-) -> tuple[str, ...] | None:
-    """The ids ``/v1/models`` lists (always registered), or None when nothing is known."""
-    return await listed_models(session, base_url, timeout)
-
-
 async def probe_generation(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -158,7 +151,7 @@ class Vllm:
     resolve_flag_knob = staticmethod(config.resolve_flag_knob)
     check_server_config = staticmethod(config.check_server_config)
     served_model = staticmethod(served_model)
-    served_models = staticmethod(served_models)
+    served_models = staticmethod(listed_models)
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
     decode_log_interval = staticmethod(decode_log_interval)
