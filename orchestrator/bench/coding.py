@@ -579,9 +579,8 @@ async def _run_all(
         async with gate:
             started = time.monotonic()
             try:
-                completion = await asyncio.wait_for(
-                    complete(problem.prompt, max_tokens, temperature), timeout=timeout_s
-                )
+                async with asyncio.timeout(timeout_s):
+                    completion = await complete(problem.prompt, max_tokens, temperature)
             except (CompletionError, ClientError, TimeoutError) as exc:
                 _log.warning("coding.request_failed", problem=problem.id, error=repr(exc))
                 return _request_failed(problem, exc, time.monotonic() - started)

@@ -453,14 +453,16 @@ async def _spawn_and_wait(
     try:
         await _feed(proc.stdin, stdin)
         try:
-            await asyncio.wait_for(proc.wait(), timeout=config.wall_timeout_s)
+            async with asyncio.timeout(config.wall_timeout_s):
+                await proc.wait()
         except TimeoutError:
             timed_out = True
         wall_s = time.monotonic() - started
     finally:
         _kill_group(proc.pid)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), timeout=config.drain_timeout_s)
+            async with asyncio.timeout(config.drain_timeout_s):
+                await proc.wait()
         _, pending = await asyncio.wait(readers, timeout=config.drain_timeout_s)
         for task in pending:
             task.cancel()

@@ -346,7 +346,8 @@ class SystemdBus:
             bus.disconnect()
         if gone is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(gone, 5.0)
+                async with asyncio.timeout(5.0):
+                    await gone
 
     async def __aenter__(self) -> SystemdBus:
         await self.connect()

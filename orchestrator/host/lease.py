@@ -426,8 +426,13 @@ class HostLease:
         try:
             yield self
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # Cancelled until it ends: a cancellation swallowed on the way (Python 3.11's
+            # wait_for could) must not leave the caller waiting on a heartbeat forever.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)
+            if not task.cancelled():
+                task.exception()  # retrieved: the heartbeat ends only by LeaseLost or cancel
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,8 @@ class LocalTransport:
             result = CompletedCommand(asked, _NOT_FOUND_STATUS, b"", f"{exc}\n".encode())
         else:
             try:
-                stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout)
+                async with asyncio.timeout(timeout):
+                    stdout, stderr = await process.communicate(stdin)
             except TimeoutError:
                 self._log.warning("local.command_timeout", argv=list(asked), timeout_s=timeout)
                 await self._stop(process)
@@ -145,7 +146,8 @@ class LocalTransport:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, sig)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await process.wait()
 
     async def _forget(self, process: asyncio.subprocess.Process) -> None:
         """Stop a process still running (its caller left or was cancelled) and reap it."""
@@ -206,7 +208,8 @@ class LocalTransport:
 
     async def _in_thread(self, work: Callable[[], T], *, path: str, timeout: float) -> T:
         try:
-            return await asyncio.wait_for(asyncio.to_thread(work), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.to_thread(work)
         except TimeoutError:
             raise CommandTimeout(
                 self.name, f"file operation on {path} ran past {timeout:g} s"

@@ -275,7 +275,8 @@ class SSHTransport:
                     # Keep the slot until the host has the close too: it counts the session
                     # against MaxSessions until then.
                     with contextlib.suppress(TimeoutError, *_CONNECTION_LOST_ERRORS):
-                        await asyncio.wait_for(process.wait_closed(), _CHANNEL_CLOSE_WAIT_S)
+                        async with asyncio.timeout(_CHANNEL_CLOSE_WAIT_S):
+                            await process.wait_closed()
         if done.returncode is None:
             # The channel closed without an exit status: the connection went away under it.
             raise asyncssh.ConnectionLost("channel closed without an exit status")
@@ -399,7 +400,8 @@ class SSHTransport:
                 )
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait_closed(), grace)
+                async with asyncio.timeout(grace):
+                    await process.wait_closed()
                 return
 
     def _abandon(

@@ -650,7 +650,8 @@ class ServiceManager:
             for runtime in self._runtime.values():
                 if runtime.process is not None and runtime.process.returncode is None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(runtime.process.wait(), 0.5)
+                        async with asyncio.timeout(0.5):
+                            await runtime.process.wait()
             if not alive or time.monotonic() > deadline:
                 return
             await asyncio.sleep(_POLL_S)

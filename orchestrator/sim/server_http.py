@@ -121,7 +121,8 @@ class SimServerApp:
         plan = plan_completion("health", max_new_tokens=1, ignore_eos=True, seed=0, wrong_rate=0)
         req = sched.submit(tokenize("health"), plan, internal=True)
         try:
-            await asyncio.wait_for(req.queue.get(), HEALTH_GENERATE_TIMEOUT_S)
+            async with asyncio.timeout(HEALTH_GENERATE_TIMEOUT_S):
+                await req.queue.get()
         except TimeoutError:
             sched.abort(req)
             return HttpResponse(503)

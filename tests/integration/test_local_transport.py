@@ -181,3 +181,25 @@ async def test_privileged_as_root_runs_without_sudo(tmp_path: Path) -> None:
     )
     assert result.stdout == b" 0\n"
     await transport.close()
+
+
+async def test_a_cancelled_file_operation_is_cancelled_even_as_it_finishes(
+    local: LocalTransport, tmp_path: Path
+) -> None:
+    """Cancelled at the moment its thread finishes, a read still ends cancelled. Python 3.11's
+    ``asyncio.wait_for`` returned the result instead (measured: 788 of 3000 cancellations
+    lost), and a lease heartbeat that never saw its cancel kept a sweep waiting forever."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    asked = swallowed = 0
+    for i in range(600):
+        task = asyncio.create_task(local.read_file(str(path), timeout=T))
+        await asyncio.sleep((i % 7) * 0.0003)
+        if task.cancel():
+            asked += 1
+            try:
+                await task
+            except asyncio.CancelledError:
+                continue
+            swallowed += 1
+    assert asked > 0 and swallowed == 0
