@@ -5,7 +5,8 @@ Two controllers race for a host (exactly one holds it; the other waits or sets i
 file says); a holder SIGKILLed mid-trial is taken over once its lease expires and the new holder
 clears its drop-in before anything else; a holder SIGSTOPped past its expiry and resumed makes no
 further change (its fence refuses, recorded as ``lease-lost``); Ctrl-C once then the same command
-again continues the sweep with nothing measured twice; Ctrl-C twice leaves the host restored and
+again continues the sweep with nothing measured twice (a grid sweep, and an adaptive search whose
+state is replayed from the store); Ctrl-C twice leaves the host restored and
 prints no traceback. Lease expiries are a few seconds (``policy.lease_expiry``), the hosts run at
 a tenth of real time. The moments are found in the stores' events, never by sleeping blindly.
 """
@@ -13,16 +14,20 @@ a tenth of real time. The moments are found in the stores' events, never by slee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.host.lease import LEASE_DIR
+from orchestrator.search.budget import RESTART_EVENT
 from orchestrator.sim.cli import SimCluster
 from orchestrator.sim.host import SimHost
 from tests.soak import harness
@@ -54,6 +59,30 @@ def sweep_file(
     return harness.write_sweep(tmp_path / f"{name}.yaml", sweep)
 
 
+def adaptive_file(tmp_path: Path, cluster: SimCluster, name: str, *, restarts: int) -> Path:
+    """An adaptive search over four DDTree budgets, ``restarts`` unit starts, one proposal per
+    start: no baseline, no race, no confirmation, no retry (so trials == restarts)."""
+    sweep = harness.tiny_sweep(cluster, name=name, baseline=False, problems=())
+    draft = sweep["configs"][0]["draft_model"]
+    sweep["configs"] = []
+    sweep["grid"] = {
+        "algorithm": ["DDTREE"],
+        "draft_model": [draft],
+        "budget": [4, 8, 12, 16],
+        "topk": [4],
+    }
+    sweep["search"] = {
+        "strategy": "adaptive",
+        "max_restarts": restarts,
+        "seed": 1,
+        "confirmations": 0,
+        "race": 0,
+    }
+    sweep["objective"] = {"metric": "output_tok_s", "context": 60, "concurrency": 1}
+    sweep["policy"].update(lease_expiry=EXPIRY_S, trial_retries=0)
+    return harness.write_sweep(tmp_path / f"{name}.yaml", sweep)
+
+
 def events(db: Path, *kinds: str) -> list[harness.Event]:
     return [e for e in harness.events_after(db, 0) if not kinds or e.kind in kinds]
 
@@ -73,6 +102,23 @@ def lease_file(host: SimHost) -> dict[str, Any]:
     (newest,) = sorted(top.iterdir())[-1:]
     data: dict[str, Any] = json.loads((newest / "holder.json").read_text())
     return data
+
+
+async def until(condition: Callable[[], bool], runner: RunnerProcess, what: str) -> None:
+    """Poll the store until ``condition`` holds (a store not yet created holds nothing);
+    fails when the runner ends first."""
+    deadline = time.monotonic() + REACH_S
+    while not (db_ready(condition)):
+        if not runner.running or time.monotonic() > deadline:
+            raise harness.HarnessError(f"never {what}\n{runner.log_tail()}")
+        await asyncio.sleep(harness.POLL_S)
+
+
+def db_ready(condition: Callable[[], bool]) -> bool:
+    try:
+        return condition()
+    except sqlite3.OperationalError:
+        return False  # the runner has not created the store or its schema yet
 
 
 def no_traceback(runner: RunnerProcess) -> None:
@@ -211,40 +257,66 @@ async def test_a_stalled_holder_resumed_after_a_take_over_changes_nothing(
         no_traceback(stalled)
 
 
+@contextlib.asynccontextmanager
+async def restartable_host(tmp_path: Path, address: str) -> AsyncIterator[SimCluster]:
+    """One quick host whose unit may restart every second or two."""
+    async with harness.sim_hosts(
+        tmp_path / "sim",
+        [address],
+        defaults=harness.fast_host_defaults(TIME_SCALE),
+        unit_lines=NO_START_LIMIT,
+    ) as cluster:
+        yield cluster
+
+
+async def interrupt_once(
+    path: Path, db: Path, host: SimHost, as_found: HostAsFound, ready: Callable[[], bool]
+) -> dict[harness.PointId, tuple[Any, ...]]:
+    """``run FILE`` stopped by one Ctrl-C once ``ready`` holds: it exits 1 without a
+    traceback, the sweep is interrupted and the host as found. Returns the points kept."""
+    first = await RunnerProcess.start(path, db, path.parent / "logs", "first")
+    await until(ready, first, "ready for the Ctrl-C")
+    os.kill(first.process.pid, signal.SIGINT)
+    assert await first.finish(FINISH_S) == 1
+    no_traceback(first)
+    assert sweep_state(db, path.stem) == "interrupted"
+    assert as_found.differences(host) == []
+    return harness.committed_points(db)
+
+
+async def run_again(
+    path: Path, db: Path, at_stop: dict[harness.PointId, tuple[Any, ...]]
+) -> harness.SweepSummary:
+    """The same ``run FILE`` again: it says first that it continues, ends done with every
+    trial done, and keeps every point of the first run, measuring none twice."""
+    second = await RunnerProcess.start(path, db, path.parent / "logs", "second")
+    assert await second.finish(FINISH_S) == 0, second.log_tail()
+    assert second.log_tail(200_000).lstrip().startswith(f"continuing sweep {path.stem}")
+    summary = harness.sweep_summary(db, path.stem)
+    assert summary.state == "done" and set(summary.trials.values()) == {"done"}
+    assert harness.lost_points(at_stop, harness.committed_points(db)) == []
+    assert harness.duplicated_points(db) == []
+    assert harness.measured_more_than_once(db) == []
+    assert [e.fields["resumed"] for e in events(db, "sweep.started")] == [False, True]
+    return summary
+
+
 async def test_ctrl_c_once_then_run_again_continues(tmp_path: Path) -> None:
     """One Ctrl-C: the host is restored and the sweep is interrupted (not cancelled); the same
     command again says it continues, keeps the baseline and every committed point, and
     measures the rest once."""
-    async with harness.sim_hosts(
-        tmp_path / "sim",
-        ["127.0.0.164"],
-        defaults=harness.fast_host_defaults(TIME_SCALE),
-        unit_lines=NO_START_LIMIT,
-    ) as cluster:
+    async with restartable_host(tmp_path, "127.0.0.164") as cluster:
         host = cluster.hosts[0]
         as_found = HostAsFound.read(host)
         db = tmp_path / "c.db"
         path = sweep_file(tmp_path, cluster, "ctrl-c", configs=2, baseline=True)
-        first = await RunnerProcess.start(path, db, tmp_path / "logs", "first")
-        await harness.wait_for_points(db, first, 2, timeout=REACH_S)  # the baseline, then one
-        os.kill(first.process.pid, signal.SIGINT)
-        assert await first.finish(FINISH_S) == 1
-        assert sweep_state(db, "ctrl-c") == "interrupted"
-        assert as_found.differences(host) == []
-        at_stop = harness.committed_points(db)
-        no_traceback(first)
 
-        second = await RunnerProcess.start(path, db, tmp_path / "logs", "second")
-        assert await second.finish(FINISH_S) == 0, second.log_tail()
-        assert second.log_tail(200_000).lstrip().startswith("continuing sweep ctrl-c")
-        summary = harness.sweep_summary(db, "ctrl-c")
-        assert summary.state == "done" and set(summary.trials.values()) == {"done"}
+        def baseline_and_one() -> bool:
+            return len(harness.committed_points(db)) >= 2
+
+        at_stop = await interrupt_once(path, db, host, as_found, baseline_and_one)
+        summary = await run_again(path, db, at_stop)
         assert summary.attempts == len(summary.trials) == 3  # nothing started over
-        assert harness.lost_points(at_stop, harness.committed_points(db)) == []
-        assert harness.duplicated_points(db) == []
-        assert harness.measured_more_than_once(db) == []
-        started = [e.fields["resumed"] for e in events(db, "sweep.started")]
-        assert started == [False, True]
         assert as_found.differences(host) == []
 
 
@@ -276,4 +348,38 @@ async def test_ctrl_c_twice_aborts_the_step_and_restores_without_a_traceback(
         assert sweep_state(db, "twice") == "interrupted"
         assert [e.kind for e in events(db, "host.aborted")] == ["host.aborted"]
         assert harness.sweep_summary(db, "twice").unrestored_backups == 0
+        assert as_found.differences(host) == []
+
+
+async def test_ctrl_c_once_then_run_again_continues_an_adaptive_search(tmp_path: Path) -> None:
+    """An adaptive search stopped by one Ctrl-C after its first trial is measured: the host is
+    restored and the sweep interrupted; the same command again says it continues, replays the
+    search from the store (the next proposal is numbered on and has seen every config the
+    first run finished), measures no config and no point twice, and spends exactly its
+    restarts: a trial cut in flight is resumed, and its second start counts (source.py)."""
+    restarts = 4
+    async with restartable_host(tmp_path, "127.0.0.166") as cluster:
+        host = cluster.hosts[0]
+        as_found = HostAsFound.read(host)
+        db = tmp_path / "s.db"
+        path = adaptive_file(tmp_path, cluster, "search-c", restarts=restarts)
+        at_stop = await interrupt_once(
+            path, db, host, as_found, lambda: ("done", None) in attempts(db)
+        )
+        trials = harness.sweep_summary(db, "search-c").trials
+        finished = {key for key, state in trials.items() if state == "done"}
+        proposed_before = events(db, "search.proposed")
+        resumed_at = harness.last_event_id(db)
+
+        summary = await run_again(path, db, at_stop)
+        assert len(events(db, RESTART_EVENT)) == restarts
+        assert summary.attempts + summary.resumes == restarts  # a resumed trial started again
+        assert summary.attempts == len(summary.trials)  # none started over in a new attempt
+        proposed = events(db, "search.proposed")
+        assert [e.fields["k"] for e in proposed] == list(range(1, len(summary.trials) + 1))
+        assert len({e.fields["key"] for e in proposed}) == len(proposed)  # no config twice
+        replayed = [e for e in proposed if e.id > resumed_at]
+        assert replayed, "the second run proposed nothing new"
+        assert replayed[0].fields["k"] == len(proposed_before) + 1
+        assert {key for key, _host in finished} <= set(replayed[0].fields["seen"])
         assert as_found.differences(host) == []
