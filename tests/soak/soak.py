@@ -1,7 +1,9 @@
 """Crash-resume soak: SIGKILL ``orchestrator run`` at seeded random instants until the sweep ends.
 
 Two simulated hosts run a sweep; the runner process is killed with SIGKILL after a random delay
-(seeded), restarted on the same store, killed again, ``--kills`` times, then left to finish. Once
+(seeded; counted from the run's start, or on every other run from its first drop-in, so that
+kills land both in start-up and inside trials), restarted on the same store, killed again,
+``--kills`` times, then left to finish. Once
 in the middle, one host's SSH server goes away for a few seconds and comes back. After every
 kill the store must still hold every point committed before it, unchanged. At the end the store
 is compared with an uninterrupted run of the same sweep (its own store, same hosts): the same
@@ -259,6 +261,14 @@ async def run_soak(
             await harness.wait_for_event(
                 db, runner, ["sweep.started"], after_id=since, timeout=START_TIMEOUT_S
             )
+            if cycle % 2:
+                # Every other kill counts from the cycle's first drop-in, so some land inside a
+                # trial however long the start-up (lease, preflight) took on a loaded machine:
+                # counted from the start alone, a loaded run's five kills all fell before any
+                # trial began and nothing was resumed.
+                await harness.wait_for_event(
+                    db, runner, ["dropin.installed"], after_id=since, timeout=START_TIMEOUT_S
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runner.process.wait(), delay)
             if outage is not None:
