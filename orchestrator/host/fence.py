@@ -5,7 +5,9 @@ transport (a drop-in, its restore) or a unit job through the unit control (``dae
 ``stop``, ``start``, ``reset-failed``); the lifecycle, the restore and adopt all make them through
 the :class:`~orchestrator.host.handle.HostHandle` they are given. :func:`fenced` gives them one
 whose transport and control first ask :meth:`HostLease.check` (the one check), so a controller
-whose lease was taken over changes nothing, whichever code path it is on. Reads pass through.
+whose lease was taken over changes nothing, whichever code path it is on. Reads pass through;
+a command is a change when its program is one of :data:`CHANGING_PROGRAMS` (a drop-in's
+directory made or removed) or a ``systemctl`` verb outside :data:`READING_SYSTEMCTL_VERBS`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,33 @@ from orchestrator.host.systemd import STATE_PROPERTIES, UnitFile, UnitState
 from orchestrator.host.transport import CompletedCommand, LineStream, Transport
 from orchestrator.host.unitcontrol import UnitControl
 
+CHANGING_PROGRAMS = frozenset(
+    {"mkdir", "rmdir", "rm", "mv", "cp", "ln", "touch", "tee", "install", "truncate", "chmod",
+     "chown", "kill", "pkill"}
+)  # fmt: skip
+"""Programs a command line runs to change the host: fenced like a file write. (Unfenced, a
+stalled holder, resumed, made its drop-in's directory again after the new holder had cleared
+it, and the new holder took the directory for the host's own.)"""
+READING_SYSTEMCTL_VERBS = frozenset(
+    {"show", "cat", "status", "is-active", "is-failed", "is-enabled", "is-system-running",
+     "list-units", "list-unit-files", "list-jobs"}
+)  # fmt: skip
+
+
+def changes_host(argv: Sequence[str]) -> bool:
+    """Whether running ``argv`` on a host changes it (as far as our own commands go)."""
+    if not argv:
+        return False
+    program = argv[0].rsplit("/", 1)[-1]
+    if program == "systemctl":
+        verbs = [word for word in argv[1:] if not word.startswith("-")]
+        return bool(verbs) and verbs[0] not in READING_SYSTEMCTL_VERBS
+    return program in CHANGING_PROGRAMS
+
 
 class FencedTransport:
-    """A transport whose file writes and removals are fenced."""
+    """A transport whose file writes and removals, and commands that change the host, are
+    fenced."""
 
     def __init__(self, inner: Transport, lease: HostLease) -> None:
         self.inner, self.lease = inner, lease
@@ -44,6 +70,8 @@ class FencedTransport:
         idempotent: bool = True,
         stdin: bytes | None = None,
     ) -> CompletedCommand:
+        if changes_host(argv):
+            await self.lease.check(" ".join(argv))
         return await self.inner.run(
             argv,
             timeout=timeout,
@@ -122,4 +150,11 @@ def fenced(handle: HostHandle, lease: HostLease) -> HostHandle:
     )
 
 
-__all__ = ["FencedControl", "FencedTransport", "fenced"]
+__all__ = [
+    "CHANGING_PROGRAMS",
+    "READING_SYSTEMCTL_VERBS",
+    "FencedControl",
+    "FencedTransport",
+    "changes_host",
+    "fenced",
+]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.host.fence import FencedControl, FencedTransport
+from orchestrator.host.fence import FencedControl, FencedTransport, changes_host
 from orchestrator.host.lease import (
     Holder,
+    HostLease,
     LeaseLost,
     LeasePlace,
     LeaseRecord,
@@ -159,17 +160,28 @@ async def test_a_generation_abandoned_mid_take_is_passed_after_the_expiry(tmp_pa
     assert taken.lease is not None and taken.lease.token == 5
 
 
-async def test_fenced_sides_check_before_every_change(tmp_path: Path) -> None:
-    wall = Clock()
+async def held_elsewhere(tmp_path: Path, wall: Clock) -> HostLease:
+    """A lease of a holder on another controller, expiring 5 s after ``wall``'s now."""
     taken = await try_take(
         place(tmp_path), holder(controller="ctl-x", pid=1), expiry_s=5, wall=wall
     )
     assert taken.lease is not None
-    transport = FencedTransport(LocalTransport("gpu-a"), taken.lease)
-    target = tmp_path / "f.conf"
-    await transport.write_file_atomic(str(target), b"x", timeout=5)  # held: allowed
+    return taken.lease
+
+
+async def take_over(tmp_path: Path, wall: Clock) -> None:
+    """Past the expiry, another sweep takes the lease."""
     wall.now += 6
     assert (await try_take(place(tmp_path), holder("taker"), expiry_s=5, wall=wall)).lease
+
+
+async def test_fenced_sides_check_before_every_change(tmp_path: Path) -> None:
+    wall = Clock()
+    lease = await held_elsewhere(tmp_path, wall)
+    transport = FencedTransport(LocalTransport("gpu-a"), lease)
+    target = tmp_path / "f.conf"
+    await transport.write_file_atomic(str(target), b"x", timeout=5)  # held: allowed
+    await take_over(tmp_path, wall)
     with pytest.raises(LeaseLost):
         await transport.write_file_atomic(str(target), b"y", timeout=5)
     with pytest.raises(LeaseLost):
@@ -181,9 +193,36 @@ async def test_fenced_sides_check_before_every_change(tmp_path: Path) -> None:
         async def stop(self, unit: str, *, timeout: float) -> None:
             raise AssertionError("the job ran although the lease was lost")
 
-    control = FencedControl(Refusing(), taken.lease)  # type: ignore[arg-type]
+    control = FencedControl(Refusing(), lease)  # type: ignore[arg-type]
     with pytest.raises(LeaseLost):
         await control.stop("sglang.service", timeout=5)
+
+
+async def test_a_fenced_command_that_changes_the_host_is_refused_and_reads_pass(
+    tmp_path: Path,
+) -> None:
+    wall = Clock()
+    lease = await held_elsewhere(tmp_path, wall)
+    transport = FencedTransport(LocalTransport("gpu-a"), lease)
+    made = tmp_path / "sglang.service.d"
+    await transport.run(["mkdir", "-p", "--", str(made)], timeout=5)  # held: allowed
+    await transport.run(["rmdir", "--", str(made)], timeout=5)
+    await take_over(tmp_path, wall)
+    with pytest.raises(LeaseLost):
+        await transport.run(["mkdir", "-p", "--", str(made)], timeout=5)
+    assert not made.exists()
+    assert lease.fenced == [f"mkdir -p -- {made}"]
+    assert (await transport.run(["ls", "-1", str(tmp_path)], timeout=5)).ok  # reads pass
+
+
+def test_which_commands_change_a_host() -> None:
+    changing = [["mkdir", "-p", "/d"], ["/bin/rm", "-f", "/f"], ["systemctl", "daemon-reload"]]
+    changing += [["systemctl", "--no-block", "restart", "u"], ["rmdir", "/d"]]
+    reading = [["cat", "/f"], ["ls", "-1", "/d"], ["test", "-d", "/d"], ["stat", "/f"]]
+    reading += [["systemctl", "show", "-p", "MainPID", "u"], ["systemctl", "cat", "--", "u"]]
+    reading += [["systemctl", "--version"], []]
+    assert [changes_host(argv) for argv in changing] == [True] * len(changing)
+    assert [changes_host(argv) for argv in reading] == [False] * len(reading)
 
 
 def test_records_and_views_round_trip_through_json() -> None:
