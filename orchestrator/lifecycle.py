@@ -962,9 +962,14 @@ async def _other_sweeps_dropin(
 
 async def clear_stale(session: HostSession) -> bool:
     """After taking over a dead or stalled holder's lease, before anything else: its trial
-    drop-in (a ``# managed-by:`` header that is not ours to keep) removed, ``daemon-reload``,
-    and a unit that runs restarted on its own files, so the host is as its owner left it before
-    this sweep reads it as found. Returns whether there was a stale drop-in."""
+    drop-in (a ``# managed-by:`` header that is not ours to keep) removed, with its directory
+    when nothing else is in it, ``daemon-reload``, and a unit that runs restarted on its own
+    files, so the host is as its owner left it before this sweep reads it as found. Returns
+    whether there was a stale drop-in.
+
+    The dead holder's backup (in its own store) alone knew whether it made the directory; one
+    that held nothing but its drop-in is taken as made for it, as sweeps make it, and removed
+    (``rmdir`` of an empty directory: an operator's drop-ins beside it keep it)."""
     t = session.timeouts
     try:
         found = await systemd.read_unit(
@@ -976,7 +981,7 @@ async def clear_stale(session: HostSession) -> bool:
         await session.events("takeover.clearing", sweep=stale.sweep, trial=stale.trial)
         await systemd.restore_files(
             session.transport,
-            found.without_stale_dropin(),
+            dataclasses.replace(found.without_stale_dropin(), dropin_dir_existed=False),
             control=session.control,
             timeout=t.command,
         )

@@ -121,6 +121,12 @@ def db_ready(condition: Callable[[], bool]) -> bool:
         return False  # the runner has not created the store or its schema yet
 
 
+def unit_dirs(host: SimHost) -> list[str]:
+    """The directories under the host's /etc/systemd/system (HostAsFound compares files)."""
+    base = host.root / harness.UNIT_DIR
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_dir())
+
+
 def no_traceback(runner: RunnerProcess) -> None:
     assert "Traceback" not in runner.log_tail(200_000), runner.log_tail()
 
@@ -178,7 +184,7 @@ async def test_a_killed_holder_is_taken_over_once_its_lease_expires(tmp_path: Pa
         defaults=harness.fast_host_defaults(TIME_SCALE),
     ) as cluster:
         host = cluster.hosts[0]
-        as_found = HostAsFound.read(host)
+        as_found, dirs_found = HostAsFound.read(host), unit_dirs(host)
         db_a, db_b = tmp_path / "a.db", tmp_path / "b.db"
         first = await RunnerProcess.start(
             sweep_file(tmp_path, cluster, "killed", configs=2), db_a, tmp_path / "logs", "a"
@@ -207,6 +213,7 @@ async def test_a_killed_holder_is_taken_over_once_its_lease_expires(tmp_path: Pa
         assert (events(db_b, "takeover.cleared")[0]).fields["sweep"] == "killed"
         assert attempts(db_b) == [("done", None)]
         assert as_found.differences(host) == []
+        assert unit_dirs(host) == dirs_found  # the dead sweep's drop-in directory gone too
         assert lease_file(host)["released_at"] is not None
 
 
@@ -223,7 +230,7 @@ async def test_a_stalled_holder_resumed_after_a_take_over_changes_nothing(
         faults={"*": {"server": {"load_s": 20}}},
     ) as cluster:
         host = cluster.hosts[0]
-        as_found = HostAsFound.read(host)
+        as_found, dirs_found = HostAsFound.read(host), unit_dirs(host)
         db_a, db_b = tmp_path / "a.db", tmp_path / "b.db"
         stalled = await RunnerProcess.start(
             sweep_file(tmp_path, cluster, "stalled", configs=3), db_a, tmp_path / "logs", "a"
@@ -254,6 +261,7 @@ async def test_a_stalled_holder_resumed_after_a_take_over_changes_nothing(
         (over,) = events(db_b, "lease.taken_over")
         assert over.fields["old_holder"]["sweep"] == "stalled"
         assert as_found.differences(host) == []
+        assert unit_dirs(host) == dirs_found  # no directory made again by the stalled one
         no_traceback(stalled)
 
 
