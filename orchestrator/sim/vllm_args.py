@@ -218,16 +218,22 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
         if not isinstance(tokens, int) or tokens <= 0:
             raise ValueError(f"Expected num_speculative_tokens to be greater than zero ({tokens}).")
         spec["method"] = method
-        _check_budget(values, tokens)
         shape = _shape(method, tokens)
     values["speculative_config"] = spec
     values["max_running_requests"] = values["max_num_seqs"] or (48 if spec else 1024)
     return ServerArgs(values, shape, (), False)
 
 
-def _check_budget(values: Mapping[str, Any], tokens: int) -> None:
+def check_engine_config(args: ServerArgs) -> None:
     """``VllmConfig._set_max_num_scheduled_tokens``: the batch's draft slots must leave room
-    for a token to be scheduled."""
+    for a token to be scheduled. Checked at startup, not by :func:`resolve`: the parse script
+    a real host runs (parser, ``SpeculativeConfig`` fields, ``validate_parsed_serve_args``)
+    never builds a ``VllmConfig``, so the preflight does not see this refusal either."""
+    values = args.values
+    spec = values["speculative_config"]
+    tokens = spec.get("num_speculative_tokens") if spec else None
+    if not isinstance(tokens, int):
+        return
     batched = values["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS
     seqs = values["max_num_seqs"] or 256
     scheduled = batched - seqs * tokens

@@ -38,7 +38,13 @@ from orchestrator.sim.server_gpu import gpu_indices, register_gpu_memory
 from orchestrator.sim.server_http import Phase, ServerState, SimServerApp
 from orchestrator.sim.settings import ServerSimSettings
 from orchestrator.sim.sglang_server import _bind
-from orchestrator.sim.vllm_args import VERSION, ArgparseExit, parse, resolve
+from orchestrator.sim.vllm_args import (
+    VERSION,
+    ArgparseExit,
+    check_engine_config,
+    parse,
+    resolve,
+)
 
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
@@ -300,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              where="startup.py:36")  # fmt: skip
     try:
         args = resolve(ns)
+        check_engine_config(args)
     except ValueError as exc:
         _engine_core_failure(log, exc)
         return 1

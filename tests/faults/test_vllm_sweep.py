@@ -137,9 +137,11 @@ async def test_a_vllm_adaptive_sweep_answers_and_restores(tmp_path: Path) -> Non
 
 
 async def test_vllm_refusals_and_crashes_are_classified(tmp_path: Path) -> None:
-    """A flag vLLM's parser does not know and a speculative budget it refuses are found by
-    the preflight (the host's own parser), before anything restarts; out of memory at start
-    and a crash mid-benchmark by vLLM's own lines. The host ends as found."""
+    """A flag vLLM's parser does not know is found by the preflight (the host's own parser),
+    before anything restarts; a speculative budget with no room to schedule, which vLLM's
+    parser takes (tests/integration/test_vllm_real_parser.py) and its ``VllmConfig`` refuses,
+    at startup; out of memory at start and a crash mid-benchmark by vLLM's own lines. The host
+    ends as found."""
     bad_flag = {**DFLASH_4, "typo": 1}
     budget = {**DFLASH_8, "max_seqs": 1024}  # 8192 batched tokens - 1024 * 8 drafts = 0
     oom = {**DFLASH_4, "tokens": 3}
@@ -170,6 +172,7 @@ async def test_vllm_refusals_and_crashes_are_classified(tmp_path: Path) -> None:
     assert trial(bad_flag)["evidence"]["found_by"] == "preflight"
     assert trial(budget)["cause"] == "invalid-config", trial(budget)
     assert "does not allow any tokens to be scheduled" in json.dumps(trial(budget)["evidence"])
+    assert trial(budget)["evidence"].get("found_by") != "preflight", trial(budget)["evidence"]
     assert trial(oom)["cause"] == "oom", trial(oom)
     assert "Free memory on device" in json.dumps(trial(oom)["evidence"])
     assert trial(crash)["cause"] == "crashed", trial(crash)

@@ -330,6 +330,12 @@ def _sim_hosts() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+BUDGET = {**fault_sweeps.DFLASH_8, "max_seqs": 1024}
+"""8192 batched tokens - 1024 sequences x 8 drafts = 0: ``VllmConfig`` refuses it at startup,
+but vLLM's parser, engine arguments and ``SpeculativeConfig`` take it (so the preflight does
+not find it, on a real host or on the simulated one)."""
+
+
 def vllm_sweeps() -> list[Sweep]:
     """The repository's vLLM sweep, the simulator's, and the fault tests' (on the
     simulator's ``vllm serve`` command line, as their hosts' units run it)."""
@@ -338,6 +344,7 @@ def vllm_sweeps() -> list[Sweep]:
     fault = dict(sim, name="vllm-fault-tests", configs=[
         fault_sweeps.DFLASH_4, fault_sweeps.DFLASH_8, fault_sweeps.EAGLE3_4,
         *({**fault_sweeps.DFLASH_4, "tokens": t} for t in (2, 3, 5, 6, 7)),
+        BUDGET,
     ])  # fmt: skip
     fault["server"] = dict(sim["server"], knobs=fault_sweeps.KNOBS)
     return [
@@ -446,7 +453,8 @@ def test_every_rendered_vllm_argv_parses_under_vllms_own_parser(asked: Asked) ->
         assert real["tokens"] == one.meant["num_speculative_tokens"], real
         checked += 1
     # every speculative config of the three sweeps reached a real SpeculativeConfig
-    assert checked == len([r for r in asked.rendered if r.meant]) >= 9 + 4 + 8
+    assert checked == len([r for r in asked.rendered if r.meant]) >= 9 + 4 + 9
+    assert any(one.config == BUDGET for one in asked.rendered)  # parsed: refused only later
 
 
 def test_a_typod_key_is_refused_by_validate_and_by_vllm(asked: Asked) -> None:
