@@ -7,6 +7,10 @@ the report is written. It exits 0 when every trial ended as the demo intends: th
 the simulated build does not know fails with ``bad-flag`` (found by the preflight), the DFLASH
 config with a window smaller than its block fails with ``invalid-config``, everything else
 succeeds.
+
+``--engine vllm`` runs the same on simulated ``vllm serve`` hosts (``demo-vllm.yaml``): SGLang's
+``--speculative-algorithm`` fails as ``bad-flag``, a speculative budget that leaves no tokens
+to schedule as ``invalid-config``.
 """
 
 from __future__ import annotations
@@ -31,19 +35,31 @@ from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.verbs.common import EXIT_FAILED, EXIT_OK, emit_json
 from orchestrator.verbs.run import run_in_foreground
 
-DEMO_RESOURCE = "demo.yaml"
+DEMO_RESOURCES = {"sglang": "demo.yaml", "vllm": "demo-vllm.yaml"}
+"""The packaged demo sweep of each engine the simulator serves (``sweeps/`` has copies)."""
 # The simulated server at 5x speed: a demo of about a minute and a half, slow enough that the
 # benchmark client keeps up on 2 cores (at 10x its points were flagged saturated, and the
 # answer rested on them).
 DEMO_TIME_SCALE = 0.2
 # config knob -> the failure cause the demo expects for configs that carry it.
-EXPECTED_FAILURES = {"legacy_window": "bad-flag"}
+# The two demos' knobs differ: SGLang's old window flag and vLLM's stray SGLang flag, vLLM's
+# sequence budget that leaves no room for the drafts.
+EXPECTED_FAILURES = {
+    "legacy_window": "bad-flag",
+    "sglang_algorithm": "bad-flag",
+    "max_seqs": "invalid-config",
+}
 
 
-def load_demo_sweep() -> tuple[Sweep, str]:
-    """The packaged demo sweep and its text."""
-    text = (importlib.resources.files("orchestrator") / "data" / DEMO_RESOURCE).read_text("utf-8")
-    return parse_sweep(text, f"orchestrator/data/{DEMO_RESOURCE}"), text
+def demo_source(engine: str = "sglang") -> str:
+    return f"orchestrator/data/{DEMO_RESOURCES[engine]}"
+
+
+def load_demo_sweep(engine: str = "sglang") -> tuple[Sweep, str]:
+    """The packaged demo sweep of ``engine`` and its text."""
+    resource = DEMO_RESOURCES[engine]
+    text = (importlib.resources.files("orchestrator") / "data" / resource).read_text("utf-8")
+    return parse_sweep(text, demo_source(engine)), text
 
 
 def expected_cause(config: dict[str, Any]) -> str | None:
@@ -75,6 +91,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(default: the directory of the demo sweep's identity_file)",
     )
     parser.add_argument("--json", action="store_true", help="the results as JSON on stdout")
+    parser.add_argument(
+        "--engine",
+        choices=sorted(DEMO_RESOURCES),
+        default="sglang",
+        help="the engine the simulated hosts run: SGLang (default) or vLLM's `vllm serve`",
+    )
 
 
 async def _demo(
@@ -85,10 +107,13 @@ async def _demo(
     for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
         stale.unlink(missing_ok=True)  # every demo starts from an empty store
     async with simulated_hosts(
-        state_dir, hosts, defaults={"ddtree": True, "time_scale": DEMO_TIME_SCALE}
+        state_dir,
+        hosts,
+        defaults={"ddtree": True, "time_scale": DEMO_TIME_SCALE},
+        engine=sweep.engine,
     ):
         outcome = await run_in_foreground(
-            sweep, text, db=str(db), source="orchestrator/data/demo.yaml", replace=True
+            sweep, text, db=str(db), source=demo_source(sweep.engine), replace=True
         )
     report = state_dir / "demo-report.html"
     async with await Store.open(db) as store:
@@ -101,7 +126,7 @@ async def _demo(
 
 def run(args: argparse.Namespace) -> int:
     log = get_logger(verb="demo")
-    sweep, text = load_demo_sweep()
+    sweep, text = load_demo_sweep(getattr(args, "engine", "sglang"))
     identity = sweep.hosts[0].identity_file or "~/.local/state/orchestrator/demo/id_ed25519"
     state_dir = (args.state_dir or Path(identity).expanduser().parent).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -134,16 +159,18 @@ def run(args: argparse.Namespace) -> int:
         else "demo: " + "; ".join(problems),
         file=sys.stderr,
     )
-    for line in report_commands(report, state_dir / "demo.db", log_file):
+    for line in report_commands(report, state_dir / "demo.db", log_file, sweep.name):
         print(line, file=sys.stderr)
     return EXIT_OK if not problems else EXIT_FAILED
 
 
-def report_commands(report: Path, db: Path, log_file: Path | None) -> list[str]:
+def report_commands(
+    report: Path, db: Path, log_file: Path | None, sweep: str = "demo"
+) -> list[str]:
     """Where a person goes next: the commands that open this demo's report and log."""
     lines = [
         f"open the report: xdg-open {_shown(report)}",
-        f"as Markdown:     orchestrator report demo --db {_shown(db)} --format md",
+        f"as Markdown:     orchestrator report {sweep} --db {_shown(db)} --format md",
     ]
     if log_file is not None:
         lines.append(f"every event:     {_shown(log_file)} (JSON lines)")

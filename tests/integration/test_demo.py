@@ -6,21 +6,48 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from orchestrator.plan import plan_sweep
-from orchestrator.verbs.demo import expected_cause, load_demo_sweep
+from orchestrator.verbs.demo import DEMO_RESOURCES, expected_cause, load_demo_sweep
 from tests.integration.test_sim_support import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_packaged_demo_matches_its_readable_copy() -> None:
-    _sweep, text = load_demo_sweep()
-    assert text == (REPO / "sweeps" / "demo.yaml").read_text()
+def _run_demo(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``orchestrator demo --json`` in ``tmp_path``; its JSON, checked as intended, with a
+    report that shows both failure kinds."""
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "demo", *options,
+         "--state-dir", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,  # from any directory: the demo sweep ships inside the package
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["as_intended"] is True
+    report = Path(document["report"])
+    assert report.is_absolute() and report.exists()
+    html = report.read_text()
+    assert "<svg" in html and "invalid-config" in html and "bad-flag" in html
+    return result, document
 
 
-def test_demo_intends_exactly_two_failure_kinds() -> None:
-    sweep, _text = load_demo_sweep()
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_packaged_demo_matches_its_readable_copy(engine: str) -> None:
+    sweep, text = load_demo_sweep(engine)
+    assert sweep.engine == engine
+    assert text == (REPO / "sweeps" / DEMO_RESOURCES[engine]).read_text()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_demo_intends_exactly_two_failure_kinds(engine: str) -> None:
+    sweep, _text = load_demo_sweep(engine)
     causes = [expected_cause(t.config) for t in plan_sweep(sweep).trials]
     per_host = len(sweep.hosts)
     assert causes.count("bad-flag") == per_host
@@ -31,20 +58,7 @@ def test_demo_intends_exactly_two_failure_kinds() -> None:
 
 
 def test_demo_runs_as_intended_and_prints_the_report_path(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "demo", "--state-dir", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,  # from any directory: the demo sweep ships inside the package
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    document = json.loads(result.stdout)
-    assert document["as_intended"] is True
-    report = Path(document["report"])
-    assert report.is_absolute() and report.exists()
-    html = report.read_text()
-    assert "<svg" in html and "invalid-config" in html and "bad-flag" in html
+    result, document = _run_demo(tmp_path)
     trials = document["results"]["trials"]
     assert {t["state"] for t in trials} == {"done", "failed"}
     done = [t for t in trials if t["state"] == "done"]
@@ -68,4 +82,26 @@ def test_demo_runs_as_intended_and_prints_the_report_path(tmp_path: Path) -> Non
     assert result.stderr.count("FAILED: invalid-config (as intended)") == 1
     # Nothing of the simulator is left running (its servers' environment names the state dir;
     # their addresses would also match a demo that another test runs at the same time).
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_demo_on_vllm_runs_as_intended_and_prints_the_report_path(tmp_path: Path) -> None:
+    """``demo --engine vllm``: the same product on simulated ``vllm serve`` hosts (about
+    35 s): SGLang's flag refused by vLLM's parser in the preflight, a speculative budget
+    refused at startup, the rest measured, an answer, the hosts' simulator gone."""
+    result, document = _run_demo(tmp_path, "--engine", "vllm")
+    trials = document["results"]["trials"]
+    causes = sorted(t.get("cause") or t["state"] for t in trials)
+    assert causes.count("bad-flag") == causes.count("invalid-config") == 2, causes
+    assert causes.count("done") == len(trials) - 4 >= 6, causes
+    bad_flag = next(t for t in trials if t.get("cause") == "bad-flag")
+    assert bad_flag["evidence"]["found_by"] == "preflight"
+    assert "does not allow any tokens to be scheduled" in json.dumps(
+        [t["evidence"] for t in trials if t.get("cause") == "invalid-config"]
+    )
+    done = [t for t in trials if t["state"] == "done"]
+    assert {t["evidence"]["provenance"]["engine"] for t in done} == {"vllm"}
+    assert document["answers"] and document["answers"][0]["host_type"] == "sim-gpu"
+    assert document["answers"][0]["best"] is not None, document["answers"]
+    assert "orchestrator report demo-vllm --db" in result.stderr
     assert processes_mentioning(str(tmp_path)) == []
