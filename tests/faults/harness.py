@@ -8,6 +8,10 @@ what the store recorded: the trial's cause and evidence, the events, that the ne
 did not, per ``policy.on_trial_failure``), and that the host's unit files under its private root
 are byte-identical to what they were before the sweep, with the unit back in its original state.
 
+A test that applies to both engines runs on each (``ENGINES``: the same faults on simulated
+``vllm serve`` hosts, with vLLM's configs, a ``--speculative-config`` JSON per config, and its
+own texts); tests/faults/test_vllm_sweep.py lists which.
+
 Addresses 127.0.0.120-139 and 145-149 belong to these tests (one per test, so a server left in
 TIME_WAIT by one test never blocks the next). The configs differ only in
 ``--speculative-num-draft-tokens``:
@@ -29,9 +33,10 @@ import aiohttp
 import asyncssh
 import yaml
 
+from orchestrator.engines.vllm.config import speculative_positions
 from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.sim.cli import SimCluster, simulated_hosts
-from orchestrator.sim.host import UNIT_NAME, render_unit, sglang_argv
+from orchestrator.sim.host import UNIT_NAME, VLLM_UNIT_NAME, render_unit, sglang_argv, vllm_argv
 from orchestrator.store import Store
 from orchestrator.store.records import EventRecord
 from orchestrator.sweepfile import Sweep, parse_sweep
@@ -75,12 +80,14 @@ def unit_text(
     kill_mode: str = "control-group",
     timeout_stop_s: int = 30,
     extra_unit: Sequence[str] = (),
+    engine: str = "sglang",
 ) -> str:
     """The simulated host's unit, with the settings a fault needs ([Unit] lines in
     ``extra_unit``)."""
+    argv, server = (vllm_argv, "vLLM") if engine == "vllm" else (sglang_argv, "SGLang")
     text = render_unit(
-        sglang_argv(address),
-        description=f"SGLang server ({host_name(address)}, simulated)",
+        argv(address),
+        description=f"{server} server ({host_name(address)}, simulated)",
         timeout_stop_s=timeout_stop_s,
     )
     text = text.replace("KillMode=control-group\n", f"KillMode={kill_mode}\n")
@@ -151,12 +158,14 @@ class FaultHost:
         return str(result.stdout).splitlines()
 
     async def server_info(self) -> dict[str, Any]:
+        return json.loads(await self.http_text("/server_info"))
+
+    async def http_text(self, path: str) -> str:
         async with (
             aiohttp.ClientSession() as http,
-            http.get(f"{self.base_url}/server_info", timeout=aiohttp.ClientTimeout(5)) as reply,
+            http.get(f"{self.base_url}{path}", timeout=aiohttp.ClientTimeout(5)) as reply,
         ):
-            body: dict[str, Any] = await reply.json()
-            return body
+            return await reply.text()
 
     async def wait_serving(self, timeout: float = 30.0) -> None:
         """Until the server answers /health with 200 (the host's own first start)."""
@@ -279,6 +288,76 @@ def sweep_yaml(
     return yaml.safe_dump(document, sort_keys=False)
 
 
+VLLM_KNOBS: dict[str, dict[str, str]] = {
+    "method": {"flag": "--speculative-config", "json_key": "method"},
+    "tokens": {"flag": "--speculative-config", "json_key": "num_speculative_tokens"},
+    "draft": {"flag": "--speculative-config", "json_key": "model"},
+}
+VLLM_DRAFT = "/models/Kimi-K2.6-DFlash"
+
+
+def _vllm_config(tokens: int) -> dict[str, Any]:
+    return {"method": "dflash", "tokens": tokens, "draft": VLLM_DRAFT}
+
+
+def _vllm_json(tokens: int) -> str:
+    """The ``--speculative-config`` word the drop-in renders for :func:`_vllm_config`."""
+    keys = {"method": "dflash", "model": VLLM_DRAFT, "num_speculative_tokens": tokens}
+    return json.dumps(keys, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    """One engine as a fault test that applies to both sees it: its three configs (the same
+    draft lengths 7, 5, 6), the argv words that aim a fault at ``faulty``, its sweep, unit
+    and texts."""
+
+    engine: str
+    faulty: dict[str, Any]
+    healthy: dict[str, Any]
+    other: dict[str, Any]
+    when_faulty: tuple[str, ...]
+    unit: str
+    loading_text: str
+    """A line the server logs while it loads (before it is ready)."""
+    oom_text: str
+    """What its log says when a start runs out of GPU memory."""
+
+    def on_faulty(self, value: Any) -> dict[str, Any]:
+        """A server fault that fires only for ``faulty``."""
+        return {"value": value, "when_args": list(self.when_faulty)}
+
+    def sweep_yaml(
+        self, host: FaultHost, name: str, configs: Sequence[Mapping[str, Any]], **options: Any
+    ) -> str:
+        """:func:`sweep_yaml`, on this engine's knobs and unit."""
+        text = sweep_yaml(host, name, configs, **options)
+        if self.engine == "sglang":
+            return text
+        document = yaml.safe_load(text)
+        document["engine"] = self.engine
+        document["server"] = {"unit": self.unit, "model": "kimi-k2.6", "knobs": VLLM_KNOBS}
+        return yaml.safe_dump(document, sort_keys=False)
+
+    def unit_text(self, address: str, **options: Any) -> str:
+        return unit_text(address, engine=self.engine, **options)
+
+
+ENGINES: dict[str, EngineCase] = {
+    "sglang": EngineCase(
+        "sglang", FAULTY, HEALTHY, OTHER, tuple(WHEN_FAULTY), UNIT_NAME,
+        loading_text="Load weight begin",
+        oom_text="torch.OutOfMemoryError: CUDA out of memory",
+    ),
+    "vllm": EngineCase(
+        "vllm", _vllm_config(7), _vllm_config(5), _vllm_config(6), (_vllm_json(7),),
+        VLLM_UNIT_NAME,
+        loading_text="Starting to load model",
+        oom_text="Free memory on device",
+    ),
+}  # fmt: skip
+
+
 @dataclass
 class SweepRun:
     """A finished sweep: its outcome, its events, and the wall time it took."""
@@ -345,7 +424,10 @@ async def assert_restored(host: FaultHost, *, serving: bool = True) -> None:
     assert host.unit_files() == host.unit_files_before
     state = await host.show(*STATE_PROPS)
     assert state == host.state_before, (state, host.state_before)
-    if serving:
+    if serving and host.unit == VLLM_UNIT_NAME:
+        # vLLM reports no config without dev mode: no per-position counters, no speculation
+        assert speculative_positions(await host.http_text("/metrics")) is None
+    elif serving:
         info = await host.server_info()
         assert info["speculative_algorithm"] is None, info
         assert DRAFT_FLAG not in info["launch_command"], info["launch_command"]

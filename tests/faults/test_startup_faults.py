@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.faults.harness import (
+    ENGINES,
     FAULTY,
     HEALTHY,
     TIMEOUTS,
     assert_restored,
     excerpt_text,
     fault_host,
-    on_faulty,
     point_count,
     run,
     sweep_yaml,
@@ -76,53 +76,67 @@ async def test_bad_flag_is_failed_by_preflight(tmp_path: Path) -> None:
         await assert_restored(host)
 
 
-@pytest.mark.parametrize("on_failure", ["continue", "abort"])
-async def test_cuda_oom_at_start(tmp_path: Path, on_failure: str) -> None:
-    """A CUDA OOM while loading: ``oom`` with the traceback, in seconds. With
+@pytest.mark.parametrize(
+    ("on_failure", "engine"), [("continue", "sglang"), ("abort", "sglang"), ("continue", "vllm")]
+)
+async def test_cuda_oom_at_start(tmp_path: Path, on_failure: str, engine: str) -> None:
+    """A CUDA OOM while loading: ``oom`` with the engine's own words, in seconds. With
     ``on_trial_failure: abort`` the sweep stops there (the next config is never tried, the
     sweep is failed) and the host is restored all the same."""
-    address = "127.0.0.121" if on_failure == "continue" else "127.0.0.139"
+    case = ENGINES[engine]
+    address = {"continue": "127.0.0.121", "abort": "127.0.0.139"}[on_failure]
+    if engine == "vllm":
+        address = "127.0.0.242"
     async with fault_host(
-        tmp_path, address, server_faults={"crash_at_start": on_faulty("oom")}
+        tmp_path, address, server_faults={"crash_at_start": case.on_faulty("oom")}, engine=engine
     ) as host:
-        text = sweep_yaml(host, "oom", [FAULTY, HEALTHY], policy={"on_trial_failure": on_failure})
+        text = case.sweep_yaml(
+            host, "oom", [case.faulty, case.healthy], policy={"on_trial_failure": on_failure}
+        )
         done = await run(tmp_path, text)
 
-        failed = done.trial(FAULTY)
+        failed = done.trial(case.faulty)
         assert (failed["state"], failed["cause"]) == ("failed", "oom")
         evidence = failed["evidence"]
-        assert "torch.OutOfMemoryError: CUDA out of memory" in excerpt_text(evidence)
+        assert case.oom_text in excerpt_text(evidence), excerpt_text(evidence)
         assert evidence["exit_status"] == 1 and evidence["invocation_id"]
         assert point_count(failed) == 0
         assert _took(failed) < TIMEOUTS["ready"] / 2
         assert done.of_kind("server.exited")[0]["cause"] == "oom"
         if on_failure == "continue":
             assert done.outcome.state == "done"
-            healthy = done.trial(HEALTHY)
+            healthy = done.trial(case.healthy)
             assert healthy["state"] == "done" and point_count(healthy) == 1
         else:
             assert done.outcome.state == "failed"
             assert done.results["summary"]["stopped"].startswith("abort")
-            assert done.trial(HEALTHY, attempt=None)["state"] == "queued"  # never attempted
+            assert done.trial(case.healthy, attempt=None)["state"] == "queued"  # never attempted
         await assert_restored(host)
 
 
-async def test_load_slower_than_the_ready_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+async def test_load_slower_than_the_ready_timeout(tmp_path: Path, engine: str) -> None:
     """A server still loading at the ready timeout is failed (not waited on forever), and the
     next trial's stop ends the loading process before anything else starts."""
+    case = ENGINES[engine]
     async with fault_host(
-        tmp_path, "127.0.0.122", server_faults={"slow_load_s": on_faulty(400.0)}
+        tmp_path,
+        "127.0.0.122" if engine == "sglang" else "127.0.0.228",
+        server_faults={"slow_load_s": case.on_faulty(400.0)},
+        engine=engine,
     ) as host:  # 400 s x time_scale 0.05 = 20 s of loading
-        text = sweep_yaml(host, "slow-load", [FAULTY, HEALTHY], timeouts={"ready": 4})
+        text = case.sweep_yaml(
+            host, "slow-load", [case.faulty, case.healthy], timeouts={"ready": 4}
+        )
         done = await run(tmp_path, text)
 
-        failed = done.trial(FAULTY)
+        failed = done.trial(case.faulty)
         assert (failed["state"], failed["cause"]) == ("failed", "ready-timeout")
         evidence = failed["evidence"]
         assert evidence["ready_line_seen"] is False
-        assert "Load weight begin" in excerpt_text(evidence)
+        assert case.loading_text in excerpt_text(evidence)
         assert 4 <= _took(failed) < 15
-        healthy = done.trial(HEALTHY)
+        healthy = done.trial(case.healthy)
         assert healthy["state"] == "done" and point_count(healthy) == 1
         await assert_restored(host)
 
@@ -151,9 +165,7 @@ async def test_a_hidden_alias_runs_though_help_does_not_list_it(tmp_path: Path) 
     against ``--help`` it failed ``bad-flag`` without ever being tried)."""
     aliased = {**HEALTHY, "window": 2048}
     async with fault_host(tmp_path, "127.0.0.129", settings={"sglang_version": "0.5.24"}) as host:
-        help_text = await host.run(
-            f"{sys.executable} -m orchestrator.sim.sglang_server --help"
-        )
+        help_text = await host.run(f"{sys.executable} -m orchestrator.sim.sglang_server --help")
         assert REMOVED_FLAG not in str(help_text.stdout)
         text = sweep_yaml(host, "alias", [aliased], knobs={"window": {"flag": REMOVED_FLAG}})
         done = await run(tmp_path, text)

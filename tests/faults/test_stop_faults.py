@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.faults.harness import (
+    ENGINES,
     FAULTY,
     HEALTHY,
     OTHER,
@@ -20,21 +23,24 @@ from tests.faults.harness import (
 )
 
 
-async def test_old_process_lingering_after_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+async def test_old_process_lingering_after_stop(tmp_path: Path, engine: str) -> None:
     """KillMode=process: the stop ends the main process (which serves on for a while after
     SIGTERM), its scheduler child holds the GPUs for 3 s more. The next server is started only
     once the child is gone: systemd never finds a left-over process at start."""
-    address = "127.0.0.124"
+    case = ENGINES[engine]
+    address = "127.0.0.124" if engine == "sglang" else "127.0.0.226"
     async with fault_host(
         tmp_path,
         address,
-        unit=unit_text(address, kill_mode="process"),
+        unit=case.unit_text(address, kill_mode="process"),
         server={"stop_delay_s": 20.0},  # 1 s of serving after SIGTERM
-        server_faults={"leftover_child_s": on_faulty(60.0)},  # 3 s after the main process
+        server_faults={"leftover_child_s": case.on_faulty(60.0)},  # 3 s after the main process
+        engine=engine,
     ) as host:
-        done = await run(tmp_path, sweep_yaml(host, "lingering", [FAULTY, HEALTHY]))
+        done = await run(tmp_path, case.sweep_yaml(host, "lingering", [case.faulty, case.healthy]))
 
-        first, second = done.trial(FAULTY), done.trial(HEALTHY)
+        first, second = done.trial(case.faulty), done.trial(case.healthy)
         assert first["state"] == "done" and second["state"] == "done", done.results
         assert point_count(second) == 1
         # the stop after FAULTY: the main process served on ~1 s, then the child held ~3 s
@@ -87,16 +93,23 @@ async def test_memory_held_by_a_leftover_is_never_released(tmp_path: Path) -> No
         assert "memory-not-released" in (record["set_aside"] or ""), record
 
 
-async def test_memory_never_released_by_the_driver(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+async def test_memory_never_released_by_the_driver(tmp_path: Path, engine: str) -> None:
     """No process left, yet ``memory.used`` never comes back to the idle baseline (read before
     the first stop): the trial fails with the excess per GPU and the unit is not started."""
+    case = ENGINES[engine]
     async with fault_host(
-        tmp_path, "127.0.0.126", settings={"memory_never_released": True}
+        tmp_path,
+        "127.0.0.126" if engine == "sglang" else "127.0.0.227",
+        settings={"memory_never_released": True},
+        engine=engine,
     ) as host:
-        text = sweep_yaml(host, "driver-leak", [HEALTHY, OTHER], timeouts={"memory_release": 2})
+        text = case.sweep_yaml(
+            host, "driver-leak", [case.healthy, case.other], timeouts={"memory_release": 2}
+        )
         done = await run(tmp_path, text)
 
-        for config in (HEALTHY, OTHER):
+        for config in (case.healthy, case.other):
             failed = done.trial(config)
             assert (failed["state"], failed["cause"]) == ("failed", "memory-not-released")
             evidence = failed["evidence"]

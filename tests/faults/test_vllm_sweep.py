@@ -6,7 +6,27 @@ answers with intervals, reports naming the engine, and the hosts restored. Then 
 that apply to vLLM: a flag its parser refuses, a speculative budget it refuses, out of memory
 at start, a crash mid-benchmark.
 
-Runs on the fault harness; addresses 127.0.0.221-228 are this file's.
+Runs on the fault harness; addresses 127.0.0.221-225 are this file's.
+
+Faults that run on both engines (the vLLM variant on a simulated ``vllm serve`` host with
+vLLM's configs and texts, ``tests.faults.harness.ENGINES``), one per distinct cause that this
+file does not already cover on vLLM:
+
+- out of memory at start (``test_startup_faults.py::test_cuda_oom_at_start``, vLLM's
+  ``Free memory on device`` line; address .242);
+- a load slower than the ready timeout (``test_load_slower_than_the_ready_timeout``,
+  ``ready-timeout`` while vLLM logs ``Starting to load model``; .228);
+- an old process lingering after stop, readiness taken only from the new one
+  (``test_stop_faults.py::test_old_process_lingering_after_stop``; .226);
+- memory never released by the driver (``test_memory_never_released_by_the_driver``,
+  ``memory-not-released``; .227).
+
+Here, on vLLM only: a flag its parser refuses (``bad-flag``, by the preflight), a speculative
+budget refused at startup (``invalid-config``), out of memory at start (``oom``) and a crash
+mid-benchmark (``crashed``). SGLang only (engine-specific or host-level, the same code path on
+either engine): the hidden-alias and ``--help`` preflight cases, start-limit, a process
+surviving SIGKILL, a leftover that never exits, lost journal lines, hanging requests and the
+engine seam's own test.
 """
 
 from __future__ import annotations
