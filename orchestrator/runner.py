@@ -31,7 +31,7 @@ from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
 from orchestrator.host.handle import HostHandle
-from orchestrator.host.lease import HostBusy, HostLease
+from orchestrator.host.lease import HostBusy, HostLease, LeaseLost
 from orchestrator.hostloop import (
     INTERRUPT,
     RESTORE_ATTEMPTS_AFTER_LOSS,
@@ -399,7 +399,7 @@ async def _host_sweep(
         await _set_aside(run, host, run.source.withdraw(host.name), check)
         return True
     await _load_or_take_backup(run, session)
-    driver = SessionDriver(run, session, host, check)
+    driver = SessionDriver(run, session, host, check, lease)
     kept = await _until_aborted(run, host.name, run_host_trials(run, driver))
     if lease.lost is not None:
         # Another controller holds the host now and restores it as it took it: nothing of
@@ -546,9 +546,15 @@ class SessionDriver:
     measurement of the proven server (the host loop's :class:`~orchestrator.hostloop.Driver`)."""
 
     def __init__(
-        self, run: _SweepRun, session: HostSession, host: HostSpec, check: HostCheck
+        self,
+        run: _SweepRun,
+        session: HostSession,
+        host: HostSpec,
+        check: HostCheck,
+        lease: HostLease,
     ) -> None:
         self.run, self.session, self.spec, self.check = run, session, host, check
+        self.lease = lease
         self.knobs = host.effective_knobs(run.sweep.server.knobs)
         self._dropins: dict[str, TrialDropin] = {}
 
@@ -603,8 +609,21 @@ class SessionDriver:
         """The trial's drop-in installed, the unit restarted cleanly, the new process proven
         (the next trial's restart, or the restore, replaces it)."""
         del planned
-        server = await reconfigure(self.session, self._dropins[trial.key])
-        yield _MeasuredServer(self.run, self.session, server)
+        try:
+            server = await reconfigure(self.session, self._dropins[trial.key])
+            yield _MeasuredServer(self.run, self.session, server)
+        except (Stopped, LeaseLost):
+            raise
+        except Exception as exc:
+            # A server that died or never came up while another controller took the host
+            # over was restarted by that controller, not crashed: the take-over is the cause.
+            try:
+                lost = await self.lease.taken_over()
+            except HostError:
+                lost = None  # the host cannot tell now: the failure stands as it was seen
+            if lost is not None:
+                raise lost.behind(failure_from(exc).to_json()) from exc
+            raise
 
 
 @dataclass(frozen=True, slots=True)

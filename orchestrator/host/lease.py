@@ -238,10 +238,24 @@ class LeaseLost(HostError):
     """A change to the host was refused: the lease is no longer the holder's (a newer
     generation exists, the lease directory is gone, or the holder's own expiry passed)."""
 
-    def __init__(self, host: str, token: int, why: str, *, found: LeaseView | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        token: int,
+        why: str,
+        *,
+        found: LeaseView | None = None,
+        seen: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{host}: lease {token} lost: {why}")
         self.cause: FailureCause = "lease-lost"
         self.host, self.token, self.why, self.found = host, token, why, found
+        self.seen = seen
+        """The failure the holder saw before it found the lease lost, with its evidence."""
+
+    def behind(self, seen: dict[str, Any]) -> LeaseLost:
+        """This loss as the cause of a failure the holder saw (kept in the evidence)."""
+        return LeaseLost(self.host, self.token, self.why, found=self.found, seen=seen)
 
     @property
     def evidence(self) -> dict[str, Any]:
@@ -250,6 +264,7 @@ class LeaseLost(HostError):
             "token": self.token,
             "why": self.why,
             "found": None if self.found is None else self.found.to_json(now),
+            **({} if self.seen is None else {"seen": self.seen}),
         }
 
 
@@ -367,21 +382,28 @@ class HostLease:
                     self.host, self.token, "its expiry passed (the holder stalled)"
                 )
             else:
-                view = await self.place.read()
-                mine = view.record is not None and view.record.holder.holder_id == (
-                    self.record.holder.holder_id
-                )
-                if view.token != self.token or not mine:
-                    why = "the host holds no lease" if view.token == 0 else "taken over"
-                    if view.token == self.token:
-                        why = "its holder file names someone else"
-                    self.lost = LeaseLost(self.host, self.token, why, found=view)
+                await self.taken_over()
         if self.lost is not None:
             self.fenced.append(change)
             get_logger(host=self.host).error(
                 "lease.fenced", generation=self.token, change=change, why=self.lost.why
             )
             raise self.lost
+
+    async def taken_over(self) -> LeaseLost | None:
+        """What the host says, changing nothing: the loss when another generation or holder is
+        there now (why a server this holder started went away under it), else None."""
+        if self.lost is None:
+            view = await self.place.read()
+            mine = view.record is not None and view.record.holder.holder_id == (
+                self.record.holder.holder_id
+            )
+            if view.token != self.token or not mine:
+                why = "the host holds no lease" if view.token == 0 else "taken over"
+                if view.token == self.token:
+                    why = "its holder file names someone else"
+                self.lost = LeaseLost(self.host, self.token, why, found=view)
+        return self.lost
 
     async def renew(self) -> None:
         """Push the expiry on (after the fence's check); a lost lease stays lost."""

@@ -244,3 +244,20 @@ async def test_the_same_process_and_sweep_takes_its_own_lease_again(tmp_path: Pa
     )
     assert first.lease is not None and other.lease is None
     assert again.lease is not None and again.lease.token == 2
+
+
+async def test_taken_over_reads_the_host_and_fences_nothing(tmp_path: Path) -> None:
+    """Asked why a server went away, the lease reads the host: None while it is still the
+    holder's; the loss once another controller holds a newer generation. Nothing is recorded
+    as a fenced change (nothing was attempted)."""
+    wall = Clock()
+    taken = await try_take(place(tmp_path), holder(pid=1), expiry_s=5, wall=wall)
+    assert taken.lease is not None
+    assert await taken.lease.taken_over() is None
+    wall.now += 6
+    assert (await try_take(place(tmp_path), holder("taker"), expiry_s=5, wall=wall)).lease
+    lost = await taken.lease.taken_over()
+    assert lost is not None and lost.why == "taken over" and lost.found is not None
+    assert lost.found.token == 2 and taken.lease.fenced == []
+    seen = lost.behind({"cause": "crashed", "message": "the server died"})
+    assert seen.cause == "lease-lost" and seen.evidence["seen"]["cause"] == "crashed"
