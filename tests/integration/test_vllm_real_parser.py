@@ -10,8 +10,9 @@ environment the preflight asks about, and ``Vllm.batch_command``'s script
 (:data:`orchestrator.engines.vllm.argv.PARSE_SCRIPT`), run unchanged.
 
 One subprocess (so no stub reaches this process) imports vLLM's real modules with a stub for
-each heavy dependency that is not installed here (:data:`STUBBED`: torch, transformers,
-triton, ...; one generic stub module type, whose attributes are inert classes) plus
+each heavy dependency (:data:`STUBBED`: torch, transformers, triton, ...; one generic stub
+module type, whose attributes are inert classes), for any other package outside vLLM that
+this venv lacks (urllib3 in a fresh ``make test`` venv; pydantic is always real), and for
 ``vllm.v1.executor`` (imported by ``ParallelConfig``'s validator only for an ``issubclass``
 check against ``Executor``; importing it for real pulls in the model runner), with
 ``VLLM_TARGET_DEVICE=cpu`` so that ``DeviceConfig`` knows its device.
@@ -99,12 +100,17 @@ STUBBED = (
     "cachetools", "uvloop", "cpuinfo", "fastapi", "prometheus_client", "partial_json_parser",
     "xgrammar", "llguidance", "vllm.v1.executor",
 )  # fmt: skip
-"""vLLM's dependencies that this venv lacks, as the parser's import chain reaches them (a
-real one is used where installed: pydantic, numpy, aiohttp, openai, yaml, ...)."""
+"""vLLM's heavy dependencies, stubbed whether installed or not, as the parser's import chain
+reaches them. Any other package outside vLLM that this venv lacks is stubbed the same way when
+first imported; the rest are real where installed (numpy, aiohttp, openai, yaml, ...)."""
+
+REAL = ("pydantic", "pydantic_core")
+"""Never stubbed: the config checks this test relies on are pydantic's."""
 
 PRELUDE = """\
 import importlib.abc, importlib.machinery, importlib.metadata, os, re, sys, types
 STUBBED = tuple(os.environ["VLLM_STUBBED"].split(","))
+REAL = set(os.environ["VLLM_REAL"].split(","))
 def _attr(self, name):
     if name.startswith("__") and name.endswith("__"):
         raise AttributeError(name)
@@ -142,11 +148,26 @@ class _StubModule(types.ModuleType):
         value = _stub(self.__name__ + "." + name)
         setattr(self, name, value)
         return value
+MISSING = set()
+def _from_vllm():
+    # vLLM's own code is the importer: the standard library's optional imports (_winapi)
+    # must still fail as they would anywhere.
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("importlib"):
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("vllm")
 class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
-        if any(name == s or name.startswith(s + ".") for s in STUBBED):
+        top = name.partition(".")[0]
+        if any(name == s or name.startswith(s + ".") for s in STUBBED) or top in MISSING:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
+        if "." in name or top in REAL or top == "vllm" or not _from_vllm():
+            return None
+        others = [f for f in sys.meta_path if f is not self]
+        if any(f.find_spec(name, path, target) is not None for f in others):
+            return None
+        MISSING.add(top)  # not installed in this venv either (urllib3 in a fresh one): inert
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
     def create_module(self, spec):
         module = _StubModule(spec.name)
         module.__path__ = []
@@ -157,7 +178,7 @@ sys.meta_path.insert(0, _Stubs())
 sys.modules["regex"] = re
 _version = importlib.metadata.version
 def _stub_version(name):
-    if name.replace("-", "_") in STUBBED:
+    if name.replace("-", "_") in STUBBED or name.replace("-", "_") in MISSING:
         return "2.10.0"
     return _version(name)
 importlib.metadata.version = _stub_version
@@ -372,7 +393,8 @@ def ask_vllm(source: Path, env_prefix: tuple[str, ...], argvs: list[tuple[str, .
     script = command.index("-c") + 1
     command[script] = PRELUDE + command[script] + EPILOGUE
     environ = dict(
-        os.environ, PYTHONPATH=str(source), VLLM_STUBBED=",".join(STUBBED),
+        os.environ, PYTHONPATH=str(source),
+        VLLM_STUBBED=",".join(STUBBED), VLLM_REAL=",".join(REAL),
         VLLM_TARGET_DEVICE="cpu", VLLM_CONFIGURE_LOGGING="0", VLLM_NO_USAGE_STATS="1",
     )  # fmt: skip
     done = subprocess.run(
