@@ -9,7 +9,10 @@ and the command that opens the report. The run is the session's one terminal dem
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 from tests.integration.terminal_demo import TerminalDemo
 
@@ -80,3 +83,30 @@ def test_demo_on_a_terminal_shows_the_live_display_and_ends_with_the_outcome(
     # ... and the log file kept every event as JSON.
     log_lines = (terminal_demo.state_dir / "demo.log").read_text().splitlines()
     assert len(log_lines) > 100 and all(line.startswith("{") for line in log_lines)
+    events = {json.loads(line)["event"] for line in log_lines}
+    assert {"sweep.started", "server.ready", "sweep.finished"} <= events
+    html = (terminal_demo.state_dir / "demo-report.html").read_text()
+    assert "<svg" in html and "invalid-config" in html and "bad-flag" in html
+
+
+def test_the_demos_store_holds_every_planned_cell(terminal_demo: TerminalDemo) -> None:
+    """What the demo left in its store, read back as an operator would (``results --json``):
+    every cell each trial's plan holds is committed (the full matrix of 2 contexts x 2
+    concurrencies for promoted and confirming trials, the objective's cell for a screen the
+    adaptive search did not promote), and the answer names the host type."""
+    state = terminal_demo.state_dir
+    shown = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "results", "demo", "--json",
+         "--db", str(state / "demo.db")],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    document = json.loads(shown.stdout)
+    trials = document["trials"]
+    assert {t["state"] for t in trials} == {"done", "failed"}
+    done = [t for t in trials if t["state"] == "done"]
+    assert all(
+        len([p for p in t["points"] if p["kind"] == "throughput"]) == len(t["plan"]["cells"])
+        for t in done
+    )
+    assert any(len(t["plan"]["cells"]) == 4 for t in done)
+    assert document["answers"] and document["answers"][0]["host_type"] == "sim-gpu"
