@@ -157,15 +157,20 @@ def failure_words(cause: str | None, evidence: Mapping[str, Any] | None) -> str:
     if evidence.get("found_by") == "preflight":
         # The parser refused the argv before anything started: nothing "at startup".
         meaning = PREFLIGHT_REFUSAL
+    message = evidence.get("message") or evidence.get("reason") or evidence.get("error")
+    message = str(message).strip() if message else ""
     detail = ""
     excerpt = evidence.get("excerpt")
     if isinstance(excerpt, list):
-        named = [str(line) for line in excerpt if _NAMING_LINE.search(str(line))]
-        detail = named[-1].strip() if named else ""
-    if not detail:
-        message = evidence.get("message") or evidence.get("reason") or evidence.get("error")
-        detail = str(message).strip() if message else ""
-    return meaning + (f": {detail}" if detail else "")
+        lines = [str(line) for line in excerpt]
+        if message and any(message in line for line in lines):
+            # The engine's classifier chose this line (vLLM's root cause, not the API server's
+            # "Engine core initialization failed" that follows it): shown without its prefix.
+            detail = message
+        else:
+            named = [line for line in lines if _NAMING_LINE.search(line)]
+            detail = named[-1].strip() if named else ""
+    return meaning + f": {detail or message}" if detail or message else meaning
 
 
 def _passed(metrics: Mapping[str, Any]) -> bool:

@@ -209,3 +209,24 @@ def test_failure_words_fall_back_to_the_message() -> None:
     ]}
     assert outcome_lines(results)[1].endswith("FAILED: exited: the server exited at startup: "
                                               "[red]boom[/red] [N]")
+
+
+def test_failure_words_name_the_line_the_engine_classified() -> None:
+    """vLLM's engine core logs the root cause, then the API server's own RuntimeError line
+    follows it: the words show the line the cause was read from, not the last error line."""
+    root = (
+        "ValueError: max_num_scheduled_tokens is set to 0 based on the speculative decoding "
+        "settings, which does not allow any tokens to be scheduled."
+    )
+    evidence = {
+        "message": root,
+        "excerpt": [
+            "(EngineCore pid=7) ERROR 12-03 15:12:12 [core.py:1584] EngineCore failed to start.",
+            f"(EngineCore pid=7) ERROR 12-03 15:12:12 [core.py:1584] {root}",
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {'EngineCore': 1}",
+            "vllm.service: Main process exited, code=exited, status=1/FAILURE",
+        ],
+    }
+    words = failure_words("invalid-config", evidence)
+    assert words.endswith(f": {root}") and "RuntimeError" not in words
