@@ -337,14 +337,17 @@ class LeasePlace:
         )
         return made.ok
 
+    async def remove_generation(self, token: int) -> None:
+        await self.transport.run(
+            ["rm", "-rf", "--", f"{self.directory}/{_gen_name(token)}"],
+            timeout=self.timeout,
+            privileged=True,
+        )
+
     async def remove_older(self, token: int) -> None:
         for old in await self.generations():
             if old < token:
-                await self.transport.run(
-                    ["rm", "-rf", "--", f"{self.directory}/{_gen_name(old)}"],
-                    timeout=self.timeout,
-                    privileged=True,
-                )
+                await self.remove_generation(old)
 
 
 @dataclass
@@ -500,7 +503,13 @@ async def try_take(
         expires_at=now + expiry_s,
         took_over_from=None if before is None else before.holder,
     )
-    await place.write(record)
+    try:
+        await place.write(record)
+    except HostError:
+        # Our own generation, never named: others would wait out an expiry for it.
+        with contextlib.suppress(HostError):
+            await place.remove_generation(token)
+        raise
     await place.remove_older(token)
     lease = HostLease(place, record, expiry_s, started + expiry_s * 0.75, monotonic, wall)
     get_logger(host=place.host).info(

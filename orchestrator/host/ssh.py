@@ -75,6 +75,7 @@ _REPORT_GROUP_THEN_EXEC = 'printf "%s\\n" "$$" && exec "$@"'
 _CONNECTION_LOST_ERRORS: tuple[type[BaseException], ...] = (
     asyncssh.DisconnectError,
     asyncssh.ConnectionLost,
+    asyncssh.SFTPConnectionLost,  # the drop as an SFTP call sees it: no SFTPError of the file
     ConnectionError,
     BrokenPipeError,
 )
@@ -512,6 +513,14 @@ class SSHTransport:
                     raise CommandTimeout(
                         self.name, f"sftp {what} {path} ran past {timeout:g} s"
                     ) from None
+                except asyncssh.SFTPConnectionLost:
+                    raise  # reconnected and re-run by _call, like any dropped connection
+                except asyncssh.ChannelOpenError as exc:
+                    if conn.is_closed():  # the drop, met as the SFTP channel was opened
+                        raise _Reconnectable(self.name, f"connection closed: {exc.reason}") from exc
+                    raise TransportError(
+                        self.name, f"the host refused an SFTP channel: {exc.reason}"
+                    ) from exc
                 except asyncssh.SFTPNoSuchFile as exc:
                     raise FileNotFoundError(errno.ENOENT, exc.reason, path) from exc
                 except asyncssh.SFTPPermissionDenied as exc:

@@ -184,3 +184,39 @@ async def test_frozen_host_is_caught_by_keepalive(
             await asyncio.wait_for(restore_from_backup(store, sweep, backup), 60)
             assert not await store.pending_restores(sweep_id=done.outcome.sweep_id)
         await assert_restored(host)
+
+
+async def test_an_sftp_write_met_by_a_drop_is_written_again(tmp_path: Path) -> None:
+    """The host's sshd goes away as an SFTP write starts: the call meets the drop as asyncssh's
+    ChannelOpenError on a closed connection (or SFTPConnectionLost mid-call), not as
+    ConnectionLost. The write is idempotent (a fresh temp file each time), so it is written
+    again on a new connection, as a dropped command is re-run. It was an error of the file: a
+    soak's SSH outage during a lease's holder write set the host aside for good."""
+    from orchestrator.host.ssh import SSHTransport
+    from tests.soak import harness as soak
+    from tests.soak.soak import ssh_outage
+
+    async with soak.sim_hosts(
+        tmp_path / "sim", ["127.0.0.133"], defaults=soak.fast_host_defaults(0.1)
+    ) as cluster:
+        host = cluster.hosts[0]
+        transport = SSHTransport(
+            SSHSettings(
+                name=host.name,
+                address=host.address,
+                port=host.port,
+                identity_file=str(cluster.key_path),
+                known_hosts=str(cluster.known_hosts),
+                reconnect_backoff_initial=0.1,
+            )
+        )
+        try:
+            await transport.run(["true"], timeout=10)
+            outage = asyncio.create_task(ssh_outage(host, 0.3))
+            await asyncio.sleep(0)  # the listener closed, every connection aborted
+            await transport.write_file_atomic("/run/holder.json", b"{}", timeout=30)
+            await outage
+            assert (host.root / "run/holder.json").read_bytes() == b"{}"
+            assert transport.connection_generation == 2
+        finally:
+            await transport.close()

@@ -23,6 +23,7 @@ from orchestrator.host.lease import (
     try_take,
 )
 from orchestrator.host.local import LocalTransport
+from orchestrator.host.transport import TransportError
 from orchestrator.lifecycle import failure_from
 
 
@@ -261,3 +262,21 @@ async def test_taken_over_reads_the_host_and_fences_nothing(tmp_path: Path) -> N
     assert lost.found.token == 2 and taken.lease.fenced == []
     seen = lost.behind({"cause": "crashed", "message": "the server died"})
     assert seen.cause == "lease-lost" and seen.evidence["seen"]["cause"] == "crashed"
+
+
+async def test_a_take_whose_holder_write_fails_removes_its_own_generation(tmp_path: Path) -> None:
+    """The mkdir won but the holder file could not be written (the connection went): the
+    generation is removed again, so no one waits out an expiry for a take that never was."""
+
+    class WriteFails(LocalTransport):
+        async def write_file_atomic(
+            self, path: str, data: bytes, *, mode: int = 0o644, timeout: float
+        ) -> None:
+            raise TransportError(self.name, f"sftp write {path}: Connection lost")
+
+    failing = LeasePlace(WriteFails("gpu-a"), directory=str(tmp_path / "lease"), timeout=5)
+    with pytest.raises(TransportError):
+        await try_take(failing, holder())
+    assert list((tmp_path / "lease").iterdir()) == []
+    taken = await try_take(place(tmp_path), holder())  # at once, no "taking" left to wait on
+    assert taken.lease is not None and taken.lease.token == 1
