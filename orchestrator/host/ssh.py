@@ -473,7 +473,7 @@ class SSHTransport:
                     await sftp.remove(temp)
                 raise
 
-        # Rewriting the same bytes is harmless: a drop mid-write retries with a fresh temp file.
+        # Rewriting the same bytes is harmless: a drop mid-write writes the same temp file again.
         await self._sftp(write, path=path, timeout=timeout, what="write")
 
     async def remove_file(self, path: str, *, timeout: float) -> bool:

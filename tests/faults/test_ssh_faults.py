@@ -189,9 +189,9 @@ async def test_frozen_host_is_caught_by_keepalive(
 async def test_an_sftp_write_met_by_a_drop_is_written_again(tmp_path: Path) -> None:
     """The host's sshd goes away as an SFTP write starts: the call meets the drop as asyncssh's
     ChannelOpenError on a closed connection (or SFTPConnectionLost mid-call), not as
-    ConnectionLost. The write is idempotent (a fresh temp file each time), so it is written
-    again on a new connection, as a dropped command is re-run. It was an error of the file: a
-    soak's SSH outage during a lease's holder write set the host aside for good."""
+    ConnectionLost. The write is idempotent (its temp file is written again, then renamed), so
+    it is made again on a new connection, as a dropped command is re-run. It was an error of the
+    file: a soak's SSH outage during a lease's holder write set the host aside for good."""
     from orchestrator.host.ssh import SSHTransport
     from tests.soak import harness as soak
     from tests.soak.soak import ssh_outage
