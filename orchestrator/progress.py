@@ -170,7 +170,8 @@ def failure_words(cause: str | None, evidence: Mapping[str, Any] | None) -> str:
         else:
             named = [line for line in lines if _NAMING_LINE.search(line)]
             detail = named[-1].strip() if named else ""
-    return meaning + f": {detail or message}" if detail or message else meaning
+    detail = detail or message
+    return f"{meaning}: {detail}" if detail else meaning
 
 
 def _passed(metrics: Mapping[str, Any]) -> bool:

@@ -59,7 +59,7 @@ from orchestrator.engines.openai_chat import (
 )
 from orchestrator.engines.sglang import argv as argv_parser
 from orchestrator.engines.sglang import forcing
-from orchestrator.engines.shared import first_failure
+from orchestrator.engines.shared import first_failure, init_fields
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
@@ -783,9 +783,7 @@ def build_provenance(
     """Provenance from ``/server_info``, the GPU identities, the ExecStart/env we installed,
     and the speculative workers' init lines of the invocation (the first of each kind: with
     several DP groups each logs the same)."""
-    worker_init: dict[str, dict[str, FieldValue]] = {}
-    for event in init_events:
-        worker_init.setdefault(event.kind, dict(event.fields))
+    worker_init = init_fields(init_events)
     version = server_info.get("version")
     model_path = server_info.get("model_path")
     launch = server_info.get("launch_command")

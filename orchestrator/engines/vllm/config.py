@@ -29,7 +29,7 @@ from orchestrator.engine import (
     KnobResolution,
     Provenance,
 )
-from orchestrator.engines.shared import normal_scalar_word
+from orchestrator.engines.shared import init_fields, normal_scalar_word
 from orchestrator.engines.vllm import facts
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
@@ -278,9 +278,7 @@ def build_provenance(
     """What ran: the version (``/version``, else the startup line), the resolved config
     (``vllm_config`` in dev mode; else the startup ``non-default args``), the resolved
     speculative config, and the process's startup lines by kind."""
-    worker_init: dict[str, dict[str, FieldValue]] = {}
-    for event in init_events:
-        worker_init.setdefault(event.kind, dict(event.fields))
+    worker_init = init_fields(init_events)
     version = server_info.get("version") or worker_init.get("vllm_version", {}).get("version")
     vllm_config = server_info.get("vllm_config")
     args: dict[str, Any]
