@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_REAL := $(VENV)/.installed-realengine
 
-.PHONY: demo test lint typecheck install dev clean bench bench-peers real-engine real-engine-test
+.PHONY: lock demo test lint typecheck install dev clean bench bench-peers real-engine real-engine-test
 
 # Installs go through uv, itself installed from the package index into the venv: it resolves the
 # same versions as pip, but fetches, unpacks and byte-compiles in parallel, so a fresh install
@@ -14,8 +14,16 @@ STAMP_REAL := $(VENV)/.installed-realengine
 # file at a time). Byte-compiling at install matters: the suite starts hundreds of processes.
 # The editable install is a plain path entry (setuptools' compat mode): its default import hook
 # costs every Python process started from the venv about 20 ms.
+#
+# Every install is held to requirements/lock.txt (a constraints file: the versions the README's
+# commands get), so a fresh clone installs what CI tested, not whatever the index served that
+# morning. The package's own ranges in pyproject.toml stay open for library users. Refresh the
+# lock on purpose with `make lock` (caps, each with its reason, live in
+# requirements/constraints.in) and commit it with the test run that passed on it.
+LOCK := requirements/lock.txt
+UV_VERSION := 0.13.9
 PIP_INSTALL := $(BIN)/python -m uv pip install --quiet --python $(BIN)/python --compile-bytecode \
-	--config-settings editable_mode=compat
+	--config-settings editable_mode=compat --constraint $(LOCK)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,19 +31,25 @@ $(BIN)/python:
 # Its own target, so that a venv made before installs went through uv gets it too.
 UV := $(VENV)/bin/uv
 $(UV): | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(STAMP_RUN): pyproject.toml | $(UV)
+$(STAMP_RUN): pyproject.toml $(LOCK) | $(UV)
 	$(PIP_INSTALL) -e .
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(UV)
+$(STAMP_DEV): pyproject.toml $(LOCK) | $(UV)
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(STAMP_RUN)
 
-$(STAMP_REAL): pyproject.toml | $(UV)
+$(STAMP_REAL): pyproject.toml $(LOCK) | $(UV)
 	$(PIP_INSTALL) -e '.[dev,realengine]'
 	touch $@ $(STAMP_DEV) $(STAMP_RUN)
+
+# Re-resolve the lock from pyproject.toml and the caps (all extras, every platform), on purpose.
+lock: | $(UV)
+	$(BIN)/python -m uv pip compile pyproject.toml --extra dev --extra realengine --universal \
+		--python-version 3.11 --constraint requirements/constraints.in --no-header \
+		--annotation-style line --output-file $(LOCK)
 
 install: $(STAMP_RUN)
 dev: $(STAMP_DEV)

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from tests.integration.terminal_demo import BIN, TerminalDemo, demo_command, fresh_home_env
+from tests.integration.test_verb_stderr import assert_only_its_own_words
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -193,6 +194,7 @@ def _small_sweep(written_by_sim_up: Path, name: str) -> str:
 def _check(what: str, command: str, done: Any, work: Path) -> None:
     shown = f"`{command}` exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert done.returncode == 0, shown
+    assert_only_its_own_words(done.stderr, f"`{command}`")
     if what == "md":
         # The report opens with the demo's answer; its failed configs are shown failed.
         assert "## Answer" in done.stdout and "FAILED" in done.stdout, shown
