@@ -756,9 +756,10 @@ def _cell_step(cell: MatrixCell) -> str:
 
 def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[CodingProblem]:
     """The coding problems the plan names, read from the sweep's problem file now (a file that
-    cannot be read fails the attempt here, with the error as evidence); a plan that names none
-    while the sweep has coding (stored when the file could not be read) takes the file's."""
-    if sweep.coding is None:
+    cannot be read fails the attempt here, with the error as evidence); a plan that runs coding
+    but names no problems (stored when the file could not be read) takes the file's. A plan
+    without a coding temperature runs no coding (a search's screen), whatever the sweep has."""
+    if sweep.coding is None or plan.coding_temperature is None:
         return []
     problems = sweep_problems(sweep)
     if not plan.problems:

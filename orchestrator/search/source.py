@@ -148,6 +148,7 @@ def screen_plan(sweep: Sweep, objective: Objective) -> TrialPlan:
         cells=objective.cells,
         rounds=rounds,
         problems=(),
+        coding_temperature=None,
         purpose="screen",
     )
 
