@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.answers.runs import point_metric
-from orchestrator.plan import Trial, plan_sweep
+from orchestrator.plan import Trial, expand_configs, plan_sweep
 from orchestrator.report.model import shared_knobs, short_labels
 from orchestrator.search.deadline import local_deadline
 from orchestrator.store import ThroughputPoint
@@ -48,9 +48,15 @@ class PlannedTrial:
     words: str
 
 
-def planned_trials(trials: Sequence[Trial]) -> list[PlannedTrial]:
-    """The plan's trials with each config in its own words, in run order."""
-    words = short_labels([trial.config for trial in trials])
+def planned_trials(
+    trials: Sequence[Trial], labels: Mapping[str, str] | None = None
+) -> list[PlannedTrial]:
+    """The plan's trials with each config in its own words, in run order: by ``labels`` (each
+    config's full label to its name in the space) when given, else as the trials differ."""
+    if labels is None:
+        words = short_labels([trial.config for trial in trials])
+    else:
+        words = [labels[config_label(trial.config)] for trial in trials]
     return [PlannedTrial(t.key, t.host, w) for t, w in zip(trials, words, strict=True)]
 
 
@@ -83,12 +89,13 @@ class SweepShape:
         """A grid's plan in order; a search proposes its trials as it goes (no list ahead of
         them: its progress counts against ``max_restarts`` and ``finish_by`` instead), from
         the same space, so its configs are named as the plan's are."""
-        space = plan_sweep(sweep).trials
-        configs = [trial.config for trial in space]
+        # Named from the whole space, not the plan: ``max_restarts`` cuts the plan to its first
+        # trials, whose configs may share a knob the rest of the space varies.
+        configs = expand_configs(sweep)
         shared = shared_knobs(configs)
         labels = dict(zip((config_label(c) for c in configs), short_labels(configs), strict=True))
         grid = sweep.search.strategy == "grid"
-        trials = planned_trials(space) if grid else []
+        trials = planned_trials(plan_sweep(sweep).trials, labels) if grid else []
         finish_by = sweep.schedule.finish_by if sweep.schedule else None
         finish_at = (
             local_deadline(finish_by, now or dt.datetime.now()).timestamp() if finish_by else None

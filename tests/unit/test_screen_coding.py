@@ -6,37 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from orchestrator.runner import _planned_problems
 from orchestrator.search.score import sweep_objective
 from orchestrator.search.source import screen_plan
-from orchestrator.sweepfile import Sweep, parse_sweep
+from orchestrator.sweepfile import Sweep
 from orchestrator.trialsource import trial_plan
+from tests.unit.tinysweep import tiny_sweep
 
 
 def _sweep(problems: str = "builtin") -> Sweep:
-    document: dict[str, Any] = {
-        "name": "screen-coding",
-        "hosts": [
-            {"name": "h1", "address": "127.0.0.1", "base_url": "http://127.0.0.1:30000"},
-        ],
-        "server": {
-            "model": "m",
-            "extra_flags": ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"],
-            "knobs": {"budget": {"flag": "--speculative-num-draft-tokens"}},
-        },
-        "baseline": False,
-        "grid": {"budget": [4, 8, 16]},
-        "benchmark": {"contexts": [60, 120], "concurrency": [1, 4], "rounds": 2},
-        "objective": {"metric": "output_tok_s", "context": 60, "concurrency": 1},
-        "coding": {"problems": problems, "select": ["fib", "gcd"]},
-        "search": {"strategy": "adaptive", "max_restarts": 6, "seed": 7},
-    }
-    return parse_sweep(yaml.safe_dump(document, sort_keys=False), "screen-coding.yaml")
+    return tiny_sweep(
+        benchmark={"contexts": [60, 120], "concurrency": [1, 4], "rounds": 2},
+        coding={"problems": problems, "select": ["fib", "gcd"]},
+        search={"strategy": "adaptive", "max_restarts": 6, "seed": 7},
+    )
 
 
 def test_a_screen_runs_no_coding_problem() -> None:
