@@ -38,6 +38,7 @@ from orchestrator.answers.runs import (
     group_runs,
     host_types,
     point_at,
+    refused_of_type,
     runs_of_type,
     type_order,
 )
@@ -54,7 +55,7 @@ from orchestrator.answers.verdict import (
     violations,
 )
 from orchestrator.plan import expand_configs, normalize_config
-from orchestrator.store.results import SweepResults, config_label
+from orchestrator.store.results import SweepResults, TrialOutcome, config_label
 from orchestrator.sweepfile import Sweep
 from orchestrator.types import MatrixCell, metric_is_minimized, plural
 
@@ -98,9 +99,11 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
     for host_type in type_order(results, sweep):
         hosts = [name for name, kind in types.items() if kind == host_type]
         runs = runs_of_type(results, sweep, host_type)
+        refused = refused_of_type(results, sweep, host_type)
         stopped = cut_short(results, host_type, types)
         for view in objective_views(sweep):
-            answers.append(_answer(host_type, hosts, runs, view, sweep, space, axes, stopped))
+            answer = _answer(host_type, hosts, runs, view, sweep, space, axes, stopped, refused)
+            answers.append(answer)
     return tuple(answers)
 
 
@@ -213,19 +216,20 @@ def _contender(
     )
 
 
-def _failed(runs: Sequence[Run]) -> tuple[FailedConfig, ...]:
-    """Configs tried and never measured. A trial stopped by a cancel or a deadline did not
+def _failed(runs: Sequence[Run], refused: Sequence[TrialOutcome]) -> tuple[FailedConfig, ...]:
+    """Configs tried and never measured: their restarts all failed, or the preflight refused
+    them before any restart (``refused``). A trial stopped by a cancel or a deadline did not
     fail: it is not one of them."""
-    by_config: dict[str, list[Run]] = {}
-    for run in runs:
-        if run.outcome.cause == STOPPED_CAUSE:
+    by_config: dict[str, list[TrialOutcome]] = {}
+    for outcome in [*refused, *(run.outcome for run in runs)]:
+        if outcome.cause == STOPPED_CAUSE:
             continue
-        by_config.setdefault(run.config_id, []).append(run)
+        by_config.setdefault(config_id(outcome.config), []).append(outcome)
     failed = []
     for tried in by_config.values():
-        if any(run.done or run.outcome.state == "running" for run in tried):
+        if any(outcome.state in ("done", "running") for outcome in tried):
             continue
-        last = tried[-1].outcome
+        last = tried[-1]
         config = dict(normalize_config(last.config))
         failed.append(FailedConfig(config, config_label(config), last.cause))
     return tuple(failed)
@@ -351,6 +355,7 @@ def _answer(
     space: int,
     axes: Axes,
     stopped: str | None,
+    refused: Sequence[TrialOutcome],
 ) -> Answer:
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
@@ -376,7 +381,7 @@ def _answer(
         space=space,
         restarts_used=len(runs),
         contenders=tuple(contenders.values()),
-        failed=_failed(runs),
+        failed=_failed(runs, refused),
         convergence=_convergence(runs, scope, sweep, axes),
         flags=pool.flags,
         notes=tuple(_notes(decision, ranked, scope, flagged_only)),

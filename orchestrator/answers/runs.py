@@ -96,6 +96,17 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
     return [Run(outcome, config_id(outcome.config), n) for n, (_, outcome) in enumerate(ordered)]
 
 
+def refused_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[TrialOutcome]:
+    """The trials on hosts of ``host_type`` the preflight refused: no unit started, so none is
+    a :class:`Run`, yet each is its config failing (a flag or value the engine rejects)."""
+    types = host_types(results, sweep)
+    return [
+        outcome
+        for outcome in results.trials
+        if types.get(outcome.host) == host_type and _failed_before_start(outcome)
+    ]
+
+
 def point_at(outcome: TrialOutcome, cell: MatrixCell) -> ThroughputPoint | None:
     found = None
     for point in outcome.throughput:
