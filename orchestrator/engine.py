@@ -605,6 +605,13 @@ class Engine(Protocol):
         says (the weight of a line's accept length in a point's journal estimate)."""
         ...
 
+    def decode_log_period_s(self, environment: Mapping[str, str]) -> float | None:
+        """Seconds between decode log lines where the engine writes them on a timer (given
+        the server's environment), so a shorter point may fall between two lines; None
+        where a line follows the decoding itself (every N iterations, each finished
+        request), so a point that decoded has one."""
+        ...
+
     def metrics_flags(self, metrics: MetricsMode) -> tuple[str, ...]:
         """The flags ``server.metrics`` asks each trial's command line to have."""
         ...

@@ -690,7 +690,10 @@ async def _measure(
             )
             cursor = point.measured_marker
             window = await running.window(cursor)
-            point.attach_journal(running.decode_samples(window))
+            point.attach_journal(
+                running.decode_samples(window),
+                lines_expected=running.decode_lines_expected(point.metrics.wall_s),
+            )
             point.invocation_id = server.invocation_id
             point.journal_cursor_start = cursor
             point.journal_cursor_end = window.end

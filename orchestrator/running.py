@@ -79,6 +79,14 @@ class RunningServer:
             parse=engine.parse_log_line,
         )
 
+    def decode_lines_expected(self, wall_s: float | None) -> bool:
+        """Whether a point measured for ``wall_s`` seconds must have a decode line in its
+        window: always where lines follow the decoding; where the engine logs on a timer,
+        only when the point lasted a whole period (a shorter one may fall between two)."""
+        environment = self.server.provenance.environment
+        period = self.session.engine.decode_log_period_s(environment)
+        return period is None or (wall_s is not None and wall_s >= period)
+
     async def check_alive(self, since: str | None) -> None:
         """Raise ``crashed`` (with the journal after ``since``) unless the same process still
         runs: the unit's InvocationID and a running state."""

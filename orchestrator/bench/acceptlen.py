@@ -194,19 +194,23 @@ def combine(
     metrics: AcceptEstimate,
     *,
     tolerance: float = DISAGREE_TOLERANCE,
+    lines_expected: bool = True,
 ) -> AcceptLength:
     """Put the sources side by side, take the most tightly scoped available value (meta_info,
     then metrics, then journal) and flag what an operator must look at: ``disagree`` when two
     available sources differ by more than the tolerance (relative to the smaller),
     ``no_decode_lines`` when the journal window was read and held no decode line with an
-    accept len. The store's own type, so a point's accept length is typed once."""
+    accept len although the point should have had one (``lines_expected``: an engine that
+    logs on a timer writes none for a point shorter than its period). The store's own type,
+    so a point's accept length is typed once."""
     flags: list[str] = []
     values = [e.value for e in (journal, meta_info, metrics) if e.value is not None]
     if len(values) >= 2:
         low, high = min(values), max(values)
         if low <= 0 or (high - low) / low > tolerance:
             flags.append("disagree")
-    if journal.value is None and journal.count == 0 and journal.reason != "journal not read":
+    read = journal.reason != "journal not read"
+    if lines_expected and read and journal.value is None and journal.count == 0:
         flags.append("no_decode_lines")
     best = next(
         (e.value for e in (meta_info, metrics, journal) if e.value is not None), None

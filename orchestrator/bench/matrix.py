@@ -290,10 +290,16 @@ class PointResult:
     """What ``before_measured`` returned at the start of the measured phase."""
     schedule: tuple[float, ...] = ()
 
-    def attach_journal(self, samples: Sequence[DecodeSample]) -> None:
-        """Recombine accept_len with the journal window's decode lines for this point."""
+    def attach_journal(
+        self, samples: Sequence[DecodeSample], *, lines_expected: bool = True
+    ) -> None:
+        """Recombine accept_len with the journal window's decode lines for this point
+        (``lines_expected``: whether the window must hold one, :func:`acceptlen.combine`)."""
         self.accept_len = acceptlen.combine(
-            acceptlen.from_journal(samples), self.accept_len.meta_info, self.accept_len.metrics
+            acceptlen.from_journal(samples),
+            self.accept_len.meta_info,
+            self.accept_len.metrics,
+            lines_expected=lines_expected,
         )
 
     def stored_metrics(self) -> ThroughputMetrics:

@@ -215,3 +215,10 @@ __all__ = [
     "probe_chat",
     "read_marked_answers",
 ]
+
+
+def lines_follow_decoding(environment: Mapping[str, str]) -> None:
+    """The decode log period of an engine whose lines follow the decoding itself (SGLang
+    every ``--decode-log-interval`` iterations, llama.cpp each finished request): none, so a
+    point that decoded has a line whatever its length."""
+    return None

@@ -228,6 +228,9 @@ class ToyEngine:
         value = server_info.get("stat_interval")
         return value if isinstance(value, int) and value > 0 else 1
 
+    def decode_log_period_s(self, environment: Mapping[str, str]) -> float | None:
+        return None
+
     # --- readiness: the config endpoint, the knobs in it, a real generation ---------------
 
     async def server_config(

@@ -32,7 +32,7 @@ from orchestrator.engine import (
 from orchestrator.engines.llamacpp import argv as argv_parser
 from orchestrator.engines.llamacpp import config, logs
 from orchestrator.engines.openai_chat import ChatDialect, count, json_object, stream_payloads
-from orchestrator.engines.shared import listed_models, probe_chat
+from orchestrator.engines.shared import lines_follow_decoding, listed_models, probe_chat
 from orchestrator.types import ApiKind, MetricsMode
 
 if TYPE_CHECKING:
@@ -163,6 +163,7 @@ class LlamaCpp:
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
     decode_log_interval = staticmethod(decode_log_interval)
+    decode_log_period_s = staticmethod(lines_follow_decoding)
 
 
 LLAMACPP: Engine = LlamaCpp()

@@ -59,7 +59,7 @@ from orchestrator.engines.openai_chat import (
 )
 from orchestrator.engines.sglang import argv as argv_parser
 from orchestrator.engines.sglang import forcing
-from orchestrator.engines.shared import first_failure, init_fields
+from orchestrator.engines.shared import first_failure, init_fields, lines_follow_decoding
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
@@ -856,6 +856,7 @@ class Sglang:
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(build_provenance)
     decode_log_interval = staticmethod(decode_log_interval)
+    decode_log_period_s = staticmethod(lines_follow_decoding)
 
 
 SGLANG: Engine = Sglang()

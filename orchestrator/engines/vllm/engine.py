@@ -12,7 +12,8 @@ replaces a JSON one elsewhere on the command line instead of merging with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine import (
@@ -60,6 +61,20 @@ def decode_log_interval(server_info: Any) -> int:
     """Each ``SpecDecoding metrics`` line covers a time interval (``VLLM_LOG_STATS_INTERVAL``,
     10 s by default), not a count of steps: lines weigh alike."""
     return 1
+
+
+STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
+DEFAULT_STATS_INTERVAL_S = 10.0
+
+
+def decode_log_period_s(environment: Mapping[str, str]) -> float:
+    """``VLLM_LOG_STATS_INTERVAL`` as the server was started with it, else vLLM's 10 s: a
+    ``SpecDecoding metrics`` line is written once per interval with drafts in it."""
+    try:
+        seconds = float(environment.get(STATS_INTERVAL_ENV, ""))
+    except ValueError:
+        return DEFAULT_STATS_INTERVAL_S
+    return seconds if math.isfinite(seconds) and seconds > 0 else DEFAULT_STATS_INTERVAL_S
 
 
 def _after(argv: Sequence[str], flag: str) -> str | None:
@@ -155,6 +170,7 @@ class Vllm:
     probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
     decode_log_interval = staticmethod(decode_log_interval)
+    decode_log_period_s = staticmethod(decode_log_period_s)
     knob_problem = staticmethod(knob_problem)
     value_problem = staticmethod(value_problem)
     json_key_report = staticmethod(json_key_report)
