@@ -41,6 +41,9 @@ _WORD_TEXT = (
 )
 WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 NONCE_WORDS = 5
+MAX_TOKENS_PER_WORD = 8
+"""The most tokens a filler word is assumed to cost (a byte-level tokenizer's four or five,
+with room): calibration's second probe stays under its target at this rate."""
 _FILLER_SEED = 20261030
 
 
@@ -253,14 +256,18 @@ class PromptFactory:
         return build_prompt(self._nonce_base + self._issued, words)
 
     async def _measure(self, target: int) -> Calibration:
+        """Probe from below: the nonce alone (the template's own tokens), a filler short
+        enough to stay under ``target`` at up to :data:`MAX_TOKENS_PER_WORD`, then secant
+        steps aimed at ``target``. No probe is sent far past the target, so a server whose
+        context slot barely holds the point's context does not refuse a probe (a probe of
+        twice the words did, on a tokenizer that makes words of several tokens)."""
         max_words = max(4 * target, 16)
-        probes: dict[int, int] = {}
-        first = max(target // 2, 0)
-        probes[first] = await self._probe(first)
-        second = min(first + max(target // 2, 8), max_words)
-        if second != first:
-            probes[second] = await self._probe(second)
-        while len(probes) < self.max_probes and target not in probes.values():
+        probes: dict[int, int] = {0: await self._probe(0)}
+        room = target - probes[0]  # none: the template alone reaches the target
+        if room > 0:
+            short = max(room // MAX_TOKENS_PER_WORD, 1)
+            probes[short] = await self._probe(short)
+        while room > 0 and len(probes) < self.max_probes and target not in probes.values():
             guess = next_guess(probes, target, max_words)
             if guess is None:
                 break
