@@ -16,12 +16,16 @@ from dataclasses import dataclass
 
 from orchestrator.answers.ending import STOPPED_CAUSE, cut_short
 from orchestrator.answers.estimate import (
-    RestartVariance,
+    MIN_PRIOR_DF,
+    OwnVariance,
     Sample,
+    Scale,
     Spread,
+    VarianceModel,
     improvement,
-    pooled_restart_variance,
+    own_variance,
     spread,
+    variance_model,
 )
 from orchestrator.answers.model import (
     Answer,
@@ -42,8 +46,14 @@ from orchestrator.answers.runs import (
     runs_of_type,
     type_order,
 )
-from orchestrator.answers.saturation import CAP_TOLERANCE, at_cap, offered_cap
-from orchestrator.answers.smooth import Axes, smooth_picks
+from orchestrator.answers.saturation import (
+    CAP_TOLERANCE,
+    RATE_METRICS,
+    at_cap,
+    interval_scale,
+    offered_cap,
+)
+from orchestrator.answers.smooth import PRIOR_RESTART_CV, Axes, smooth_picks
 from orchestrator.answers.verdict import (
     ASSUMED_RESTART_CV,
     Constraints,
@@ -112,7 +122,7 @@ class _Scope:
     host_type: str
     view: ObjectiveView
     pool: PoolCheck
-    variance: RestartVariance | None
+    variance: VarianceModel | None
 
 
 def _samples(pairs: Sequence[tuple[Run, Sample]]) -> list[Sample]:
@@ -127,13 +137,19 @@ def _host_values(runs: Sequence[Run], view: ObjectiveView) -> dict[str, dict[str
     return data
 
 
-def _variance(grouped: dict[str, ConfigRuns]) -> RestartVariance | None:
-    groups: list[list[float]] = []
-    for config in grouped.values():
-        groups.append(
-            [s.value for s in _samples(config.measured + config.screened + config.confirmed)]
-        )
-    return pooled_restart_variance(groups)
+def _own(config: ConfigRuns, scale: Scale) -> OwnVariance | None:
+    """A config's own restart variance from every restart it has on the pooled hosts: the
+    restarts it was picked on about their mean, its confirmations about theirs."""
+    picked = _samples(config.measured + config.screened)
+    return own_variance([picked, _samples(config.confirmed)], scale)
+
+
+def _variance(grouped: dict[str, ConfigRuns], view: ObjectiveView) -> VarianceModel | None:
+    """The type's one variance model (:func:`~orchestrator.answers.estimate.variance_model`)
+    from every repeated config's own variance."""
+    scale = interval_scale(view.metric, view.cells)
+    owns = [own for config in grouped.values() if (own := _own(config, scale)) is not None]
+    return variance_model(owns, scale)
 
 
 def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
@@ -155,9 +171,22 @@ def _standings(
     rules = Constraints(dict(sweep.constraints), scope.view.cells, grouped.get(BASELINE_ID))
     smoothed = _smoothed(grouped, axes)
     out = []
+    scale = interval_scale(scope.view.metric, scope.view.cells)
     for key, config in grouped.items():
-        selection = spread(_samples(config.selection), scope.variance)
-        reported = spread(_samples(config.reported), scope.variance)
+        # The estimate rests on every restart of the config: its value on the reported ones,
+        # its variance on all of them (moderated toward the type's).
+        own = _own(config, scale)
+        every = len(config.measured) + len(config.screened) + len(config.confirmed)
+        selection = spread(
+            _samples(config.selection),
+            scope.variance,
+            own=own,
+            restarts=len(config.selection),
+            scale=scale,
+        )
+        reported = spread(
+            _samples(config.reported), scope.variance, own=own, restarts=every, scale=scale
+        )
         assert selection is not None and reported is not None  # a group has a sample
         out.append(
             RankedConfig(
@@ -246,7 +275,7 @@ def _convergence(
     for index, run in enumerate(runs):
         if run.done and run.host not in scope.pool.excluded:
             grouped = group_runs(runs[: index + 1], scope.view, scope.pool.excluded)
-            now = dataclasses.replace(scope, variance=_variance(grouped))
+            now = dataclasses.replace(scope, variance=_variance(grouped, scope.view))
             ranked = _standings(grouped, now, sweep, axes)
             leader = decide(ranked, minimized=scope.view.minimized).best
             best = None if leader is None else (leader.reported.value, leader.label)
@@ -264,7 +293,7 @@ def _basis_note(standing: RankedConfig, host_type: str) -> str | None:
         return (
             f"{standing.label} has one restart: its interval borrows the restart variance "
             f"measured on {plural(spread_.borrowed_from, 'repeated config')} of {host_type} "
-            f"({spread_.df:g} degrees of freedom)"
+            f"({spread_.df:.3g} degrees of freedom)"
         )
     if spread_.basis == "within-run-only":
         return (
@@ -276,6 +305,28 @@ def _basis_note(standing: RankedConfig, host_type: str) -> str | None:
     if spread_.basis == "none":
         return f"{standing.label} has no interval: one restart, nothing to measure its noise by"
     return None
+
+
+def _model_note(scope: _Scope) -> str | None:
+    """What the type's variance model rests on, when it is less than a prior fitted from the
+    configs' own variances (docs/answers.md, "One variance model per host type")."""
+    model = scope.variance
+    if model is None:
+        return None
+    said: list[str] = []
+    if model.method == "pooled":
+        said.append(
+            f"only {plural(model.configs, 'config')} repeated on {scope.host_type}: the "
+            "intervals shrink each config's restart variance toward the type's pooled variance, "
+            "not toward a fitted prior"
+        )
+    if model.assumed_df > 0:
+        said.append(
+            f"the type's restarts carry under {MIN_PRIOR_DF:g} degrees of freedom, so the "
+            f"restart variance is completed with an assumed {PRIOR_RESTART_CV:.0%} spread "
+            f"worth {model.assumed_df:.3g}"
+        )
+    return "; ".join(said) if said else None
 
 
 def _notes(
@@ -306,6 +357,9 @@ def _notes(
             note = _basis_note(standing, host_type)
             if note is not None:
                 notes.append(note)
+        model_note = _model_note(scope)
+        if model_note is not None:
+            notes.append(model_note)
         if decision.runner_up is None:
             notes.append(f"{best.label} is the only valid config measured on {host_type}")
         for standing in decision.overturned:
@@ -329,15 +383,28 @@ def _notes(
 
 def _capped(decision: Decision, view: ObjectiveView) -> str | None:
     """Why the objective cannot tell the leaders apart, when the offered load caps it: the
-    best and every config tied with it sit at the cap."""
-    cap = offered_cap(view.metric, view.cells)
+    best and every config tied with it sit at the cap, the rate the schedule really offered
+    (:func:`~orchestrator.answers.saturation.offered_rate`; the nominal rate for points that
+    predate it)."""
+    nominal = offered_cap(view.metric, view.cells)
     best = decision.best
-    if cap is None or best is None or view.minimized:
+    if nominal is None or best is None or view.minimized:
         return None
     leaders = [best, *decision.tied]
-    if len(leaders) < 2 or not all(at_cap(s.reported.value, cap) for s in leaders):
+    caps = [s.reported.cap if s.reported.cap is not None else nominal for s in leaders]
+    if len(leaders) < 2 or not all(
+        at_cap(s.reported.value, cap) for s, cap in zip(leaders, caps, strict=True)
+    ):
         return None  # a best alone at the cap kept up where the others did not: it is told
-    offered = ", ".join(f"{cell.rate:g} req/s" for cell in view.cells if cell.rate is not None)
+    rates = [cell.rate for cell in view.cells if cell.rate is not None]
+    if view.metric in RATE_METRICS:
+        offered = f"{max(caps):.3g} req/s offered" + (
+            f" (nominal {', '.join(f'{r:g}' for r in rates)} req/s)"
+            if any(abs(cap - nominal) > 0.005 * nominal for cap in caps)
+            else ""
+        )
+    else:
+        offered = ", ".join(f"{r:g} req/s" for r in rates)
     return (
         f"{view.metric} is capped by the offered load ({offered}): "
         f"{plural(len(leaders), 'config')} reach it within {CAP_TOLERANCE:.0%}, so it cannot "
@@ -360,7 +427,7 @@ def _answer(
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
     grouped = group_runs(runs, view, pool.excluded)
-    scope = _Scope(host_type, view, pool, _variance(grouped))
+    scope = _Scope(host_type, view, pool, _variance(grouped, view))
     ranked = _standings(grouped, scope, sweep, axes)
     decision = decide(ranked, minimized=view.minimized)
     baseline = next((s.reported for s in ranked if s.key == BASELINE_ID), None)

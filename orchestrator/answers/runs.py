@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.answers.estimate import Sample, geomean_within
 from orchestrator.answers.model import ObjectiveView
+from orchestrator.answers.saturation import share_bound
 from orchestrator.causes import NEVER_STARTED
 from orchestrator.plan import normalize_config
 from orchestrator.store.records import TrialPurpose
@@ -145,13 +146,18 @@ def coding_pass_rate(outcome: TrialOutcome) -> float | None:
 
 def run_sample(outcome: TrialOutcome, objective: ObjectiveView) -> Sample | None:
     """The run's objective value, with its within-run standard error when the points store one
-    (``output_tok_s`` only); None when a cell is missing or has no value."""
+    (``output_tok_s`` only) and, for a share of a count, its cap and count
+    (:func:`~orchestrator.answers.saturation.share_bound`); None when a cell is missing or has
+    no value."""
     if objective.metric == "coding_pass_rate":
         rate = coding_pass_rate(outcome)
-        return None if rate is None else Sample(rate, outcome.host)
+        problems = len(outcome.plan.problems) if outcome.plan is not None else 0
+        count = problems or len(outcome.coding)
+        return None if rate is None else Sample(rate, outcome.host, cap=1.0, count=count)
     values: list[float] = []
     ses: list[float | None] = []
     dfs: list[float | None] = []
+    bounds: list[tuple[float, int | None]] = []
     for cell in objective.cells:
         point = point_at(outcome, cell)
         value = None if point is None else point_metric(point, objective.metric)
@@ -161,10 +167,25 @@ def run_sample(outcome: TrialOutcome, objective: ObjectiveView) -> Sample | None
         se = point.metrics.output_tok_s_se if objective.metric == "output_tok_s" else None
         ses.append(se)
         dfs.append(point.metrics.output_tok_s_batches - 1 if se is not None else None)
+        if (bound := share_bound(objective.metric, point)) is not None:
+            bounds.append(bound)
+    cap, requests = _combined_bound(bounds, len(values))
     if len(values) == 1:
-        return Sample(values[0], outcome.host, ses[0], dfs[0])
+        return Sample(values[0], outcome.host, ses[0], dfs[0], cap, requests)
     value, se, df = geomean_within(values, ses, dfs)
-    return Sample(value, outcome.host, se, df)
+    return Sample(value, outcome.host, se, df, cap, requests)
+
+
+def _combined_bound(
+    bounds: Sequence[tuple[float, int | None]], cells: int
+) -> tuple[float | None, int | None]:
+    """The cells' caps combined as the objective combines its values (geometric mean), with the
+    fewest requests; (None, None) unless every cell has a cap."""
+    if not bounds or len(bounds) != cells:
+        return None, None
+    cap = math.exp(math.fsum(math.log(c) for c, _ in bounds) / len(bounds))
+    counts = [n for _, n in bounds if n]
+    return cap, (min(counts) if len(counts) == len(bounds) else None)
 
 
 def full_fidelity(outcome: TrialOutcome, objective: ObjectiveView) -> bool:

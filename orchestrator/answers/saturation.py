@@ -7,6 +7,14 @@ every config that keeps up scores the same, and a sweep ranked on them is a tie 
 construction. Seen from the answer, the leaders sit within :data:`CAP_TOLERANCE` of the cap;
 the fix is the sweep's, not the statistics': offer more (a higher ``rate``) or rank on a
 latency (``tpot_p50_s``) that still tells the configs apart. Pure.
+
+The cap is the rate the schedule really offered, not the nominal ``rate``: a seeded Poisson
+schedule draws its arrivals by chance (43 in 8 s is 5.4 req/s at a nominal 4), and every
+config of a sweep faces the same draw. A point stores its schedule's length and its measured
+seconds (:func:`offered_rate`); the nominal rate stands in only for points that predate them.
+The same bound makes these metrics shares of a known number of requests, which is the scale
+their intervals are built on (:func:`share_bound`,
+:mod:`orchestrator.answers.estimate`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from orchestrator.answers.estimate import Scale
+from orchestrator.store.results import ThroughputPoint
 from orchestrator.types import MatrixCell
 
 CAP_TOLERANCE = 0.03
@@ -25,6 +35,44 @@ RATE_METRICS = frozenset({"goodput", "achieved_rate", "request_s"})
 """Requests per second: bounded by the offered rate at an open-loop cell."""
 FRACTION_METRICS = frozenset({"goodput_fraction"})
 """A share of the requests: bounded by 1."""
+SHARE_METRICS = FRACTION_METRICS | {"coding_pass_rate"}
+"""Shares of a count (requests, coding problems) wherever they are measured."""
+
+
+def interval_scale(metric: str, cells: Sequence[MatrixCell]) -> Scale:
+    """The scale ``metric``'s intervals are built on at ``cells``: ``share`` for a share of a
+    count, or a rate the offered load bounds (every cell open-loop); ``log`` otherwise."""
+    if metric in SHARE_METRICS:
+        return "share"
+    if metric in RATE_METRICS and cells and all(cell.rate is not None for cell in cells):
+        return "share"
+    return "log"
+
+
+def offered_rate(point: ThroughputPoint) -> float | None:
+    """The rate ``point``'s schedule really offered: its arrivals over its measured seconds;
+    the nominal ``rate`` for a point that stored neither; None at a closed-loop point."""
+    if point.rate is None:
+        return None
+    scheduled, seconds = point.metrics.requests_scheduled, point.metrics.duration_s
+    if scheduled and seconds:
+        return scheduled / seconds
+    return point.rate
+
+
+def share_bound(metric: str, point: ThroughputPoint) -> tuple[float, int | None] | None:
+    """(cap, requests) of ``metric`` at ``point``, on the share scale: the offered rate and
+    the arrivals scheduled for a rate metric at an open-loop point, 1 and the requests for a
+    fraction; None where nothing but the server bounds it."""
+    metrics = point.metrics
+    if metric in FRACTION_METRICS:
+        return 1.0, metrics.requests
+    if metric in RATE_METRICS:
+        rate = offered_rate(point)
+        if rate is None:
+            return None
+        return rate, metrics.requests_scheduled or metrics.requests
+    return None
 
 
 def offered_cap(metric: str, cells: Sequence[MatrixCell]) -> float | None:
@@ -46,4 +94,14 @@ def at_cap(value: float, cap: float) -> bool:
     return value >= cap * (1.0 - CAP_TOLERANCE)
 
 
-__all__ = ["CAP_TOLERANCE", "FRACTION_METRICS", "RATE_METRICS", "at_cap", "offered_cap"]
+__all__ = [
+    "CAP_TOLERANCE",
+    "FRACTION_METRICS",
+    "RATE_METRICS",
+    "SHARE_METRICS",
+    "at_cap",
+    "interval_scale",
+    "offered_cap",
+    "offered_rate",
+    "share_bound",
+]

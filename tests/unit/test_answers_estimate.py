@@ -12,9 +12,10 @@ import numpy as np
 
 from orchestrator.answers.estimate import (
     Sample,
-    pooled_restart_variance,
+    own_variance,
     ratio_interval,
     spread,
+    variance_model,
 )
 from orchestrator.bench.stats import batch_rate_se
 
@@ -50,14 +51,16 @@ def test_restart_t_interval_covers_95_percent() -> None:
 
 def test_borrowed_restart_variance_covers_95_percent_with_one_restart() -> None:
     """One restart of the config, four other configs (other true means) repeated three times:
-    their pooled relative variance gives the one restart an honest interval."""
+    the type's variance model (their variances' prior) gives the one restart an honest
+    interval."""
     rng = np.random.default_rng(2)
     hits = 0
     for _ in range(EXPERIMENTS):
-        repeated = [[s.value for s in _restarts(rng, m, 3, RESTART_SD)] for m in (60, 80, 120, 150)]
-        pooled = pooled_restart_variance(repeated)
-        assert pooled is not None and pooled.df == 8 and pooled.configs == 4
-        found = spread(_restarts(rng, MU, 1, RESTART_SD), pooled)
+        repeated = [_restarts(rng, m, 3, RESTART_SD) for m in (60, 80, 120, 150)]
+        owns = [own for group in repeated if (own := own_variance([group], "log")) is not None]
+        model = variance_model(owns, "log")
+        assert model is not None and model.configs == 4
+        found = spread(_restarts(rng, MU, 1, RESTART_SD), model)
         assert found is not None and found.basis == "borrowed-restart-variance"
         hits += _covers(found.ci95, MU)
     assert 0.93 <= hits / EXPERIMENTS <= 0.97
