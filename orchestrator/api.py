@@ -1,11 +1,11 @@
-"""The daemon's HTTP API (aiohttp): submit, list, status, cancel, results, restore.
+"""The daemon's HTTP API (aiohttp): submit, list, status, cancel, results, report, restore.
 
 It listens on a unix socket whose file mode (0600) is its access control, and optionally on a
 loopback TCP port where every request must carry ``Authorization: Bearer <token>``. This module
 only maps HTTP onto the daemon's operations (:class:`DaemonOps`) and their errors onto status
 codes; it never shows a client a stack trace.
 
-Endpoints (all answer JSON)::
+Endpoints (all answer JSON but a report, in its format's media type)::
 
     GET  /health                      {"ok": true, "version"}
     POST /sweeps[?replace=1]          body: the sweep YAML, or (application/json) {"sweep": YAML,
@@ -17,6 +17,9 @@ Endpoints (all answer JSON)::
     POST /sweeps/{ref}/cancel         stop at the next safe step and restore its hosts
     POST /sweeps/{ref}/resume         queue an interrupted sweep again: it continues
     GET  /sweeps/{ref}/results        the store's results document
+    GET  /sweeps/{ref}/report         ?format=md|html|csv|json (md), &with=REF,REF (compared
+                                      with it), &requests=1 (JSON: every request): the
+                                      report as `orchestrator report` renders it
     POST /restore                     {"host": NAME} | {"all": true}
     POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false}
 
@@ -38,6 +41,7 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
 from orchestrator.log import get_logger
+from orchestrator.report import FORMATS, MEDIA_TYPES, ReportFormat
 
 if TYPE_CHECKING:
     from orchestrator.host.systemd import ForeignChange
@@ -293,6 +297,10 @@ class DaemonOps(Protocol):
 
     async def results(self, ref: str) -> AnsweredResults: ...
 
+    async def report(
+        self, refs: Sequence[str], fmt: ReportFormat, *, include_requests: bool
+    ) -> str: ...
+
     async def restore_hosts(
         self, host: str | None, *, force: bool = False
     ) -> Sequence[RestoreOutcome]: ...
@@ -463,6 +471,18 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     async def results(request: web.Request) -> web.Response:
         return web.json_response((await ops.results(_ref(request))).to_json())
 
+    async def report(request: web.Request) -> web.Response:
+        fmt = request.query.get("format", "md")
+        if fmt not in FORMATS:
+            return _error(400, f"format is one of {', '.join(FORMATS)}")
+        others = [ref for ref in request.query.get("with", "").split(",") if ref]
+        if not all(valid_ref(ref) for ref in others):
+            return _error(400, "a sweep is named by its name or id")
+        text = await ops.report(
+            [_ref(request), *others], fmt, include_requests=_flag(request, "requests")
+        )
+        return web.Response(body=text.encode(), headers={"Content-Type": MEDIA_TYPES[fmt]})
+
     async def restore(request: web.Request) -> web.Response:
         target = await _restore_target(request)
         if isinstance(target, web.Response):
@@ -489,6 +509,7 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     app.router.add_post("/sweeps/{ref}/cancel", cancel)
     app.router.add_post("/sweeps/{ref}/resume", resume)
     app.router.add_get("/sweeps/{ref}/results", results)
+    app.router.add_get("/sweeps/{ref}/report", report)
     app.router.add_post("/restore", restore)
     app.router.add_post("/sweeps/{ref}/adopt", adopt)
     return app

@@ -4,7 +4,7 @@ that reads the store, asks the scheduler and the restorer, and answers in typed 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from orchestrator.answers import AnsweredResults, answered
 from orchestrator.api import (
@@ -21,6 +21,7 @@ from orchestrator.daemon.adopt import HostsBusy, adopt_sweep
 from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.log import get_logger
+from orchestrator.report import ReportFormat, render_report
 from orchestrator.runner import cancel_trials
 from orchestrator.store import Store, SweepRecord
 from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
@@ -106,6 +107,14 @@ class DaemonApi:
         except SweepFileError:
             return AnsweredResults(results)
         return answered(results, sweep)
+
+    async def report(
+        self, refs: Sequence[str], fmt: ReportFormat, *, include_requests: bool
+    ) -> str:
+        """The sweeps' report, as ``orchestrator report --db`` renders it from the file."""
+        return await render_report(
+            self.store, list(refs), fmt, include_requests=include_requests
+        )
 
     async def restore_hosts(self, host: str | None, *, force: bool = False) -> list[RestoreOutcome]:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""

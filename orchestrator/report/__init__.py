@@ -7,6 +7,7 @@ two or more sweeps are compared side by side.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Literal, get_args
 
@@ -53,7 +54,8 @@ async def render_report(
     """Read the sweeps ``refs`` (names or ids) and render them; raises ``SweepNotFound``.
 
     Every format is text (UTF-8 when written); ``include_requests`` adds each point's
-    per-request records to the JSON.
+    per-request records to the JSON. Rendering (pure, seconds of CPU for a large HTML report)
+    runs in a worker thread, so the daemon serving a report keeps its sweeps' loop responsive.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -61,7 +63,7 @@ async def render_report(
         await load_report(store, ref, include_requests=include_requests and fmt == "json")
         for ref in refs
     ]
-    return render(reports, fmt, include_requests=include_requests)
+    return await asyncio.to_thread(render, reports, fmt, include_requests=include_requests)
 
 
 __all__ = [

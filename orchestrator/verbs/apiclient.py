@@ -44,6 +44,8 @@ class DaemonUnreachable(Exception):
 class ApiResponse:
     status: int
     document: Any
+    text: str = ""
+    """The body as sent (a report in its own format; JSON for every other answer)."""
 
     @property
     def ok(self) -> bool:
@@ -141,7 +143,7 @@ def call(
         document = json.loads(text) if text else None
     except json.JSONDecodeError:
         document = {"error": text[:500]}
-    return ApiResponse(status, document)
+    return ApiResponse(status, document, text)
 
 
 def post_to_sweep(args: Any, action: str, said: Callable[[dict[str, Any]], str]) -> int:

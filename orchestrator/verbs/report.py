@@ -1,4 +1,7 @@
-"""Render sweep results as Markdown, HTML (with plots), CSV or JSON; two sweeps side by side."""
+"""Render sweep results as Markdown, HTML (with plots), CSV or JSON; two sweeps side by side.
+
+From a store file (``--db``, else the default store, where ``run`` writes), or rendered by the
+daemon from its store (``--socket``), as ``results`` reads either."""
 
 from __future__ import annotations
 
@@ -12,7 +15,21 @@ from typing import cast
 
 from orchestrator.report import FORMATS, ReportFormat, render_report
 from orchestrator.store import Store, StoreError, SweepNotFound
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_OK, add_db_argument, db_path
+from orchestrator.verbs.apiclient import (
+    DaemonUnreachable,
+    add_socket_argument,
+    call,
+    socket_path,
+    sweep_url,
+)
+from orchestrator.verbs.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    BadInput,
+    add_db_argument,
+    db_path,
+)
 
 _SUFFIXES: dict[str, ReportFormat] = {".md": "md", ".html": "html", ".htm": "html", ".csv": "csv"}
 _SUFFIXES[".json"] = "json"
@@ -22,7 +39,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "sweeps", nargs="+", metavar="SWEEP", help="sweep name or id; two or more compare"
     )
-    add_db_argument(parser)
+    source = parser.add_mutually_exclusive_group()
+    add_db_argument(source)
+    add_socket_argument(source)
     parser.add_argument(
         "--format",
         choices=FORMATS,
@@ -59,22 +78,54 @@ def write_atomically(path: Path, text: str) -> None:
 async def _render(args: argparse.Namespace, fmt: ReportFormat) -> str:
     path = db_path(args.db)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such store (run a sweep first, or pass --db)")
+        raise FileNotFoundError(
+            f"{path}: no such store (run a sweep first, pass --db, or --socket for the daemon's)"
+        )
     async with await Store.open(path) as store:
         refs: list[str | int] = list(args.sweeps)
         return await render_report(store, refs, fmt, include_requests=args.requests)
 
 
+class _DaemonRefused(Exception):
+    """The daemon answered with an error (a sweep it does not know: exit 2)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _from_daemon(args: argparse.Namespace, fmt: ReportFormat) -> str:
+    """The report as the daemon renders it from its store (``GET /sweeps/{ref}/report``)."""
+    first, *others = args.sweeps
+    for ref in others:
+        sweep_url(ref)  # a ref that is no name or id: the user's mistake
+    params: dict[str, str] = {"format": fmt}
+    if others:
+        params["with"] = ",".join(others)
+    if args.requests:
+        params["requests"] = "1"
+    response = call(socket_path(args.socket), "GET", sweep_url(first, "/report"), params=params)
+    if not response.ok:
+        raise _DaemonRefused(response.error, response.exit_code())
+    return response.text
+
+
 def run(args: argparse.Namespace) -> int:
     fmt = _format(args)
     try:
-        text = asyncio.run(_render(args, fmt))
-    except SweepNotFound as error:
+        text = _from_daemon(args, fmt) if args.socket else asyncio.run(_render(args, fmt))
+    except (SweepNotFound, BadInput) as error:
         print(f"report: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (FileNotFoundError, StoreError) as error:
         print(f"report: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except _DaemonRefused as error:
+        print(f"report: {error}", file=sys.stderr)
+        return error.exit_code
+    except DaemonUnreachable as error:
+        print(f"report: {error}", file=sys.stderr)
+        return EXIT_FAILED
     if args.output:
         output = Path(args.output).expanduser()
         write_atomically(output, text)

@@ -1,4 +1,5 @@
-"""The daemon's HTTP API against a real daemon process: access, limits, submit semantics."""
+"""The daemon's HTTP API against a real daemon process: access, limits, submit semantics, the
+report it renders."""
 
 from __future__ import annotations
 
@@ -288,3 +289,34 @@ def test_submit_carries_the_workload_files_content_and_refuses_a_bad_line(
     finally:
         db.close()
     assert rows == [("traffic.jsonl", good, hashlib.sha256(good.encode()).hexdigest())]
+
+
+def test_report_over_the_socket_is_the_daemons_store_rendered(
+    daemon: DaemonProcess, tmp_path: Path, untrusted: UntrustedSSHServer
+) -> None:
+    """`report --socket`: the daemon renders the report from its own store, as `results`
+    reads its results; an operator without the daemon's store file gets the same page."""
+    for name in ("nightly", "other"):
+        text = waiting_sweep(tmp_path, name, untrusted.port).encode()
+        assert call(daemon.socket, "POST", "/sweeps", body=text).status == 201
+    socket = str(daemon.socket)
+
+    md = daemon.cli("report", "nightly", "--socket", socket)
+    assert md.returncode == 0, md.stderr
+    assert md.stdout.startswith("# Sweep report: nightly")
+
+    out = tmp_path / "both.html"
+    html = daemon.cli("report", "nightly", "other", "--socket", socket, "-o", str(out))
+    assert html.returncode == 0, html.stderr
+    page = out.read_text()
+    assert page.lstrip().lower().startswith("<!doctype html") and "other" in page
+
+    raw = call(daemon.socket, "GET", "/sweeps/nightly/report", params={"format": "csv"})
+    assert raw.status == 200 and raw.text.splitlines()[0]
+
+    missing = daemon.cli("report", "nope", "--socket", socket)
+    assert missing.returncode == 2 and "nope" in missing.stderr
+    bad = call(daemon.socket, "GET", "/sweeps/nightly/report", params={"format": "pdf"})
+    assert bad.status == 400
+    both = daemon.cli("report", "nightly", "--socket", socket, "--db", str(tmp_path / "x.db"))
+    assert both.returncode == 2  # one source or the other

@@ -42,8 +42,8 @@ NOT_RUN: dict[str, str] = {
     "orchestrator daemon": "a service that runs until stopped (tests/integration/test_daemon.py)",
     "orchestrator submit|status|cancel|results|restore ...": "a synopsis of verbs, not a command",
     "orchestrator --log-file PATH ...": "a synopsis of the option, not a command",
-    "orchestrator report SWEEP [SWEEP...] [--db PATH] [--format md|html|csv|json] [-o PATH] "
-    "[--requests]": "a synopsis",
+    "orchestrator report SWEEP [SWEEP...] [--db PATH | --socket PATH] [--format md|html|csv|json] "
+    "[-o PATH] [--requests]": "a synopsis",
     "orchestrator sim up --hosts N [--json] [--faults FILE] [--time-scale X] [--state-dir DIR]": (
         "a synopsis"
     ),
