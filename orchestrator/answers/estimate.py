@@ -7,10 +7,11 @@ is rarely restarted more than a few times. So each config's own restart variance
 does for few replicates (Smyth 2004): the configs' variances are taken as draws from a scaled
 inverse chi-square prior whose ``s0**2`` and ``d0`` are estimated from them by limma's method
 of moments on the log variances (:func:`fit_prior`), and a config's variance is the posterior
-``(d0*s0**2 + d*s**2) / (d0 + d)`` on ``d0 + d`` degrees of freedom. A config with one restart
-gets ``s0**2`` on ``d0``; each restart added moves the variance toward its own and adds a
-degree of freedom, so an interval narrows as restarts are added, while a config whose own
-restarts spread far more than the type's keeps a wide one. With fewer than
+``(d0*s0**2 + d*s**2) / (d0 + d)`` on ``d0 + d`` degrees of freedom (``d0`` at most the
+type's pooled degrees of freedom: a prior is worth no more than the restarts it came from).
+A config with one restart gets ``s0**2`` on ``d0``; each restart added moves the variance
+toward its own and adds a degree of freedom, so an interval narrows as restarts are added,
+while a config whose own restarts spread far more than the type's keeps a wide one. With fewer than
 :data:`MIN_PRIOR_CONFIGS` repeated configs the prior cannot be estimated: the pooled variance
 stands for it, with its degrees of freedom. A prior worth fewer than :data:`MIN_PRIOR_DF`
 degrees of freedom is completed with the house's assumed restart spread
@@ -231,10 +232,9 @@ class VarianceModel:
     scale: Scale
     prior_var: float
     prior_df: float
-    """The prior's weight in degrees of freedom (infinite: every config gets ``prior_var``)."""
-    df_cap: float
-    """The most degrees of freedom a config's variance may claim: the restarts the whole type
-    pooled (as limma caps them), plus what the assumed spread added."""
+    """The prior's weight in degrees of freedom: no more than the type's restarts pooled (a
+    prior the configs' variances fit as one common variance, limma's infinite ``d0``, is worth
+    the degrees of freedom it was estimated from), plus what the assumed spread added."""
     configs: int
     """Configs repeated on the type, the prior's evidence."""
     method: Literal["moderated", "pooled"]
@@ -246,15 +246,12 @@ class VarianceModel:
 
     def posterior(self, own: OwnVariance | None) -> tuple[float, float]:
         """A config's moderated variance and its degrees of freedom: the prior's with no own
-        variance, else ``(d0*s0**2 + d*s**2) / (d0 + d)`` on ``d0 + d`` (at most
-        ``df_cap``)."""
+        variance, else ``(d0*s0**2 + d*s**2) / (d0 + d)`` on ``d0 + d``, so each restart
+        added is one more degree of freedom."""
         if own is None:
-            return self.prior_var, min(self.prior_df, self.df_cap)
-        if math.isinf(self.prior_df):
-            return self.prior_var, self.df_cap
+            return self.prior_var, self.prior_df
         d0, d = self.prior_df, own.df
-        var = (d0 * self.prior_var + d * own.var) / (d0 + d)
-        return var, min(d0 + d, self.df_cap)
+        return (d0 * self.prior_var + d * own.var) / (d0 + d), d0 + d
 
 
 def variance_model(variances: Sequence[OwnVariance], scale: Scale) -> VarianceModel | None:
@@ -270,14 +267,13 @@ def variance_model(variances: Sequence[OwnVariance], scale: Scale) -> VarianceMo
         d0 = float(pooled_df)
         s0 = math.fsum(v.var * v.df for v in variances) / pooled_df
         method = "pooled"
-    cap = float(pooled_df)
+    d0 = min(d0, float(pooled_df))
     assumed = 0.0
     if d0 < MIN_PRIOR_DF:
         assumed = MIN_PRIOR_DF - d0
         s0 = (d0 * s0 + assumed * _assumed_variance(scale)) / MIN_PRIOR_DF
         d0 = MIN_PRIOR_DF
-        cap += assumed
-    return VarianceModel(scale, s0, d0, max(cap, MIN_PRIOR_DF), len(variances), method, assumed)
+    return VarianceModel(scale, s0, d0, len(variances), method, assumed)
 
 
 def _assumed_variance(scale: Scale) -> float:

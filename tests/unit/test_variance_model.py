@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.answers import Answer, Contender, answer_sweep
 from orchestrator.answers.estimate import Sample, spread
-from orchestrator.store import MatrixCell, ThroughputMetrics, ThroughputPoint
+from orchestrator.store import LatencySummary, MatrixCell, ThroughputMetrics, ThroughputPoint
 from orchestrator.sweepfile import parse_sweep
 from tests.unit.test_answers import B4, B8, B16, Bench, make_sweep, only, sweep_text
 
@@ -163,9 +163,10 @@ def _goodput_sweep() -> Any:
     return parse_sweep(text, "t.yaml")
 
 
-def _goodput(bench: Bench, host: str, config: Mapping[str, Any], good: int) -> None:
-    wall = SECONDS + 0.1
-    point = ThroughputPoint(
+def goodput_point(good: int, *, wall: float = SECONDS + 0.1) -> ThroughputPoint:
+    """A rate point at context 2048 and a nominal 4 req/s whose schedule offered
+    :data:`OFFERED` arrivals in :data:`SECONDS`, ``good`` of them within the slo."""
+    return ThroughputPoint(
         context=2048,
         concurrency=None,
         rate=4.0,
@@ -178,9 +179,13 @@ def _goodput(bench: Bench, host: str, config: Mapping[str, Any], good: int) -> N
             requests_scheduled=OFFERED,
             duration_s=SECONDS,
             wall_s=wall,
+            ttft=LatencySummary(count=OFFERED, p99_s=0.5),
         ),
     )
-    bench._add(host, config, [point], cells=(MatrixCell(2048, rate=4.0),))
+
+
+def _goodput(bench: Bench, host: str, config: Mapping[str, Any], good: int) -> None:
+    bench._add(host, config, [goodput_point(good)], cells=(MatrixCell(2048, rate=4.0),))
 
 
 def test_a_baseline_18x_below_is_not_tied_and_the_capped_sentence_names_the_offered_rate() -> None:
