@@ -21,7 +21,8 @@ Endpoints (all answer JSON but a report, in its format's media type)::
                                       with it), &requests=1 (JSON: every request): the
                                       report as `orchestrator report` renders it
     POST /restore                     {"host": NAME} | {"all": true}
-    POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false}
+    POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false,
+                                       "allow_unexplored": false}
 
 ``ref`` is a sweep name (its latest run) or an id.
 """
@@ -305,7 +306,9 @@ class DaemonOps(Protocol):
         self, host: str | None, *, force: bool = False
     ) -> Sequence[RestoreOutcome]: ...
 
-    async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption: ...
+    async def adopt(
+        self, ref: str, host_type: str, *, allow_tie: bool, allow_unexplored: bool = False
+    ) -> Adoption: ...
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
@@ -499,7 +502,10 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
         if not isinstance(host_type, str) or not valid_ref(host_type):
             return _error(400, 'the body is JSON: {"type": HOST_TYPE, "allow_tie": false}')
         allow_tie = body.get("allow_tie") is True if isinstance(body, dict) else False
-        adoption = await ops.adopt(_ref(request), host_type, allow_tie=allow_tie)
+        allow_unexplored = body.get("allow_unexplored") is True if isinstance(body, dict) else False
+        adoption = await ops.adopt(
+            _ref(request), host_type, allow_tie=allow_tie, allow_unexplored=allow_unexplored
+        )
         return web.json_response(adoption.to_json(), status=200 if adoption.ok else 502)
 
     app.router.add_get("/health", health)

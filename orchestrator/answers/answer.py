@@ -11,7 +11,7 @@ luck that put it first is not in its number (no winner's curse).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.answers.ending import STOPPED_CAUSE, cut_short
@@ -27,10 +27,12 @@ from orchestrator.answers.estimate import (
     spread,
     variance_model,
 )
+from orchestrator.answers.exploration import explore_risk
 from orchestrator.answers.model import (
     Answer,
     Contender,
     ConvergenceStep,
+    Exploration,
     FailedConfig,
     ObjectiveView,
 )
@@ -67,7 +69,7 @@ from orchestrator.answers.verdict import (
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, TrialOutcome, config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import MatrixCell, metric_is_minimized, plural
+from orchestrator.types import KnobValue, MatrixCell, metric_is_minimized, plural
 
 BASELINE_ID = config_id({})
 
@@ -112,7 +114,9 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
         refused = refused_of_type(results, sweep, host_type)
         stopped = cut_short(results, host_type, types)
         for view in objective_views(sweep):
-            answer = _answer(host_type, hosts, runs, view, sweep, space, axes, stopped, refused)
+            answer = _answer(
+                host_type, hosts, runs, view, sweep, space, axes, stopped, refused, configs
+            )
             answers.append(answer)
     return tuple(answers)
 
@@ -423,6 +427,7 @@ def _answer(
     axes: Axes,
     stopped: str | None,
     refused: Sequence[TrialOutcome],
+    configs: Sequence[Mapping[str, KnobValue]] = (),
 ) -> Answer:
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
@@ -436,6 +441,7 @@ def _answer(
         config_label(config.config) for key, config in everything.items() if key not in grouped
     ]
     best, runner_up = decision.best, decision.runner_up
+    failed = _failed(runs, refused)
     return Answer(
         host_type=host_type,
         objective=view,
@@ -448,10 +454,40 @@ def _answer(
         space=space,
         restarts_used=len(runs),
         contenders=tuple(contenders.values()),
-        failed=_failed(runs, refused),
+        failed=failed,
         convergence=_convergence(runs, scope, sweep, axes),
         flags=pool.flags,
         notes=tuple(_notes(decision, ranked, scope, flagged_only)),
         stopped=stopped,
         capped=_capped(decision, view),
+        exploration=_exploration(configs, everything, grouped, failed, best, axes, view),
+    )
+
+
+def _exploration(
+    configs: Sequence[Mapping[str, KnobValue]],
+    everything: Mapping[str, ConfigRuns],
+    grouped: Mapping[str, ConfigRuns],
+    failed: Sequence[FailedConfig],
+    best: RankedConfig | None,
+    axes: Axes,
+    view: ObjectiveView,
+) -> Exploration | None:
+    """How much of the space the answer rests on and what the rest risks
+    (:mod:`.exploration`), on the values each config was picked on (the pool's, else every
+    host's); None where nothing was measured."""
+    if not everything or not configs:
+        return None
+    measured = {
+        key: (runs.config, [s.value for s in _samples(runs.selection)])
+        for key, runs in {**everything, **grouped}.items()
+        if runs.selection
+    }
+    return explore_risk(
+        axes,
+        configs,
+        measured,
+        frozenset(config_id(f.config) for f in failed),
+        None if best is None else best.key,
+        minimized=view.minimized,
     )

@@ -172,6 +172,66 @@ class ConvergenceStep:
         return {"restarts": self.restarts, "best": self.best, "label": self.label}
 
 
+EXPLORATION_MARGIN = 0.02
+"""How much better than the answer's config an unexplored config must be for the exploration
+risk to count it: 2 %, the restart-to-restart spread of the simulated hosts, below which a
+night's restarts would not tell the two apart anyway."""
+EXPLORATION_THRESHOLD = 0.10
+"""The largest exploration risk an answer may say "Deploy" with (and ``adopt`` installs
+without ``--allow-unexplored``): one chance in ten that a config the night did not measure
+beats its config by more than :data:`EXPLORATION_MARGIN`."""
+
+ExplorationMethod = Literal["complete", "surface", "exchangeable"]
+"""How the exploration risk was estimated: ``complete`` (every config of the space measured
+or failed: no risk), ``surface`` (the smoothed response surface the search picks with,
+:func:`orchestrator.answers.smooth.exceed_chances`), ``exchangeable`` (too few configs to fit
+one: the chance that the best of the space is among the unexplored, were every config equally
+likely to be it, which bounds the chance of one beating the answer's config by the margin)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exploration:
+    """How much of the space an answer rests on, and what the rest risks (docs/answers.md,
+    "How much was explored")."""
+
+    explored: int
+    """Configs of the space measured on the type (the baseline, when the sweep has one,
+    included)."""
+    space: int
+    failed: int
+    """Configs tried that never produced a measurement: explored, and out of the running."""
+    risk: float
+    """The chance that a config neither measured nor failed beats the answer's config by more
+    than ``margin`` (relative, on the objective), by ``method``."""
+    method: ExplorationMethod
+    margin: float = EXPLORATION_MARGIN
+    threshold: float = EXPLORATION_THRESHOLD
+    next: tuple[JsonObject, ...] = ()
+    """The unexplored configs to run next, the likeliest to beat the answer's config first."""
+
+    @property
+    def unexplored(self) -> int:
+        return max(0, self.space - self.explored - self.failed)
+
+    @property
+    def risky(self) -> bool:
+        """Above the threshold: the answer is the best found so far, not a deploy advice."""
+        return self.risk > self.threshold
+
+    def to_json(self) -> JsonObject:
+        return {
+            "explored": self.explored,
+            "space": self.space,
+            "failed": self.failed,
+            "unexplored": self.unexplored,
+            "risk": self.risk,
+            "method": self.method,
+            "margin": self.margin,
+            "threshold": self.threshold,
+            "next": list(self.next),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """Which config to deploy on one host type for one objective, and how sure that is."""
@@ -205,6 +265,9 @@ class Answer:
     capped: str | None = None
     """Why the objective cannot tell the leaders apart (the offered load caps it), with what
     to change; None when it can."""
+    exploration: Exploration | None = None
+    """How much of the space was explored and the chance that what was not beats ``best``;
+    None where nothing was measured."""
 
     def to_json(self) -> JsonObject:
         return {
@@ -226,4 +289,45 @@ class Answer:
             "rank": RANK_WORDS,
             "stopped": self.stopped,
             "capped": self.capped,
+            "exploration": None if self.exploration is None else self.exploration.to_json(),
         }
+
+
+def named(answer: Answer) -> Contender | None:
+    """The one config an answer names: what ``adopt`` installs (with ``--allow-tie`` too),
+    what the headline names first and what the explored-space heatmap marks.
+
+    The rule (docs/answers.md, "The rank, and one number per config"): the first valid config
+    of the answer's rank, which ranks each config on the restarts it was picked on, smoothed
+    over its neighbours; unless another valid config's own restarts beat it beyond the
+    uncertainty, which is then named instead (:func:`orchestrator.answers.verdict.decide`).
+    That is ``best``; on a tie it is the first of the tied by rank, not necessarily the one
+    with the highest estimate (:func:`standing_words` says which)."""
+    return answer.best
+
+
+def top_estimate(answer: Answer) -> Contender | None:
+    """The valid contender whose estimate tops the estimate column (the lowest for a
+    minimized metric); None without a valid one."""
+    valid = [c for c in answer.contenders if not c.violations]
+    if not valid:
+        return None
+    pick = min if answer.objective.minimized else max
+    return pick(valid, key=lambda c: c.estimate.value)
+
+
+def standing_words(answer: Answer) -> str:
+    """What :func:`named`'s config is, in words true of the estimate column: "the highest
+    estimate" only when its estimate tops every valid config's, else "first by rank" and the
+    config whose estimate is higher."""
+    chosen = named(answer)
+    if chosen is None:
+        return "no valid config"
+    top = top_estimate(answer)
+    higher = "lowest" if answer.objective.minimized else "highest"
+    if top is None or top.estimate.value == chosen.estimate.value:
+        return f"the {higher} estimate"
+    return (
+        f"first by rank, on the restarts it was picked on; {top.label} has the {higher} "
+        f"estimate, {top.estimate.value:,.4g} against {chosen.estimate.value:,.4g}"
+    )

@@ -186,16 +186,26 @@ def smooth(
     ]
 
 
-def _krige(
-    y: np.ndarray, noise: np.ndarray, d2: np.ndarray, unit: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ordinary kriging's posterior mean and variance at the measured points, with the length
-    scale and surface variance of the best restricted likelihood on the grid."""
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """The kriging fit of the best restricted likelihood on the grid: the length scale, the
+    surface variance, the constant and the factor of the data's covariance."""
+
+    length: float
+    signal: float
+    mu: float
+    factor: tuple[np.ndarray, bool]
+    info: float
+
+
+def _fit(y: np.ndarray, noise: np.ndarray, d2: np.ndarray, unit: float) -> _Fit | None:
+    """The grid point (length scale, surface variance) of the best restricted likelihood;
+    None when no grid point was positive definite."""
     from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
     ones = np.ones_like(y)
     both = np.stack([y, ones], axis=1)
-    best: tuple[float, np.ndarray, float, tuple[np.ndarray, bool], float] | None = None
+    best: tuple[float, _Fit] | None = None
     for length in LENGTH_SCALES:
         correlation = np.exp(-d2 / (2.0 * length * length))
         for ratio in SIGNAL_RATIOS:
@@ -211,16 +221,94 @@ def _krige(
             logdet = float(np.sum(np.log(np.diag(factor[0]))))
             loglik = -0.5 * quad - logdet - 0.5 * math.log(info)
             if best is None or loglik > best[0]:
-                best = (loglik, k, mu, factor, info)
-    if best is None:  # no grid point was positive definite: nothing smoothed
+                best = (loglik, _Fit(length, ratio * unit, mu, factor, info))
+    return None if best is None else best[1]
+
+
+def _krige(
+    y: np.ndarray, noise: np.ndarray, d2: np.ndarray, unit: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ordinary kriging's posterior mean and variance at the measured points, with the length
+    scale and surface variance of the best restricted likelihood on the grid."""
+    from scipy.linalg import cho_solve
+
+    fit = _fit(y, noise, d2, unit)
+    if fit is None:  # no grid point was positive definite: nothing smoothed
         return y, noise
-    _, k, mu, factor, info = best
-    weights = cho_solve(factor, k, check_finite=False)  # C^-1 K, column j for point j
-    mean = mu + weights.T @ (y - mu)
+    ones = np.ones_like(y)
+    k = fit.signal * np.exp(-d2 / (2.0 * fit.length * fit.length))
+    weights = cho_solve(fit.factor, k, check_finite=False)  # C^-1 K, column j for point j
+    mean = fit.mu + weights.T @ (y - fit.mu)
     explained = np.einsum("ij,ij->j", k, weights)
     leftover = 1.0 - ones @ weights  # how much of the constant each estimate still leans on
-    var = np.diag(k) - explained + leftover**2 / info
+    var = np.diag(k) - explained + leftover**2 / fit.info
     return mean, var
+
+
+def _posterior(
+    fit: _Fit, y: np.ndarray, d2_cross: np.ndarray, d2_targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fit's joint posterior (mean, covariance) of the surface at target positions
+    (``d2_cross``: targets x data, ``d2_targets``: targets x targets), the constant's
+    uncertainty included."""
+    from scipy.linalg import cho_solve
+
+    scale = 2.0 * fit.length * fit.length
+    cross = fit.signal * np.exp(-d2_cross / scale)
+    prior = fit.signal * np.exp(-d2_targets / scale)
+    weights = cho_solve(fit.factor, cross.T, check_finite=False)  # C^-1 k, one column a target
+    mean = fit.mu + weights.T @ (y - fit.mu)
+    leftover = 1.0 - weights.sum(axis=0)
+    cov = prior - cross @ weights + np.outer(leftover, leftover) / fit.info
+    return mean, cov
+
+
+def exceed_chances(
+    axes: Axes,
+    configs: Sequence[Mapping[str, KnobValue]],
+    values: Sequence[Sequence[float]],
+    chosen: int,
+    targets: Sequence[Mapping[str, KnobValue]],
+    *,
+    margin: float,
+    minimized: bool,
+) -> list[float] | None:
+    """For each of ``targets`` (configs not measured), the chance under the smoothed surface
+    that its value beats config ``chosen``'s (one of ``configs``) by more than ``margin``
+    (relative): the surface :func:`smooth_picks` fits to the same restarts, weighed the same,
+    its joint posterior at the targets and at ``chosen``, so the uncertainty of both and their
+    correlation count. None where no surface is fitted (fewer than :data:`MIN_CONFIGS` configs,
+    values not all positive)."""
+    from scipy.stats import norm
+
+    if len(configs) != len(values) or any(not v for v in values):
+        raise ValueError("every config needs at least one value")
+    flat = [x for group in values for x in group]
+    if len(configs) < MIN_CONFIGS or not all(x > 0 for x in flat):
+        return None
+    cv = restart_spread(values)
+    unit = cv * cv
+    y = np.array([np.mean(np.log(v)) for v in values])
+    noise = np.array([unit / len(v) for v in values])
+    everything = [*configs, *targets]
+    d2 = axes.squared_distances(everything)
+    n = len(configs)
+    fit = _fit(y, noise, d2[:n, :n], unit)
+    if fit is None:
+        return None
+    if not targets:
+        return []
+    points = [chosen, *range(n, len(everything))]
+    mean, cov = _posterior(fit, y, d2[points][:, :n], d2[points][:, points])
+    gap = math.log1p(margin)
+    chances = []
+    for j in range(1, len(points)):
+        ahead = mean[j] - mean[0]
+        var = max(cov[j, j] + cov[0, 0] - 2.0 * cov[0, j], 1e-12)
+        if minimized:
+            ahead = -ahead
+        chances.append(float(norm.sf((gap - ahead) / math.sqrt(var))))
+    return chances
 
 
 def smooth_picks(

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from orchestrator.answers import Answer, answer_sweep
+from orchestrator.answers.model import named, standing_words
 from orchestrator.api import Adoption, AdoptOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import host_keys
@@ -38,6 +39,7 @@ from orchestrator.log import get_logger
 from orchestrator.plan import trial_key
 from orchestrator.sessions import host_session, snapshot_to_backup
 from orchestrator.store import BackupPending, Store, SweepRecord
+from orchestrator.store.results import config_label
 from orchestrator.sweepfile import HostSpec, Sweep
 
 """Set in an adopt's backup state (to the adopted config's label): its undo restores the unit
@@ -48,8 +50,13 @@ class AdoptRefused(ValueError):
     """The sweep's answer does not name one config to adopt, or a host is not ready for it."""
 
 
-def choose(answers: Sequence[Answer], host_type: str, *, allow_tie: bool) -> Answer:
-    """The answer whose best config ``adopt`` may install on ``host_type``, or why not."""
+def choose(
+    answers: Sequence[Answer], host_type: str, *, allow_tie: bool, allow_unexplored: bool = False
+) -> Answer:
+    """The answer whose named config (:func:`~orchestrator.answers.model.named`, the one the
+    headline names first and the heatmap marks) ``adopt`` may install on ``host_type``, or
+    why not: never a tie without ``allow_tie``, never an answer whose exploration risk is
+    above its threshold without ``allow_unexplored``."""
     matching = [a for a in answers if a.host_type == host_type]
     if not matching:
         known = sorted({a.host_type for a in answers})
@@ -63,13 +70,25 @@ def choose(answers: Sequence[Answer], host_type: str, *, allow_tie: bool) -> Ans
             "verdict and no one config wins: give the sweep an objective"
         )
     answer = matching[0]
-    if answer.verdict == "no-valid-config" or answer.best is None:
+    chosen = named(answer)
+    if answer.verdict == "no-valid-config" or chosen is None:
         raise AdoptRefused(f"no config is valid on {host_type}: nothing to adopt")
     if answer.verdict == "tie" and not allow_tie:
-        tied = ", ".join(c.label for c in (answer.best, *answer.tied))
+        tied = ", ".join(c.label for c in (chosen, *answer.tied))
         raise AdoptRefused(
             f"on {host_type} the data cannot tell {tied} apart: measure more repeats, or "
-            f"pass --allow-tie to adopt {answer.best.label} (the highest estimate)"
+            f"pass --allow-tie to adopt {chosen.label} ({standing_words(answer)})"
+        )
+    exploration = answer.exploration
+    if exploration is not None and exploration.risky and not allow_unexplored:
+        ahead = ", ".join(config_label(c) for c in exploration.next)
+        raise AdoptRefused(
+            f"on {host_type} the search explored {exploration.explored} of "
+            f"{exploration.space} configs: a {exploration.risk:.0%} chance that one it did not "
+            f"measure beats {chosen.label} by more than {exploration.margin:.0%} (above "
+            f"{exploration.threshold:.0%}); run more of the space"
+            + (f" ({ahead} next)" if ahead else "")
+            + f", or pass --allow-unexplored to adopt {chosen.label}, the best found so far"
         )
     return answer
 
@@ -203,16 +222,18 @@ async def adopt_type(
     host_type: str,
     *,
     allow_tie: bool = False,
+    allow_unexplored: bool = False,
 ) -> Adoption:
-    """Adopt the answer's best config on every host of ``host_type`` the sweep names, one host
-    at a time (a fleet keeps serving on the others while one restarts)."""
-    answer = choose(answers, host_type, allow_tie=allow_tie)
-    assert answer.best is not None
+    """Adopt the answer's named config on every host of ``host_type`` the sweep names, one
+    host at a time (a fleet keeps serving on the others while one restarts)."""
+    answer = choose(answers, host_type, allow_tie=allow_tie, allow_unexplored=allow_unexplored)
+    chosen = named(answer)
+    assert chosen is not None
     hosts = [h for h in sweep.hosts if h.host_type == host_type]
     outcomes = []
     for host in hosts:
-        outcomes.append(await adopt_host(store, record, sweep, host, answer.best.config))
-    return Adoption(record.name, record.id, host_type, answer.best, tuple(outcomes))
+        outcomes.append(await adopt_host(store, record, sweep, host, chosen.config))
+    return Adoption(record.name, record.id, host_type, chosen, tuple(outcomes))
 
 
 class HostsBusy(RuntimeError):
@@ -227,17 +248,27 @@ async def adopt_sweep(
     claims: HostClaims,
     *,
     allow_tie: bool = False,
+    allow_unexplored: bool = False,
 ) -> Adoption:
     """Answer ``record``'s sweep from the store and adopt its best config on ``host_type``,
     holding the type's hosts meanwhile. Raises :class:`AdoptRefused` (nothing changed) or
     :class:`HostsBusy`."""
     answers = answer_sweep(await store.results(record.id), sweep)
-    choose(answers, host_type, allow_tie=allow_tie)  # refuse before holding anything
+    # refuse before holding anything
+    choose(answers, host_type, allow_tie=allow_tie, allow_unexplored=allow_unexplored)
     keys = frozenset().union(*(host_keys(h) for h in sweep.hosts if h.host_type == host_type))
     if not claims.is_free(keys):
         raise HostsBusy(f"a host of type {host_type} is busy: adopt once its sweep has ended")
     claims.claim(keys)
     try:
-        return await adopt_type(store, record, sweep, answers, host_type, allow_tie=allow_tie)
+        return await adopt_type(
+            store,
+            record,
+            sweep,
+            answers,
+            host_type,
+            allow_tie=allow_tie,
+            allow_unexplored=allow_unexplored,
+        )
     finally:
         claims.release(keys)

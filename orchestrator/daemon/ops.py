@@ -120,7 +120,9 @@ class DaemonApi:
         """Restore every pending backup of ``host`` (or of every host), now, in parallel."""
         return await self._restorer.restore_hosts(host, force=force)
 
-    async def adopt(self, ref: str, host_type: str, *, allow_tie: bool) -> Adoption:
+    async def adopt(
+        self, ref: str, host_type: str, *, allow_tie: bool, allow_unexplored: bool = False
+    ) -> Adoption:
         """Install the sweep's answer for ``host_type`` on that type's hosts, one at a time."""
         record = await self.store.get_sweep(ref)
         if record.id in self._active:
@@ -128,7 +130,13 @@ class DaemonApi:
         sweep = self._restorer.sweeps.get(record)
         try:
             return await adopt_sweep(
-                self.store, record, sweep, host_type, self._restorer.claims, allow_tie=allow_tie
+                self.store,
+                record,
+                sweep,
+                host_type,
+                self._restorer.claims,
+                allow_tie=allow_tie,
+                allow_unexplored=allow_unexplored,
             )
         except HostsBusy as busy:
             raise Conflict(str(busy)) from busy

@@ -457,7 +457,7 @@ def _space_cell(answer: Answer, cell: SpaceCell, color: Callable[[float], str]) 
         if estimate.noisy:
             title += "; noisy"
         if cell.configs > 1:
-            title += f" (best of {cell.configs} configs with these values)"
+            title += f" (first by rank of {cell.configs} configs with these values)"
         if cell.failed:
             title += f"; {len(cell.failed)} failed here"
         return svg.HeatCell(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.answers import Answer, Contender, FailedConfig
+from orchestrator.answers.model import named
 from orchestrator.store.results import format_knob
 
 SpaceState = Literal["explored", "failed", "unexplored"]
@@ -37,7 +38,8 @@ class SpaceCell:
     """Measured configs with these values (more than one when other knobs vary)."""
     failed: tuple[FailedConfig, ...] = ()
     is_best: bool = False
-    """The answer's best config is in this cell."""
+    """The answer's named config (:func:`~orchestrator.answers.model.named`) is in this cell
+    and is the contender it shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,10 @@ def explored_space(answer: Answer) -> SpaceGrid | None:
     failures: dict[tuple[str, str], list[FailedConfig]] = {}
     for failure in answer.failed:
         failures.setdefault(position(failure.config), []).append(failure)
-    best_at = position(answer.best.config) if answer.best is not None else None
+    # The mark: the config the answer names (the one adopt installs and the headline names
+    # first), by the one rule of :func:`~orchestrator.answers.model.named`.
+    chosen = named(answer)
+    best_at = position(chosen.config) if chosen is not None and chosen.config else None
     grid: list[tuple[SpaceCell, ...]] = []
     for row in rows:
         line: list[SpaceCell] = []

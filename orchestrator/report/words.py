@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
+from orchestrator.answers.model import Exploration, named
 from orchestrator.report import fmt
 from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
@@ -175,10 +176,37 @@ def _lead(answer: Answer, best: Contender, at: str) -> str:
     )
 
 
+def _next_words(exploration: Exploration) -> str:
+    """``run next budget=8 topk=4, budget=16 topk=4``; empty when nothing is left to run."""
+    if not exploration.next:
+        return ""
+    return "run next " + ", ".join(config_label(config) for config in exploration.next)
+
+
+def exploration_words(exploration: Exploration) -> str:
+    """``Explored 2 of 6 configs: a 67% chance that one not explored beats it by more than
+    2% (...)``: how much of the space the answer rests on and what the rest risks."""
+    what = f"{exploration.explored} of {exploration.space} configs explored" + (
+        f", {exploration.failed} failed" if exploration.failed else ""
+    )
+    if exploration.unexplored == 0:
+        return f"{what}: the whole space"
+    how = {
+        "surface": "by the smoothed surface the search picks with",
+        "exchangeable": "too few configs for a surface: the share of the space unexplored",
+        "complete": "",
+    }[exploration.method]
+    return (
+        f"{what}: a {fmt.percent(exploration.risk)} chance that one not explored beats it by "
+        f"more than {fmt.percent(exploration.margin)} ({how}; deploy advice needs at most "
+        f"{fmt.percent(exploration.threshold)})"
+    )
+
+
 def _headline(answer: Answer) -> str:
     objective = answer.objective
     at = where(objective)
-    best = answer.best
+    best = named(answer)
     if best is None:
         text = f"No config to deploy on {answer.host_type} at {at}: {_no_valid_reason(answer)}."
         return f"Cut short ({answer.stopped}). {text}" if answer.stopped else text
@@ -200,13 +228,23 @@ def _headline(answer: Answer) -> str:
             f"{best.label} from {_names(answer.tied)} on {objective.metric} (the differences "
             f"are within the uncertainty).{capped}"
         )
+    flagged = _flag_words([best, runner])
+    on_flagged = f", on flagged measurements ({flagged})" if flagged else ""
+    exploration = answer.exploration
+    if exploration is not None and exploration.risky:
+        ahead = _next_words(exploration)
+        return (
+            f"Best found so far on {answer.host_type}: {best.label}, "
+            f"{_standing(objective, best)} at {at}; beats {runner.label} by {_margin(answer)}"
+            f"{on_flagged}, but only {exploration_words(exploration)}. Not a deploy advice yet"
+            + (f": {ahead}." if ahead else ".")
+        )
     text = (
         f"Deploy {best.label} on {answer.host_type}: {_standing(objective, best)} at {at}; "
         f"beats {runner.label} by {_margin(answer)}"
     )
-    flagged = _flag_words([best, runner])
     if flagged:
-        text += f", on flagged measurements ({flagged}): check them before deploying"
+        text += f"{on_flagged}: check them before deploying"
     return text + "."
 
 
@@ -322,10 +360,22 @@ def _details(answer: Answer) -> list[str]:
 
 
 def _coverage(answer: Answer) -> str:
-    """How much of the space the answer rests on: measured, failed, never tried."""
+    """How much of the space the answer rests on: measured, failed, never tried, and what the
+    untried part risks."""
     restarts = f"{answer.restarts_used} restart{'' if answer.restarts_used == 1 else 's'} used"
     failed = len(answer.failed)
     tail = f"; {failed} failed" if failed else ""
+    exploration = answer.exploration
+    if exploration is not None and exploration.unexplored > 0 and answer.best is not None:
+        ahead = _next_words(exploration)
+        return (
+            f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}; "
+            f"{exploration.unexplored} not explored, a {fmt.percent(exploration.risk)} chance "
+            f"that one of them beats {answer.best.label} by more than "
+            f"{fmt.percent(exploration.margin)}"
+            + (f" ({ahead})" if ahead and exploration.risky else "")
+            + "."
+        )
     if answer.space:
         untried = answer.space - answer.explored - failed
         tail += f"; {untried} not explored" if untried > 0 else ""
@@ -339,4 +389,12 @@ def answer_words(answer: Answer) -> AnswerWords:
     return AnswerWords(_headline(answer), tuple(_details(answer)))
 
 
-__all__ = ["AnswerWords", "answer_words", "basis_words", "readable", "value_text", "where"]
+__all__ = [
+    "AnswerWords",
+    "answer_words",
+    "basis_words",
+    "exploration_words",
+    "readable",
+    "value_text",
+    "where",
+]

@@ -47,7 +47,14 @@ from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, offered_ca
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.causes import INVALID_CONFIG_CAUSES
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
-from orchestrator.search.budget import RESTART_EVENT, host_types, restarts_used
+from orchestrator.search.budget import (
+    RACE_SHARE,
+    RESTART_EVENT,
+    Reserve,
+    host_types,
+    reserve,
+    restarts_used,
+)
 from orchestrator.search.deadline import (
     TimeBudget,
     TimedTrial,
@@ -92,14 +99,6 @@ PROPOSED_EVENT = "search.proposed"
 STOPPED_EVENT = "search.exploration_stopped"
 LEADERS = 2
 """How many leading configs share the confirmation reserve."""
-RACE_SHARE = 4
-"""Without ``search.race``, the race gets ``max_restarts // RACE_SHARE`` restarts (6 of 25).
-Before the pick was smoothed a third was best (on the benchmark's `default` surface, 2 %
-restart noise, the top two 0.6 % apart, a fifth left the pick on too few restarts of each
-leader, a half left too few screens to find them); once every screen also informs its
-neighbours' estimates (:func:`smoothed`), a screen near the leaders is worth more than a
-third repeat of one: on the development seeds 6000-6049 and 7000-7049 a race of a quarter put
-the pick within 1 % of the optimum in 71 of 100 seeds, a third in 65."""
 RACE_Z = 1.96
 """How far above its mean (in standard errors) a challenger's value may plausibly be: the
 race's upper bounds are 95 % ones, like the answer's intervals."""
@@ -201,7 +200,9 @@ def smoothed(standings: Sequence[Standing], axes: Axes) -> list[Standing]:
 
 
 def race_restarts(sweep: Sweep) -> int:
-    """The race's restarts per host type: ``search.race``, else a quarter of ``max_restarts``."""
+    """The race's restarts per host type as configured: ``search.race``, else a quarter of
+    ``max_restarts`` (:data:`~orchestrator.search.budget.RACE_SHARE`); a tight budget trims
+    it (:meth:`SearchTrialSource.reserve`)."""
     if sweep.search.race is not None:
         return sweep.search.race
     return (sweep.search.max_restarts or 0) // RACE_SHARE
@@ -431,8 +432,9 @@ class SearchTrialSource:
         raced = [o for o in observed if o.explores and o.plan.repeat > 1]
         # A capped objective holds nothing back: the race and the confirmations would measure
         # the cap again, so their restarts go to configs not yet measured.
-        confirm_left = 0 if capped else max(0, self.sweep.search.confirmations - len(confirms))
-        race_left = 0 if capped else max(0, race_restarts(self.sweep) - len(raced))
+        held = self.reserve(host_type)
+        confirm_left = 0 if capped else max(0, held.confirmations - len(confirms))
+        race_left = 0 if capped else max(0, held.race - len(raced))
         reserve = confirm_left + race_left
         # Under a deadline the time held back covers the confirmations and a race of at most
         # half the configs screened so far: a short night still explores, and races what it
@@ -453,10 +455,15 @@ class SearchTrialSource:
             return await self._explore(host, host_type, observed, candidates)
         await self._stop_exploring(host_type, reason, observed, capped)
         if reserve > 0 and (timing is None or timing.may_confirm()):
-            if race_left > 0 and (
-                timing is None
-                or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
-                    timing.times.full_s
+            # The race never takes a confirmation's restart (a retry may have spent one).
+            if (
+                race_left > 0
+                and left > confirm_left
+                and (
+                    timing is None
+                    or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
+                        timing.times.full_s
+                    )
                 )
             ):
                 # The race: the pick must rest on more than one restart of each leader, or a
@@ -473,6 +480,17 @@ class SearchTrialSource:
                     host, config, self._again(observed, config, host_type, "confirm")
                 )
         return None
+
+    def reserve(self, host_type: str) -> Reserve:
+        """What ``host_type`` holds back from exploring for the race and the confirmations:
+        as configured, unless the restarts after its baselines could not then screen its
+        space (:func:`~orchestrator.search.budget.reserve`)."""
+        hosts = sum(1 for kind in self.type_of.values() if kind == host_type)
+        return reserve(
+            self.sweep,
+            baselines=hosts if self.space.baseline else 0,
+            space=len(set(self._identities[host_type])),
+        )
 
     def _measured(self, observed: Sequence[Observation], config: Config, host_type: str) -> int:
         """How many of ``observed`` measured ``config``'s server."""

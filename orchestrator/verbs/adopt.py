@@ -1,8 +1,9 @@
 """Install a sweep's winning config as a host type's lasting configuration.
 
 Through the daemon's API by default; with ``--db PATH`` straight from a store file with no
-daemon. Each host of the type gets the answer's best config in its own drop-in, proven like a
-trial's; ``orchestrator restore HOST`` puts the unit back as adopt found it.
+daemon. Each host of the type gets the answer's named config (the one its headline names
+first and its heatmap marks) in its own drop-in, proven like a trial's;
+``orchestrator restore HOST`` puts the unit back as adopt found it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-tie",
         action="store_true",
-        help="on a tie, adopt the tied config with the highest estimate",
+        help="on a tie, adopt the config the answer names first (first by rank, "
+        "docs/answers.md), which is not always the one with the highest estimate",
+    )
+    parser.add_argument(
+        "--allow-unexplored",
+        action="store_true",
+        help="adopt the best config found so far although the search left enough of the "
+        "space unexplored that a better one may be there (the answer's exploration risk)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     source = parser.add_mutually_exclusive_group()
@@ -45,12 +53,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--db", metavar="PATH", help="adopt from this store file, no daemon")
 
 
-async def _from_store(path: Path, ref: str, host_type: str, allow_tie: bool) -> dict[str, Any]:
+async def _from_store(
+    path: Path, ref: str, host_type: str, allow_tie: bool, allow_unexplored: bool
+) -> dict[str, Any]:
     async with await Store.open(path) as store:
         record = await store.get_sweep(ref)
         sweep = ParsedSweeps().get(record)
         adoption = await adopt_sweep(
-            store, record, sweep, host_type, HostClaims(), allow_tie=allow_tie
+            store,
+            record,
+            sweep,
+            host_type,
+            HostClaims(),
+            allow_tie=allow_tie,
+            allow_unexplored=allow_unexplored,
         )
     return adoption.to_json()
 
@@ -64,7 +80,9 @@ def _adopt_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             "error": f"a daemon runs on {path.parent}: adopt through it (without --db)"
         }
     try:
-        document = asyncio.run(_from_store(path, args.sweep, args.host_type, args.allow_tie))
+        document = asyncio.run(
+            _from_store(path, args.sweep, args.host_type, args.allow_tie, args.allow_unexplored)
+        )
     except (AdoptRefused, SweepNotFound) as refused:
         return EXIT_BAD_INPUT, {"error": str(refused)}
     except StoreError as error:
@@ -73,7 +91,11 @@ def _adopt_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _adopt_through_daemon(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    body = {"type": args.host_type, "allow_tie": args.allow_tie}
+    body = {
+        "type": args.host_type,
+        "allow_tie": args.allow_tie,
+        "allow_unexplored": args.allow_unexplored,
+    }
     response = call(
         socket_path(args.socket),
         "POST",

@@ -22,6 +22,7 @@ from orchestrator.plan import (
     render_trial_dropin,
     repeat_warnings,
 )
+from orchestrator.search.budget import screening_warnings
 from orchestrator.sweepfile import Sweep, SweepFileError, check_sweep
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_OK
 from orchestrator.verbs.common import emit_json, print_warnings, report_problems
@@ -120,16 +121,19 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_check(sweep, estimate_plan(plan, sweep), now)
     overrun = deadline.warning() if deadline is not None else None
     file_warnings = [str(warning) for warning in checked.warnings]
+    screening = screening_warnings(sweep)
     print_warnings(
         [
             *file_warnings,
             *map(str, plan.warnings),
             *repeat_warnings(sweep),
+            *screening,
             *([overrun] if overrun else []),
         ]
     )
     if args.json:
-        emit_json(plan_json(plan, sweep, file_warnings=file_warnings, now=now))
+        # The JSON's warnings list the file's first: the screening ones go with them.
+        emit_json(plan_json(plan, sweep, file_warnings=[*file_warnings, *screening], now=now))
     else:
         _print_plan(sweep, plan, show_dropins=args.show_dropins)
     return EXIT_OK

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from orchestrator.plan import plan_sweep
+from orchestrator.search.budget import screening_warnings
 from orchestrator.sweepfile import SweepFileError, check_sweep
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_OK, content_hash
 from orchestrator.verbs.common import emit_json, print_warnings, report_problems
@@ -39,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     sweep, text = checked.sweep, checked.text
     plan = plan_sweep(sweep)
-    warnings = [*map(str, checked.warnings), *map(str, plan.warnings)]
+    warnings = [
+        *map(str, checked.warnings),
+        *map(str, plan.warnings),
+        *screening_warnings(sweep),
+    ]
     print_warnings(warnings)
     if args.json:
         document = _problems_json(args.file, None)

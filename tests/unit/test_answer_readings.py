@@ -112,6 +112,8 @@ def test_a_better_claim_on_a_flagged_point_says_so_in_its_sentence() -> None:
         bench.run("a", B8, value, quality=("client_saturated",))
     for value in (100.0, 101.0):
         bench.run("a", B4, value)
+    for value in (90.0, 91.0):  # the whole space measured: nothing unexplored to doubt it by
+        bench.run("a", B16, value)
     said = answer_words(readable(only(answer_sweep(bench.results(), make_sweep()))))
     assert said.headline.startswith("Deploy budget=8")
     assert "flagged" in said.headline and "saturated (S)" in said.headline
