@@ -373,9 +373,15 @@ def _notes(
             )
     for standing in ranked:
         if standing.reported.noisy and standing.reported.cv is not None:
+            shrunk = (
+                "; its interval leans on the type's restart variance and may be too narrow: "
+                "measure it again"
+                if standing.reported.basis == "restarts" and scope.variance is not None
+                else ""
+            )
             notes.append(
                 f"{standing.label} is noisy: its restarts vary by {standing.reported.cv:.1%} "
-                "(coefficient of variation above 5 %)"
+                f"(coefficient of variation above 5 %){shrunk}"
             )
     notes.extend(scope.pool.notes)
     for label in flagged_only:
