@@ -129,10 +129,10 @@ def restart_spread(groups: Iterable[Sequence[float]]) -> float:
 
     What :func:`smooth` weighs each restart by whenever a config is picked: by the search
     (its steps, its race, its confirmations) and by the answer alike, so that the answer
-    names the config the search raced and confirmed. (The answer's intervals use the measured
-    variance alone, :func:`orchestrator.answers.estimate.pooled_restart_variance`: a pick
-    must not lean on a handful of repeats that happened to agree, an interval must say what
-    was measured.)"""
+    names the config the search raced and confirmed. (The answer's intervals use the type's
+    variance model, :func:`orchestrator.answers.estimate.variance_model`: each config's own
+    restart variance shrunk toward a prior fitted from the type's repeated configs, completed
+    with this same assumed spread only while it rests on under 3 degrees of freedom.)"""
     squares, df = PRIOR_DF * PRIOR_RESTART_CV**2, PRIOR_DF
     for values in groups:
         mean = sum(values) / len(values) if values else 0.0
