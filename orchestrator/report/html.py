@@ -8,6 +8,7 @@ never as zeros.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from orchestrator.answers import Answer
@@ -123,26 +124,43 @@ def table_html(t: tables.Table, *, heading: str = "h3") -> str:
 # --- plots ---------------------------------------------------------------------------------
 
 
+def _by_config(group: HostTypeGroup) -> dict[str, list[TrialView]]:
+    """The group's trials by config (its restarts, on any host), in first-trial order."""
+    configs: dict[str, list[TrialView]] = {}
+    for trial in group.trials:
+        configs.setdefault(json.dumps(trial.config, sort_keys=True), []).append(trial)
+    return configs
+
+
 def _colors(group: HostTypeGroup) -> dict[str, str]:
+    """Each trial's colour: its config's, so a config's restarts read as one config."""
     colors: dict[str, str] = {}
     index = 0
-    for trial in group.trials:
-        if trial.is_baseline:
-            colors[trial.key] = svg.BASELINE_COLOR
+    for trials in _by_config(group).values():
+        if trials[0].is_baseline:
+            color = svg.BASELINE_COLOR
         else:
-            colors[trial.key] = svg.color_for(index)
+            color = svg.color_for(index)
             index += 1
+        colors.update((trial.key, color) for trial in trials)
     return colors
 
 
 def _legend(group: HostTypeGroup, colors: dict[str, str]) -> str:
+    """One entry per config, however many restarts it had."""
     items = []
-    for trial in group.trials:
-        dashed = " dashed" if trial.is_baseline else ""
-        failed = f" ({trial.state}: {trial.cause})" if trial.state == "failed" else ""
+    for trials in _by_config(group).values():
+        first = trials[0]
+        dashed = " dashed" if first.is_baseline else ""
+        name = first.short_label or first.label
+        hosts = sorted({t.host for t in trials})
+        where = f" @{', '.join(hosts)}" if group.show_host else ""
+        count = f", {plural(len(trials), 'trial')}" if len(trials) > 1 else ""
+        failed = [t for t in trials if t.state == "failed"]
+        tail = f" (failed: {failed[-1].cause})" if len(failed) == len(trials) else ""
         items.append(
-            f'<span><span class="swatch{dashed}" style="background:{colors[trial.key]}"></span>'
-            f"{esc(group.display(trial))}{esc(failed)}</span>"
+            f'<span><span class="swatch{dashed}" style="background:{colors[first.key]}"></span>'
+            f"{esc(name + where + count + tail)}</span>"
         )
     return f'<div class="legend">{"".join(items)}</div>'
 
@@ -189,6 +207,7 @@ def throughput_figure(group: HostTypeGroup, colors: dict[str, str]) -> str:
                         title=_point_title(group, trial, p),
                     )
                     for conc in group.concurrencies
+                    if group.planned(trial, context, conc)
                     for p in (group.point(trial, context, conc),)
                 ),
             )
@@ -288,7 +307,10 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                 value = trial.config.get(knob)
                 if not isinstance(value, int | float) or isinstance(value, bool):
                     continue
-                points = [group.point(trial, context, c) for c in group.concurrencies]
+                planned = [c for c in group.concurrencies if group.planned(trial, context, c)]
+                if not planned:
+                    continue  # a screen that never meant to measure this context
+                points = [group.point(trial, context, c) for c in planned]
                 values = [p.accept_len for p in points if p is not None and p.accept_len]
                 flagged = any(p.flags for p in points if p is not None)
                 mean = sum(values) / len(values) if values else None
@@ -306,6 +328,9 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                     )
                 )
             series.append(svg.Series(f"context {context}", _context_color(index), tuple(marks)))
+        whole = all(
+            isinstance(t.config.get(knob), int) for t in group.trials if knob in t.config
+        )
         panels.append(
             svg.xy_panel(
                 series,
@@ -313,6 +338,7 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                 x_label=knob,
                 y_label="accept_len",
                 y_zero=False,
+                x_integer=whole,
             )
         )
         legend_items = "".join(
@@ -364,6 +390,8 @@ def ttft_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
         for conc in group.concurrencies:
             boxes = []
             for trial in group.trials:
+                if not group.planned(trial, context, conc):
+                    continue
                 point = group.point(trial, context, conc)
                 samples = point.ttft_samples_s if point is not None else ()
                 boxes.append(
@@ -389,7 +417,7 @@ def ttft_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
     return _figure(
         panels,
         "TTFT distribution of the measured requests: box p25-p75, line the median, whiskers "
-        "p10-p90; one box per config in legend order.",
+        "p10-p90; one box per trial, in its config's legend colour.",
     )
 
 
@@ -432,6 +460,7 @@ def convergence_figure(answer: Answer) -> str | None:
         y_label=f"{metric} of the config named" + (f" ({unit})" if unit else ""),
         y_zero=False,
         x_zero=True,
+        x_integer=True,
     )
     return _figure(
         [panel],

@@ -384,6 +384,13 @@ class HostTypeGroup:
         """``trial``'s closed-loop point at (context, concurrency) on the grid's workload."""
         return trial.point_at(self.grid_cell(context, concurrency))
 
+    def planned(self, trial: TrialView, context: int, concurrency: int) -> bool:
+        """Whether ``trial`` set out to measure (context, concurrency): a search's screen
+        measures only the objective's cells, so its others are no result by design, never
+        a failure (a trial stored before plans existed measured the whole matrix)."""
+        cells = trial.plan.cells if trial.plan is not None else ()
+        return not cells or self.grid_cell(context, concurrency) in cells
+
     def speedup(self, trial: TrialView, context: int, concurrency: int) -> float | None:
         return self.speedup_at(trial, self.grid_cell(context, concurrency))
 

@@ -55,15 +55,22 @@ def color_for(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high] (1, 2, 2.5, 5 x 10^n steps)."""
+def nice_ticks(
+    low: float, high: float, count: int = 5, *, integer: bool = False
+) -> list[float]:
+    """Round tick values covering [low, high] (1, 2, 2.5, 5 x 10^n steps); ``integer``: a
+    count's axis (restarts, a knob's whole values), whose steps are whole (no 2.5, none under
+    1)."""
     if not math.isfinite(low) or not math.isfinite(high):
         return [0.0, 1.0]
     if high <= low:
         high = low + (abs(low) or 1.0)
     raw = (high - low) / max(count, 1)
+    if integer:
+        raw = max(raw, 1.0)
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    steps = (1, 2, 5, 10) if integer else (1, 2, 2.5, 5, 10)
+    step = next(m * magnitude for m in steps if m * magnitude >= raw)
     start = math.floor(low / step) * step
     ticks = []
     value = start
@@ -285,7 +292,9 @@ def _cross(x: float, y: float, title: str) -> str:
 
 
 def _y_range(values: Sequence[float], *, log: bool, zero: bool) -> tuple[list[float], float, float]:
-    """The y ticks and the axis' low and high ends for ``values``."""
+    """The y ticks and the axis' low and high ends for ``values``. Values that are none of
+    them negative (every metric a report plots) never get an axis below 0: padding stops
+    there."""
     if log and values:
         low, high = min(values) * 0.8, max(values) * 1.25
         ticks = log_ticks(low, high)
@@ -294,7 +303,7 @@ def _y_range(values: Sequence[float], *, log: bool, zero: bool) -> tuple[list[fl
     high = max(values) if values else 1.0
     if not zero and values:
         pad = (high - low) * 0.1 or 0.5
-        low, high = low - pad, high + pad
+        low, high = (max(low - pad, 0.0) if low >= 0 else low - pad), high + pad
     ticks = nice_ticks(low, high)
     return ticks, ticks[0], ticks[-1]
 
@@ -306,9 +315,10 @@ def _x_axis(
     categories: Sequence[float] | None,
     log: bool,
     zero: bool,
+    integer: bool = False,
 ) -> tuple[Callable[[float], float], list[float]]:
     """Where an x value is drawn, and the x ticks: evenly spaced categories, or a linear or
-    log scale over ``xs``."""
+    log scale over ``xs`` (whole ticks for an ``integer`` axis)."""
     if categories:
         positions = {v: i for i, v in enumerate(categories)}
         n = max(len(categories) - 1, 1)
@@ -329,7 +339,8 @@ def _x_axis(
         )
         return scale, ticks
     pad_x = (hi - lo) * 0.08 or 0.5
-    ticks = nice_ticks(0.0, hi + 0.5) if zero else nice_ticks(lo - pad_x, hi + pad_x)
+    start = 0.0 if zero else (max(lo - pad_x, 0.0) if lo >= 0 else lo - pad_x)
+    ticks = nice_ticks(start, hi + (0.5 if zero else pad_x), integer=integer)
     return Scale(ticks[0], ticks[-1], frame.plot_left, frame.plot_right), ticks
 
 
@@ -394,10 +405,11 @@ def xy_panel(
     y_zero: bool = True,
     frame: Frame | None = None,
     x_zero: bool = False,
+    x_integer: bool = False,
 ) -> str:
     """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
     (evenly spaced), e.g. the concurrencies measured; ``x_zero`` starts a linear x axis at 0
-    (counts, such as restarts spent)."""
+    (counts, such as restarts spent); ``x_integer`` ticks it at whole numbers only."""
     frame = _fit(frame or Frame(), title)
     values = [m.y for s in series for m in s.marks if m.y is not None]
     has_failed = any(m.y is None for s in series for m in s.marks)
@@ -410,6 +422,7 @@ def xy_panel(
         categories=x_categories,
         log=x_log,
         zero=x_zero,
+        integer=x_integer,
     )
     parts = [_svg_open(frame, title)]
     parts += _axes(
@@ -522,6 +535,11 @@ def heatmap(
     ``row_label`` / ``column_label`` name the axes (the knobs of an explored space)."""
     paint = color or (lambda value: heat_color(value, center))
     label_width = max([len(r) for r in rows] + [len(row_label or "")], default=6) * 7 + 16
+    # Each column as wide as its longest label (draft model paths run to 25 characters and
+    # more): centred labels wider than their column ran into each other and into the rows'
+    # knob name.
+    widest = max((text_width(c, 11, bold=False) for c in columns), default=0.0)
+    cell_width = max(cell_width, math.ceil(widest) + 10)
     top = 58 + (14 if column_label else 0)
     width = title_fits(label_width + cell_width * len(columns) + 10, title)
     height = top + cell_height * len(rows) + 10
