@@ -365,22 +365,21 @@ def _coverage(answer: Answer) -> str:
     restarts = f"{answer.restarts_used} restart{'' if answer.restarts_used == 1 else 's'} used"
     failed = len(answer.failed)
     tail = f"; {failed} failed" if failed else ""
-    exploration = answer.exploration
-    if exploration is not None and exploration.unexplored > 0 and answer.best is not None:
+    if not answer.space:
+        return f"Explored {answer.explored} configs ({restarts}){tail}."
+    untried = answer.space - answer.explored - failed
+    tail += f"; {untried} not explored" if untried > 0 else ""
+    text = f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}."
+    exploration, best = answer.exploration, answer.best
+    if exploration is not None and exploration.unexplored > 0 and best is not None:
         ahead = _next_words(exploration)
-        return (
-            f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}; "
-            f"{exploration.unexplored} not explored, a {fmt.percent(exploration.risk)} chance "
-            f"that one of them beats {answer.best.label} by more than "
-            f"{fmt.percent(exploration.margin)}"
+        text += (
+            f" A {fmt.percent(exploration.risk)} chance that one not explored beats "
+            f"{best.label} by more than {fmt.percent(exploration.margin)}"
             + (f" ({ahead})" if ahead and exploration.risky else "")
             + "."
         )
-    if answer.space:
-        untried = answer.space - answer.explored - failed
-        tail += f"; {untried} not explored" if untried > 0 else ""
-        return f"Explored {answer.explored} of {answer.space} configs ({restarts}){tail}."
-    return f"Explored {answer.explored} configs ({restarts}){tail}."
+    return text
 
 
 def answer_words(answer: Answer) -> AnswerWords:
