@@ -56,6 +56,11 @@ class Best:
     value: float
     cell: MatrixCell | None
     """The point's cell when ranked point by point (no objective); None for the objective."""
+    offered: float | None = None
+    """At an open-loop cell, the rate its schedule really offered (req/s), which a seeded
+    Poisson draw moves off the nominal ``rate``; None at a closed-loop one."""
+    achieved: float | None = None
+    """At an open-loop cell, the rate the client really sent (req/s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +135,8 @@ class ProgressSnapshot:
         return f"{sum(r.used for r in self.restarts)} restarts"
 
     def best_words(self) -> str:
-        """``budget=8 @sim-01: 4,134 tok/s (1024/c4)``; ``-`` before any."""
+        """``budget=8 @sim-01: 4,134 tok/s (1024/c4)``, ``... 5.3 req/s (offered 5.38, sent
+        5.31 req/s)`` at an open-loop cell; ``-`` before any."""
         from orchestrator.report import fmt  # the report's package: only when words are asked
 
         best = self.best
@@ -138,7 +144,7 @@ class ProgressSnapshot:
             return "-"
         value = fmt.metric(self.best_by.metric, best.value)
         cell = f" ({fmt.cell_label(best.cell)})" if best.cell is not None else ""
-        return f"{best.config} @{best.host}: {value}{cell}"
+        return f"{best.config} @{best.host}: {value}{cell}{rates_words(best)}"
 
     def to_json(self) -> JsonObject:
         """The snapshot for ``status --json`` (and back, :meth:`from_json`, for ``status``)."""
@@ -162,6 +168,8 @@ class ProgressSnapshot:
                 "host": best.host,
                 "value": best.value,
                 "cell": None if best.cell is None else best.cell.as_fields(),
+                "offered": best.offered,
+                "achieved": best.achieved,
             },
         }
 
@@ -184,6 +192,8 @@ class ProgressSnapshot:
                 str(best["host"]),
                 float(best["value"]),
                 None if best["cell"] is None else MatrixCell(**best["cell"]),
+                _rate(best.get("offered")),
+                _rate(best.get("achieved")),
             ),
             best_by=BestBy(str(by["metric"]), tuple(MatrixCell(**c) for c in by["cells"])),
         )
@@ -206,3 +216,16 @@ def duration(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def rates_words(best: Best) -> str:
+    """`` (offered 5.38, sent 5.31 req/s)``: what an open-loop best really faced; empty at a
+    closed-loop cell."""
+    if best.offered is None:
+        return ""
+    sent = f", sent {best.achieved:.3g}" if best.achieved is not None else ""
+    return f" (offered {best.offered:.3g}{sent} req/s)"
+
+
+def _rate(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

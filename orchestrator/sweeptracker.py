@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.answers.runs import point_metric
+from orchestrator.answers.saturation import offered_rate
 from orchestrator.plan import Trial, expand_configs, plan_sweep
 from orchestrator.report.model import shared_knobs, short_labels
 from orchestrator.search.deadline import local_deadline
@@ -254,7 +255,9 @@ class SweepTracker:
             value, cell = combined, None
         best = self.best
         if best is None or (value < best.value if by.minimized else value > best.value):
-            self.best = Best(view.trial.words, host, value, cell)
+            offered = offered_rate(point) if len(by.cells) <= 1 else None
+            achieved = point.metrics.achieved_rate if offered is not None else None
+            self.best = Best(view.trial.words, host, value, cell, offered, achieved)
 
     # --- reading -------------------------------------------------------------------------------
 
