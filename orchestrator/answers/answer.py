@@ -376,7 +376,9 @@ def _notes(
             shrunk = (
                 "; its interval leans on the type's restart variance and may be too narrow: "
                 "measure it again"
-                if standing.reported.basis == "restarts" and scope.variance is not None
+                if standing.reported.basis == "restarts"
+                and standing.reported.scale == "log"
+                and scope.variance is not None
                 else ""
             )
             notes.append(
@@ -409,7 +411,7 @@ def _capped(decision: Decision, view: ObjectiveView) -> str | None:
     rates = [cell.rate for cell in view.cells if cell.rate is not None]
     if view.metric in RATE_METRICS:
         offered = f"{max(caps):.3g} req/s offered" + (
-            f" (nominal {', '.join(f'{r:g}' for r in rates)} req/s)"
+            f", nominal {', '.join(f'{r:g}' for r in rates)} req/s"
             if any(abs(cap - nominal) > 0.005 * nominal for cap in caps)
             else ""
         )
