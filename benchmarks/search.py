@@ -92,6 +92,7 @@ from common import (
 )
 
 from orchestrator.answers import Answer, answer_sweep
+from orchestrator.answers.model import EXPLORATION_THRESHOLD
 from orchestrator.answers.runs import point_at, point_metric
 from orchestrator.hostloop import NoProgress, Refusal, StopSignal, SweepContext, run_host_trials
 from orchestrator.lifecycle import TrialFailed
@@ -394,6 +395,11 @@ class Score:
     pooled_regret: float | None = None
     """Diagnostic: the regret had the pick been the config with the best mean over ALL its
     restarts (explorations and confirmations pooled) instead of what the answer picks on."""
+    risk: float | None = None
+    """The answer's exploration risk (docs/answers.md, "How much was explored")."""
+    beaten: bool | None = None
+    """The truth: a config the answer neither measured nor saw fail beats its config by more
+    than the exploration margin (what the risk is the chance of)."""
 
 
 def pooled_pick(results: SweepResults) -> dict[str, Any] | None:
@@ -440,8 +446,19 @@ def score_answer(answer: Answer, world: Surface) -> Score:
         and bool(tied)
         and all(v is not None and v < chosen * 0.97 for v in tied)
     )
+    exploration = answer.exploration
+    beaten: bool | None = None
+    if exploration is not None and chosen is not None:
+        seen = {config_key(c.config) for c in answer.contenders}
+        seen |= {config_key(f.config) for f in answer.failed}
+        beaten = any(
+            value > chosen * (1.0 + exploration.margin)
+            for key, value in world.values.items()
+            if key not in seen
+        )
     return Score(regret, answer.restarts_used, covered, answer.verdict, false_better, far_tie,
-                 answer.explored)
+                 answer.explored, risk=None if exploration is None else exploration.risk,
+                 beaten=beaten)
 
 
 async def one_run(
@@ -523,6 +540,24 @@ def summarize(scores: Sequence[Score], grid_restarts: int) -> dict[str, Any]:
         "better_rate": round(verdicts.get("better", 0) / len(scores), 3),
         "false_better_rate": round(sum(s.false_better for s in scores) / len(scores), 3),
         "far_tie_rate": round(sum(s.far_tie for s in scores) / len(scores), 3),
+        **exploration_summary(scores),
+    }
+
+
+def exploration_summary(scores: Sequence[Score]) -> dict[str, Any]:
+    """How the answers' exploration risk reads against the truth: the mean risk and how often
+    an unexplored config truly beat the answer by the margin (all seeds, and the seeds whose
+    risk was at most the threshold, where the answer may say Deploy: there, the share beaten
+    is what the threshold promises to keep small)."""
+    rated = [s for s in scores if s.risk is not None and s.beaten is not None]
+    if not rated:
+        return {}
+    safe = [s for s in rated if s.risk is not None and s.risk <= EXPLORATION_THRESHOLD]
+    return {
+        "mean_exploration_risk": round(statistics.fmean(s.risk or 0.0 for s in rated), 3),
+        "unexplored_beats_rate": round(sum(bool(s.beaten) for s in rated) / len(rated), 3),
+        "risk_at_most_threshold": len(safe),
+        "beaten_when_at_most_threshold": sum(bool(s.beaten) for s in safe),
     }
 
 
@@ -620,7 +655,12 @@ async def fast(
                 entry["strategies"][strategy] = row
                 note(f"  {strategy:9} median {row['median_regret']} p95 {row['p95_regret']} "
                      f"restarts {row['mean_restarts']} coverage {row['coverage']} "
-                     f"verdicts {row['verdicts']} ({row['s_per_seed']} s/seed)")
+                     f"verdicts {row['verdicts']} exploration risk "
+                     f"{row.get('mean_exploration_risk')} (truly beaten "
+                     f"{row.get('unexplored_beats_rate')}; at most the threshold in "
+                     f"{row.get('risk_at_most_threshold')}, beaten there "
+                     f"{row.get('beaten_when_at_most_threshold')}) "
+                     f"({row['s_per_seed']} s/seed)")
             out[name] = entry
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -9,11 +9,10 @@ chance that a config never tried beats the answer's config by more than
 :data:`~orchestrator.answers.model.EXPLORATION_MARGIN`:
 
 - with :data:`~orchestrator.answers.smooth.MIN_CONFIGS` or more configs of the space measured,
-  by the smoothed response surface the search and the answer pick with
-  (:func:`~orchestrator.answers.smooth.exceed_chances`): each unexplored config's chance from
-  the surface's joint posterior, combined as ``1 - prod(1 - p)`` (as if independent: their
-  errors share the answer's config's, which makes "none beats it" likelier than the product
-  says, so the combination errs toward more risk);
+  by the smoothed response surface the search and the answer pick with, its length chosen
+  from a longer grid (:func:`~orchestrator.answers.smooth.exceed_chances`): the chance, under
+  the surface's joint posterior at the answer's config and every untried one, that at least
+  one untried config beats it by the margin;
 - with fewer, no surface can be fitted, and the risk is the share of the configs not tried
   among those that could still win (the untried and the measured): the chance that the
   space's best is among the untried were every config equally likely to be it (a grid in
@@ -27,7 +26,6 @@ share, as above. The configs to run next are the untried ones likeliest to beat 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from orchestrator.answers.model import EXPLORATION_MARGIN, Exploration
@@ -79,11 +77,11 @@ def explore_risk(
                 minimized=minimized,
             )
             if chances is not None:
-                risk = 1.0 - math.prod(1.0 - p for p in chances)
-                order = sorted(range(len(candidates)), key=lambda j: -chances[j])
+                each = chances.each
+                order = sorted(range(len(candidates)), key=lambda j: -each[j])
                 return Exploration(
                     *counts,
-                    risk=min(1.0, max(0.0, risk)),
+                    risk=min(1.0, max(0.0, chances.any)),
                     method="surface",
                     next=tuple(dict(candidates[j]) for j in order[:NEXT]),
                 )
