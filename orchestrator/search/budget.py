@@ -149,7 +149,12 @@ def screening_warnings(sweep: Sweep) -> list[str]:
         kept = held.race + held.confirmations
         needed = baselines + space + kept
         after = f" after {baselines} baseline start(s)" if baselines else ""
-        holding = f", holding {kept} back to race and confirm the leaders" if kept else ""
+        holding = (
+            f", holding {held.race} back for the race and {held.confirmations} for the "
+            "confirmations"
+            if kept
+            else ""
+        )
         warnings.append(
             f"host type {host_type}: search.max_restarts {cap} leaves {held.screens} "
             f"start(s) to explore{after}{holding}: at most {held.screens} of the {space} "
