@@ -11,7 +11,8 @@ only the later corrections. The smaller the scale, the likelier the draft's argm
 target's. Acceptance is not monotonic in the scale, though: greedy output falls into loops
 whose tokens the draft predicts well or badly, so the scale picks a trajectory as much as a
 noise level. Measured here with ``orchestrator bench`` (synthetic 128-token prompts, 128-token
-answers, ``-t 1 -td 1`` on 2 cores, 1-layer draft), output tok/s and accept length:
+answers, ``-t 1 -td 1`` on 2 cores, 1-layer draft), output tok/s and accept length, with the
+first vocabulary (generator ``g1``, merges from the fixed text alone):
 
 | target | baseline | n-max 2 | n-max 4 | n-max 8 | n-max 16 |
 |---|---|---|---|---|---|
@@ -19,13 +20,28 @@ answers, ``-t 1 -td 1`` on 2 cores, 1-layer draft), output tok/s and accept leng
 | 16 layers, scale 0.05 (default) | 31.2 | 34.2 (2.8) | 38.6 (4.5) | 46.3 (7.3) | 42.6 (9.8) |
 | 16 layers, scale 0.07 | 35.3 | 35.2 (2.9) | 42.7 (4.5) | 45.2 (7.5) | 45.3 (11.5) |
 
+With this vocabulary (``g2``; its vocabulary size changes every weight) the default target,
+measured by :mod:`tests.realengine.compare` on the same 2 cores while other test suites ran
+(load average 3-4.7, so every figure is lower than on a quiet machine):
+
+| answer length, requests | baseline | n-max 2 | n-max 4 | n-max 8 | n-max 16 |
+|---|---|---|---|---|---|
+| 128 tokens, 6 | 18.9 | 16.1 (2.4) | 21.5 (3.4) | 24.8 (4.6) | 22.1 (5.9) |
+| 64 tokens, 12 | 13.4 | | 14.4 (3.2) | 19.0 (4.8) | 14.4 (5.7) |
+
 On a CPU the verify pass of k+1 tokens is nearly free only up to a few tokens (then compute,
 not memory, bounds it), so the draft must be much cheaper than the target: the default target
 has 16 layers to the draft's one, and its draft sizes have an interior optimum (n-max 8).
 
 The vocabulary is GPT-2's byte-level BPE: the 256 byte symbols in GPT-2's byte-to-unicode
-mapping, merges learnt (deterministically) from a fixed text, then ChatML's special tokens,
-with ChatML as the chat template. Target and drafts share it exactly, as llama.cpp requires.
+mapping, merges learnt (deterministically) from a fixed text and from the words the bench's
+synthetic prompts are made of (:data:`orchestrator.bench.prompts.WORDS`), then ChatML's special
+tokens, with ChatML as the chat template. Target and drafts share it exactly, as llama.cpp
+requires. Those prompts assume what the usual BPE vocabularies give: every word is one token,
+with its leading space or without, so every nonce has the same length and a prompt grows by
+one token per filler word. Merges learnt from the fixed text alone made 48 of the 65 words two
+or three tokens, so no two prompts had the same length and every point missed its context
+(flag ``P``); :func:`tokenize` checks the words here as llama.cpp splits them.
 Everything is a function of the seed: the same seed writes the same bytes.
 """
 
@@ -43,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.bench.prompts import WORDS
+
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -51,7 +69,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 DEFAULT_LAYER_SCALE = 0.05
-GENERATOR = "g1"
+GENERATOR = "g2"
 """Part of every file name: a change to what this module writes changes it, so a cache of
 older models is not taken for the new ones."""
 TOKEN_NORMAL = 1
@@ -140,10 +158,18 @@ class Vocabulary:
         return self.tokens.index(token)
 
 
-def build_vocabulary(merge_count: int = 240) -> Vocabulary:
-    """Bytes, then each merge's result (in merge order), then ChatML's special tokens."""
+def prompt_word_text(words: Sequence[str] = WORDS) -> str:
+    """Each prompt word twice as a line's first word and twice after a space: the two forms
+    a prompt holds it in (its nonce's first word follows the chat template's newline)."""
+    return "".join(f"{word}\n {word}\n" for word in words) * 2
+
+
+def build_vocabulary(merge_count: int = 1000) -> Vocabulary:
+    """Bytes, then each merge's result (in merge order), then ChatML's special tokens. The
+    merges are learnt from :data:`CORPUS` and the prompt words until no pair repeats (about
+    250), so every prompt word ends as one token."""
     tokens = list(bytes_to_unicode().values())
-    merges = learn_merges(CORPUS, merge_count)
+    merges = learn_merges(CORPUS + prompt_word_text(), merge_count)
     seen = set(tokens)
     for left, right in merges:
         if left + right not in seen:
@@ -155,6 +181,34 @@ def build_vocabulary(merge_count: int = 240) -> Vocabulary:
         token_types=tuple(types),
         merges=tuple(f"{left} {right}" for left, right in merges),
     )
+
+
+def tokenize(vocab: Vocabulary, text: str) -> list[str]:
+    """``text`` as llama.cpp's ``gpt2`` tokenizer splits it with ``vocab`` (special tokens
+    aside): GPT-2's pre-tokenizer, then in each piece the lowest-ranked merge first, until no
+    merge applies."""
+    symbols = bytes_to_unicode()
+    ranks = {tuple(merge.split(" ")): rank for rank, merge in enumerate(vocab.merges)}
+    out: list[str] = []
+    for piece in _PRE_TOKEN.findall(text):
+        parts = [symbols[b] for b in piece.encode()]
+        while len(parts) > 1:
+            ranked = [(ranks[pair], pair) for pair in itertools.pairwise(parts) if pair in ranks]
+            if not ranked:
+                break
+            _, (left, right) = min(ranked)
+            merged: list[str] = []
+            i = 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == (left, right):
+                    merged.append(left + right)
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        out.extend(parts)
+    return out
 
 
 @dataclass(frozen=True)
