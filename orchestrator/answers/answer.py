@@ -26,6 +26,7 @@ from orchestrator.answers.estimate import (
     own_variance,
     spread,
     variance_model,
+    with_assumed_restarts,
 )
 from orchestrator.answers.exploration import explore_risk
 from orchestrator.answers.model import (
@@ -57,12 +58,10 @@ from orchestrator.answers.saturation import (
 )
 from orchestrator.answers.smooth import PRIOR_RESTART_CV, Axes, smooth_picks
 from orchestrator.answers.verdict import (
-    ASSUMED_RESTART_CV,
     Constraints,
     Decision,
     RankedConfig,
     decide,
-    for_verdict,
     rank,
     violations,
 )
@@ -192,6 +191,10 @@ def _standings(
             _samples(config.reported), scope.variance, own=own, restarts=every, scale=scale
         )
         assert selection is not None and reported is not None  # a group has a sample
+        # One interval per config: a within-run-only one is shown as the tie rule weighs it,
+        # with the assumed restart spread in it, so intervals that do not overlap are never
+        # tied (docs/answers.md, "What the interval covers").
+        selection, reported = with_assumed_restarts(selection), with_assumed_restarts(reported)
         out.append(
             RankedConfig(
                 key,
@@ -222,18 +225,16 @@ def _contender(
     standing: RankedConfig, baseline: Spread | None, decision: Decision, view: ObjectiveView
 ) -> Contender:
     """A standing as the answer shows it. Its speedup is read with the same spreads as the
-    margins (:func:`~orchestrator.answers.verdict.for_verdict`), so the baseline's margin
-    against the best and the best's speedup are one interval, and the tie rule and the
-    speedup column can never disagree."""
+    margins and the estimates shown (:func:`~orchestrator.answers.verdict.margin`), so the
+    baseline's margin against the best and the best's speedup are one interval, and the tie
+    rule and the speedup column can never disagree."""
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     if baseline is not None:
         if standing.key == BASELINE_ID:
             speedup = 1.0
         else:
-            factor, speedup_ci = improvement(
-                for_verdict(standing.reported), for_verdict(baseline), minimized=view.minimized
-            )
+            factor, speedup_ci = improvement(standing.reported, baseline, minimized=view.minimized)
             speedup = factor if factor == factor else None  # NaN: a value was not positive
     return Contender(
         config=dict(standing.runs.config),
@@ -302,9 +303,9 @@ def _basis_note(standing: RankedConfig, host_type: str) -> str | None:
     if spread_.basis == "within-run-only":
         return (
             f"{standing.label}'s interval is within-run only: no config was repeated on "
-            f"{host_type}, so restart-to-restart variance is not in it and it is too narrow "
-            f"for a deploy decision; the verdict assumes restarts vary by "
-            f"{ASSUMED_RESTART_CV:.0%} (measure it with benchmark.repeats: 2)"
+            f"{host_type}, so restart-to-restart variance was not measured; the interval shown "
+            f"assumes restarts vary by {PRIOR_RESTART_CV:.0%}, which is no deploy basis "
+            "(measure it with benchmark.repeats: 2)"
         )
     if spread_.basis == "none":
         return f"{standing.label} has no interval: one restart, nothing to measure its noise by"

@@ -27,7 +27,9 @@ Each :class:`Spread` says what its interval covers (``basis``,
 - ``borrowed-restart-variance`` (one restart): the prior's variance, on its degrees of
   freedom. It assumes the config's restarts spread like the type's do.
 - ``within-run-only`` (one restart, nothing repeated on the type): the run's own standard
-  error, request-to-request noise only; too narrow wherever restarts differ, labelled so.
+  error, request-to-request noise only; too narrow wherever restarts differ, labelled so. An
+  answer shows and weighs it with the assumed restart variance added
+  (:func:`with_assumed_restarts`), one interval for the reader and the tie rule.
 - ``none``: nothing to build an interval from.
 
 **Scales** (:data:`Scale`). Most metrics are positive with multiplicative noise (a speed factor
@@ -49,6 +51,7 @@ none.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Sequence
@@ -271,12 +274,12 @@ def variance_model(variances: Sequence[OwnVariance], scale: Scale) -> VarianceMo
     assumed = 0.0
     if d0 < MIN_PRIOR_DF:
         assumed = MIN_PRIOR_DF - d0
-        s0 = (d0 * s0 + assumed * _assumed_variance(scale)) / MIN_PRIOR_DF
+        s0 = (d0 * s0 + assumed * assumed_restart_variance(scale)) / MIN_PRIOR_DF
         d0 = MIN_PRIOR_DF
     return VarianceModel(scale, s0, d0, len(variances), method, assumed)
 
 
-def _assumed_variance(scale: Scale) -> float:
+def assumed_restart_variance(scale: Scale) -> float:
     """The restart variance assumed before one is measured: the house's
     :data:`~orchestrator.answers.smooth.PRIOR_RESTART_CV` on the log scale; on the share
     scale the same relative spread of a share near one half (its angle moves by cv / 2)."""
@@ -314,6 +317,9 @@ class Spread:
     count: int | None = None
     """The share scale's requests per restart (the fewest): half of one is the least a share
     is taken to be in a ratio."""
+    assumed: bool = False
+    """``rel_se`` holds the assumed restart variance beside the run's own error
+    (:func:`with_assumed_restarts`)."""
 
     @property
     def ci95(self) -> tuple[float, float] | None:
@@ -429,6 +435,19 @@ def spread(
     if scale == "log" and sample.within_se is not None and sample.within_df:
         return made("within-run-only", floored(sample.within_se / mean, 1), sample.within_df)
     return made("none", None, None)
+
+
+def with_assumed_restarts(found: Spread) -> Spread:
+    """A ``within-run-only`` spread as an answer shows it and decides on it: the run's own
+    error with the restart variance assumed before one is measured added in quadrature
+    (:func:`assumed_restart_variance`, on the spread's scale), since a deploy decision must
+    outlast a restart. The interval a reader sees is then the one the tie rule reads, so two
+    configs whose intervals do not overlap are never tied on this basis either. Other bases,
+    and a spread that already holds the assumption, are returned as they are."""
+    if found.basis != "within-run-only" or found.rel_se is None or found.assumed:
+        return found
+    rel_se = math.sqrt(found.rel_se**2 + assumed_restart_variance(found.scale))
+    return dataclasses.replace(found, rel_se=rel_se, assumed=True)
 
 
 def geomean_within(

@@ -16,8 +16,9 @@ IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-onl
 """What variance an interval covers: ``restarts`` (the spread of this config's own restarts,
 which holds request-to-request noise too), ``borrowed-restart-variance`` (one restart, with
 the restart-to-restart spread measured on the host type's repeated configs), ``within-run-only``
-(one restart and no repeated config to borrow from: request-to-request noise only, so too
-narrow for a deploy decision), ``none`` (nothing to build an interval from)."""
+(one restart and no repeated config to borrow from: the run's request-to-request noise, shown
+with an assumed restart spread added since none was measured, so no deploy basis), ``none``
+(nothing to build an interval from)."""
 
 Verdict = Literal["better", "tie", "no-valid-config"]
 

@@ -129,8 +129,8 @@ class Axes:
 
 
 PRIOR_RESTART_CV = 0.05
-"""The restart-to-restart spread a pick assumes before one was measured (the verdict's assumed
-spread, :data:`orchestrator.answers.verdict.ASSUMED_RESTART_CV`), worth :data:`PRIOR_DF`
+"""The restart-to-restart spread a pick assumes before one was measured (the answer's too,
+:func:`orchestrator.answers.estimate.assumed_restart_variance`), worth :data:`PRIOR_DF`
 degrees of freedom once configs have been repeated."""
 PRIOR_DF = 2
 

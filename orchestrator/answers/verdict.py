@@ -18,7 +18,6 @@ data cannot tell from the best; ``no-valid-config`` when nothing valid was measu
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -197,29 +196,12 @@ def rank(standings: Sequence[RankedConfig], *, minimized: bool) -> list[RankedCo
     return sorted(standings, key=key)
 
 
-ASSUMED_RESTART_CV = 0.05
-"""The restart-to-restart spread a verdict assumes where none was measured on the host type
-(no config ran twice there): the noisy threshold. Without it a one-restart grid called
-``better`` on gaps its restarts alone could make (a benchmark found it claimed so in half the
-seeds whose top two were within 1 %)."""
-
-
-def for_verdict(spread: Spread) -> Spread:
-    """``spread`` as a verdict weighs it: a within-run-only error gets the assumed restart
-    spread added, since a deploy decision must outlast a restart."""
-    if spread.basis != "within-run-only" or spread.rel_se is None:
-        return spread
-    return dataclasses.replace(spread, rel_se=math.hypot(spread.rel_se, ASSUMED_RESTART_CV))
-
-
 def margin(best: RankedConfig, other: RankedConfig, *, minimized: bool) -> Margin:
     """How much ``best`` beats ``other`` on their reported estimates (positive = better), with
-    the 95 % interval of the ratio (:func:`~orchestrator.answers.estimate.improvement`); a
-    side whose interval is within-run only counts the assumed restart spread
-    (:func:`for_verdict`)."""
-    factor, ci = improvement(
-        for_verdict(best.reported), for_verdict(other.reported), minimized=minimized
-    )
+    the 95 % interval of the ratio (:func:`~orchestrator.answers.estimate.improvement`) read
+    from the same spreads the answer shows (a within-run-only one with the assumed restart
+    spread already in it, :func:`~orchestrator.answers.estimate.with_assumed_restarts`)."""
+    factor, ci = improvement(best.reported, other.reported, minimized=minimized)
     return Margin(factor - 1.0, None if ci is None else (ci[0] - 1.0, ci[1] - 1.0))
 
 

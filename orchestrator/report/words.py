@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
 from orchestrator.answers.model import Exploration, named
+from orchestrator.answers.smooth import PRIOR_RESTART_CV
 from orchestrator.report import fmt
 from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
@@ -142,7 +143,9 @@ def basis_words(basis: IntervalBasis, restarts: int) -> str:
     if basis == "within-run-only":
         return (
             "one restart and no repeated config to borrow restart variance from: the interval "
-            "is within-run only (request-to-request noise), too narrow for a deploy decision"
+            f"is within-run only (request-to-request noise) with an assumed "
+            f"{PRIOR_RESTART_CV:.0%} restart spread added, not measured, so no basis for a "
+            "deploy decision"
         )
     return "no interval: too little data to build one"
 

@@ -189,7 +189,7 @@ def test_no_valid_config_says_why() -> None:
     ("basis", "words"),
     [
         ("borrowed-restart-variance", "borrows the restart-to-restart variance measured on"),
-        ("within-run-only", "within-run only (request-to-request noise), too narrow for a deploy"),
+        ("within-run-only", "(request-to-request noise) with an assumed 5% restart spread"),
         ("none", "no interval: too little data to build one"),
     ],
 )
