@@ -75,10 +75,23 @@ def share_bound(metric: str, point: ThroughputPoint) -> tuple[float, int | None]
     return None
 
 
+def measured_cap(metric: str, points: Sequence[ThroughputPoint]) -> float | None:
+    """The most ``metric`` could reach at one restart's ``points`` (one per objective cell,
+    combined by geometric mean as an objective combines them): the rate each schedule really
+    offered (:func:`offered_rate`) for a rate metric, 1 for a fraction; None without points or
+    where nothing but the server bounds one of them (a closed-loop point, a token rate)."""
+    bounds = [share_bound(metric, point) for point in points]
+    caps = [bound[0] for bound in bounds if bound is not None and bound[0] > 0]
+    if not points or len(caps) != len(points):
+        return None
+    return math.exp(math.fsum(math.log(cap) for cap in caps) / len(caps))
+
+
 def offered_cap(metric: str, cells: Sequence[MatrixCell]) -> float | None:
-    """The most ``metric`` can reach at ``cells`` (combined by geometric mean, as an objective
-    combines them), or None when nothing but the server's speed bounds it (a closed-loop cell,
-    a token rate, a latency)."""
+    """The most ``metric`` can reach at ``cells`` by their nominal rates (combined by geometric
+    mean, as an objective combines them), or None when nothing but the server's speed bounds it
+    (a closed-loop cell, a token rate, a latency). Measured points say better
+    (:func:`measured_cap`); this stands in where there are none."""
     if not cells or any(cell.rate is None for cell in cells):
         return None
     if metric in FRACTION_METRICS:
@@ -101,6 +114,7 @@ __all__ = [
     "SHARE_METRICS",
     "at_cap",
     "interval_scale",
+    "measured_cap",
     "offered_cap",
     "offered_rate",
     "share_bound",

@@ -27,8 +27,9 @@ sweep's stored trials and results and answers, in this order:
 
 An objective the offered load caps (goodput at an open-loop cell,
 :mod:`orchestrator.answers.saturation`) gets no race and no confirmation once two configs sit
-at the cap (:func:`capped_reason`): more restarts of configs that all keep up measure the cap
-again. The reserve goes back to exploring what is not yet measured, and the stop event says why.
+at the cap (:func:`capped_reason`; the rate their schedules really offered, read from the
+stored points as the answer reads it): more restarts of configs that all keep up measure the
+cap again. The reserve goes back to exploring what is not yet measured, and the stop event says why.
 
 Nothing is kept only in memory: a fresh source over the same store answers the same.
 """
@@ -43,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, offered_cap
+from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, measured_cap, offered_cap
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.causes import INVALID_CONFIG_CAUSES
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
@@ -80,6 +81,7 @@ from orchestrator.store import (
     Point,
     Store,
     SweepRecord,
+    ThroughputPoint,
     TrialPlan,
     TrialRecord,
     TrialState,
@@ -174,6 +176,11 @@ class Standing:
     values: tuple[float, ...]
     estimate: float | None = None
     rel_se: float | None = None
+    cap: float | None = None
+    """What the values could reach at most, where the offered load bounds them: the mean over
+    its restarts of the rate each schedule really offered
+    (:func:`~orchestrator.answers.saturation.measured_cap`); None where a restart stored no
+    such bound."""
 
     @property
     def mean(self) -> float:
@@ -248,25 +255,42 @@ def capped_reason(objective: Objective, standings: Sequence[Standing]) -> str | 
     open-loop cells: :func:`~orchestrator.answers.saturation.offered_cap`) and at least
     :data:`LEADERS` explored configs' own means sit at the cap: every config that keeps up
     scores the cap, so a restart more of any of them measures the cap again, and only a higher
-    offered rate can tell them apart."""
+    offered rate can tell them apart. The cap is the rate the schedules really offered
+    (``Standing.cap``, as the answer's capped rule reads it), the nominal rate only where the
+    points stored no schedule."""
     if objective.minimized:
         return None
-    cap = offered_cap(objective.metric, objective.cells)
-    if cap is None:
+    nominal = offered_cap(objective.metric, objective.cells)
+    if nominal is None:
         return None
-    level = sum(at_cap(standing.mean, cap) for standing in standings)
+    at = [s for s in standings if at_cap(s.mean, nominal if s.cap is None else s.cap)]
+    level = len(at)
     if level < LEADERS:
         return None
+    caps = [nominal if s.cap is None else s.cap for s in at]
+    rates = ", ".join(f"{cell.rate:g}" for cell in objective.cells if cell.rate is not None)
+    shown = (
+        f"{max(caps):.3g} req/s (nominal {rates})"
+        if any(abs(cap - nominal) > 0.005 * nominal for cap in caps)
+        else f"{nominal:.3g} req/s"
+    )
     bound = (
         "capped at 1 (every request met the SLO)"
         if objective.metric in FRACTION_METRICS
-        else f"capped by the offered rate {cap:.3g} req/s"
+        else f"capped by the offered rate {shown}"
     )
     return (
         f"the objective {objective.metric} is {bound}: {level} configs are at the cap and more "
         "restarts cannot tell them apart, so none is raced or confirmed; raise benchmark rate "
         "to tell configs apart"
     )
+
+
+def _mean_cap(caps: Sequence[float | None]) -> float | None:
+    """The restarts' caps averaged, as the answer averages its samples'; None unless each
+    restart has one."""
+    known = [cap for cap in caps if cap is not None]
+    return sum(known) / len(known) if known and len(known) == len(caps) else None
 
 
 class SearchTrialSource:
@@ -584,6 +608,7 @@ class SearchTrialSource:
         of first measurement."""
         baseline = self._baseline_points(observed)
         values: dict[str, list[float]] = {}
+        caps: dict[str, list[float | None]] = {}
         configs: dict[str, Config] = {}
         for o in observed:
             if not o.explores or o.state != "done":
@@ -592,8 +617,22 @@ class SearchTrialSource:
             if not score.feasible or score.value is None:
                 continue
             values.setdefault(o.identity, []).append(score.value)
+            caps.setdefault(o.identity, []).append(self._cap(o))
             configs.setdefault(o.identity, dict(o.record.config))
-        return [Standing(configs[identity], tuple(values[identity])) for identity in configs]
+        return [
+            Standing(configs[identity], tuple(values[identity]), cap=_mean_cap(caps[identity]))
+            for identity in configs
+        ]
+
+    def _cap(self, observation: Observation) -> float | None:
+        """The most the objective could reach at this restart's points, by the rate their
+        schedules really offered (:func:`~orchestrator.answers.saturation.measured_cap`)."""
+        by_cell = {p.cell: p for p in observation.points if isinstance(p, ThroughputPoint)}
+        points = [by_cell.get(cell) for cell in self.objective.cells]
+        present = [p for p in points if p is not None]
+        if len(present) != len(points):
+            return None
+        return measured_cap(self.objective.metric, present)
 
     def _leaders(self, observed: Sequence[Observation], count: int = LEADERS) -> list[Config]:
         """The best ``count`` configs by the smoothed estimate the answer picks them on."""

@@ -45,6 +45,19 @@ def test_two_configs_at_the_offered_rate_are_a_capped_objective() -> None:
     assert fraction is not None and "capped at 1" in fraction
 
 
+def test_the_cap_is_the_rate_the_schedule_really_offered_not_the_nominal_one() -> None:
+    """Issue 32, item 4: a seeded Poisson schedule at a nominal 16 req/s may offer 20; configs
+    at 16 then fall 20 % short of what they were offered, which the race can still tell
+    apart. One that offered 12.8 caps configs at 12.7, which the nominal rate missed."""
+    goodput = Objective("goodput", AT_16, minimized=False)
+    short = [Standing({"budget": i}, (mean,), cap=20.0) for i, mean in enumerate((16.0, 15.9))]
+    assert capped_reason(goodput, short) is None
+    kept_up = [Standing({"budget": i}, (mean,), cap=12.8) for i, mean in enumerate((12.7, 12.6))]
+    reason = capped_reason(goodput, kept_up)
+    assert reason is not None
+    assert "capped by the offered rate 12.8 req/s (nominal 16)" in reason
+
+
 def test_the_race_goes_on_where_it_can_still_tell_configs_apart() -> None:
     goodput = Objective("goodput", AT_16, minimized=False)
     assert capped_reason(goodput, _standings(15.9)) is None  # one at the cap: nothing to tie
@@ -98,22 +111,33 @@ def _goodput(config: Mapping[str, Any]) -> float:
     return min(16.0 - 0.05 * (int(str(config["topk"])) % 3), 8.0 + float(str(config["budget"])))
 
 
-async def _run(store: Store, record: SweepRecord, trial: SourcedTrial) -> None:
+SECONDS = 8.0
+
+
+async def _run(
+    store: Store, record: SweepRecord, trial: SourcedTrial, scheduled: float | None = None
+) -> None:
     """What the runner does with a trial, without extending it: count its restart, measure
-    its plan's cells, finish it."""
+    its plan's cells, finish it. ``scheduled``: the rate the schedule really offered, stored
+    as its arrivals over :data:`SECONDS` (the nominal rate, with nothing stored, otherwise)."""
     attempt = await store.start_attempt(trial.record.id)
     await store.add_event(record.id, RESTART_EVENT, host=trial.record.host, attempt_id=attempt.id)
     assert trial.record.plan is not None
     for cell in trial.record.plan.cells:
-        value = min(_goodput(trial.record.config), cell.rate or 0.0)
-        point = NewPoint("throughput", {"goodput": value}, context=cell.context, rate=cell.rate)
+        value = min(_goodput(trial.record.config), scheduled or cell.rate or 0.0)
+        metrics: dict[str, Any] = {"goodput": value}
+        if scheduled is not None:
+            metrics |= {"requests_scheduled": round(scheduled * SECONDS), "duration_s": SECONDS}
+        point = NewPoint("throughput", metrics, context=cell.context, rate=cell.rate)
         await store.record_point(attempt.id, point, [])
     await store.finish_attempt(attempt.id, "done")
 
 
-async def _purposes(tmp_path: Path, offered: float) -> tuple[list[str], list[str]]:
+async def _purposes(
+    tmp_path: Path, offered: float, scheduled: float | None = None
+) -> tuple[list[str], list[str]]:
     sweep, text = _sweep(max_restarts=8, offered=offered)
-    async with await Store.open(tmp_path / f"s{offered:g}.db") as store:
+    async with await Store.open(tmp_path / f"s{offered:g}-{scheduled}.db") as store:
         record = (await store.submit_sweep(sweep.name, text)).sweep
         await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
         source = await SearchTrialSource.open(store, record, sweep)
@@ -121,7 +145,7 @@ async def _purposes(tmp_path: Path, offered: float) -> tuple[list[str], list[str
         while (trial := await source.next_trial("h1")) is not None:
             assert trial.record.plan is not None
             purposes.append(trial.record.plan.purpose)
-            await _run(store, record, trial)
+            await _run(store, record, trial, scheduled)
         stops = await store.events(record.id, kinds=(STOPPED_EVENT,))
     return purposes, [str(e.fields["reason"]) for e in stops]
 
@@ -139,3 +163,18 @@ async def test_a_capped_objective_is_not_raced_and_its_reserve_explores(tmp_path
     purposes, reasons = await _purposes(tmp_path, 64.0)
     assert purposes == ["screen"] * 4 + ["measure"] * 2 + ["confirm"] * 2
     assert reasons == ["only the confirmation reserve of max_restarts is left"]
+
+
+async def test_configs_short_of_what_the_schedule_really_offered_are_raced(
+    tmp_path: Path,
+) -> None:
+    # Nominal 16 req/s, but the seeded schedule offered 20 (160 arrivals in 8 s): the configs'
+    # 15.8-16.0 are 20 % short of it, not at a cap, so the race and confirmations run. On the
+    # nominal rate the search called them capped and raced nothing.
+    purposes, reasons = await _purposes(tmp_path, 16.0, scheduled=20.0)
+    assert purposes == ["screen"] * 4 + ["measure"] * 2 + ["confirm"] * 2
+    assert reasons == ["only the confirmation reserve of max_restarts is left"]
+    # A schedule that offered 12.5 (nominal 16) caps every config at 12.5: none is raced.
+    purposes, reasons = await _purposes(tmp_path, 16.0, scheduled=12.5)
+    assert purposes == ["screen"] * 8
+    assert "offered rate 12.5 req/s (nominal 16)" in reasons[0]
