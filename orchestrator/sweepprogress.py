@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from orchestrator.store import JsonObject
-from orchestrator.types import MatrixCell, metric_is_minimized
+from orchestrator.types import MatrixCell, OfferedLoad, metric_is_minimized
 
 _Plain = TypeVar("_Plain", "Eta", "HostProgress", "Restarts")
 
@@ -39,12 +39,15 @@ class BestBy:
         return metric_is_minimized(self.metric)
 
     def words(self) -> str:
-        """``goodput at 8192/8 req/s``; empty for tok/s at any cell (the value says it)."""
+        """``output_tok_s at 1024/c4``, ``goodput at 8192/nominal 8 req/s`` (what the best's
+        schedule really offered is on its own line, :meth:`ProgressSnapshot.best_words`); empty
+        for tok/s at any cell (the value says it)."""
         from orchestrator.report import fmt  # the report's package: only when words are asked
 
         if not self.cells:
             return ""
-        return f"{self.metric} at {', '.join(fmt.cell_label(c) for c in self.cells)}"
+        labels = ", ".join(fmt.measured_cell_label(c, None) for c in self.cells)
+        return f"{self.metric} at {labels}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,11 @@ class Best:
     Poisson draw moves off the nominal ``rate``; None at a closed-loop one."""
     achieved: float | None = None
     """At an open-loop cell, the rate the client really sent (req/s)."""
+
+    @property
+    def load(self) -> OfferedLoad | None:
+        """What its point measured of an open-loop cell's load; None at a closed-loop one."""
+        return None if self.offered is None else OfferedLoad(self.offered, self.achieved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +143,24 @@ class ProgressSnapshot:
         return f"{sum(r.used for r in self.restarts)} restarts"
 
     def best_words(self) -> str:
-        """``budget=8 @sim-01: 4,134 tok/s (1024/c4)``, ``... 5.3 req/s (offered 5.38, sent
-        5.31 req/s)`` at an open-loop cell; ``-`` before any."""
+        """``budget=8 @sim-01: 4,134 tok/s (1024/c4)``; at an open-loop cell with the rates
+        its schedule really offered and the client sent, ``... 5.3 req/s (5.38 offered, 5.31
+        sent)`` for the objective, ``... 5.3 req/s at 2048/4 req/s (5.38 offered, 5.31
+        sent)`` point by point; ``-`` before any."""
         from orchestrator.report import fmt  # the report's package: only when words are asked
 
         best = self.best
         if best is None:
             return "-"
         value = fmt.metric(self.best_by.metric, best.value)
-        cell = f" ({fmt.cell_label(best.cell)})" if best.cell is not None else ""
-        return f"{best.config} @{best.host}: {value}{cell}{rates_words(best)}"
+        load = best.load
+        if best.cell is None:
+            where = "" if load is None else f" ({load.words})"
+        elif best.cell.open_loop and load is not None:
+            where = f" at {fmt.measured_cell_label(best.cell, load)}"
+        else:
+            where = f" ({fmt.measured_cell_label(best.cell, load)})"
+        return f"{best.config} @{best.host}: {value}{where}"
 
     def to_json(self) -> JsonObject:
         """The snapshot for ``status --json`` (and back, :meth:`from_json`, for ``status``)."""
@@ -216,15 +232,6 @@ def duration(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
-def rates_words(best: Best) -> str:
-    """`` (offered 5.38, sent 5.31 req/s)``: what an open-loop best really faced; empty at a
-    closed-loop cell."""
-    if best.offered is None:
-        return ""
-    sent = f", sent {best.achieved:.3g}" if best.achieved is not None else ""
-    return f" (offered {best.offered:.3g}{sent} req/s)"
 
 
 def _rate(value: object) -> float | None:

@@ -210,6 +210,30 @@ def format_rate(rate: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class OfferedLoad:
+    """What an open-loop cell's schedule really offered and what the client really sent
+    (req/s), as its points measured them: a seeded Poisson schedule draws its arrivals by
+    chance, so 43 in 8 s is 5.38 req/s at a nominal ``rate: 4``."""
+
+    offered: float
+    sent: float | None = None
+
+    @property
+    def words(self) -> str:
+        """``5.38 offered, 5.31 sent``: how every label says it."""
+        sent = "" if self.sent is None else f", {self.sent:.3g} sent"
+        return f"{self.offered:.3g} offered{sent}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offered": self.offered, "sent": self.sent}
+
+
+def _measured(nominal: str, measured: OfferedLoad | None) -> str:
+    """``nominal`` with what was measured in brackets, or marked nominal without it."""
+    return f"nominal {nominal}" if measured is None else f"{nominal} ({measured.words})"
+
+
+@dataclass(frozen=True, slots=True)
 class MatrixCell:
     """One point a trial measures: a context at a closed-loop ``concurrency`` (that many
     requests in flight) or at an open-loop ``rate`` (requests per second), on a workload."""
@@ -232,10 +256,27 @@ class MatrixCell:
         """``c32`` for a closed-loop cell, ``8 req/s`` for an open-loop one."""
         return f"c{self.concurrency}" if self.rate is None else f"{format_rate(self.rate)} req/s"
 
+    def measured_load(self, measured: OfferedLoad | None) -> str:
+        """The load as a label beside measured values says it: ``c32``; at an open-loop cell
+        ``4 req/s (5.38 offered, 5.31 sent)`` where its points measured what the schedule
+        offered, else ``nominal 4 req/s``, so a nominal rate never reads as what was offered."""
+        if self.rate is None:
+            return self.load
+        return _measured(self.load, measured)
+
+    def measured_words(self, measured: OfferedLoad | None) -> str:
+        """:attr:`words` with :meth:`measured_load`'s rates: ``context 2048 / rate 4 req/s
+        (5.38 offered, 5.31 sent)``, ``context 2048 / nominal rate 4 req/s``."""
+        if self.rate is None:
+            return self.words
+        text = f"context {self.context} / {_measured(f'rate {self.load}', measured)}"
+        return text if self.workload == SYNTHETIC_WORKLOAD else f"{text}, workload {self.workload}"
+
     @property
     def words(self) -> str:
         """``context 4096 / concurrency 32`` (``/ rate 8 req/s``; ``, workload W`` when not
-        synthetic): how messages name the cell."""
+        synthetic): how messages name the cell as the sweep file sets it (beside measured
+        values, :meth:`measured_words`)."""
         load = (
             f"concurrency {self.concurrency}"
             if self.rate is None

@@ -54,6 +54,7 @@ from orchestrator.answers.saturation import (
     RATE_METRICS,
     at_cap,
     interval_scale,
+    measured_load,
     offered_cap,
 )
 from orchestrator.answers.smooth import PRIOR_RESTART_CV, Axes, smooth_picks
@@ -68,7 +69,7 @@ from orchestrator.answers.verdict import (
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, TrialOutcome, config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.types import KnobValue, MatrixCell, metric_is_minimized, plural
+from orchestrator.types import KnobValue, MatrixCell, OfferedLoad, metric_is_minimized, plural
 
 BASELINE_ID = config_id({})
 
@@ -441,6 +442,7 @@ def _answer(
     pool = check_pool(host_type, _host_values(runs, view), hosts)
     everything = group_runs(runs, view, frozenset())
     grouped = group_runs(runs, view, pool.excluded)
+    view = dataclasses.replace(view, loads=_loads(grouped, view))
     scope = _Scope(host_type, view, pool, _variance(grouped, view))
     ranked = _standings(grouped, scope, sweep, axes)
     decision = decide(ranked, minimized=view.minimized)
@@ -470,6 +472,25 @@ def _answer(
         stopped=stopped,
         capped=_capped(decision, view),
         exploration=_exploration(configs, everything, grouped, failed, best, axes, view),
+    )
+
+
+def _loads(
+    grouped: Mapping[str, ConfigRuns], view: ObjectiveView
+) -> tuple[OfferedLoad | None, ...]:
+    """Per objective cell, what its schedule really offered and the client sent over the
+    pooled restarts' points (:func:`~orchestrator.answers.saturation.measured_load`), so
+    every label of the answer says the rates measured, not the nominal one alone."""
+    runs = [
+        run
+        for config in grouped.values()
+        for run, _ in config.measured + config.screened + config.confirmed
+    ]
+    return tuple(
+        None
+        if cell.rate is None
+        else measured_load([p for run in runs if (p := point_at(run.outcome, cell)) is not None])
+        for cell in view.cells
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.types import JsonObject, MatrixCell
+from orchestrator.types import JsonObject, MatrixCell, OfferedLoad
 
 IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-only", "none"]
 """What variance an interval covers: ``restarts`` (the spread of this config's own restarts,
@@ -139,6 +139,15 @@ class ObjectiveView:
     """The cells the value is read at (combined by ``combine``)."""
     minimized: bool
     combine: str = "geomean"
+    loads: tuple[OfferedLoad | None, ...] = ()
+    """Per cell, what its schedule really offered and the client sent, as the type's points
+    measured them (:func:`~orchestrator.answers.saturation.measured_load`); None at a
+    closed-loop cell or where no point stored its schedule (its rate is then nominal)."""
+
+    def load(self, cell: MatrixCell) -> OfferedLoad | None:
+        """What ``cell``'s points measured of its load (:attr:`loads`)."""
+        loads = dict(zip(self.cells, self.loads, strict=False))
+        return loads.get(cell)
 
     def to_json(self) -> JsonObject:
         return {
@@ -146,6 +155,9 @@ class ObjectiveView:
             "cells": [cell.as_fields() for cell in self.cells],
             "goal": "min" if self.minimized else "max",
             "combine": self.combine,
+            "loads": [
+                None if (load := self.load(cell)) is None else load.to_json() for cell in self.cells
+            ],
         }
 
 

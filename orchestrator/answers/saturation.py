@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from orchestrator.answers.estimate import Scale
 from orchestrator.store.results import ThroughputPoint
-from orchestrator.types import MatrixCell
+from orchestrator.types import MatrixCell, OfferedLoad
 
 CAP_TOLERANCE = 0.03
 """A value within 3 % of the cap counts as at the cap: an open-loop run's achieved rate
@@ -58,6 +58,25 @@ def offered_rate(point: ThroughputPoint) -> float | None:
     if scheduled and seconds:
         return scheduled / seconds
     return point.rate
+
+
+def measured_load(points: Sequence[ThroughputPoint]) -> OfferedLoad | None:
+    """What the schedules of ``points`` (one open-loop cell's, over a type's restarts) really
+    offered and what the client sent, each averaged, as the labels beside them say it; None
+    where no point stored its schedule (points stored before 2026-12-07, a closed-loop cell):
+    the label then says the rate is nominal."""
+    offered = [
+        rate
+        for point in points
+        if point.metrics.requests_scheduled and point.metrics.duration_s
+        if (rate := offered_rate(point)) is not None
+    ]
+    if not offered:
+        return None
+    sent = [p.metrics.achieved_rate for p in points if p.metrics.achieved_rate is not None]
+    return OfferedLoad(
+        math.fsum(offered) / len(offered), math.fsum(sent) / len(sent) if sent else None
+    )
 
 
 def share_bound(metric: str, point: ThroughputPoint) -> tuple[float, int | None] | None:
@@ -115,6 +134,7 @@ __all__ = [
     "at_cap",
     "interval_scale",
     "measured_cap",
+    "measured_load",
     "offered_cap",
     "offered_rate",
     "share_bound",

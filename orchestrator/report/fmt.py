@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, OfferedLoad
 
 MISSING = "—"
 
@@ -66,6 +66,14 @@ def cell_name(context: int, concurrency: int) -> str:
 def cell_label(cell: MatrixCell) -> str:
     """``4096/c32``, ``4096/8 req/s``; ``chat 4096/c32`` on a workload other than synthetic."""
     name = f"{cell.context}/{cell.load}"
+    return name if cell.workload == SYNTHETIC_WORKLOAD else f"{cell.workload} {name}"
+
+
+def measured_cell_label(cell: MatrixCell, measured: OfferedLoad | None) -> str:
+    """:func:`cell_label` beside measured values: ``4096/c32``, ``2048/4 req/s (5.38 offered,
+    5.31 sent)``, or ``2048/nominal 4 req/s`` where no point measured the schedule
+    (:meth:`~orchestrator.types.MatrixCell.measured_load`)."""
+    name = f"{cell.context}/{cell.measured_load(measured)}"
     return name if cell.workload == SYNTHETIC_WORKLOAD else f"{cell.workload} {name}"
 
 

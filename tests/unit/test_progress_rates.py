@@ -21,6 +21,6 @@ def test_best_so_far_at_an_open_loop_cell_shows_the_offered_and_sent_rates() -> 
     assert best is not None and best.offered == 43 / 8.0 and best.achieved == 43 / 8.0
     snapshot = tracker.snapshot(3.0, 3.0)
     words = snapshot.best_words()
-    assert "offered 5.38, sent 5.38 req/s" in words
+    assert "(5.38 offered, 5.38 sent)" in words
     again = ProgressSnapshot.from_json(snapshot.to_json())
     assert again.best == best and again.best_words() == words
