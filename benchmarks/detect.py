@@ -7,13 +7,14 @@ favoured; warm-up 0.25 s; stop 0.15 s; GPU memory released 0.5 s after death).
 - ready lag: from the moment the server can really generate (its scheduler is up and admits
   requests: the server's own millisecond stamp, ``SGLANG_LOG_MS=1``, on the
   ``max_total_num_tokens=`` line it writes just before) to the moment the protocol declares the
-  server ready (``Server.timeline["ready"]``). The server's warm-up and ready line come later;
-  the lag from the ready line is reported too (it can be negative: a probe may succeed first);
+  server ready (``Server.timeline.stamps["ready"]``). The server's warm-up and ready line come
+  later; the lag from the ready line is reported too (it can be negative: a probe may succeed
+  first);
 - crash lag: the crashing server's last log line (it exits right after) to the moment
   ``reconfigure`` raises ``TrialFailed``;
 - memory gate lag: GPU memory back at baseline (the old process's death, stamped within 20 ms by
   a watcher standing in for the driver, plus the host's release lag) to ``systemctl start``
-  being issued (``Server.timeline["start_requested"]``).
+  being issued (``Server.timeline.stamps["start_requested"]``).
 
 The fixed pollers do what vLLM's benchmark sweep and auto_tune do: ``systemctl stop``, read
 nvidia-smi every P seconds until the memory is back, ``systemctl start``, then every P seconds
@@ -215,15 +216,15 @@ async def orchestrator_restarts(
                 raise RuntimeError("a crash run came up ready")
             stamps = await truth.run(server.invocation_id, "ready")
             assert stamps["ready"] is not None and stamps["scheduler_up"] is not None
-            out["ready"].append(server.timeline["ready"] - stamps["scheduler_up"])
-            out["ready_from_ready_line"].append(server.timeline["ready"] - stamps["ready"])
+            out["ready"].append(server.timeline.stamps["ready"] - stamps["scheduler_up"])
+            out["ready_from_ready_line"].append(server.timeline.stamps["ready"] - stamps["ready"])
             if out["ready"][-1] > SLOW_S:
                 slow.append({k: round(v - stamps["scheduler_up"], 3)
-                             for k, v in server.timeline.items()}
+                             for k, v in server.timeline.stamps.items()}
                             | {"ready_line": round(stamps["ready"] - stamps["scheduler_up"], 3)})
             released = watcher.released_at.get(previous_pid or -1)
             if released is not None:
-                out["memory_gate"].append(server.timeline["start_requested"] - released)
+                out["memory_gate"].append(server.timeline.stamps["start_requested"] - released)
             previous_pid = server.main_pid
             note(f"orchestrator restart {number + 1}/{len(plan)}: ready lag "
                  f"{out['ready'][-1] * 1000:.0f} ms")
