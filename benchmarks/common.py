@@ -41,6 +41,10 @@ SCHEDULER_UP = "max_total_num_tokens="
 """The simulated server writes this line just before its scheduler admits requests: from its
 stamp on, the server can really generate (its own warm-up and ready line come after)."""
 T = TypeVar("T")
+SMOKE_HELP = (
+    "the smallest size: every path once, in seconds (tests/integration/test_benchmarks_run.py "
+    "runs it so the benchmark cannot rot; its figures mean nothing)"
+)
 
 
 # --------------------------------------------------------------------------- arguments, output
@@ -51,6 +55,7 @@ def parse_args(
 ) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="the short form (< 4 minutes)")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--keep", action="store_true", help="keep the state directory")
     for flag, options in extra:
