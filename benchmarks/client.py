@@ -34,7 +34,7 @@ run alternately in three paired rounds and the ratio is the median of the per-ro
 same paired rounds: ``tokens_per_cpu_s_ratio_vs_other`` is the median of this client's tokens
 per CPU-second over the other's; the other round goes first every second round.
 
-    python benchmarks/client.py [--quick] [--json] [--peers] [--capacity-vs TREE]
+    python benchmarks/client.py [--quick | --smoke] [--json] [--peers] [--capacity-vs TREE]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ import aiohttp
 from common import (
     PYTHON,
     REPO,
+    SMOKE_HELP,
     emit,
     machine,
     note,
@@ -66,6 +67,7 @@ from common import (
     summary,
 )
 
+from orchestrator import engines
 from orchestrator.bench.client import BenchClient, RawExchange, RequestRecord, parse_exchange
 
 ADDRESS = "127.0.0.167"
@@ -73,6 +75,8 @@ ACCURACY_PORT = 30071
 CAPACITY_PORT = 30072
 MODEL = "bench-model"
 CAPACITY_ROUNDS = 3
+SGLANG = engines.get("sglang")
+"""The simulated server's engine, named: the client's requests, stream reading and counters."""
 TTFT_GOAL_S = 0.0005
 PROMPT_WORDS = 60
 
@@ -184,13 +188,13 @@ async def accuracy(
     base_url: str, concurrency: int, requests: int, max_tokens: int
 ) -> dict[str, Any]:
     async with BenchClient(base_url, api="generate", model=MODEL, concurrency=concurrency,
-                           request_timeout=300) as client:
+                           engine=SGLANG, request_timeout=300) as client:
         # One unmeasured round first, as a matrix point's warm-up does: the measured requests
         # then go out on open keep-alive connections, so a TTFT holds no TCP handshake.
         await closed_loop(client, concurrency=concurrency, requests=concurrency, max_tokens=4)
         raws = await closed_loop(client, concurrency=concurrency, requests=requests,
                                  max_tokens=max_tokens)
-    records = [parse_exchange(raw) for raw in raws]
+    records = [parse_exchange(raw, client.dialect) for raw in raws]
     bad = [r for r in records if not r.ok or r.response_id is None]
     if bad:
         raise RuntimeError(f"{len(bad)} requests failed: {bad[0].error} {bad[0].error_detail}")
@@ -377,10 +381,10 @@ def tree_env(tree: Path) -> dict[str, str]:
 async def drive(base_url: str, concurrency: int, requests: int, max_tokens: int) -> None:
     """The orchestrator's client as a process of its own (what ``measure_client`` runs)."""
     async with BenchClient(base_url, api="generate", model=MODEL, concurrency=concurrency,
-                           request_timeout=600) as client:
+                           engine=SGLANG, request_timeout=600) as client:
         raws = await closed_loop(client, concurrency=concurrency, requests=requests,
                                  max_tokens=max_tokens)
-    records = [parse_exchange(raw) for raw in raws]
+    records = [parse_exchange(raw, client.dialect) for raw in raws]
     print(json.dumps({"requests": len(records), "errors": sum(not r.ok for r in records),
                       "tokens": sum(r.completion_tokens or 0 for r in records)}))
 
@@ -465,6 +469,7 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the short form (< 4 minutes)")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--peers", action="store_true",
                         help="also install and run SGLang's, GuideLLM's and AIPerf's clients")
@@ -498,6 +503,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     capacity_url = f"http://{ADDRESS}:{CAPACITY_PORT}"
     plan = {1: 12, 16: 48, 64: 128} if args.quick else {1: 40, 16: 160, 64: 384}
     capacity_requests, capacity_tokens = (256, 256) if args.quick else (1024, 512)
+    if args.smoke:
+        plan, capacity_requests, capacity_tokens = {1: 2, 16: 16}, 64, 16
     result: dict[str, Any] = {}
     try:
         await wait_healthy(accuracy_url)
@@ -526,7 +533,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(state, ignore_errors=True)
     result["goals"] = {"ttft_err_p99_ms": TTFT_GOAL_S * 1000, "itl_err_p99_ms": 0.5,
                        "tokens_per_cpu_s_ratio_vs_sglang": 1.5}
-    result["settings"] = {"quick": args.quick, "accuracy_requests": plan, "max_tokens": 64,
+    result["settings"] = {"quick": args.quick, "smoke": args.smoke, "accuracy_requests": plan,
+                          "max_tokens": 64,
                           "capacity_requests": capacity_requests,
                           "capacity_max_tokens": capacity_tokens, "capacity_concurrency": 64}
     result["machine"] = machine()

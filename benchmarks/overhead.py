@@ -13,7 +13,7 @@ it, warm-up included). Per host:
 summed over hosts (host-seconds), host wall running from the sweep's start to the host's
 ``restore.done``. Per-trial gaps between the timeline marks say where the rest went.
 
-    python benchmarks/overhead.py [--quick] [--json]
+    python benchmarks/overhead.py [--quick | --smoke] [--json]
 """
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ def host_settings(load_s: float) -> dict[str, Any]:
     }
 
 
-def sweep_for(fleet: SimFleet, *, max_tokens: int, rounds: int) -> str:
+def sweep_for(
+    fleet: SimFleet, *, max_tokens: int, rounds: int, configs: list[dict[str, Any]]
+) -> str:
     server = dict(fleet.sweep["server"])
     server["environment"] = {"SGLANG_LOG_MS": "1"}
     return sweep_yaml(
         fleet.sweep,
         name="bench-overhead",
         baseline=False,
-        configs=CONFIGS,
+        configs=configs,
         server=server,
         benchmark={
             "api": "chat",
@@ -187,13 +189,18 @@ async def main() -> dict[str, Any]:
     # on a real host. The full form loads for 90 s (real 8-GPU loads take minutes) and
     # benchmarks for about half a minute per trial, still shorter than any real trial.
     load_s, max_tokens, rounds = (6.0, 256, 1) if args.quick else (90.0, 1024, 2)
-    note(f"overhead: {HOSTS} hosts x {len(CONFIGS)} configs, load {load_s}s")
+    hosts, configs = HOSTS, CONFIGS
+    if args.smoke:
+        load_s, max_tokens, hosts, configs = 0.5, 16, 1, CONFIGS[:2]
+    note(f"overhead: {hosts} hosts x {len(configs)} configs, load {load_s}s")
     async with sim_fleet(
-        HOSTS, base_address=BASE_ADDRESS, port=PORT, settings=host_settings(load_s),
+        hosts, base_address=BASE_ADDRESS, port=PORT, settings=host_settings(load_s),
         keep=args.keep,
     ) as fleet:
         sweep_file = fleet.state_dir / "overhead.yaml"
-        sweep_file.write_text(sweep_for(fleet, max_tokens=max_tokens, rounds=rounds))
+        sweep_file.write_text(
+            sweep_for(fleet, max_tokens=max_tokens, rounds=rounds, configs=configs)
+        )
         db = fleet.state_dir / "overhead.db"
         begin = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
@@ -210,9 +217,10 @@ async def main() -> dict[str, Any]:
         result = await analyse(fleet, db)
     result["run_process_wall_s"] = round(process_wall, 3)
     result["settings"] = {
-        "hosts": HOSTS, "configs": len(CONFIGS), "load_s": load_s, "warmup_s": 0.5,
+        "hosts": hosts, "configs": len(configs), "load_s": load_s, "warmup_s": 0.5,
         "stop_delay_s": 0, "memory_release_lag_s": 0, "contexts": [512],
         "concurrency": [1, 4], "max_tokens": max_tokens, "rounds": rounds, "quick": args.quick,
+        "smoke": args.smoke,
     }
     result["machine"] = machine()
     emit(result, args.json)

@@ -14,7 +14,7 @@ read against the servers' own stamps:
   the daemon's ``Server.timeline["ready"]``;
 - start spread: the first to the last ``unit.started`` (how long the daemon takes to fan out).
 
-    python benchmarks/scale.py [--quick] [--json]
+    python benchmarks/scale.py [--quick | --smoke --sizes 2] [--json]
 """
 
 from __future__ import annotations
@@ -252,11 +252,13 @@ async def main() -> dict[str, Any]:
         ("--profile", {"action": "store_true",
                        "help": "py-spy the daemon in each window (its hottest functions)"}),
     ])
-    window_s = 10.0 if args.quick else 30.0
+    window_s = 1.0 if args.smoke else 10.0 if args.quick else 30.0
     sizes = []
     for hosts in (int(n) for n in args.sizes.split(",")):
         # Long enough for the daemon to start every host and then wait out the window.
         load_s = (12.0 + 0.45 * hosts if args.quick else 30.0 + 0.6 * hosts) + window_s
+        if args.smoke:
+            load_s = 6.0 + 0.45 * hosts + window_s
         sizes.append(await one_size(hosts, load_s=load_s, window_s=window_s, keep=args.keep,
                                     profile=args.profile))
     at_64 = next((size for size in sizes if size["hosts"] == 64), None)
@@ -264,7 +266,7 @@ async def main() -> dict[str, Any]:
         "cpu_frac_64_hosts": at_64["cpu_frac_waiting"] if at_64 else None,
         "sizes": sizes,
         "goal": {"cpu_frac_64_hosts": 0.05},
-        "settings": {"quick": args.quick, "window_s": window_s,
+        "settings": {"quick": args.quick, "smoke": args.smoke, "window_s": window_s,
                      "server": "the full simulated SGLang server (no lightweight mode needed)"},
         "machine": machine(),
     }
