@@ -25,7 +25,6 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from orchestrator import engines
 from orchestrator.engine import (
     ConfigCheck,
     ConfigDifference,
@@ -239,17 +238,16 @@ def trial_config(
     config: Mapping[str, Any],
     extra_flags: Sequence[str] = (),
     environment: Mapping[str, str] | None = None,
-    engine: Engine | None = None,
+    engine: Engine,
     adopted: bool = False,
     metrics: MetricsMode = "auto",
 ) -> TrialDropin:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
-    flag knob shows in the running server's config (the default engine when None);
+    flag knob shows in the running server's config;
     ``metrics`` ``auto`` adds the engine's metrics flag where the unit lacks it
     (``Engine.metrics_flags``). ``adopted``: the same config as the unit's lasting one, in
     adopt's own drop-in (proven like a trial's)."""
-    engine = engine or engines.get()
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
@@ -298,9 +296,10 @@ class HostSession:
     gpus: tuple[int, ...] | None = None
     timeouts: LifecycleTimeouts = field(default_factory=LifecycleTimeouts)
     events: EventSink = no_events
-    engine: Engine = field(default_factory=engines.get)
+    engine: Engine = field(kw_only=True)
     """The serving engine (the sweep's ``engine:``): its log lines, config check, readiness
-    config and probe."""
+    config and probe. Always named: a session that fell back to SGLang would read another
+    engine's log lines as SGLang's without an error."""
     found: systemd.UnitSnapshot | None = None
     baseline: gpu.Baseline | None = None
 

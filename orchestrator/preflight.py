@@ -354,12 +354,12 @@ async def _parse_all(
 
 
 def check_metrics(
-    argv: Sequence[str], metrics: MetricsMode, api: ApiKind, engine: Engine | None = None
+    argv: Sequence[str], metrics: MetricsMode, api: ApiKind, engine: Engine
 ) -> tuple[Check, str | None]:
     """Whether trials get ``/metrics`` (a second accept-length source), and the warning when a
     chat sweep gets neither it nor per-request spec stats: the chat API carries none, so its
     accept_len would rest on the journal alone."""
-    metrics_flag = (engine or engines.get()).metrics_flag
+    metrics_flag = engine.metrics_flag
     if not metrics_flag:  # the engine serves /metrics without being asked (vLLM)
         return Check("metrics", True, "the engine serves /metrics without a flag"), None
     present = any(isinstance(a, FlagArg) and a.flag == metrics_flag for a in flag_args(argv[1:]))
@@ -587,7 +587,7 @@ async def check_host(
     api: ApiKind = "chat",
     base_url: str | None = None,
     extra_flags: Sequence[str] = (),
-    engine: Engine | None = None,
+    engine: Engine,
     metrics: MetricsMode = "auto",
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]] = (),
     knobs: Mapping[str, KnobTarget] | None = None,
@@ -605,7 +605,6 @@ async def check_host(
     that parser cannot be asked (its import fails), ``flags`` are checked against ``--help``
     instead; the ``sglang_parser`` check says which."""
     name = host.name
-    engine = engine or engines.get()
     checks = _Checks()
     model_mismatch: str | None = None
     try:

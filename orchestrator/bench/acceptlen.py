@@ -160,19 +160,15 @@ def from_metrics(
     after: str | None,
     *,
     requests: int,
-    counters: AcceptanceCounters | None = None,
+    counters: AcceptanceCounters,
 ) -> AcceptEstimate:
     """Counter deltas over the measured phase: decode tokens per verify step.
 
-    ``counters`` are the serving engine's (the default engine's when None, for a caller that
-    names none). Where its token counter also counts each request's first token, which its
-    prefill produced, the ``requests`` the point sent in the window are subtracted for it
-    (other clients' traffic in the window is not, and would show as a disagreement).
+    ``counters`` are the serving engine's. Where its token counter also counts each request's
+    first token, which its prefill produced, the ``requests`` the point sent in the window are
+    subtracted for it (other clients' traffic in the window is not, and would show as a
+    disagreement).
     """
-    if counters is None:
-        from orchestrator import engines
-
-        counters = engines.get().acceptance_counters
     if before is None or after is None:
         return AcceptEstimate(None, 0, "/metrics not available (server without its metrics flag?)")
     names = (counters.verify_steps, counters.tokens)
@@ -224,20 +220,15 @@ def decode_samples_from_messages(
     messages: Iterable[str],
     *,
     decode_log_interval: int,
-    parse: Callable[[str], LogEvent | None] | None = None,
+    parse: Callable[[str], LogEvent | None],
 ) -> list[DecodeSample]:
-    """Decode samples from raw log messages, read by ``parse`` (the engine's log-line parser;
-    the default engine's when None).
+    """Decode samples from raw log messages, read by ``parse`` (the serving engine's
+    log-line parser).
 
     Lines without an accept len (speculative decoding off) are skipped, so an empty result
     over a non-empty window still raises ``no_decode_lines``.
     """
     from orchestrator.engine import DecodeEvent
-
-    if parse is None:
-        from orchestrator import engines
-
-        parse = engines.get().parse_log_line
 
     samples: list[DecodeSample] = []
     for message in messages:

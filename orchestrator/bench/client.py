@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 import aiohttp
 
-from orchestrator import engines
 from orchestrator.bench.http1 import (
     ConnectionPolicy,
     ConnectTimeoutError,
@@ -234,21 +233,19 @@ def _record(raw: RawExchange, parsed: StreamParse) -> RequestRecord:
     )
 
 
-def read_exchange(raw: RawExchange, reader: Dialect | None = None) -> tuple[RequestRecord, Reply]:
+def read_exchange(raw: RawExchange, reader: Dialect) -> tuple[RequestRecord, Reply]:
     """A raw exchange read by its API's dialect: the record (token counts per chunk, finish,
     ids, error class) and the streamed text as an answer. A request that failed on the wire
     is not parsed (its record has no counts). ``reader`` is the client's dialect
-    (:attr:`BenchClient.dialect`); None reads with the default engine's, for a caller that
-    names no engine."""
+    (:attr:`BenchClient.dialect`): the server's engine's, always named."""
     if raw.error is not None:
         parsed = StreamParse(TokenSource.NONE)
     else:
-        reading = reader or engines.get().dialect(raw.api)
-        parsed = reading.parse_stream(split_sse_events(raw.blocks))
+        parsed = reader.parse_stream(split_sse_events(raw.blocks))
     return _record(raw, parsed), parsed.reply()
 
 
-def parse_exchange(raw: RawExchange, reader: Dialect | None = None) -> RequestRecord:
+def parse_exchange(raw: RawExchange, reader: Dialect) -> RequestRecord:
     """Turn a raw exchange into a record: token counts per chunk, finish, ids, error class."""
     return read_exchange(raw, reader)[0]
 
@@ -271,7 +268,8 @@ class BenchClient:
 
     ``engine`` is the server's engine: its dialect writes the requests and reads the answers
     (``reader`` overrides the dialect alone), its :attr:`acceptance_counters` are what the
-    matrix reads from ``/metrics``. None is the default engine, for a caller that names none.
+    matrix reads from ``/metrics``. It has no default: a client of the wrong engine would
+    read another engine's counters without an error.
     """
 
     def __init__(
@@ -287,13 +285,13 @@ class BenchClient:
         extra_body: dict[str, Any] | None = None,
         reader: Dialect | None = None,
         connections: ConnectionPolicy = "keep-alive",
-        engine: Engine | None = None,
+        engine: Engine,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.api: ApiKind = api
-        self.engine: Engine = engine if engine is not None else engines.get()
+        self.engine: Engine = engine
         self.dialect: Dialect = reader or self.engine.dialect(api)
         self.model = model
         self.concurrency = concurrency

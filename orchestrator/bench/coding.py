@@ -22,7 +22,6 @@ from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from orchestrator import engines
 from orchestrator.bench.problems import CodingProblem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
 from orchestrator.engine import Dialect, Generation, Reply
@@ -311,7 +310,7 @@ class CompleteFn(Protocol):
 class HttpCompleter:
     """Default `CompleteFn`: non-streaming requests to a server over one aiohttp session, in
     its engine's `dialect` for `api` (`chat`: the OpenAI-compatible chat API; `generate`: the
-    engine's native one, no chat template applied). None: the default engine's."""
+    engine's native one, no chat template applied): the server's engine's, always named."""
 
     def __init__(
         self,
@@ -320,12 +319,12 @@ class HttpCompleter:
         model: str,
         api: ApiKind = "chat",
         timeout_s: float = 600.0,
-        dialect: Dialect | None = None,
+        dialect: Dialect,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api = api
-        self.dialect: Dialect = dialect or engines.get().dialect(api)
+        self.dialect: Dialect = dialect
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
 
@@ -546,6 +545,8 @@ async def run_coding(
     """
     chosen = builtin_problems() if problems is None else problems
     if isinstance(client_or_callable, str):
+        if dialect is None:
+            raise TypeError("run_coding on a base URL needs the server's engine's dialect")
         async with HttpCompleter(
             client_or_callable, model=model, api=api, timeout_s=timeout_s, dialect=dialect
         ) as completer:

@@ -53,8 +53,10 @@ def unregister(name: str) -> None:
     _registered.pop(name, None)
 
 
-def get(name: str = DEFAULT_ENGINE) -> Engine:
-    """The engine called ``name``; :class:`UnknownEngine` when there is none."""
+def get(name: str) -> Engine:
+    """The engine called ``name``; :class:`UnknownEngine` when there is none. The name is
+    required: a caller that serves an engine says which, so none falls back to SGLang's log
+    parser or counters unnoticed (:data:`DEFAULT_ENGINE` is the sweep file's default only)."""
     engine = _registered.get(name)
     if engine is not None:
         return engine

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator import engines
 from orchestrator.host.connect import open_host
 from orchestrator.lifecycle import HostSession, restore
 from orchestrator.sessions import lifecycle_timeouts
@@ -58,6 +59,7 @@ async def test_a_fresh_restore_waits_for_memory_an_old_process_holds(tmp_path: P
             model=sweep.server.model,
             timeouts=lifecycle_timeouts(sweep),
             events=record,
+            engine=engines.get(sweep.engine),
         )
         try:
             assert await restore(session, "as-found") == []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import (
     CodingResult,
@@ -32,6 +33,14 @@ from orchestrator.bench.problems import (
 from orchestrator.bench.sandbox import RunOutcome, run_candidate
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
+
+SGLANG = engines.get("sglang")
+
+
+async def test_a_url_target_names_its_engine() -> None:
+    """A base URL alone says nothing of the engine behind it: no dialect is guessed."""
+    with pytest.raises(TypeError, match="dialect"):
+        await run_coding("http://127.0.0.1:1", SEEDS[:1])
 
 SEEDS = select(builtin_problems(), SEED_PROBLEM_IDS)
 DFLASH = [
@@ -196,7 +205,8 @@ CORRECT = {"coding_wrong_rate": 0.0}
 async def test_thinking_model_scores_five_of_five(sim: SimServer) -> None:
     await sim.wait_ready()
     results = await run_coding(
-        sim.url, SEEDS, api="chat", model="m", max_tokens=4096, temperature=0.0, timeout_s=30
+        sim.url, SEEDS, api="chat", model="m", max_tokens=4096, temperature=0.0, timeout_s=30,
+        dialect=SGLANG.dialect("chat"),
     )
     assert [r.problem_id for r in results] == list(SEED_PROBLEM_IDS)
     assert [r.outcome for r in results] == [Outcome.PASS] * 5, [r.detail for r in results]
@@ -215,7 +225,8 @@ async def test_thinking_model_scores_five_of_five(sim: SimServer) -> None:
 async def test_wrong_final_answers_fail_and_generate_api_works(sim: SimServer) -> None:
     await sim.wait_ready()
     results = await run_coding(
-        sim.url, SEEDS, api="generate", model="m", max_tokens=4096, temperature=0.0, timeout_s=30
+        sim.url, SEEDS, api="generate", model="m", max_tokens=4096, temperature=0.0, timeout_s=30,
+        dialect=SGLANG.dialect("generate"),
     )
     assert [r.outcome for r in results] == [Outcome.FAIL] * 5, [r.detail for r in results]
     assert summarize(results).pass_rate == 0.0
@@ -227,7 +238,8 @@ async def test_wrong_final_answers_fail_and_generate_api_works(sim: SimServer) -
 async def test_cut_off_reasoning_is_truncated_not_wrong(sim: SimServer) -> None:
     await sim.wait_ready()
     results = await run_coding(
-        sim.url, SEEDS[:2], model="m", max_tokens=60, temperature=0.0, timeout_s=30
+        sim.url, SEEDS[:2], model="m", max_tokens=60, temperature=0.0, timeout_s=30,
+        dialect=SGLANG.dialect("chat"),
     )
     assert [r.outcome for r in results] == [Outcome.TRUNCATED] * 2
     assert all(r.finish_reason == "length" and r.sandbox is None for r in results)
@@ -237,7 +249,8 @@ async def test_cut_off_reasoning_is_truncated_not_wrong(sim: SimServer) -> None:
 
 async def test_unreachable_server_is_a_request_error() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    results = await run_coding(url, SEEDS[:1], model="m", timeout_s=5)
+    chat = SGLANG.dialect("chat")
+    results = await run_coding(url, SEEDS[:1], model="m", timeout_s=5, dialect=chat)
     assert results[0].outcome is Outcome.REQUEST_ERROR
     assert summarize(results).scored == 0
 
@@ -247,7 +260,9 @@ async def test_injected_complete_function(sim: SimServer) -> None:
     """Any async complete(prompt, max_tokens, temperature) can drive the run."""
     await sim.wait_ready()
     seen: list[tuple[str, int, float]] = []
-    async with HttpCompleter(sim.url, model="m", api="chat", timeout_s=30) as http:
+    async with HttpCompleter(
+        sim.url, model="m", api="chat", timeout_s=30, dialect=SGLANG.dialect("chat")
+    ) as http:
 
         async def complete(prompt: str, max_tokens: int, temperature: float) -> Completion:
             seen.append((prompt, max_tokens, temperature))
@@ -272,7 +287,7 @@ async def test_injected_complete_function(sim: SimServer) -> None:
 async def test_runs_over_the_benchmark_streaming_client(sim: SimServer, api: ApiKind) -> None:
     await sim.wait_ready()
     async with BenchClient(
-        sim.url, api=api, model="m", concurrency=1, request_timeout=30
+        sim.url, api=api, model="m", concurrency=1, request_timeout=30, engine=SGLANG
     ) as client:
         results = await run_coding(client, SEEDS[:3], max_tokens=4096, temperature=0.0)
         truncated = await run_coding(client, SEEDS[:1], max_tokens=40, temperature=0.0)
@@ -298,7 +313,8 @@ async def _outputs(
     try:
         await server.wait_ready()
         return await run_coding(
-            server.url, SEEDS, model="m", max_tokens=4096, temperature=0.0, timeout_s=30
+            server.url, SEEDS, model="m", max_tokens=4096, temperature=0.0, timeout_s=30,
+            dialect=SGLANG.dialect("chat"),
         )
     finally:
         server.stop()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.cli import configure_parser
 from orchestrator.bench.client import BenchClient, parse_exchange
 from orchestrator.bench.http1 import ConnectionPolicy
@@ -21,6 +22,9 @@ from tests.integration.test_bench_http1 import (
     chunk,
     generate_events,
 )
+
+SGLANG = engines.get("sglang")
+GENERATE = SGLANG.dialect("generate")
 
 ADDRESS = "127.0.0.240"
 
@@ -51,7 +55,7 @@ def bench_client(url: str, connections: ConnectionPolicy, concurrency: int = 2) 
         model="m",
         concurrency=concurrency,
         request_timeout=5.0,
-        connections=connections,
+        connections=connections, engine=SGLANG,
     )
 
 
@@ -66,7 +70,7 @@ async def test_per_request_opens_a_connection_per_request_and_closes_it_after() 
             async with asyncio.timeout(5.0):
                 await asyncio.gather(*(closed.wait() for closed in server.client_closed))
         for raw in [*sequential, *together]:
-            record = parse_exchange(raw)
+            record = parse_exchange(raw, GENERATE)
             assert record.error is None and record.completion_tokens == 3
         # Each request's clock started before its connection was accepted: the connect is
         # inside its TTFT, as bench_serving's (``st`` before ``session.post``).
@@ -79,7 +83,7 @@ async def test_keep_alive_reuses_its_connection_and_its_clock_starts_at_the_send
         async with bench_client(server.url, "keep-alive") as client:
             sequential = [await client.stream("p", max_tokens=3) for _ in range(3)]
         assert [len(c.requests) for c in server.connections] == [3]
-        assert all(parse_exchange(raw).error is None for raw in sequential)
+        assert all(parse_exchange(raw, GENERATE).error is None for raw in sequential)
         (accepted,) = server.accepted_at
         assert sequential[0].send_time <= accepted < sequential[1].send_time
 

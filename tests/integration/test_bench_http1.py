@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.client import BenchClient, ErrorKind, parse_exchange, split_sse_events
 from orchestrator.bench.http1 import (
     ChunkedDecoder,
@@ -30,6 +31,9 @@ from orchestrator.bench.http1 import (
     HttpProtocolError,
     parse_base_url,
 )
+
+SGLANG = engines.get("sglang")
+GENERATE = SGLANG.dialect("generate")
 
 ADDRESS = "127.0.0.230"
 PAUSE = 0.005  # between writes meant to arrive as separate reads
@@ -164,7 +168,8 @@ def generate_events(tokens: int) -> list[bytes]:
 
 def client(url: str, *, concurrency: int = 1, timeout: float = 5.0) -> BenchClient:
     return BenchClient(
-        url, api="generate", model="m", concurrency=concurrency, request_timeout=timeout
+        url, api="generate", model="m", concurrency=concurrency, request_timeout=timeout,
+        engine=SGLANG,
     )
 
 
@@ -229,7 +234,7 @@ async def test_bench_client_stream_parses_as_before() -> None:
         assert raw.error is None and raw.http_status == 200
         assert b"".join(data for _stamp, data in raw.blocks) == b"".join(events)
         assert len(split_sse_events(raw.blocks)) == len(events)
-        record = parse_exchange(raw)
+        record = parse_exchange(raw, GENERATE)
         assert record.ok and record.completion_tokens == 6 and record.finish_reason == "length"
         assert [c.tokens for c in record.chunks] == [1] * 6
         arrivals = [c.arrival for c in record.chunks]
@@ -310,8 +315,8 @@ async def test_content_length_error_answer_is_http_status_with_body() -> None:
             await conn.send(body[10:])
 
     async with RawServer(handler, "127.0.0.232") as server, client(server.url) as bench:
-        first = parse_exchange(await bench.stream("a", max_tokens=4))
-        second = parse_exchange(await bench.stream("b", max_tokens=4))
+        first = parse_exchange(await bench.stream("a", max_tokens=4), GENERATE)
+        second = parse_exchange(await bench.stream("b", max_tokens=4), GENERATE)
     for record in (first, second):
         assert record.error is ErrorKind.HTTP_STATUS and record.http_status == 400
         assert record.error_detail == "HTTP 400: " + body.decode()
@@ -328,8 +333,8 @@ async def test_reset_and_early_close_mid_stream_are_connection_errors() -> None:
             conn.writer.close()
 
     async with RawServer(handler, "127.0.0.233") as server, client(server.url) as bench:
-        reset = parse_exchange(await bench.stream("a", max_tokens=3))
-        ended = parse_exchange(await bench.stream("b", max_tokens=3))
+        reset = parse_exchange(await bench.stream("a", max_tokens=3), GENERATE)
+        ended = parse_exchange(await bench.stream("b", max_tokens=3), GENERATE)
     assert reset.error is ErrorKind.CONNECTION
     assert "ConnectionResetError" in (reset.error_detail or "")
     assert ended.error is ErrorKind.CONNECTION
@@ -343,7 +348,7 @@ async def test_refused_is_connection_error() -> None:
     port = probe.getsockname()[1]
     probe.close()
     async with client(f"http://127.0.0.234:{port}") as bench:
-        record = parse_exchange(await bench.stream("a", max_tokens=3))
+        record = parse_exchange(await bench.stream("a", max_tokens=3), GENERATE)
     assert record.error is ErrorKind.CONNECTION
     assert "ConnectionRefusedError" in (record.error_detail or "")
 
@@ -540,6 +545,6 @@ async def test_https_streams_when_the_certificate_is_trusted_and_fails_when_not(
         monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))
         async with client(server.url) as bench:
             raw = await bench.stream("hello", max_tokens=3)
-        record = parse_exchange(raw)
+        record = parse_exchange(raw, GENERATE)
         assert record.ok and record.completion_tokens == 3, record.error_detail
         assert b"".join(data for _stamp, data in raw.blocks) == b"".join(events)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.acceptlen import decode_samples_from_messages, from_journal
 from orchestrator.bench.cli import configure_parser, run_async
 from orchestrator.bench.client import BenchClient, ErrorKind, RequestRecord, TokenSource
@@ -43,6 +44,8 @@ from orchestrator.bench.stats import percentile, spread_gaps
 from orchestrator.engine import Prompt
 from orchestrator.types import EXIT_OK, ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
+
+SGLANG = engines.get("sglang")
 
 MODEL = "bench-model"
 DECODE_LOG_INTERVAL = 4
@@ -108,7 +111,7 @@ def _client(url: str, api: ApiKind, concurrency: int, timeout: float = 30.0) -> 
         api=api,
         model=MODEL,
         concurrency=concurrency,
-        request_timeout=timeout,
+        request_timeout=timeout, engine=SGLANG,
     )
 
 
@@ -211,7 +214,9 @@ async def test_accept_len_sources_match_the_servers_counters(spec_server: SimSer
     assert accept.value == accept.meta_info.value
     # The decode lines written during the point: interval averages, so only roughly equal.
     lines = spec_server.log()[log_offset:].splitlines()
-    samples = decode_samples_from_messages(lines, decode_log_interval=DECODE_LOG_INTERVAL)
+    samples = decode_samples_from_messages(
+        lines, decode_log_interval=DECODE_LOG_INTERVAL, parse=SGLANG.parse_log_line
+    )
     assert samples, "no decode line during the point"
     point.attach_journal(samples)
     journal = from_journal(samples)
@@ -322,7 +327,7 @@ async def test_hanging_and_failing_requests_are_errors(
         model=MODEL,
         concurrency=1,
         request_timeout=10.0,
-        extra_body={"sampling_params": {"max_new_tokens": 0}},
+        extra_body={"sampling_params": {"max_new_tokens": 0}}, engine=SGLANG,
     )
     async with bad:
         record = await bad.send("hello", max_tokens=4)

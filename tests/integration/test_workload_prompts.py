@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.client import BenchClient, RequestRecord
 from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.bench.workloads import load_builtin, parse_sample
@@ -19,6 +20,8 @@ from orchestrator.engine import ChatMessage, Prompt
 from orchestrator.sim.tokenizer import count_tokens
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, start_server
+
+SGLANG = engines.get("sglang")
 
 MODEL = "workload-model"
 CONTEXTS = (512, 4096)
@@ -37,7 +40,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
 
 
 def _client(server: SimServer, api: ApiKind = "chat") -> BenchClient:
-    return BenchClient(server.url, api=api, model=MODEL, concurrency=4, request_timeout=30)
+    return BenchClient(
+        server.url, api=api, model=MODEL, concurrency=4, request_timeout=30, engine=SGLANG
+    )
 
 
 def _traffic() -> WorkloadSample:
@@ -167,7 +172,7 @@ async def test_a_prompts_own_output_length_overrides_the_calls(server: SimServer
 
 async def test_a_failed_probe_fails_the_calibration_with_its_record() -> None:
     async with BenchClient("http://127.0.0.1:1", api="chat", model=MODEL, concurrency=2,
-                           request_timeout=5) as client:
+                           request_timeout=5, engine=SGLANG) as client:
         source = WorkloadPrompts(client, _traffic())
         with pytest.raises(CalibrationError, match="calibration probe \\(line 1") as caught:
             await source.calibrate(512)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.host.gpu import NvidiaSmiProbe
 from orchestrator.host.handle import HostHandle
 from orchestrator.host.ssh import SSHSettings, SSHTransport
@@ -32,6 +33,7 @@ from orchestrator.preflight import check_host, mapped_flags
 from tests.realhost.realhost import RealHost
 
 UNIT = "sglang.service"
+SGLANG = engines.get("sglang")
 PORT = 30000
 
 
@@ -97,6 +99,7 @@ async def session(real_host: RealHost) -> AsyncIterator[HostSession]:
         model="kimi-k2.6",
         timeouts=LifecycleTimeouts(stop=30, memory_release=20, ready=30, command=15),
         events=record,
+        engine=SGLANG,
     )
     host.recorded = events  # type: ignore[attr-defined]
     try:
@@ -139,7 +142,9 @@ def _await_serving(base_url: str, timeout: float = 20.0) -> None:
 
 async def _trial(session: HostSession, key: str, config: dict[str, Any]) -> TrialDropin:
     found = await session.read_found()
-    return trial_config(found, sweep="realhost", key=key, knobs=KNOBS, config=config)
+    return trial_config(
+        found, sweep="realhost", key=key, knobs=KNOBS, config=config, engine=session.engine
+    )
 
 
 async def test_clean_trial_then_restore_byte_identical(
@@ -264,6 +269,7 @@ async def test_preflight_asks_the_hosts_python_and_falls_back_to_help(
         trials=[("new", {"algorithm": "DFLASH", "window": 2048}),
                 ("old", {"algorithm": "DFLASH", "legacy_window": 2048})],
         knobs=KNOBS,
+        engine=session.engine,
     )  # fmt: skip
     assert checked.ok and checked.parser == "help", checked.to_json()
     parser = next(c for c in checked.checks if c.name == "sglang_parser")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.acceptlen import (
     DecodeSample,
     RequestSpec,
@@ -15,6 +16,9 @@ from orchestrator.bench.acceptlen import (
     parse_prometheus_totals,
 )
 from orchestrator.store.results import AcceptEstimate, AcceptLength
+
+SGLANG = engines.get("sglang")
+COUNTERS = SGLANG.acceptance_counters
 
 
 def test_journal_mean_is_weighted_by_request_steps() -> None:
@@ -68,12 +72,12 @@ def test_prometheus_totals_sum_label_sets_and_skip_comments() -> None:
 
 def test_metrics_delta_is_tokens_per_verify_call() -> None:
     # 210 generated tokens, 10 of them first tokens of the point's 10 requests.
-    estimate = from_metrics(METRICS_BEFORE, METRICS_AFTER, requests=10)
+    estimate = from_metrics(METRICS_BEFORE, METRICS_AFTER, requests=10, counters=COUNTERS)
     assert estimate.value == pytest.approx(200 / 50)
     assert estimate.count == 50
-    assert from_metrics(None, METRICS_AFTER, requests=1).value is None
-    assert from_metrics("x 1\n", "x 2\n", requests=1).value is None
-    flat = from_metrics(METRICS_BEFORE, METRICS_BEFORE, requests=0)
+    assert from_metrics(None, METRICS_AFTER, requests=1, counters=COUNTERS).value is None
+    assert from_metrics("x 1\n", "x 2\n", requests=1, counters=COUNTERS).value is None
+    flat = from_metrics(METRICS_BEFORE, METRICS_BEFORE, requests=0, counters=COUNTERS)
     assert flat.value is None and "no verify call" in (flat.reason or "")
 
 
@@ -108,7 +112,9 @@ def test_decode_samples_from_real_log_lines() -> None:
         "token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, "
         "input throughput (token/s): 8123.45",
     ]
-    samples = decode_samples_from_messages(lines, decode_log_interval=40)
+    samples = decode_samples_from_messages(
+        lines, decode_log_interval=40, parse=SGLANG.parse_log_line
+    )
     assert samples == [DecodeSample(accept_len=4.12, iterations=40, running_req=4)]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.bench.client import (
     Chunk,
     ErrorKind,
@@ -17,6 +18,10 @@ from orchestrator.bench.client import (
     spread_by_weight,
 )
 from orchestrator.types import ApiKind
+
+SGLANG = engines.get("sglang")
+CHAT = SGLANG.dialect("chat")
+GENERATE = SGLANG.dialect("generate")
 
 
 def _sse(obj: Any) -> bytes:
@@ -78,7 +83,7 @@ def test_generate_tokens_come_from_cumulative_meta_info() -> None:
         ),
         (1.21, _sse(b"[DONE]")),
     ]
-    record = parse_exchange(_raw("generate", blocks))
+    record = parse_exchange(_raw("generate", blocks), GENERATE)
     assert record.ok, record.error_detail
     assert record.token_source is TokenSource.CUMULATIVE_PER_CHUNK
     assert record.chunks == [Chunk(1.0, 1), Chunk(1.1, 3), Chunk(1.2, 4)]
@@ -93,14 +98,15 @@ def test_generate_tokens_come_from_cumulative_meta_info() -> None:
 
 def test_generate_abort_and_error_events_are_classified() -> None:
     aborted = parse_exchange(
-        _raw("generate", [(1.0, _sse(_gen(2, {"type": "abort", "message": "x"})))])
+        _raw("generate", [(1.0, _sse(_gen(2, {"type": "abort", "message": "x"})))]), GENERATE
     )
     assert aborted.error is ErrorKind.ABORTED
-    failed = parse_exchange(_raw("generate", [(1.0, _sse({"error": {"message": "boom"}}))]))
+    error = _sse({"error": {"message": "boom"}})
+    failed = parse_exchange(_raw("generate", [(1.0, error)]), GENERATE)
     assert failed.error is ErrorKind.SERVER_ERROR
-    cut = parse_exchange(_raw("generate", [(1.0, _sse(_gen(2)))]))
+    cut = parse_exchange(_raw("generate", [(1.0, _sse(_gen(2)))]), GENERATE)
     assert cut.error is ErrorKind.CONNECTION
-    junk = parse_exchange(_raw("generate", [(1.0, b"data: {not json\n\n")]))
+    junk = parse_exchange(_raw("generate", [(1.0, b"data: {not json\n\n")]), GENERATE)
     assert junk.error is ErrorKind.PROTOCOL
 
 
@@ -127,7 +133,7 @@ def test_chat_without_per_chunk_usage_spreads_the_total_by_text_length() -> None
         ),
         (1.25, _sse(b"[DONE]")),
     ]
-    record = parse_exchange(_raw("chat", blocks))
+    record = parse_exchange(_raw("chat", blocks), CHAT)
     assert record.ok, record.error_detail
     assert record.token_source is TokenSource.TEXT_WEIGHTED
     assert [c.tokens for c in record.chunks] == [1, 2, 0]
@@ -145,7 +151,7 @@ def test_chat_with_continuous_usage_is_exact_per_chunk() -> None:
         (1.2, _sse(_chat("", "stop", usage=usage(2)))),
         (1.25, _sse(b"[DONE]")),
     ]
-    record = parse_exchange(_raw("chat", blocks))
+    record = parse_exchange(_raw("chat", blocks), CHAT)
     assert record.ok, record.error_detail
     assert record.token_source is TokenSource.USAGE_PER_CHUNK
     assert [c.tokens for c in record.chunks] == [1, 1, 0]
@@ -153,14 +159,14 @@ def test_chat_with_continuous_usage_is_exact_per_chunk() -> None:
 
 def test_chat_without_usage_is_a_protocol_error_not_a_chunk_count() -> None:
     blocks = [(1.0, _sse(_chat("a", "stop"))), (1.1, _sse(b"[DONE]"))]
-    record = parse_exchange(_raw("chat", blocks))
+    record = parse_exchange(_raw("chat", blocks), CHAT)
     assert record.error is ErrorKind.PROTOCOL
     assert record.completion_tokens is None
 
 
 def test_transport_errors_pass_through_with_no_tokens() -> None:
     record = parse_exchange(
-        _raw("chat", [], error=ErrorKind.TIMEOUT, error_detail="no answer in 1 s")
+        _raw("chat", [], error=ErrorKind.TIMEOUT, error_detail="no answer in 1 s"), CHAT
     )
     assert record.error is ErrorKind.TIMEOUT and not record.ok
     assert record.token_source is TokenSource.NONE and record.ttft is None

@@ -29,6 +29,9 @@ from orchestrator.engines.sglang.engine import (
 )
 from orchestrator.types import ApiKind
 
+CHAT = SGLANG.dialect("chat")
+GENERATE = SGLANG.dialect("generate")
+
 
 def _sse(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -60,7 +63,7 @@ def test_sglang_fills_the_engine_seam() -> None:
 
 def test_streamed_bodies_are_the_bench_clients_as_before() -> None:
     chat = BenchClient(
-        "http://127.0.0.1:1", api="chat", model="m", concurrency=1, request_timeout=1
+        "http://127.0.0.1:1", api="chat", model="m", concurrency=1, request_timeout=1, engine=SGLANG
     )
     path, body = chat.request_body("hi", max_tokens=4, temperature=0.5, ignore_eos=True)
     assert path == "/v1/chat/completions"
@@ -80,13 +83,14 @@ def test_streamed_bodies_are_the_bench_clients_as_before() -> None:
         concurrency=1,
         request_timeout=1,
         continuous_usage_stats=True,
-        extra_body={"top_p": 0.9},
+        extra_body={"top_p": 0.9}, engine=SGLANG,
     )
     _, body = usage.request_body("hi", max_tokens=4, temperature=0.0, ignore_eos=False)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["top_p"] == 0.9 and body["ignore_eos"] is False
     generate = BenchClient(
-        "http://127.0.0.1:1", api="generate", model="m", concurrency=1, request_timeout=1
+        "http://127.0.0.1:1", api="generate", model="m", concurrency=1, request_timeout=1,
+        engine=SGLANG,
     )
     path, body = generate.request_body("hi", max_tokens=4, temperature=0.0, ignore_eos=True)
     assert (path, body) == (
@@ -159,8 +163,8 @@ def test_one_stream_read_gives_the_record_and_the_text() -> None:
             b"[DONE]",
         ],
     )
-    record, answer = read_exchange(chat)
-    assert record == parse_exchange(chat)
+    record, answer = read_exchange(chat, CHAT)
+    assert record == parse_exchange(chat, CHAT)
     assert record.ok and record.completion_tokens == 5 and record.finish_reason == "stop"
     assert record.token_source is TokenSource.TEXT_WEIGHTED
     assert sum(c.tokens for c in record.chunks) == 5
@@ -170,11 +174,11 @@ def test_one_stream_read_gives_the_record_and_the_text() -> None:
         return {"text": text, "meta_info": {"completion_tokens": tokens, "finish_reason": finish}}
 
     cumulative = _raw("generate", [gen("a", 1), gen("ab", 2), gen("abc", 3, {"type": "stop"})])
-    record, answer = read_exchange(cumulative)
+    record, answer = read_exchange(cumulative, GENERATE)
     assert record.ok and [c.tokens for c in record.chunks] == [1, 1, 1]
     assert answer.content == "abc" and answer.reasoning_content is None
     incremental = _raw("generate", [gen("a", 1), gen("b", 2, {"type": "length"})])
-    assert read_exchange(incremental)[1].content == "ab"
+    assert read_exchange(incremental, GENERATE)[1].content == "ab"
 
 
 def test_a_stream_error_keeps_what_was_read_before_it() -> None:
@@ -185,7 +189,7 @@ def test_a_stream_error_keeps_what_was_read_before_it() -> None:
             {"error": {"message": "boom"}},
         ],
     )
-    record, answer = read_exchange(raw)
+    record, answer = read_exchange(raw, GENERATE)
     assert record.error is ErrorKind.SERVER_ERROR and "boom" in (record.error_detail or "")
     assert len(record.chunks) == 1 and record.completion_tokens is None
     assert answer.content == "a"
@@ -220,7 +224,7 @@ def test_a_finished_generate_gives_its_correct_and_proposed_drafts() -> None:
         spec_accept_rate=0.5, spec_accept_length=37 / 6, spec_num_correct_drafts=33,
         spec_num_proposed_drafts=42, spec_verify_ct=6, spec_accepted_drafts=33,
         spec_proposed_drafts=42,
-    ))
+    ), GENERATE)
     assert (record.spec_verify_ct, record.spec_correct_drafts, record.spec_proposed_drafts) == (
         6, 33, 42,
     )
@@ -228,10 +232,10 @@ def test_a_finished_generate_gives_its_correct_and_proposed_drafts() -> None:
     assert record.to_dict()["spec_num_correct_drafts"] == 33
     # Builds before the rename wrote only the old names.
     old = parse_exchange(_final_meta(spec_verify_ct=6, spec_accepted_drafts=30,
-                                     spec_proposed_drafts=42))
+                                     spec_proposed_drafts=42), GENERATE)
     assert (old.spec_correct_drafts, old.spec_proposed_drafts) == (30, 42)
     # Speculative decoding off: nothing.
-    off = parse_exchange(_final_meta())
+    off = parse_exchange(_final_meta(), GENERATE)
     assert (off.spec_verify_ct, off.spec_correct_drafts, off.spec_proposed_drafts) == (
         None, None, None,
     )

@@ -24,10 +24,17 @@ configs: [{budget: 8}]
 
 
 def test_the_default_engine_is_sglang_and_fills_the_seam() -> None:
-    engine = engines.get()
+    engine = engines.get(engines.DEFAULT_ENGINE)
     assert engine is engines.get("sglang") is SGLANG_ENGINE
     assert isinstance(engine, Engine) and engine.name == "sglang"
     assert "sglang" in engines.names()
+
+
+def test_an_engine_is_always_named() -> None:
+    """A caller that named no engine once got SGLang's parser and counters without a word: now
+    it is a TypeError (and mypy's call-arg error), never a silent default."""
+    with pytest.raises(TypeError):
+        engines.get()  # type: ignore[call-arg]
 
 
 def test_an_unknown_engine_names_the_known_ones() -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator import engines
 from orchestrator.host import systemd
 from orchestrator.host.dropin import apply_knobs, render_dropin
 from orchestrator.lifecycle import trial_config
 from orchestrator.preflight import check_metrics
 from orchestrator.sweepfile import SweepFileError, parse_sweep
 from tests.unit.test_sweepfile import MINIMAL
+
+SGLANG = engines.get("sglang")
 
 UNIT = "sglang.service"
 BASE = ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m"]
@@ -40,7 +43,8 @@ def test_sweep_file_key_defaults_to_auto() -> None:
 
 def test_auto_adds_the_flag_where_the_unit_lacks_it() -> None:
     config = trial_config(
-        _found(BASE), sweep="s", key="k", knobs={}, config={}, metrics="auto"
+        _found(BASE), sweep="s", key="k", knobs={}, config={}, metrics="auto",
+        engine=SGLANG,
     )
     assert config.invocation.argv == (*BASE, "--enable-metrics")
     assert config.invocation.added_flags == ("--enable-metrics",)
@@ -53,11 +57,14 @@ def test_auto_adds_the_flag_where_the_unit_lacks_it() -> None:
 
 def test_auto_never_repeats_a_flag_the_unit_has_and_off_adds_nothing() -> None:
     has = trial_config(
-        _found([*BASE, "--enable-metrics"]), sweep="s", key="k", knobs={}, config={}
+        _found([*BASE, "--enable-metrics"]), sweep="s", key="k", knobs={}, config={},
+        engine=SGLANG,
     )
     assert has.invocation.argv.count("--enable-metrics") == 1
     assert has.invocation.added_flags == ()
-    off = trial_config(_found(BASE), sweep="s", key="k", knobs={}, config={}, metrics="off")
+    off = trial_config(
+        _found(BASE), sweep="s", key="k", knobs={}, config={}, metrics="off", engine=SGLANG
+    )
     assert "--enable-metrics" not in off.invocation.argv and off.invocation.added_flags == ()
     assert "server.metrics" not in off.dropin_text
 
@@ -77,9 +84,9 @@ def test_a_flag_given_by_extra_flags_or_owned_by_a_knob_is_not_added() -> None:
 
 
 def test_preflight_warns_only_for_a_chat_sweep_without_metrics() -> None:
-    check, warning = check_metrics(BASE, "off", "chat")
+    check, warning = check_metrics(BASE, "off", "chat", SGLANG)
     assert warning is not None and "journal alone" in warning and check.name == "metrics"
-    assert check_metrics(BASE, "off", "generate")[1] is None
-    assert check_metrics(BASE, "auto", "chat")[1] is None
-    assert "added to each trial" in check_metrics(BASE, "auto", "chat")[0].detail
-    assert check_metrics([*BASE, "--enable-metrics"], "off", "chat")[1] is None
+    assert check_metrics(BASE, "off", "generate", SGLANG)[1] is None
+    assert check_metrics(BASE, "auto", "chat", SGLANG)[1] is None
+    assert "added to each trial" in check_metrics(BASE, "auto", "chat", SGLANG)[0].detail
+    assert check_metrics([*BASE, "--enable-metrics"], "off", "chat", SGLANG)[1] is None
