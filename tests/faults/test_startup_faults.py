@@ -12,7 +12,6 @@ from tests.faults.harness import (
     ENGINES,
     FAULTY,
     HEALTHY,
-    TIMEOUTS,
     assert_restored,
     excerpt_text,
     fault_host,
@@ -101,7 +100,7 @@ async def test_cuda_oom_at_start(tmp_path: Path, on_failure: str, engine: str) -
         assert case.oom_text in excerpt_text(evidence), excerpt_text(evidence)
         assert evidence["exit_status"] == 1 and evidence["invocation_id"]
         assert point_count(failed) == 0
-        assert _took(failed) < TIMEOUTS["ready"] / 2
+        # Seen at the exit, not at the ready timeout (whose only cause is ready-timeout).
         assert done.of_kind("server.exited")[0]["cause"] == "oom"
         if on_failure == "continue":
             assert done.outcome.state == "done"
@@ -135,7 +134,9 @@ async def test_load_slower_than_the_ready_timeout(tmp_path: Path, engine: str) -
         evidence = failed["evidence"]
         assert evidence["ready_line_seen"] is False
         assert case.loading_text in excerpt_text(evidence)
-        assert 4 <= _took(failed) < 15
+        # It waited out the whole timeout; not forever, or the 20 s load would have ended
+        # ready and the trial done.
+        assert _took(failed) >= 4
         healthy = done.trial(case.healthy)
         assert healthy["state"] == "done" and point_count(healthy) == 1
         await assert_restored(host)

@@ -298,8 +298,9 @@ def test_sigterm_exits_promptly_and_the_next_start_resumes(
         assert first.cli("submit", str(sweep)).returncode == 0
         first.wait_for("long", ("queued",))
         assert first.cli("status", "long", "--json").json()["active"] is True
-        took = first.terminate()
-        assert took < 10.0
+        # terminate() fails on a hang (SIGKILL after STOP_TIMEOUT_S); exit status 0 is the
+        # daemon's own clean stop, not waiting out the sweep.
+        first.terminate()
         assert first.process is not None and first.process.returncode == 0
         assert first.events("daemon.stopped")
         assert first.events("sweep.suspended")

