@@ -656,6 +656,12 @@ class Engine(Protocol):
         """One host command that asks about every argv of ``argvs`` in one process."""
         ...
 
+    def help_argv(self, exec_start: Sequence[str]) -> list[str]:
+        """The unit's program asked to list its flags (the preflight's fallback where
+        :meth:`parse_command` cannot ask its parser): how the server is launched is the
+        engine's to know (``PYTHON -m MODULE``, a console script's subcommand)."""
+        ...
+
     def read_answers(
         self, stdout: str, stderr: str, count: int
     ) -> list[ParseVerdict] | ParserUnavailable:

@@ -136,23 +136,16 @@ class HostCheck:
         }
 
 
-def help_argv(exec_start: Sequence[str]) -> list[str]:
-    """The unit's program asked for its flags: ``python -m sglang.launch_server --help``
-    stays a module run; anything else is its first word."""
-    if len(exec_start) >= 3 and exec_start[1] == "-m":
-        return [*exec_start[:3], "--help"]
-    return [exec_start[0], "--help"]
-
-
 def help_command(
-    service: systemd.ServiceConfig, environment: Mapping[str, str] | None = None
+    service: systemd.ServiceConfig, environment: Mapping[str, str] | None, engine: Engine
 ) -> list[str]:
-    """:func:`help_argv` run as the unit runs its program: in its ``WorkingDirectory=``, with
-    its ``Environment=`` and the sweep's ``environment`` over it. Run bare, an engine that
+    """The engine's ``--help`` question (:meth:`Engine.help_argv`) run as the unit runs its
+    program: in its ``WorkingDirectory=``, with its ``Environment=`` and the sweep's
+    ``environment`` over it. Run bare, an engine that
     imports only through them (``PYTHONPATH``) would not answer, and the host be set aside."""
     variables = {**service.environment, **(environment or {})}
     prefix = unit_env_prefix(variables, (), working_directory(service.settings))
-    return [*prefix, *help_argv(service.exec_start)]
+    return [*prefix, *engine.help_argv(service.exec_start)]
 
 
 def flags_known(help_text: str, flags: Iterable[str]) -> frozenset[str]:
@@ -542,7 +535,7 @@ async def _check_flags(
     """Every trial's argv asked of the host's own parser, else ``flags`` looked up in the
     program's ``--help``: both run as the unit runs its program (:func:`help_command`)."""
     invocations = _trial_invocations(service, trials, recipe)
-    asked = help_command(service, recipe.environment)
+    asked = help_command(service, recipe.environment, engine)
     return await _by_parser(
         host, checks, service, invocations, asked_help=asked, timeout=timeout, engine=engine
     ) or await _by_help(

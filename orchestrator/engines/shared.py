@@ -33,6 +33,16 @@ PROBE_PROMPT = "Count from one to five."
 PROBE_MAX_TOKENS = 8
 
 
+
+def program_help_argv(exec_start: Sequence[str]) -> list[str]:
+    """A server's program asked for its flags: ``PYTHON -m MODULE --help`` stays a module run;
+    anything else is its first word with ``--help`` (an engine whose program takes a
+    subcommand says so itself)."""
+    if len(exec_start) >= 3 and exec_start[1] == "-m":
+        return [*exec_start[:3], "--help"]
+    return [exec_start[0], "--help"]
+
+
 def read_marked_answers(
     stdout: str, stderr: str, count: int, *, marker: str, import_line: str, parser: str
 ) -> list[ParseVerdict] | ParserUnavailable:

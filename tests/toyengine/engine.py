@@ -404,6 +404,13 @@ class ToyEngine:
     def batch_command(self, prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:
         return [*prefix, "-c", PARSE_SCRIPT, *(json.dumps(list(argv)) for argv in argvs)]
 
+    def help_argv(self, exec_start: Sequence[str]) -> list[str]:
+        """``PYTHON -m MODULE --help`` for a module run, else the program's ``--help``."""
+        self.calls["help_argv"] += 1
+        if len(exec_start) >= 3 and exec_start[1] == "-m":
+            return [*exec_start[:3], "--help"]
+        return [exec_start[0], "--help"]
+
     def read_answers(
         self, stdout: str, stderr: str, count: int
     ) -> list[ParseVerdict] | ParserUnavailable:

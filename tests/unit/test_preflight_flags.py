@@ -4,6 +4,7 @@ own parser is asked about the whole space: batches, and a verdict found by confi
 
 from __future__ import annotations
 
+from orchestrator import engines
 from orchestrator.engine import ParseCommand, ParseVerdict
 from orchestrator.host import systemd
 from orchestrator.plan import (
@@ -57,10 +58,27 @@ def test_help_is_asked_as_the_unit_runs_its_program() -> None:
         "ExecStart=/py -m sglang.launch_server --port 1\n"
     )
     service = systemd.merged_service([systemd.UnitFile("/etc/systemd/system/s.service", unit)])
-    assert help_command(service, {"A": "2"}) == [
+    assert help_command(service, {"A": "2"}, engines.get("sglang")) == [
         "env", "-C", "/srv", "A=2", "PYTHONPATH=/opt/e", "/py", "-m", "sglang.launch_server",
         "--help",
     ]  # fmt: skip
+
+
+def test_each_engine_says_how_its_server_lists_its_flags() -> None:
+    """The ``--help`` fallback is the engine's: vLLM's console script lists its flags under
+    its ``serve`` subcommand (bare ``vllm --help`` lists only subcommands)."""
+    vllm, sglang = engines.get("vllm"), engines.get("sglang")
+    assert vllm.help_argv(["/v/bin/vllm", "serve", "m", "--port", "1"]) == [
+        "/v/bin/vllm", "serve", "--help",
+    ]  # fmt: skip
+    assert vllm.help_argv(["/py", "-m", "vllm.entrypoints.openai.api_server", "--port", "1"]) == [
+        "/py", "-m", "vllm.entrypoints.openai.api_server", "--help",
+    ]  # fmt: skip
+    assert sglang.help_argv(["/py", "-m", "sglang.launch_server"]) == [
+        "/py", "-m", "sglang.launch_server", "--help",
+    ]  # fmt: skip
+    llamacpp = engines.get("llamacpp")
+    assert llamacpp.help_argv(["/b/llama-server", "-m", "x.gguf"]) == ["/b/llama-server", "--help"]
 
 
 def test_unknown_flags_name_the_builds_closest_spelling() -> None:

@@ -50,6 +50,12 @@ def parse_command(
     return ParseCommand(prefix=(*words, argv[0]), argv=tuple(argv[1:]))
 
 
+def help_argv(exec_start: Sequence[str]) -> list[str]:
+    """``llama-server --help``: the program itself, whatever follows it (its ``-m`` names a
+    model, not a Python module)."""
+    return [exec_start[0], "--help"]
+
+
 def _script(argvs: Sequence[Sequence[str]]) -> str:
     lines = [
         "ask() {",

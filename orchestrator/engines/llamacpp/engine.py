@@ -32,7 +32,11 @@ from orchestrator.engine import (
 from orchestrator.engines.llamacpp import argv as argv_parser
 from orchestrator.engines.llamacpp import config, logs
 from orchestrator.engines.openai_chat import ChatDialect, count, json_object, stream_payloads
-from orchestrator.engines.shared import lines_follow_decoding, listed_models, probe_chat
+from orchestrator.engines.shared import (
+    lines_follow_decoding,
+    listed_models,
+    probe_chat,
+)
 from orchestrator.types import ApiKind, MetricsMode
 
 if TYPE_CHECKING:
@@ -153,6 +157,7 @@ class LlamaCpp:
     parse_command = staticmethod(argv_parser.parse_command)
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
+    help_argv = staticmethod(argv_parser.help_argv)
     dialect = staticmethod(dialect)
     parse_log_line = staticmethod(logs.parse_log_line)
     classify_failure = staticmethod(logs.classify_failure)

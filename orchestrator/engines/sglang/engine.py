@@ -59,7 +59,12 @@ from orchestrator.engines.openai_chat import (
 )
 from orchestrator.engines.sglang import argv as argv_parser
 from orchestrator.engines.sglang import forcing
-from orchestrator.engines.shared import first_failure, init_fields, lines_follow_decoding
+from orchestrator.engines.shared import (
+    first_failure,
+    init_fields,
+    lines_follow_decoding,
+    program_help_argv,
+)
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
@@ -846,6 +851,7 @@ class Sglang:
     parse_command = staticmethod(argv_parser.parse_command)
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
+    help_argv = staticmethod(program_help_argv)
     dialect = staticmethod(dialect)
     parse_log_line = staticmethod(parse_log_line)
     classify_failure = staticmethod(classify_failure)

@@ -20,7 +20,7 @@ import os.path
 from collections.abc import Sequence
 
 from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
-from orchestrator.engines.shared import read_marked_answers
+from orchestrator.engines.shared import program_help_argv, read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix
 
@@ -124,6 +124,18 @@ def parse_command(
         python = os.path.join(os.path.dirname(program), "python3")
         return ParseCommand(prefix=(*words, python), argv=tuple(argv[1:]))
     return None
+
+
+def help_argv(exec_start: Sequence[str]) -> list[str]:
+    """vLLM's flags listed: ``vllm serve --help`` where the unit runs the console script (bare
+    ``vllm --help`` lists only its subcommands), else as any program is asked."""
+    if (
+        len(exec_start) >= 2
+        and os.path.basename(exec_start[0]) == "vllm"
+        and not exec_start[1].startswith("-")
+    ):
+        return [exec_start[0], exec_start[1], "--help"]
+    return program_help_argv(exec_start)
 
 
 def batch_command(prefix: Sequence[str], argvs: Sequence[Sequence[str]]) -> list[str]:

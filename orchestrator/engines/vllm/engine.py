@@ -160,6 +160,7 @@ class Vllm:
     parse_command = staticmethod(argv_parser.parse_command)
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
+    help_argv = staticmethod(argv_parser.help_argv)
     dialect = staticmethod(dialect)
     parse_log_line = staticmethod(logs.parse_log_line)
     classify_failure = staticmethod(logs.classify_failure)
