@@ -130,8 +130,8 @@ def test_sigterm_mid_sweep_then_restart_completes_it(sim_sweep: Path, tmp_path: 
         assert first.cli("submit", str(sim_sweep)).returncode == 0
         wait_for_a_point(first, state)
         before = committed_points(state)
-        took = first.terminate(timeout=45)
-        assert took < 40  # inside TimeoutStopSec=60
+        first.terminate(timeout=55)  # inside TimeoutStopSec=60, or it fails
+        assert first.process is not None and first.process.returncode == 0
         assert first.events("sweep.suspended") or first.events("sweep.interrupted")
     with sqlite3.connect(state / "orchestrator.db") as db:
         (stored,) = db.execute("SELECT state FROM sweeps").fetchone()

@@ -429,11 +429,10 @@ async def test_a_replaced_job_is_canceled(
 
 
 async def test_job_past_its_timeout(systemd_bus: SystemdBus, fake_systemd: FakeSystemd) -> None:
-    await fake_systemd.control("SetJobDelay", "sd", "sglang.service", 3.0)
-    begun = time.monotonic()
+    # The job takes 30 s: a JobTimeout with the job still queued is the timeout's doing.
+    await fake_systemd.control("SetJobDelay", "sd", "sglang.service", 30.0)
     with pytest.raises(JobTimeout) as raised:
         await systemd_bus.start("sglang.service", timeout=0.3)
-    assert time.monotonic() - begun < 2.0
     assert raised.value.job is not None and raised.value.job.startswith("/org/freedesktop/")
     state = await systemd_bus.unit_state("sglang.service", timeout=T)
     assert state.job is not None  # still queued: a timeout does not cancel systemd's job
@@ -504,7 +503,7 @@ async def test_a_lost_bus_fails_the_job_wait_at_once(tmp_path: Path) -> None:
         _stop(daemon)
         with pytest.raises(BusUnavailable):
             await starting
-        assert time.monotonic() - begun < 3.0
+        assert time.monotonic() - begun < 20  # long before the job's 30 s timeout
     finally:
         await bus.close()
         _stop(fake)

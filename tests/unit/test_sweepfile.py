@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -119,11 +118,10 @@ def test_billion_laughs_is_refused_quickly() -> None:
     for level in range(1, 10):
         refs = ", ".join([f"*l{level - 1}"] * 10)
         lines.append(f"lol{level}: &l{level} [{refs}]")
-    start = time.monotonic()
     problems = _problems(MINIMAL + "\n".join(lines) + "\nbaseline: true\n")
-    assert time.monotonic() - start < 2.0
     aliases = [p for p in problems if "alias *l" in p.message]
-    assert len(aliases) == 90  # every alias named at its own line, none expanded
+    # every alias named at its own line, none expanded (10^9 of them would never come back)
+    assert len(aliases) == 90
     assert {p.line for p in aliases} == set(range(10, 19))
 
 
