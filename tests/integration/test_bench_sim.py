@@ -550,12 +550,9 @@ def test_bench_cli_prints_one_json_document(spec_server: SimServer) -> None:
         "24",
         "--json",
     ]
-    started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # a hang only
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(done.stdout)  # the whole of stdout is one JSON document
-    assert elapsed < 60
     points = document["points"]
     assert [(p["context"], p["concurrency"]) for p in points] == [
         (60, 1),
