@@ -499,8 +499,8 @@ async def test_nvidia_smi_formats_and_release_lag(tmp_path: Path, program: Path)
         )
         assert with_header == "memory.used [MiB], index\n80003 MiB, 1\n"
 
+        stopped_at = time.monotonic()  # before the stop: a late return cannot shorten the lag
         await client.run(f"systemctl stop {UNIT}")
-        stopped_at = time.monotonic()
         assert await client.text(apps_query) == ""  # nothing at all once the process is gone
         assert ", 80003, " in await client.text(query)  # ... but memory is still held (lag)
 

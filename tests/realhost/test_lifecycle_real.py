@@ -155,7 +155,6 @@ async def test_clean_trial_then_restore_byte_identical(
     assert found_running.state.running
 
     trial = await _trial(session, "t1", {"algorithm": "DFLASH", "block": 16, "window": 2048})
-    started = time.monotonic()
     server = await reconfigure(session, trial)
     assert len(server.invocation_id) == 32
     assert server.invocation_id != found_running.state.invocation_id
@@ -163,7 +162,8 @@ async def test_clean_trial_then_restore_byte_identical(
     kinds = [kind for kind, _ in session.recorded]  # type: ignore[attr-defined]
     steps = ("dropin.installed", "unit.stopped", "memory.released", "unit.started", "server.ready")
     assert all(step in kinds for step in steps), kinds
-    assert time.monotonic() - started < 30
+    firsts = [kinds.index(step) for step in steps]
+    assert firsts == sorted(firsts), kinds  # the protocol's steps, in its order
 
     await restore(session, "as-found")
     after = {p.name: p.read_bytes() for p in real_host.unit_dir.rglob("*") if p.is_file()}
@@ -188,13 +188,12 @@ async def test_invalid_config_fails_fast_with_cause(
 async def test_bad_flag_is_bad_flag(real_host: RealHost, session: HostSession) -> None:
     # The simulated 0.5.23 build no longer knows the old window spelling: argparse exits 2.
     trial = await _trial(session, "flag", {"algorithm": "DFLASH", "legacy_window": 2048})
-    started = time.monotonic()
     with pytest.raises(TrialFailed) as failed:
         await reconfigure(session, trial)
+    # at the exit, not at the ready timeout (whose only cause is ready-timeout)
     assert failed.value.cause == "bad-flag"
     assert failed.value.exit_status == 2
     assert any("unrecognized arguments" in line for line in failed.value.excerpt)
-    assert time.monotonic() - started < 20
     await restore(session, "as-found")
 
 
