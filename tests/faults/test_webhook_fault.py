@@ -121,9 +121,9 @@ async def test_webhook_endpoint_down(tmp_path: Path) -> None:
     # the first sweep's webhook was attempted and hung ...
     assert silent_sweep.finished_at is not None and hits
     assert hits[0] >= silent_sweep.finished_at - 0.5
-    # ... while the next sweep started right away, well inside the webhook's timeout
+    # ... while the next sweep started while it still hung: before its timeout could end it
     assert refused_sweep.started_at is not None
-    assert refused_sweep.started_at - silent_sweep.finished_at < WEBHOOK_TIMEOUT_S / 2
+    assert refused_sweep.started_at < hits[0] + WEBHOOK_TIMEOUT_S
     failures = [e for e in logs if e["event"] == "webhook.failed"]
     assert any(e["webhook"].startswith(f"http://{ENDPOINT_ADDRESS}") for e in failures)
     assert stopped_after < WEBHOOK_TIMEOUT_S  # a hanging webhook does not hold the shutdown

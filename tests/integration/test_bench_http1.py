@@ -363,7 +363,8 @@ async def test_server_that_never_finishes_is_timeout_and_connection_dropped() ->
         async with client(server.url, timeout=0.4) as bench:
             raw = await bench.stream("a", max_tokens=3)
         assert raw.error is ErrorKind.TIMEOUT
-        assert raw.end_time is not None and 0.35 < raw.end_time - raw.send_time < 2.0
+        # the server never finishes: only the client's 0.4 s timeout ended the request
+        assert raw.end_time is not None and raw.end_time - raw.send_time > 0.35
         await asyncio.sleep(PAUSE * 4)
         assert server.connections[0].reader.at_eof()  # the client aborted the connection
 
