@@ -185,7 +185,7 @@ async def test_a_stopped_sandbox_leaves_nothing_running(contained: Containment) 
     # The candidate and the child it set loose, by their own word: other tests' sandboxes
     # (other workers run some at the same time) are not this test's to count.
     ours = {int(words[words.index("PIDS") + 1]), int(words[words.index("PIDS") + 2])}
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 30  # for a process that never goes: the poll ends sooner
     while (left := ours & _sandbox_pids()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, left
