@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # only named in signatures: the sweep-file verbs need not imp
     import aiohttp
 
     from orchestrator.host.dropin import TrialInvocation
+    from orchestrator.host.launchfile import LaunchFormat
 
 # --------------------------------------------------------------------------------------------
 # Requests and answers (the dialect's data)
@@ -667,6 +668,26 @@ class Engine(Protocol):
     ) -> list[ParseVerdict] | ParserUnavailable:
         """The verdicts of :meth:`batch_command`'s output, one per argv in order."""
         ...
+
+
+@runtime_checkable
+class FileFlags(Protocol):
+    """Optional, beside :class:`Engine`: an engine some of whose flags take a file's path
+    (TensorRT-LLM's ``--extra_llm_api_options``, YAML; SGLang's
+    ``--speculative-adaptive-config``, JSON). The knobs mapped to such a flag's keys
+    (``flag`` with ``json_key``) are written to a launch file beside the trial's drop-in and
+    the argv names it (:mod:`orchestrator.host.launchfile`): the lifecycle writes, backs up,
+    fences and restores it like the drop-in, whichever engine asked for it."""
+
+    @property
+    def file_flags(self) -> Mapping[str, LaunchFormat]:
+        """Flag -> the format of the file it takes."""
+        ...
+
+
+def file_flags(engine: Engine) -> Mapping[str, LaunchFormat]:
+    """The flags of ``engine`` that take a launch file (none for most engines)."""
+    return engine.file_flags if isinstance(engine, FileFlags) else {}
 
 
 @runtime_checkable

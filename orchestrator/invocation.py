@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator import engines
-from orchestrator.engine import Engine
+from orchestrator.engine import Engine, file_flags
 from orchestrator.host import systemd
-from orchestrator.host.dropin import KnobTarget, TrialInvocation, apply_knobs
+from orchestrator.host.dropin import KnobTarget, TrialInvocation, apply_knobs, dropin_path
+from orchestrator.host.launchfile import LaunchFormat
 from orchestrator.types import KnobValue
 
 if TYPE_CHECKING:  # the lifecycle builds recipes without a sweep file: no import at run time
@@ -45,24 +46,30 @@ class UnitBase:
 class ServerRecipe:
     """What a sweep asks of one host's server whatever the config: the host's knob spellings,
     the extra flags and variables, the flags the engine adds for ``/metrics``, and the
-    representative command line (empty when the sweep gives none)."""
+    representative command line (empty when the sweep gives none), and the engine's flags
+    that take a launch file with the drop-in path such files go beside."""
 
     knobs: Mapping[str, KnobTarget]
     extra_flags: Sequence[str] = ()
     environment: Mapping[str, str] | None = None
     metrics_flags: Sequence[str] = ()
     exec_start: Sequence[str] = ()
+    file_flags: Mapping[str, LaunchFormat] = field(default_factory=dict)
+    dropin: str | None = None
 
     @classmethod
     def of(cls, sweep: Sweep, host: HostSpec, engine: Engine | None = None) -> ServerRecipe:
         """Everything ``sweep`` says of ``host``'s server (the sweep's engine when None)."""
         engine = engine or engines.get(sweep.engine)
+        files = file_flags(engine)
         return cls(
             knobs=host.effective_knobs(sweep.server.knobs),
             extra_flags=sweep.server.extra_flags,
             environment=sweep.server.environment,
             metrics_flags=tuple(engine.metrics_flags(sweep.server.metrics)),
             exec_start=tuple(sweep.server.exec_start or ()),
+            file_flags=files,
+            dropin=str(dropin_path(sweep.unit)) if files else None,
         )
 
     def invocation(
@@ -90,4 +97,6 @@ class ServerRecipe:
             self.extra_flags,
             self.environment,
             ensure_flags=self.metrics_flags if real and add_metrics_flags else (),
+            file_flags=self.file_flags,
+            dropin=self.dropin,
         )

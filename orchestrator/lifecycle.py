@@ -35,6 +35,7 @@ from orchestrator.engine import (
     KnobResolution,
     KnobRules,
     Provenance,
+    file_flags,
 )
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import (
@@ -251,7 +252,15 @@ def trial_config(
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
-    recipe = ServerRecipe(knobs, extra_flags, environment, tuple(engine.metrics_flags(metrics)))
+    dropin = str(adopted_dropin_path(found.unit)) if adopted else found.dropin_path
+    recipe = ServerRecipe(
+        knobs,
+        extra_flags,
+        environment,
+        tuple(engine.metrics_flags(metrics)),
+        file_flags=file_flags(engine),
+        dropin=dropin,
+    )
     invocation = recipe.invocation(config, UnitBase.of(service))
     flag_knobs = tuple(
         engine.resolve_flag_knob(

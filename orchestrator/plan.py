@@ -29,6 +29,7 @@ from orchestrator.host.dropin import (
     render_dropin,
     render_dropin_delta,
 )
+from orchestrator.host.launchfile import LaunchFile
 from orchestrator.invocation import ServerRecipe
 from orchestrator.search.deadline import local_deadline
 from orchestrator.sweepfile import HostSpec, Sweep
@@ -399,10 +400,26 @@ def _level_text(canonical: str) -> str:
     return "(absent)" if canonical == "null" else canonical
 
 
+def trial_launch_files(sweep: Sweep, trial: Trial) -> tuple[LaunchFile, ...]:
+    """The files ``trial`` writes on its host beside its drop-in (its engine's config files),
+    as the lifecycle writes them: the same builder, path and bytes."""
+    return ServerRecipe.of(sweep, sweep.host(trial.host)).invocation(trial.config).launch_files
+
+
+def render_launch_files(files: Sequence[LaunchFile]) -> str:
+    """Launch files as ``plan`` shows them: each one's path and mode, then its content."""
+    blocks = [
+        f"# launch file {f.path} (mode {f.mode:04o})\n{f.content.decode('utf-8', 'replace')}"
+        for f in files
+    ]
+    return "".join(b if b.endswith("\n") else b + "\n" for b in blocks)
+
+
 def render_trial_dropin(sweep: Sweep, trial: Trial) -> str:
     """The drop-in ``trial`` installs, when the sweep gives a representative ``exec_start``;
     otherwise the change it makes to whatever ExecStart the unit has, as commented text.
-    Both are :mod:`orchestrator.host.dropin`'s renderers, the ones the lifecycle installs."""
+    Both are :mod:`orchestrator.host.dropin`'s renderers, the ones the lifecycle installs.
+    The trial's launch files, if any, are :func:`trial_launch_files`."""
     host = sweep.host(trial.host)
     recipe = ServerRecipe.of(sweep, host)
     invocation = recipe.invocation(trial.config)
@@ -673,6 +690,7 @@ def plan_json(
                 "config": trial.config,
                 "repeat": trial.repeat,
                 "dropin": render_trial_dropin(sweep, trial),
+                "launch_files": [f.to_json() for f in trial_launch_files(sweep, trial)],
                 "estimate_s": round(estimate.trial_s, 1),
             }
             for trial in plan.trials

@@ -6,16 +6,19 @@ the runner, so the daemon needs nothing of the runner to put a host back.
 
 The store keeps a backup as the unit's files (path -> bytes, None where a file did not exist),
 its state (``systemctl show``'s properties, nothing else) and our drop-in's slot (where it
-goes, whether its directory existed, its mode) in a column of its own.
+goes, whether its directory existed, its mode) in a column of its own. The launch files found
+beside our drop-in are among the files; any other launch file there was absent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from orchestrator import engines
 from orchestrator.host import systemd
 from orchestrator.host.handle import HostHandle
+from orchestrator.host.launchfile import is_launch_file
 from orchestrator.lifecycle import EventSink, HostSession, LifecycleTimeouts
 from orchestrator.store import DropinSlot, UnitBackup
 from orchestrator.sweepfile import HostSpec, Sweep
@@ -66,6 +69,7 @@ def snapshot_to_backup(snapshot: systemd.UnitSnapshot) -> StoredUnit:
     files: absent, None, when the sweep will create it)."""
     files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
     files[snapshot.dropin_path] = snapshot.dropin_before
+    files.update((f.path, f.data) for f in snapshot.launch_before)
     slot = DropinSlot(snapshot.dropin_path, snapshot.dropin_dir_existed, snapshot.dropin_mode)
     return StoredUnit(files, dict(snapshot.state.raw), slot)
 
@@ -75,18 +79,22 @@ def backup_to_snapshot(backup: UnitBackup) -> systemd.UnitSnapshot:
     if backup.dropin is None:
         raise ValueError(f"the backup of {backup.unit} on {backup.host} has no drop-in slot")
     slot = backup.dropin
+    dropin = PurePosixPath(slot.path)
+
+    def launch(path: str) -> bool:
+        here = PurePosixPath(path)
+        return here.parent == dropin.parent and is_launch_file(here.name, dropin.name)
+
+    kept = [systemd.FileBytes(p, d) for p, d in backup.files.items() if d is not None]
     return systemd.UnitSnapshot(
         unit=backup.unit,
         state=systemd.unit_state(backup.state),
-        files=tuple(
-            systemd.FileBytes(p, d)
-            for p, d in backup.files.items()
-            if d is not None and p != slot.path
-        ),
+        files=tuple(f for f in kept if f.path != slot.path and not launch(f.path)),
         dropin_path=slot.path,
         dropin_before=backup.files.get(slot.path),
         dropin_dir_existed=slot.dir_existed,
         dropin_mode=slot.mode,
+        launch_before=tuple(f for f in kept if launch(f.path)),
     )
 
 

@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Protocol
 
+from orchestrator.host.launchfile import (
+    LaunchFile,
+    LaunchFormat,
+    launch_file_path,
+    render_launch_content,
+)
 from orchestrator.types import KnobValue
 
 DROPIN_NAME = "90-orchestrator.conf"
@@ -138,6 +144,10 @@ class TrialInvocation:
     """Bare flags the orchestrator added because the unit's command line lacked them
     (``server.metrics: auto`` adds ``--enable-metrics``): said in the drop-in and recorded in
     the trial's provenance, since the operator did not write them."""
+    launch_files: tuple[LaunchFile, ...] = ()
+    """Files the argv names that the trial writes on the host (an engine's config file, as
+    TensorRT-LLM's ``--extra_llm_api_options``): installed with the drop-in, backed up and
+    restored with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +326,8 @@ def apply_knobs(
     environment: Mapping[str, str] | None = None,
     *,
     ensure_flags: Sequence[str] = (),
+    file_flags: Mapping[str, LaunchFormat] | None = None,
+    dropin: str | None = None,
 ) -> TrialInvocation:
     """The trial's invocation: every knob removed from the base, then the trial's knobs added.
 
@@ -326,7 +338,9 @@ def apply_knobs(
     ``extra_flags`` the base already has with the same value are not repeated
     (:func:`merge_extra_flags`; another value raises :class:`ExtraFlagConflict`).
     ``ensure_flags`` (bare flags) are added where the command line lacks them in any form and
-    no knob owns them; what was added is ``added_flags``.
+    no knob owns them; what was added is ``added_flags``. A flag of ``file_flags`` (the
+    engine's flags that take a file) whose keys the knobs fill is given the path of a launch
+    file beside ``dropin`` holding them, in the flag's format, instead of a JSON value.
     """
     unknown = [name for name in config if name not in knob_map]
     if unknown:
@@ -365,15 +379,27 @@ def apply_knobs(
                 unset.append(target.env)
             else:
                 env[target.env] = format_knob_value(value)
+    launch: list[LaunchFile] = []
     for flag, entries in objects.items():
-        if entries:  # every key absent: the flag is absent, as a flag knob valued None
+        if not entries:  # every key absent: the flag is absent, as a flag knob valued None
+            continue
+        fmt = (file_flags or {}).get(flag)
+        if fmt is None:
             argv.extend((flag, json.dumps(entries, sort_keys=True, separators=(",", ":"))))
+            continue
+        if dropin is None:
+            raise ValueError(f"{flag} takes a launch file, but no drop-in path to put it beside")
+        launch.append(
+            LaunchFile(launch_file_path(dropin, flag, fmt), render_launch_content(entries, fmt))
+        )
+        argv.extend((flag, launch[-1].path))
     return TrialInvocation(
         argv=tuple(argv),
         environment=env,
         unset_environment=tuple(unset),
         repeated_extra_flags=tuple(" ".join(arg.tokens) for arg in merged.repeated),
         added_flags=added_flags,
+        launch_files=tuple(launch),
     )
 
 
@@ -452,6 +478,10 @@ def _render(
             "# added because the unit's command line lacks them (server.metrics: auto): "
             + " ".join(invocation.added_flags)
         )
+    lines.extend(
+        f"# launch file, written with this drop-in and removed with it: {launch.path}"
+        for launch in invocation.launch_files
+    )
     for comment in lines:
         _check_line_safe(comment)
     lines.append("[Service]")

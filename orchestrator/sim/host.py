@@ -37,7 +37,7 @@ from orchestrator.sim.faults import CommandFailFault, CommandTrigger, HostSettin
 from orchestrator.sim.gpu import GpuHostSpec, GpuState
 from orchestrator.sim.journal import Journal
 from orchestrator.sim.manager import ManagerOptions, ServiceManager
-from orchestrator.sim.settings import CONFIG_ENV, ServerSimSettings
+from orchestrator.sim.settings import CONFIG_ENV, ROOT_ENV, ServerSimSettings
 from orchestrator.sim.sshd import ChannelIO, FreezeGate, SimSshServer, SshServerConfig
 from orchestrator.sim.unitfile import quote_exec_word
 
@@ -204,7 +204,7 @@ class SimHost:
             self.journal,
             ManagerOptions(
                 hostname=self.name,
-                child_env={CONFIG_ENV: str(self.server_config_path)},
+                child_env={CONFIG_ENV: str(self.server_config_path), ROOT_ENV: str(self.root)},
                 survives_sigkill_s=settings.survives_sigkill_s,
                 on_stuck=self.gpu.hold,
             ),

@@ -23,6 +23,10 @@ from typing import Any, Generic, Literal, TypeVar
 from orchestrator.sim.perfmodel import PerfParams
 
 CONFIG_ENV = "ORCH_SIM_CONFIG"
+ROOT_ENV = "ORCH_SIM_ROOT"
+"""Set for every process a simulated unit starts: the host's private root (SFTP's ``/``). Its
+programs run on this machine's filesystem, so one that opens a host path the orchestrator named
+(a launch file written over SFTP) reads it below this root, as a real host's would at ``/``."""
 
 CrashAtStart = Literal["oom", "port-in-use", "exited"]
 CRASH_AT_START_KINDS: tuple[str, ...] = ("oom", "port-in-use", "exited")

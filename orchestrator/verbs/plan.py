@@ -19,8 +19,10 @@ from orchestrator.plan import (
     plan_json,
     plan_notes,
     plan_sweep,
+    render_launch_files,
     render_trial_dropin,
     repeat_warnings,
+    trial_launch_files,
 )
 from orchestrator.search.budget import screening_warnings
 from orchestrator.sweepfile import Sweep, SweepFileError, check_sweep
@@ -87,6 +89,9 @@ def _print_plan(sweep: Sweep, plan: Plan, *, show_dropins: bool, out: TextIO | N
             for trial in plan.trials:
                 console.rule(trial.key)
                 console.print(render_trial_dropin(sweep, trial), markup=False, highlight=False)
+                launch = render_launch_files(trial_launch_files(sweep, trial))
+                if launch:
+                    console.print(launch, markup=False, highlight=False, end="")
         return
     widths = [max(len(row[i]) for row in [list(_COLUMNS), *rows]) for i in range(3)]
     lines = [title]
@@ -98,6 +103,9 @@ def _print_plan(sweep: Sweep, plan: Plan, *, show_dropins: bool, out: TextIO | N
         for trial in plan.trials:
             lines.append(f"--- {trial.key}")
             lines.append(render_trial_dropin(sweep, trial).rstrip("\n"))
+            launch = render_launch_files(trial_launch_files(sweep, trial))
+            if launch:
+                lines.append(launch.rstrip("\n"))
     stream.write("\n".join(lines) + "\n")
 
 

@@ -49,6 +49,7 @@ from orchestrator.engine import (
 from orchestrator.engines.openai_chat import ChatDialect
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
+from orchestrator.host.launchfile import LaunchFormat
 from orchestrator.host.unitcommand import unit_env_prefix
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 from tests.toyengine import server
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 NAME = "toy"
 MODULE = "tests.toyengine.server"
 METRICS_FLAG = "--toy-metrics"
+SPEC_FLAG = "--toy-spec-config"
+"""The flag whose value is a file: the knobs mapped to its keys are written to a launch file
+(:class:`orchestrator.engine.FileFlags`), which the server reads its speculative settings from."""
 MODEL_FLAG = "--toy-model-name"
 FLAG_PREFIX = "--toy-"
 PARSE_MARKER = "TOY_PARSE "
@@ -169,6 +173,7 @@ class ToyEngine:
     apis: frozenset[ApiKind] = frozenset({"chat"})
     metrics_flag = METRICS_FLAG
     acceptance_counters = COUNTERS
+    file_flags: Mapping[str, LaunchFormat] = {SPEC_FLAG: "json"}
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()

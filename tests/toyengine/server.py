@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import signal
 import sys
 import threading
@@ -43,6 +44,7 @@ MAX_DEPTH = 8
 FUSED_FACTOR = 0.5
 """The fused kernel's step cost relative to the plain one's."""
 DEPTH_COST = 0.3
+KERNELS = ("plain", "fused")
 """Each drafted token adds this fraction of a plain step to the step's cost."""
 
 
@@ -63,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens drafted per decode step (0: no speculation)",
     )
     parser.add_argument(
-        "--toy-kernel", choices=("plain", "fused"), default="plain", help="the step kernel"
+        "--toy-kernel", choices=KERNELS, default="plain", help="the step kernel"
     )
     parser.add_argument("--toy-step-ms", type=float, default=4.0, help="a plain step's cost")
     parser.add_argument(
@@ -71,7 +73,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--toy-load-s", type=float, default=0.1, help="load time before bind")
     parser.add_argument("--toy-metrics", action="store_true", help="serve /metrics")
+    parser.add_argument(
+        "--toy-spec-config",
+        metavar="PATH",
+        help="a JSON file of speculative settings (draft_depth, kernel) over the flags'",
+    )
     return parser
+
+
+SPEC_KEYS = ("draft_depth", "kernel")
+"""What ``--toy-spec-config``'s file may set."""
+SIM_ROOT_ENV = "ORCH_SIM_ROOT"
+"""On a simulated host, its private root (``orchestrator.sim.settings.ROOT_ENV``): a host path
+is read below it. Unset on a real host, where a path is read as it is."""
+
+
+def read_spec(path: str) -> dict[str, Any]:
+    """The speculative settings of ``--toy-spec-config``'s file, at ``path`` on the host."""
+    root = os.environ.get(SIM_ROOT_ENV)
+    local = os.path.join(root, path.lstrip("/")) if root else path
+    try:
+        with open(local, encoding="utf-8") as handle:
+            spec = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--toy-spec-config {path}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
+        raise ValueError(f"--toy-spec-config {path}: an object of {', '.join(SPEC_KEYS)} only")
+    return spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +115,8 @@ class ToyConfig:
     stat_interval: int
     load_s: float
     metrics: bool
+    spec_config: str | None = None
+    """The ``--toy-spec-config`` file the settings came from (None: the flags alone)."""
 
     @property
     def accept_len(self) -> Fraction:
@@ -114,9 +144,15 @@ class ToyConfig:
         }
 
 
-def resolve(args: argparse.Namespace) -> ToyConfig:
-    """The parsed flags as a config; ValueError for combinations the engine refuses."""
-    if args.toy_kernel == "fused" and args.toy_draft_depth == 0:
+def resolve(args: argparse.Namespace, spec: dict[str, Any] | None = None) -> ToyConfig:
+    """The parsed flags, with ``spec`` (``--toy-spec-config``'s file) over them, as a config;
+    ValueError for combinations the engine refuses."""
+    spec = spec or {}
+    depth = spec.get("draft_depth", args.toy_draft_depth)
+    kernel = spec.get("kernel", args.toy_kernel)
+    if not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH or kernel not in KERNELS:
+        raise ValueError(f"bad speculative settings: draft_depth={depth!r} kernel={kernel!r}")
+    if kernel == "fused" and depth == 0:
         raise ValueError("--toy-kernel fused needs --toy-draft-depth >= 1")
     if args.toy_stat_interval < 1 or args.toy_step_ms <= 0:
         raise ValueError("--toy-stat-interval and --toy-step-ms must be positive")
@@ -124,12 +160,13 @@ def resolve(args: argparse.Namespace) -> ToyConfig:
         host=args.toy_host,
         port=args.toy_port,
         model_name=args.toy_model_name,
-        draft_depth=args.toy_draft_depth,
-        kernel=args.toy_kernel,
+        draft_depth=depth,
+        kernel=kernel,
         step_ms=args.toy_step_ms,
         stat_interval=args.toy_stat_interval,
         load_s=args.toy_load_s,
         metrics=args.toy_metrics,
+        spec_config=args.toy_spec_config,
     )
 
 
@@ -386,7 +423,8 @@ class ToyHttpServer(ThreadingHTTPServer):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # exits 2 on an unknown flag or a bad value
     try:
-        config = resolve(args)
+        spec = None if args.toy_spec_config is None else read_spec(args.toy_spec_config)
+        config = resolve(args, spec)
     except ValueError as exc:
         log(f"{FAIL_WORD} invalid-config: {exc}")
         return 1

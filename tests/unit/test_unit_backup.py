@@ -4,6 +4,7 @@ slot and the mark under reserved keys of the state) read back the same."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -77,3 +78,24 @@ async def test_adopt_s_mark_has_its_own_column(tmp_path: Path) -> None:
         (pending,) = await store.pending_restores(sweep_id=sweep.id)
     assert pending.adopted == "h1.budget-8.abc" and pending.dropin == stored.dropin
     assert json.dumps(pending.state).count("__") == 0
+
+
+async def test_the_launch_files_found_beside_the_drop_in_are_kept_and_given_back(
+    tmp_path: Path,
+) -> None:
+    """An operator's file in a launch file's place is among the backup's files and comes back
+    as the snapshot's ``launch_before``; a stale drop-in of ours takes its launch files with
+    it (removed by the restore, not kept)."""
+    found = systemd.FileBytes(DROPIN.replace(".conf", ".spec-config.json"), b"{}  \n")
+    snapshot = dataclasses.replace(SNAPSHOT, dropin_dir_existed=True, launch_before=(found,))
+    async with await Store.open(tmp_path / "s.db") as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        stored = snapshot_to_backup(snapshot)
+        await store.save_unit_backup(
+            sweep.id, "h1", "sglang.service", stored.files, stored.state, dropin=stored.dropin
+        )
+        backup = await store.get_unit_backup(sweep.id, "h1", "sglang.service")
+    assert backup is not None and backup.files[found.path] == b"{}  \n"
+    back = backup_to_snapshot(backup)
+    assert back == snapshot and back.launch_before == (found,)
+    assert back.without_stale_dropin().launch_before == ()
