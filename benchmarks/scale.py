@@ -11,7 +11,7 @@ benchmark checks). Then a tiny matrix runs, every host is restored, and the per-
 read against the servers' own stamps:
 
 - ready lag: the server can generate (its millisecond stamp on ``max_total_num_tokens=``) to
-  the daemon's ``Server.timeline["ready"]``;
+  the daemon's ``Server.timeline.stamps["ready"]`` (the attempt's evidence);
 - start spread: the first to the last ``unit.started`` (how long the daemon takes to fan out).
 
     python benchmarks/scale.py [--quick | --smoke --sizes 2] [--json]
