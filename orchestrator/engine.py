@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.evidence import RefusalEvidence
 from orchestrator.host.gpu import GpuIdentity
+from orchestrator.host.launchfile import LaunchFile
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
 if TYPE_CHECKING:  # only named in signatures: the sweep-file verbs need not import it
@@ -418,6 +419,9 @@ class Provenance:
     block size, tree budget, ... the server logged it resolved."""
     added_flags: tuple[str, ...] = ()
     """Flags the orchestrator added to the unit's command line (``server.metrics: auto``)."""
+    launch_files: tuple[LaunchFile, ...] = ()
+    """The files the command line names that the trial wrote (their paths and bytes): part
+    of what ran, as the argv is."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -433,6 +437,7 @@ class Provenance:
             "environment": dict(self.environment),
             "worker_init": {kind: dict(fields) for kind, fields in self.worker_init.items()},
             "added_flags": list(self.added_flags),
+            "launch_files": [f.to_json() for f in self.launch_files],
         }
 
 

@@ -819,8 +819,10 @@ async def _server(
         asked.environment if asked is not None else {},
         init_events=init_events,
     )
-    if asked is not None and asked.added_flags:
-        provenance = dataclasses.replace(provenance, added_flags=asked.added_flags)
+    if asked is not None and (asked.added_flags or asked.launch_files):
+        provenance = dataclasses.replace(
+            provenance, added_flags=asked.added_flags, launch_files=asked.launch_files
+        )
     await session.events(
         "server.ready",
         invocation=started.invocation_id,

@@ -90,8 +90,12 @@ def _check_trials(result: Any) -> None:
     argv = fused["evidence"]["provenance"]["exec_start"]
     assert argv[argv.index(SPEC_FLAG) + 1] == LAUNCH_PATH, argv
     assert "--toy-draft-depth" not in argv and "--toy-kernel" not in argv, argv
+    assert fused["evidence"]["provenance"]["launch_files"] == [
+        {"path": LAUNCH_PATH, "mode": "0644", "content": FUSED_BYTES.decode()}
+    ]  # what ran, as stored with the trial
     plain = baseline["evidence"]["provenance"]
     assert plain["server_args"]["spec_config"] is None and SPEC_FLAG not in plain["exec_start"]
+    assert plain["launch_files"] == []
 
 
 async def test_a_file_launched_sweep_writes_backs_up_and_removes_its_file(
