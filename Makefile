@@ -120,8 +120,9 @@ real-engine: $(STAMP_REAL)
 		--version $(LLAMA_CPP_PYTHON)
 
 # The real-engine tier (pytest marker realengine): llama-server under real systemd, swept by
-# `orchestrator run`. Not part of `make test`; .ci/run runs it after.
+# `orchestrator run`. Not part of `make test`; .ci/run runs it after. -rP prints what the
+# passing tests printed: the sweep's answer and the direct comparison's ranking, in CI's log.
 real-engine-test: real-engine
 	REAL_ENGINE_CACHE=$(REAL_ENGINE_CACHE) LLAMA_CPP_PYTHON=$(LLAMA_CPP_PYTHON) \
-		$(BIN)/python -m pytest -q -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
+		$(BIN)/python -m pytest -q -rP -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
 		tests/realengine

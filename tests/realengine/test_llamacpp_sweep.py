@@ -2,12 +2,18 @@
 registry's source by ``make real-engine``) as a real-systemd host's unit, swept by
 ``orchestrator run``: real drop-ins, real restarts, readiness (503 ``Loading model``, then a
 real generation), the benchmark matrix, acceptance from the journal and ``/metrics``, an
-answer with intervals, and the host restored byte for byte. Faults with the real engine: a
-draft path that does not exist, a removed flag, SIGKILL of the server mid-benchmark."""
+answer that decides (speculation beats the baseline beyond its interval, and the config it
+names is one of the two fastest that ``orchestrator bench`` measures against hand-started
+servers), and the host restored byte for byte. Faults with the real engine: a draft path that
+does not exist, a removed flag, SIGKILL of the server mid-benchmark.
+
+How much is measured (requests a point, restarts a config) is :mod:`tests.realengine.sizing`'s,
+with its reasons. No test here bounds a time: the machine is shared."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -27,26 +33,36 @@ import pytest
 
 from orchestrator import engines
 from tests.realengine import compare
+from tests.realengine.sizing import TIER
 from tests.realengine.unit import LlamaHost
 
 pytestmark = [pytest.mark.realengine, pytest.mark.timeout(1800)]
 
-DRAFT_SIZES = (2, 4, 8, 16)
+DRAFT_SIZES = TIER.draft_sizes
 MISSING_DRAFT = "/nonexistent/draft.gguf"
-CONTEXT = 128
-BENCHMARK = f"""\
-benchmark:
-  api: chat
-  contexts: [{CONTEXT}]
-  concurrency: [1]
-  max_tokens: 128
-  rounds: 3
-  warmup_requests: 1
-  repeats: 2
-objective: {{metric: output_tok_s, context: {CONTEXT}, concurrency: 1}}
-timeouts: {{connect: 15, stop: 30, memory_release: 30, ready: 120, request: 120}}
-policy: {{trial_retries: 0, restore: as-found}}
-"""
+SHARED_MACHINE_CAUSES = frozenset({"memory-not-released"})
+"""Causes the machine's other work gives an attempt: its RAM grew by more than the host-memory
+gate's margin while the trial waited for the last server's memory (docs/operator-guide.md).
+Such an attempt is retried (``trial_retries``) and set aside by :func:`settled`."""
+
+
+def running(trial_retries: int) -> str:
+    return (
+        "timeouts: {connect: 15, stop: 30, memory_release: 30, ready: 120, request: 120}\n"
+        f"policy: {{trial_retries: {trial_retries}, restore: as-found}}\n"
+    )
+
+
+BENCHMARK = TIER.benchmark_yaml() + running(trial_retries=2)
+
+
+@pytest.fixture(scope="module")
+def direct(llama_host: LlamaHost) -> compare.Comparison:
+    """The tier's configs measured by ``orchestrator bench`` against hand-started servers
+    (:mod:`tests.realengine.compare`), once for the module."""
+    comparison = compare.run_comparison(llama_host.engine)
+    print(json.dumps({"direct": comparison.to_json()}))
+    return comparison
 
 
 def run_sweep(text: str, tmp_path: Path, name: str) -> tuple[int, dict[str, Any], str]:
@@ -76,7 +92,7 @@ def draft_config(llama: LlamaHost, n_max: int) -> dict[str, Any]:
 
 
 def test_a_llama_server_sweep_answers_which_draft_size(
-    llama_host: LlamaHost, tmp_path: Path
+    llama_host: LlamaHost, direct: compare.Comparison, tmp_path: Path
 ) -> None:
     llama = llama_host
     configs = [draft_config(llama, n) for n in DRAFT_SIZES]
@@ -93,7 +109,7 @@ def test_a_llama_server_sweep_answers_which_draft_size(
     elapsed = time.monotonic() - started
     assert code == 1, log[-3000:]  # the missing draft and the removed flag fail by design
     trials: dict[str, list[dict[str, Any]]] = {}
-    for trial in document["trials"]:
+    for trial in settled(document["trials"]):
         trials.setdefault(key(trial["config"]), []).append(trial)
 
     # Faults: the removed flag never reached the host (the host's own llama-server refused
@@ -107,24 +123,32 @@ def test_a_llama_server_sweep_answers_which_draft_size(
         assert (trial["state"], trial["cause"]) == ("failed", "invalid-config"), trial
         assert MISSING_DRAFT in json.dumps(trial["evidence"]), trial["evidence"]
 
-    # Every other config measured twice, each after its own restart, on the asked argv.
+    # Every other config measured TIER.repeats times, each after its own restart, on the
+    # asked argv; every point has its requests and prompts of exactly its context (no N, no P).
     measured = {"baseline": trials[key({})]}
     measured.update({str(n): trials[key(c)] for n, c in zip(DRAFT_SIZES, configs, strict=True)})
     for name, attempts in measured.items():
-        assert [t["state"] for t in attempts] == ["done", "done"], (name, attempts)
-        assert len({t["evidence"]["invocation_id"] for t in attempts}) == 2, attempts
+        assert [t["state"] for t in attempts] == ["done"] * TIER.repeats, (name, attempts)
+        assert len({t["evidence"]["invocation_id"] for t in attempts}) == TIER.repeats, attempts
         for trial in attempts:
             check_provenance(llama, name, trial["evidence"]["provenance"])
             (point,) = [p for p in trial["points"] if p["kind"] == "throughput"]
             metrics = point["metrics"]
-            assert metrics["errors"] == 0 and metrics["requests_ok"] == 3, metrics
-            assert metrics["output_len_max"] == 128, metrics
+            assert metrics["errors"] == 0 and metrics["requests_ok"] == TIER.rounds, metrics
+            assert metrics["output_len_max"] == TIER.max_tokens, metrics
+            assert metrics["prompt_tokens_min"] == metrics["prompt_tokens_max"] == TIER.context
+            assert not {"too_few_requests", "prompt_length_inexact"} & set(point["quality"])
     accept = {name: accept_lengths(attempts) for name, attempts in measured.items()}
-    assert accept.pop("baseline") == [None, None]
+    assert accept.pop("baseline") == [None] * TIER.repeats
+    # The shortest draft accepts the fewest tokens a step. Not ordered beyond it: llama.cpp
+    # ends a draft where the draft model's confidence falls below its p-min, so 8 and 16 draft
+    # alike on most steps, and their accept lengths (4.5-5.4 over 64-token answers) overlapped
+    # from restart to restart.
     means = [statistics.fmean(accept[str(n)]) for n in DRAFT_SIZES]
-    assert means == sorted(means) and means[0] < means[-1], accept  # longer drafts, more per step
+    assert means[0] < min(means[1:]) and means[0] > 1, accept
 
     answer = check_answer(document, measured)
+    check_decision(answer, direct)
     check_host_events(tmp_path / "sweep.db")
     assert llama.unit_files() == before  # restored byte for byte
     assert llama.show("ActiveState")["ActiveState"] == "active"
@@ -138,9 +162,20 @@ def test_a_llama_server_sweep_answers_which_draft_size(
         "output_tok_s": {
             n: [round(throughput(t), 1) for t in attempts] for n, attempts in measured.items()
         },
+        "direct": direct.to_json(),
     }
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report))
+
+
+def settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempts without those the shared machine failed (:data:`SHARED_MACHINE_CAUSES`),
+    after checking that each such one was followed by another attempt of its trial."""
+    retried = [t for t in attempts if t["cause"] in SHARED_MACHINE_CAUSES]
+    for failed in retried:
+        later = [t for t in attempts if t["key"] == failed["key"] and t is not failed]
+        assert later and later[-1]["cause"] not in SHARED_MACHINE_CAUSES, (failed, later)
+    return [t for t in attempts if t["cause"] not in SHARED_MACHINE_CAUSES]
 
 
 def throughput(trial: dict[str, Any]) -> float:
@@ -181,7 +216,8 @@ def accept_lengths(attempts: list[dict[str, Any]]) -> list[float | None]:
             values.append(None)
             continue
         assert accept["accept_len"] == accept["accept_len_metrics"], accept
-        assert accept["accept_len_journal_lines"] == 3, accept  # one line per request
+        # one line per request
+        assert accept["accept_len_journal_lines"] == TIER.rounds, accept
         apart = abs(accept["accept_len_journal"] / accept["accept_len_metrics"] - 1) > 0.05
         assert apart == ("disagree" in accept["accept_len_flags"]), accept
         assert accept["accept_len_meta_info"] is None  # the chat API reports no verify steps
@@ -190,25 +226,36 @@ def accept_lengths(attempts: list[dict[str, Any]]) -> list[float | None]:
 
 
 def check_answer(document: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
-    """The answer: a verdict, the best config with its interval over restarts, every
-    measured config a contender and no failed one."""
+    """The answer, read: the best config with its interval over restarts, every measured
+    config a contender and no failed one (whether it decides: :func:`check_decision`)."""
     (answer,) = document["answers"]
-    assert answer["verdict"] in ("better", "tie"), answer
     best = answer["best"]
     low, high = best["ci95"]
-    assert low <= best["estimate"] <= high and best["restarts"] == 2, best
+    assert low <= best["estimate"] <= high and best["restarts"] >= TIER.repeats, best
     contenders = {key(c["config"]) for c in answer["contenders"]}
     assert contenders == {key(attempts[0]["config"]) for attempts in measured.values()}
-    name = "baseline" if not best["config"] else str(best["config"]["n_max"])
     return {
         "verdict": answer["verdict"],
-        "best": name,
+        "best": compare.config_name(best["config"].get("n_max")),
         "estimate": round(best["estimate"], 1),
         "ci95": [round(low, 1), round(high, 1)],
         "speedup_vs_baseline": best["speedup_vs_baseline"],
         "speedup_ci95": best["speedup_ci95"],
-        "tied": [c.get("n_max", "baseline") for c in answer["tied"]],
+        "tied": [compare.config_name(c.get("n_max")) for c in answer["tied"]],
     }
+
+
+def check_decision(answer: dict[str, Any], direct: compare.Comparison) -> None:
+    """An answer a person could act on: it names a speculative config that beats the baseline
+    beyond the uncertainty (the speedup's whole interval above 1, the baseline not tied with
+    it), and that config is one of the two fastest when ``orchestrator bench`` measures the
+    same configs against hand-started servers. Configs near the best may stay tied with it
+    (a tie among draft sizes still says: speculate, with any of these)."""
+    assert answer["verdict"] in ("better", "tie"), answer
+    assert answer["best"] != compare.BASELINE, (answer, direct.to_json())
+    assert compare.BASELINE not in answer["tied"], (answer, direct.to_json())
+    assert answer["speedup_ci95"] is not None and answer["speedup_ci95"][0] > 1, answer
+    assert answer["best"] in direct.ranking[:2], (answer, direct.to_json())
 
 
 def check_host_events(db: Path) -> None:
@@ -269,7 +316,8 @@ def test_sigkill_mid_benchmark_is_a_crash(llama_host: LlamaHost, tmp_path: Path)
     llama = llama_host
     before = llama.unit_files()
     config = {**draft_config(llama, 8)}
-    benchmark = BENCHMARK.replace("rounds: 3", "rounds: 8").replace("repeats: 2", "repeats: 1")
+    sizing = dataclasses.replace(TIER, rounds=8, repeats=1)
+    benchmark = sizing.benchmark_yaml() + running(trial_retries=0)
     text = llama.sweep_yaml("llamacpp-kill", f"configs:\n  - {json.dumps(config)}\n{benchmark}")
     killed: list[int] = []
 
@@ -307,13 +355,19 @@ def test_sigkill_mid_benchmark_is_a_crash(llama_host: LlamaHost, tmp_path: Path)
     assert llama.await_serving()["model_path"] == str(llama.engine.models.target)
 
 
-def test_bench_measures_a_hand_started_server(llama_host: LlamaHost) -> None:
+def test_bench_measures_a_hand_started_server(direct: compare.Comparison) -> None:
     """``orchestrator bench --engine llamacpp`` against a llama-server started by hand (no
-    systemd, no journal): tokens from the chunks' ``timings``, accept length from the
-    ``llamacpp:`` counters."""
-    point = compare.measure(llama_host.engine, compare.configs(llama_host.engine)["n_max=4"])
-    assert point["requests_ok"] == 3 and point["errors"] == 0, point
-    assert point["output_tokens"] == 3 * 128 and point["output_len_max"] == 128, point
-    assert point["accept_len"] == point["accept_len_metrics"] and point["accept_len"] > 1.5
-    assert point["accept_len_metrics_verify_calls"] > 0, point
-    assert point["accept_len_meta_info"] is None, point  # chat reports no verify steps
+    systemd, no journal; the direct comparison's runs): tokens from the chunks' ``timings``,
+    accept length from the ``llamacpp:`` counters, prompts of exactly the context."""
+    for measurement in direct.measurements:
+        point = measurement.point
+        assert point["requests_ok"] == TIER.rounds and point["errors"] == 0, point
+        assert point["output_tokens"] == TIER.rounds * TIER.max_tokens, point
+        assert point["output_len_max"] == TIER.max_tokens, point
+        assert point["prompt_tokens_min"] == point["prompt_tokens_max"] == TIER.context, point
+        if measurement.config == compare.BASELINE:
+            assert point["accept_len"] is None, point
+            continue
+        assert point["accept_len"] == point["accept_len_metrics"] and point["accept_len"] > 1.5
+        assert point["accept_len_metrics_verify_calls"] > 0, point
+        assert point["accept_len_meta_info"] is None, point  # chat reports no verify steps
