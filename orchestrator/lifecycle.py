@@ -324,6 +324,12 @@ class HostSession:
     def control(self) -> UnitControl:
         return self.host.control
 
+    @property
+    def launches_from_files(self) -> bool:
+        """Whether the engine names files in its argv (:class:`~orchestrator.engine.FileFlags`):
+        only then are the files beside our drop-in read, written and restored."""
+        return bool(file_flags(self.engine))
+
     async def read_found(self) -> systemd.UnitSnapshot:
         """The unit as found before this sweep changed anything (read once, then kept).
 
@@ -332,7 +338,11 @@ class HostSession:
         """
         if self.found is None:
             snapshot = await systemd.read_unit(
-                self.transport, self.unit, control=self.control, timeout=self.timeouts.command
+                self.transport,
+                self.unit,
+                control=self.control,
+                timeout=self.timeouts.command,
+                launch_files=self.launches_from_files,
             )
             stale = snapshot.stale_dropin
             if stale is not None:
@@ -413,6 +423,7 @@ async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:
             control=session.control,
             path=trial.dropin_path,
             timeout=t.command,
+            launch_files=session.launches_from_files,
         )
         timeline.mark("dropin_installed")
         await session.events("dropin.installed", trial=trial.key)
@@ -983,7 +994,11 @@ async def clear_stale(session: HostSession) -> bool:
     t = session.timeouts
     try:
         found = await systemd.read_unit(
-            session.transport, session.unit, control=session.control, timeout=t.command
+            session.transport,
+            session.unit,
+            control=session.control,
+            timeout=t.command,
+            launch_files=session.launches_from_files,
         )
         stale = found.stale_dropin
         if stale is None:

@@ -146,7 +146,12 @@ async def _adopt_held(
         with structlog.contextvars.bound_contextvars(sweep=record.name, host=host.name):
             await _refuse_trial_leftover(session, host.name, unit)
             found = await systemd.read_unit(
-                session.transport, unit, control=session.control, path=target, timeout=timeout
+                session.transport,
+                unit,
+                control=session.control,
+                path=target,
+                timeout=timeout,
+                launch_files=session.launches_from_files,
             )
             session.found = found
             key = trial_key(host.name, unit, config)

@@ -17,6 +17,7 @@ name that a sweep's restore leaves alone. Everything here is pure; the host side
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -24,7 +25,6 @@ from typing import Any, Literal
 
 import yaml
 
-from orchestrator.host.transport import TEMP_MARKER
 from orchestrator.types import KnobValue
 
 LaunchFormat = Literal["json", "yaml"]
@@ -62,11 +62,11 @@ def launch_file_path(dropin: str | PurePosixPath, flag: str, fmt: LaunchFormat) 
 
 def is_launch_file(name: str, dropin_name: str) -> bool:
     """Whether ``name`` (a file in the drop-in's directory) is one of the launch files of the
-    drop-in called ``dropin_name``; a temporary file of an atomic write is not."""
-    stem = PurePosixPath(dropin_name).stem
-    return (
-        name.startswith(f"{stem}.") and not name.endswith(".conf") and f".{TEMP_MARKER}" not in name
-    )
+    drop-in called ``dropin_name``: exactly the names :func:`launch_file_path` makes (stem,
+    flag words, format), so an operator's ``90-orchestrator.conf.bak`` or a temporary file of
+    an atomic write is not one."""
+    stem = re.escape(PurePosixPath(dropin_name).stem)
+    return re.fullmatch(rf"{stem}\.[A-Za-z0-9][A-Za-z0-9-]*\.(json|yaml)", name) is not None
 
 
 def _nested(entries: Mapping[str, KnobValue]) -> dict[str, Any]:

@@ -616,6 +616,9 @@ class UnitSnapshot:
     dropin_dir_existed: bool
     dropin_mode: int = 0o644
     launch_before: tuple[FileBytes, ...] = ()
+    launch_managed: bool = False
+    """Whether the engine launches from files, so its launch files were read as found and a
+    restore puts them back (False: none can be ours, and nothing is listed for them)."""
 
     @property
     def stale_dropin(self) -> DropinHeader | None:
@@ -642,9 +645,11 @@ async def read_unit(
     control: UnitControl,
     path: str | None = None,
     timeout: float = 20.0,
+    launch_files: bool = False,
 ) -> UnitSnapshot:
     """Read the unit as found: state (from the host's unit control: D-Bus on a local host with
-    a bus), and the exact bytes of its fragment and drop-ins (through the transport)."""
+    a bus), and the exact bytes of its fragment and drop-ins (through the transport); with
+    ``launch_files`` (an engine that launches from files), our drop-in's launch files too."""
     state = await control.show(unit, timeout=timeout)
     if not state.exists:
         raise SystemdError(unit, f"unit not loadable: LoadState={state.load_state}")
@@ -664,10 +669,11 @@ async def read_unit(
         stat = await transport.run(["stat", "-c", "%a", "--", target], timeout=timeout)
         if stat.ok and stat.stdout_text().strip().isdigit():
             mode = int(stat.stdout_text().strip(), 8)
-    launch = await read_launch_files(transport, target, timeout=timeout)
+    launch = await read_launch_files(transport, target, timeout=timeout) if launch_files else ()
     return UnitSnapshot(
-        unit, state, tuple(files), target, before, probe.exit_status == 0, mode, launch
-    )
+        unit, state, tuple(files), target, before, probe.exit_status == 0, mode, launch,
+        launch_files,
+    )  # fmt: skip
 
 
 async def _launch_paths(transport: Transport, dropin: str, *, timeout: float) -> list[str]:
@@ -775,23 +781,30 @@ async def install_dropin(
     control: UnitControl,
     path: str | None = None,
     timeout: float = 60.0,
+    launch_files: bool = False,
 ) -> LoadedUnit:
     """Write the invocation's launch files and then our drop-in atomically (the drop-in names
     the files, so it never points at one not yet written), daemon-reload (through the host's
-    unit control), and prove systemd loaded exactly it and the files hold their bytes."""
+    unit control), and prove systemd loaded exactly it and the files hold their bytes. With
+    ``launch_files`` False (an engine that launches from no file) and none in the invocation,
+    no file beside the drop-in is listed or touched."""
     target = path or str(dropin_path(unit))
     directory = str(PurePosixPath(target).parent)
     await transport.run(
         ["mkdir", "-p", "--", directory], timeout=timeout, check=True, privileged=True
     )
-    await put_launch_files(transport, target, expected.launch_files, timeout=timeout)
+    managed = launch_files or bool(expected.launch_files)
+    if managed:
+        await put_launch_files(transport, target, expected.launch_files, timeout=timeout)
     await transport.write_file_atomic(target, text.encode(), mode=0o644, timeout=timeout)
     await control.daemon_reload(timeout=timeout)
     loaded = await verify_unit(
         transport, unit, expected, control=control, path=target, timeout=timeout
     )
     wanted = {f.path: f.content for f in expected.launch_files}
-    differ = await launch_files_differing(transport, target, wanted, timeout=timeout)
+    differ = (
+        await launch_files_differing(transport, target, wanted, timeout=timeout) if managed else []
+    )
     if differ:
         problems = [f"launch file {p} does not hold the trial's bytes" for p in differ]
         raise DropInNotApplied(unit, problems, loaded.state, loaded.files)
@@ -833,7 +846,9 @@ async def restore_files(
     that changed meanwhile (someone else's edits: reported, never overwritten)."""
     target = snapshot.dropin_path
     # The launch files first: the drop-in's directory is removed only once it is empty.
-    await put_launch_files(transport, target, snapshot.launch_before, timeout=timeout)
+    managed = snapshot.launch_managed or bool(snapshot.launch_before)
+    if managed:
+        await put_launch_files(transport, target, snapshot.launch_before, timeout=timeout)
     await remove_stale_temp_files(transport, target, timeout=timeout)
     if snapshot.dropin_before is None:
         await transport.remove_file(target, timeout=timeout)
@@ -857,7 +872,9 @@ async def restore_files(
     if now != snapshot.dropin_before:
         raise RestoreIncomplete(snapshot.unit, [target])
     before = {f.path: f.data for f in snapshot.launch_before}
-    differ = await launch_files_differing(transport, target, before, timeout=timeout)
+    differ = (
+        await launch_files_differing(transport, target, before, timeout=timeout) if managed else []
+    )
     if differ:
         raise RestoreIncomplete(snapshot.unit, differ)
     foreign: list[ForeignChange] = []

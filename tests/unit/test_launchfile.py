@@ -45,6 +45,9 @@ def test_a_launch_file_goes_beside_its_drop_in_named_after_it() -> None:
     assert not is_launch_file("90-orchestrator.x.conf", "90-orchestrator.conf")
     assert not is_launch_file("50-mine.yaml", "90-orchestrator.conf")
     assert not is_launch_file("90-orchestrator.a.json.orchestrator-tmp-1f", "90-orchestrator.conf")
+    # an operator's copy beside ours only looks similar: a restore must leave it
+    assert not is_launch_file("90-orchestrator.conf.bak", "90-orchestrator.conf")
+    assert not is_launch_file("90-orchestrator.a.json.bak", "90-orchestrator.conf")
     with pytest.raises(ValueError):
         launch_file_path(DROPIN, "--../x", "json")
 
