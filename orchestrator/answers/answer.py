@@ -180,7 +180,6 @@ def _standings(
         # The estimate rests on every restart of the config: its value on the reported ones,
         # its variance on all of them (moderated toward the type's).
         own = _own(config, scale)
-        every = len(config.measured) + len(config.screened) + len(config.confirmed)
         selection = spread(
             _samples(config.selection),
             scope.variance,
@@ -189,7 +188,11 @@ def _standings(
             scale=scale,
         )
         reported = spread(
-            _samples(config.reported), scope.variance, own=own, restarts=every, scale=scale
+            _samples(config.reported),
+            scope.variance,
+            own=own,
+            restarts=len(config.every),
+            scale=scale,
         )
         assert selection is not None and reported is not None  # a group has a sample
         # One interval per config: a within-run-only one is shown as the tie rule weighs it,
@@ -484,7 +487,7 @@ def _loads(
     runs = [
         run
         for config in grouped.values()
-        for run, _ in config.measured + config.screened + config.confirmed
+        for run, _ in config.every
     ]
     return tuple(
         None

@@ -223,6 +223,12 @@ class ConfigRuns:
         return self.confirmed or self.selection
 
     @property
+    def every(self) -> tuple[tuple[Run, Sample], ...]:
+        """Every restart of the config, whatever it was for: what its variance and its
+        ``restarts`` count rest on."""
+        return self.measured + self.screened + self.confirmed
+
+    @property
     def screened_only(self) -> bool:
         return not self.measured and not self.confirmed and bool(self.screened)
 

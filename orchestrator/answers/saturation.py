@@ -49,15 +49,19 @@ def interval_scale(metric: str, cells: Sequence[MatrixCell]) -> Scale:
     return "log"
 
 
+def _scheduled_rate(point: ThroughputPoint) -> float | None:
+    """``point``'s arrivals over its measured seconds; None where it stored neither."""
+    scheduled, seconds = point.metrics.requests_scheduled, point.metrics.duration_s
+    if point.rate is None or not scheduled or not seconds:
+        return None
+    return scheduled / seconds
+
+
 def offered_rate(point: ThroughputPoint) -> float | None:
     """The rate ``point``'s schedule really offered: its arrivals over its measured seconds;
     the nominal ``rate`` for a point that stored neither; None at a closed-loop point."""
-    if point.rate is None:
-        return None
-    scheduled, seconds = point.metrics.requests_scheduled, point.metrics.duration_s
-    if scheduled and seconds:
-        return scheduled / seconds
-    return point.rate
+    scheduled = _scheduled_rate(point)
+    return point.rate if scheduled is None else scheduled
 
 
 def measured_load(points: Sequence[ThroughputPoint]) -> OfferedLoad | None:
@@ -65,12 +69,7 @@ def measured_load(points: Sequence[ThroughputPoint]) -> OfferedLoad | None:
     offered and what the client sent, each averaged, as the labels beside them say it; None
     where no point stored its schedule (points stored before 2026-12-07, a closed-loop cell):
     the label then says the rate is nominal."""
-    offered = [
-        rate
-        for point in points
-        if point.metrics.requests_scheduled and point.metrics.duration_s
-        if (rate := offered_rate(point)) is not None
-    ]
+    offered = [rate for point in points if (rate := _scheduled_rate(point)) is not None]
     if not offered:
         return None
     sent = [p.metrics.achieved_rate for p in points if p.metrics.achieved_rate is not None]

@@ -83,6 +83,14 @@ on 3 hosts with ``max_restarts: 9`` held 4 of the 6 restarts left after 3 baseli
 explored 2 configs; now it holds 2 and explores 4."""
 
 
+def race_restarts(sweep: Sweep) -> int:
+    """The race's restarts per host type as configured: ``search.race``, else a quarter of
+    ``max_restarts`` (:data:`RACE_SHARE`); a tight budget trims it (:func:`reserve`)."""
+    if sweep.search.race is not None:
+        return sweep.search.race
+    return (sweep.search.max_restarts or 0) // RACE_SHARE
+
+
 @dataclass(frozen=True, slots=True)
 class Reserve:
     """What one host type's search holds back from exploring, and what that leaves."""
@@ -107,7 +115,7 @@ def reserve(sweep: Sweep, *, baselines: int, space: int) -> Reserve:
     to the larger of what screening the space leaves and a third of the restarts after the
     baselines (the confirmations first)."""
     cap = sweep.search.max_restarts
-    race = sweep.search.race if sweep.search.race is not None else (cap or 0) // RACE_SHARE
+    race = race_restarts(sweep)
     confirmations = sweep.search.confirmations
     if cap is None:
         return Reserve(race, confirmations, None, baselines, space)

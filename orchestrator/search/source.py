@@ -49,7 +49,6 @@ from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.causes import INVALID_CONFIG_CAUSES
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
 from orchestrator.search.budget import (
-    RACE_SHARE,
     RESTART_EVENT,
     Reserve,
     host_types,
@@ -204,15 +203,6 @@ def smoothed(standings: Sequence[Standing], axes: Axes) -> list[Standing]:
         dataclasses.replace(s, estimate=fit.value, rel_se=fit.rel_se)
         for s, fit in zip(standings, fits, strict=True)
     ]
-
-
-def race_restarts(sweep: Sweep) -> int:
-    """The race's restarts per host type as configured: ``search.race``, else a quarter of
-    ``max_restarts`` (:data:`~orchestrator.search.budget.RACE_SHARE`); a tight budget trims
-    it (:meth:`SearchTrialSource.reserve`)."""
-    if sweep.search.race is not None:
-        return sweep.search.race
-    return (sweep.search.max_restarts or 0) // RACE_SHARE
 
 
 def restart_cv(standings: Sequence[Standing]) -> float:

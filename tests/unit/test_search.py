@@ -17,14 +17,13 @@ import yaml
 
 from orchestrator.daemon import scheduler
 from orchestrator.plan import repeat_key, trial_key
-from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.search.budget import RESTART_EVENT, RestartBudget, race_restarts
 from orchestrator.search.deadline import TimeBudget, TimedTrial, TrialTimes, learn_times
 from orchestrator.search.propose import Seen, propose, startup_trials
 from orchestrator.search.score import objective_value, penalty, sweep_objective
 from orchestrator.search.source import (
     PROPOSED_EVENT,
     SearchTrialSource,
-    race_restarts,
     trial_source_for,
 )
 from orchestrator.search.space import search_space, server_identity
