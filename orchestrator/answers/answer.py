@@ -299,8 +299,13 @@ def _convergence(
 def _basis_note(standing: RankedConfig, host_type: str) -> str | None:
     spread_ = standing.reported
     if spread_.basis == "borrowed-restart-variance":
+        alone = (
+            "has one restart"
+            if spread_.restarts == 1
+            else f"has no two restarts of one kind ({spread_.restarts}: picked on, confirmed)"
+        )
         return (
-            f"{standing.label} has one restart: its interval borrows the restart variance "
+            f"{standing.label} {alone}: its interval borrows the restart variance "
             f"measured on {plural(spread_.borrowed_from, 'repeated config')} of {host_type} "
             f"({spread_.df:.3g} degrees of freedom)"
         )
@@ -347,10 +352,11 @@ def _notes(
     if best is not None:
         confirmed = len(best.runs.confirmed)
         if confirmed:
+            every = len(best.runs.every)
             notes.append(
                 f"{best.label}'s estimate comes from its "
                 f"{plural(confirmed, 'confirmation restart')} only, not from the restarts it was "
-                "picked on"
+                f"picked on; its interval's variance rests on all {every} of its restarts"
             )
         else:
             notes.append(

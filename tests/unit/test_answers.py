@@ -568,3 +568,26 @@ def test_a_configs_screens_and_full_restarts_are_pooled_for_the_pick() -> None:
     by = {json.dumps(c.config): c for c in answer.contenders}
     assert by['{"budget": 8}'].estimate.value == pytest.approx((96.0 + 104.0 + 105.0) / 3)
     assert by['{"budget": 8}'].estimate.restarts == 3
+
+
+def test_the_notes_say_what_the_restarts_column_counts() -> None:
+    """A config picked on one restart and confirmed once has 2 in its restarts column: its
+    notes say so rather than "one restart", and the best's note says its interval rests on all
+    of its restarts while its value is its confirmations'."""
+    bench = Bench()
+    for value in (80.0, 81.0):
+        bench.run("a", {}, value)
+    bench.run("a", B8, 130.0)
+    bench.run("a", B8, 120.0, purpose="confirm")
+    bench.run("a", B4, 100.0)
+    answer = only(answer_sweep(bench.results(), make_sweep()))
+    assert answer.best is not None and answer.best.config == B8
+    assert answer.best.estimate.restarts == 2
+    assert answer.best.estimate.basis == "borrowed-restart-variance"
+    b8_notes = [note for note in answer.notes if note.startswith("budget=8")]
+    assert any("has no two restarts of one kind (2: picked on, confirmed)" in n for n in b8_notes)
+    assert not any("has one restart" in n for n in b8_notes)
+    assert any("its interval's variance rests on all 2 of its restarts" in n for n in b8_notes)
+    b4 = next(c for c in answer.contenders if c.config == B4)
+    assert b4.estimate.restarts == 1
+    assert any(n.startswith("budget=4 has one restart") for n in answer.notes)
