@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from orchestrator.types import JsonObject
 
 if TYPE_CHECKING:
-    from orchestrator.engine import ConfigDifference, Provenance
+    from orchestrator.engines.base import ConfigDifference, Provenance
     from orchestrator.lifecycle import Server, Timeline
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator import engines
-from orchestrator.engine import Engine, file_flags
+from orchestrator.engines.base import Engine, file_flags
 from orchestrator.host import systemd
 from orchestrator.host.dropin import KnobTarget, TrialInvocation, apply_knobs, dropin_path
 from orchestrator.host.launchfile import LaunchFormat

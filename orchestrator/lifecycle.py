@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
     Engine,
@@ -326,8 +326,9 @@ class HostSession:
 
     @property
     def launches_from_files(self) -> bool:
-        """Whether the engine names files in its argv (:class:`~orchestrator.engine.FileFlags`):
-        only then are the files beside our drop-in read, written and restored."""
+        """Whether the engine names files in its argv
+        (:class:`~orchestrator.engines.base.FileFlags`): only then are the files beside our
+        drop-in read, written and restored."""
         return bool(file_flags(self.engine))
 
     async def read_found(self) -> systemd.UnitSnapshot:

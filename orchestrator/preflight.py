@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 
 from orchestrator import engines
-from orchestrator.engine import Engine, ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import Engine, ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.host import systemd
 from orchestrator.host.dropin import (
     ExtraFlagConflict,

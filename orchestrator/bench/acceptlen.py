@@ -8,7 +8,7 @@
   definition: accepted drafts plus the bonus per verify step), else the estimate
   ``(completion_tokens - 1) / verify steps``.
 - metrics: ``/metrics`` counter deltas around the measured phase (the engine's
-  :class:`~orchestrator.engine.AcceptanceCounters`: generated tokens over verify steps),
+  :class:`~orchestrator.engines.base.AcceptanceCounters`: generated tokens over verify steps),
   scoped by time but mixing any other traffic the server had.
 
 Inputs are plain numbers so this module stays independent of the log parser; the estimate
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.store.results import AcceptEstimate, AcceptLength
 
 if TYPE_CHECKING:
-    from orchestrator.engine import AcceptanceCounters, LogEvent
+    from orchestrator.engines.base import AcceptanceCounters, LogEvent
 
 DISAGREE_TOLERANCE = 0.05
 
@@ -228,7 +228,7 @@ def decode_samples_from_messages(
     Lines without an accept len (speculative decoding off) are skipped, so an empty result
     over a non-empty window still raises ``no_decode_lines``.
     """
-    from orchestrator.engine import DecodeEvent
+    from orchestrator.engines.base import DecodeEvent
 
     samples: list[DecodeSample] = []
     for message in messages:

@@ -54,7 +54,7 @@ from orchestrator.bench.workloads import (
     parse_sample,
 )
 from orchestrator.bench.workloads.source import WorkloadPrompts
-from orchestrator.engine import Engine, Prompt, as_prompt
+from orchestrator.engines.base import Engine, Prompt, as_prompt
 from orchestrator.log import get_logger
 from orchestrator.types import (
     EXIT_BAD_INPUT,

@@ -31,7 +31,7 @@ from orchestrator.bench.http1 import (
     HttpConnectionError,
 )
 from orchestrator.bench.stats import spread_gaps
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
     Dialect,

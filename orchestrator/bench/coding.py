@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from orchestrator.bench.problems import CodingProblem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
-from orchestrator.engine import Dialect, Generation, Reply
+from orchestrator.engines.base import Dialect, Generation, Reply
 from orchestrator.log import get_logger
 from orchestrator.types import ApiKind
 from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too

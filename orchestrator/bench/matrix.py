@@ -37,7 +37,7 @@ from orchestrator.bench.stats import (
     summarize,
     time_weighted_in_flight,
 )
-from orchestrator.engine import AcceptanceCounters, Prompt
+from orchestrator.engines.base import AcceptanceCounters, Prompt
 from orchestrator.log import get_logger
 from orchestrator.store.records import StoredRequest
 from orchestrator.store.results import (

@@ -54,7 +54,7 @@ from orchestrator.bench.matrix import (
 )
 from orchestrator.bench.prompts import PromptSource
 from orchestrator.bench.stats import summarize
-from orchestrator.engine import Prompt
+from orchestrator.engines.base import Prompt
 from orchestrator.types import Arrivals
 
 __all__ = [

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.bench.client import Phase, RequestRecord
-from orchestrator.engine import Prompt
+from orchestrator.engines.base import Prompt
 from orchestrator.log import get_logger
 from orchestrator.types import ApiKind
 

@@ -1,5 +1,5 @@
 """Serving engines by name: each one a package under ``orchestrator/engines/`` that fills the
-:class:`~orchestrator.engine.Engine` seam, chosen by a sweep file's ``engine:`` field.
+:class:`~orchestrator.engines.base.Engine` seam, chosen by a sweep file's ``engine:`` field.
 
 An engine owns everything engine-specific (how knobs become its command line, how its parser
 is asked about an argv, its readiness endpoint and probe, its log lines and failure texts, its
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from orchestrator.engine import Engine
+from orchestrator.engines.base import Engine
 
 DEFAULT_ENGINE = "sglang"
 """The engine of a sweep file that names none."""

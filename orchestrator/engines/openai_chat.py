@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     Chunk,
     ErrorKind,
     Generation,

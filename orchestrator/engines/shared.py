@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     ConfigDifference,
     Dialect,
     EnvKnob,

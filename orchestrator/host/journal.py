@@ -33,7 +33,7 @@ _UNIT_FIELDS = ("_SYSTEMD_UNIT", "UNIT", "_SYSTEMD_USER_UNIT", "USER_UNIT")
 
 JournalValue = str | list[str] | None
 """One journal field's value as text: a list where the field repeats, None where journalctl
-wrote null (not a log line's parsed field: that is :data:`orchestrator.engine.FieldValue`)."""
+wrote null (not a log line's parsed field: that is :data:`orchestrator.engines.base.FieldValue`)."""
 
 
 class JournalError(HostError):

@@ -3,7 +3,7 @@
 Some engines take part of their config as a file whose path is a flag's value: TensorRT-LLM's
 ``trtllm-serve --extra_llm_api_options PATH`` (YAML), SGLang's ``--speculative-adaptive-config
 PATH`` (JSON). An engine says which of its flags take such a file and in which format
-(:class:`~orchestrator.engine.FileFlags`); the knobs mapped to that flag's keys (``flag`` with
+(:class:`~orchestrator.engines.base.FileFlags`); the knobs mapped to that flag's keys (``flag`` with
 ``json_key``, as for a JSON-valued flag) build the file's content, and the argv names the file.
 
 A launch file lives in the drop-in's own directory, named after the drop-in

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from orchestrator import engines
-from orchestrator.engine import KnobRules
+from orchestrator.engines.base import KnobRules
 from orchestrator.host.dropin import (
     ExtraFlagConflict,
     MergedFlags,

@@ -1,6 +1,6 @@
 """The lifecycle reaches the serving engine only through the session's ``Engine``.
 
-A second engine (vLLM) is a new implementation of :class:`orchestrator.engine.Engine`, handed
+A second engine (vLLM) is a new implementation of :class:`orchestrator.engines.base.Engine`, handed
 to the session; nothing in the restart protocol names SGLang. Here an engine that delegates to
 SGLang's and counts what it is asked brings up a real trial on a simulated host and restores
 it: every engine-specific step (the config's flag resolution, the journal's lines, the probe,

@@ -28,7 +28,7 @@ import yaml
 
 from orchestrator import engines
 from orchestrator.answers import answer_sweep
-from orchestrator.engine import DecodeEvent, Engine, FailureEvent, ReadyEvent
+from orchestrator.engines.base import DecodeEvent, Engine, FailureEvent, ReadyEvent
 from orchestrator.report import render_report
 from orchestrator.sim.host import SERVER_PORT, UNIT_NAME, render_unit
 from orchestrator.store import Store

@@ -41,7 +41,7 @@ from orchestrator.bench.matrix import (
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate_point
 from orchestrator.bench.prompts import Calibration, PromptFactory, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
-from orchestrator.engine import Prompt
+from orchestrator.engines.base import Prompt
 from orchestrator.types import EXIT_OK, ApiKind
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 

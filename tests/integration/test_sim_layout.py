@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from orchestrator.engine import DecodeEvent
+from orchestrator.engines.base import DecodeEvent
 from orchestrator.engines.sglang.engine import DdtreeInitEvent, DflashInitEvent, parse_log_line
 from tests.integration.sim_server_proc import start_server
 

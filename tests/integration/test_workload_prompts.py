@@ -16,7 +16,7 @@ from orchestrator.bench.prompts import CalibrationError, PromptFactory
 from orchestrator.bench.workloads import load_builtin, parse_sample
 from orchestrator.bench.workloads.sample import WorkloadSample
 from orchestrator.bench.workloads.source import WorkloadPrompts
-from orchestrator.engine import ChatMessage, Prompt
+from orchestrator.engines.base import ChatMessage, Prompt
 from orchestrator.sim.tokenizer import count_tokens
 from orchestrator.types import ApiKind
 from tests.integration.sim_server_proc import SimServer, start_server

@@ -3,7 +3,7 @@
 ``server.py`` is a tiny standalone HTTP server (``python -m tests.toyengine.server``) with its
 own flags, its own log lines, its own readiness endpoint and its own ``/metrics`` names;
 ``engine.py`` is :class:`~tests.toyengine.engine.ToyEngine`, which fills
-:class:`orchestrator.engine.Engine` for it. A test registers it with
+:class:`orchestrator.engines.base.Engine` for it. A test registers it with
 ``orchestrator.engines.register`` and runs a whole sweep through the orchestrator on a
 simulated host; nothing outside this package names it.
 """

@@ -1,4 +1,4 @@
-"""The toy server (``tests/toyengine/server.py``) as an :class:`orchestrator.engine.Engine`.
+"""The toy server (``tests/toyengine/server.py``) as an :class:`orchestrator.engines.base.Engine`.
 
 Everything the orchestrator needs to know of an engine, for one that it has never heard of:
 how its knobs resolve in its readiness config (``GET /toy/config``), its log lines
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     ConfigCheck,
     ConfigDifference,
@@ -62,7 +62,8 @@ MODULE = "tests.toyengine.server"
 METRICS_FLAG = "--toy-metrics"
 SPEC_FLAG = "--toy-spec-config"
 """The flag whose value is a file: the knobs mapped to its keys are written to a launch file
-(:class:`orchestrator.engine.FileFlags`), which the server reads its speculative settings from."""
+(:class:`orchestrator.engines.base.FileFlags`), which the server reads its speculative
+settings from."""
 MODEL_FLAG = "--toy-model-name"
 FLAG_PREFIX = "--toy-"
 PARSE_MARKER = "TOY_PARSE "

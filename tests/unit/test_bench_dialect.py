@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.bench.client import BenchClient, RawExchange, parse_exchange, read_exchange
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     ChatMessage,
     Dialect,
     Engine,

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from orchestrator import engines
 from orchestrator.bench import cli
 from orchestrator.bench.acceptlen import from_metrics
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
     Engine,

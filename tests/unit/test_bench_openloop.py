@@ -25,7 +25,7 @@ from orchestrator.bench.matrix import (
     prompt_reuse,
 )
 from orchestrator.bench.openloop import arrival_schedule, offered_rate, rate_metrics
-from orchestrator.engine import ChatMessage, Prompt
+from orchestrator.engines.base import ChatMessage, Prompt
 from tests.unit.test_bench_stats import _record
 
 # ------------------------------------------------------------------ the arrival schedule

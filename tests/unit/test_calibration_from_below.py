@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.bench.client import RequestRecord
 from orchestrator.bench.prompts import PromptFactory
-from orchestrator.engine import ErrorKind, Prompt, TokenSource
+from orchestrator.engines.base import ErrorKind, Prompt, TokenSource
 from orchestrator.types import ApiKind
 
 

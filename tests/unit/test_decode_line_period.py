@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from orchestrator.bench.acceptlen import combine, from_journal
-from orchestrator.engine import Engine
+from orchestrator.engines.base import Engine
 from orchestrator.engines.llamacpp.engine import LLAMACPP
 from orchestrator.engines.sglang.engine import SGLANG
 from orchestrator.engines.vllm.engine import VLLM

@@ -8,7 +8,7 @@ import pytest
 
 import orchestrator.sglang
 from orchestrator import engines
-from orchestrator.engine import Engine
+from orchestrator.engines.base import Engine
 from orchestrator.engines.sglang import ENGINE as SGLANG_ENGINE
 from orchestrator.sweepfile import SweepFileError, load_sweep
 

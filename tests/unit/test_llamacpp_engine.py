@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import engines
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     DecodeEvent,
     Engine,
     FailureEvent,

@@ -5,7 +5,7 @@ own parser is asked about the whole space: batches, and a verdict found by confi
 from __future__ import annotations
 
 from orchestrator import engines
-from orchestrator.engine import ParseCommand, ParseVerdict
+from orchestrator.engines.base import ParseCommand, ParseVerdict
 from orchestrator.host import systemd
 from orchestrator.plan import (
     expand_configs,

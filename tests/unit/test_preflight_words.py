@@ -4,7 +4,7 @@ no engine: they come from the one table of causes (orchestrator/causes.py)."""
 
 from __future__ import annotations
 
-from orchestrator.engine import ParseVerdict
+from orchestrator.engines.base import ParseVerdict
 from orchestrator.progress import failure_words
 
 

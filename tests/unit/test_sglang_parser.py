@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.engines.sglang.argv import (
     MARKER,
     PARSE_SCRIPT,

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from orchestrator.engine import DecodeEvent
+from orchestrator.engines.base import DecodeEvent
 from orchestrator.engines.sglang.engine import parse_log_line
 from orchestrator.sim.server_args import ServerArgs, build_parser, resolve
 from orchestrator.sim.server_log import RankLayout, SglangLog

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import engines
 from orchestrator.bench import acceptlen
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     DecodeEvent,
     Engine,
     EnvKnob,

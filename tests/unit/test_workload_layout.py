@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from orchestrator.bench.workloads.sample import SampleRequest
 from orchestrator.bench.workloads.source import _Line, _spread, cut, units, with_nonce
-from orchestrator.engine import ChatMessage
+from orchestrator.engines.base import ChatMessage
 
 CODE = "def f(x):\n    return x + 1\n"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from orchestrator.bench.workloads import WorkloadFileError, parse_sample
-from orchestrator.engine import ChatMessage
+from orchestrator.engines.base import ChatMessage
 from orchestrator.types import content_hash
 
 

@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.engine import ChatMessage
+from orchestrator.engines.base import ChatMessage
 from orchestrator.types import content_hash
 
 _OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user",

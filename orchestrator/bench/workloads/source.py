@@ -67,7 +67,7 @@ from orchestrator.bench.prompts import (
     nonce_text,
 )
 from orchestrator.bench.workloads.sample import SampleRequest, WorkloadSample
-from orchestrator.engine import ChatMessage, Prompt
+from orchestrator.engines.base import ChatMessage, Prompt
 from orchestrator.log import get_logger
 
 _UNIT = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")

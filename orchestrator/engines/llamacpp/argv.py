@@ -26,7 +26,7 @@ import os.path
 import shlex
 from collections.abc import Sequence
 
-from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix
 

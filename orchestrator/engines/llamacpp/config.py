@@ -22,7 +22,7 @@ import os.path
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
     EnvKnob,

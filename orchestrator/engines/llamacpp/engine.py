@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server`` behind the engine seam (``orchestrator.engine.Engine``), as
+"""llama.cpp's ``llama-server`` behind the engine seam (``orchestrator.engines.base.Engine``), as
 vendored by llama-cpp-python 0.3.36 (``version: 0.5.0-dev (build 1, commit 0c1e570)``).
 
 Speculation is chosen by ``--spec-type`` (``draft-simple`` with ``-md DRAFT.gguf``; the n-gram
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
     Dialect,
@@ -143,7 +143,7 @@ async def probe_generation(
 
 
 class LlamaCpp:
-    """``llama-server`` as an ``orchestrator.engine.Engine``."""
+    """``llama-server`` as an ``orchestrator.engines.base.Engine``."""
 
     name = "llamacpp"
     default_unit = "llama-server.service"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     DecodeEvent,
     FailureEvent,
     FieldValue,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.engines.shared import read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix

@@ -1,4 +1,4 @@
-"""SGLang behind the engine seam (``orchestrator.engine.Engine``).
+"""SGLang behind the engine seam (``orchestrator.engines.base.Engine``).
 
 Its HTTP dialects (chat and ``/generate``: request bodies, final and streamed answers), log
 lines, failure causes, the running server's config check, the readiness probe, the served model
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
     ConfigCheck,
@@ -836,7 +836,7 @@ async def server_config(
 
 
 class Sglang:
-    """SGLang as an ``orchestrator.engine.Engine``: the functions above, behind the seam
+    """SGLang as an ``orchestrator.engines.base.Engine``: the functions above, behind the seam
     (mypy checks them against the protocol where ``SGLANG`` is declared)."""
 
     name = "sglang"

@@ -19,7 +19,7 @@ import json
 import os.path
 from collections.abc import Sequence
 
-from orchestrator.engine import ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
 from orchestrator.engines.shared import program_help_argv, read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
     EnvKnob,

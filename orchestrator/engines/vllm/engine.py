@@ -1,4 +1,4 @@
-"""vLLM behind the engine seam (``orchestrator.engine.Engine``), as ``vllm serve`` 0.33 runs
+"""vLLM behind the engine seam (``orchestrator.engines.base.Engine``), as ``vllm serve`` 0.33 runs
 under systemd: the OpenAI-compatible chat dialect, its log lines (:mod:`.logs`), readiness and
 its config (:mod:`.config`), its parser asked on the host (:mod:`.argv`), the knob rules of
 ``--speculative-config`` (:mod:`.facts`), and acceptance read from its Prometheus counters.
@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     AcceptanceCounters,
     Dialect,
     Engine,
@@ -116,7 +116,7 @@ async def probe_generation(
     return await probe_chat(session, base_url, dialect(api), model, timeout)
 
 
-# --- the sweep file's knob rules (orchestrator.engine.KnobRules) ------------------------------
+# --- the sweep file's knob rules (orchestrator.engines.base.KnobRules) ------------------------
 
 
 def knob_problem(flag: str, json_key: str | None) -> str | None:
@@ -145,7 +145,7 @@ def json_key_report(flag: str, json_key: str) -> str | None:
 
 
 class Vllm:
-    """vLLM as an ``orchestrator.engine.Engine`` (and ``KnobRules``)."""
+    """vLLM as an ``orchestrator.engines.base.Engine`` (and ``KnobRules``)."""
 
     name = "vllm"
     default_unit = "vllm.service"

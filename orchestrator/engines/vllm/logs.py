@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.engine import (
+from orchestrator.engines.base import (
     DecodeEvent,
     FailureEvent,
     FieldValue,
