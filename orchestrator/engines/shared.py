@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engines.base import (
@@ -22,6 +22,7 @@ from orchestrator.engines.base import (
     ParserUnavailable,
     ParseVerdict,
     ProbeResult,
+    WireRequest,
 )
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.types import FailureCause
@@ -120,8 +121,10 @@ def first_failure(
 async def listed_models(
     session: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> tuple[str, ...] | None:
-    """The ids an OpenAI-compatible server's ``/v1/models`` lists, or None when it does not
-    answer or lists none: then nothing is known."""
+    """The ids an OpenAI-compatible server's ``/v1/models`` lists (it answers before warm-up),
+    or None when it does not answer or lists none: then nothing is known."""
+    # aiohttp is imported at first use: the engines are also the sweep file's dialect (plan,
+    # validate, report), and those verbs never talk HTTP.
     import aiohttp
 
     try:
@@ -132,41 +135,41 @@ async def listed_models(
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
     data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
     names = tuple(
-        item["id"]
-        for item in data or ()
-        if isinstance(item, dict) and isinstance(item.get("id"), str)
+        item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)
     )
     return names or None
 
 
-async def probe_chat(
+async def probe_request(
     session: aiohttp.ClientSession,
     base_url: str,
-    reader: Dialect,
-    model: str | None,
+    request: WireRequest,
+    generated: Callable[[Any], int],
     timeout: float,
+    *,
+    served_as: str | None = None,
 ) -> ProbeResult:
-    """A real temperature-0 generation of a few tokens through ``reader`` (not streamed; the
-    answer's own count says how many), after the name sent as ``model`` is checked against
-    ``/v1/models`` (a mismatch no later probe cures). Connection errors are results, not
+    """One readiness probe: ``request`` (a small generation, not streamed) sent to the running
+    server, its answer's tokens counted by ``generated`` (from the parsed JSON body; never by
+    chunks). A ``served_as`` name is first checked against ``/v1/models``: a server that does
+    not serve it is a mismatch no later probe cures. Connection errors are results, not
     exceptions: the caller probes repeatedly while the server loads."""
-    import aiohttp
+    import aiohttp  # at first use, as in listed_models
 
     started = time.monotonic()
-    if model:
+    if served_as:
         served = await listed_models(session, base_url, timeout)
-        if served is not None and model not in served:
+        if served is not None and served_as not in served:
             mismatch = ConfigDifference(
-                "model", "/v1/models", model, list(served),
+                "model", "/v1/models", served_as, list(served),
                 "the benchmark's model name (server.model) is not one the server serves",
             )  # fmt: skip
-            error = f"model {model!r} is not served (served: {', '.join(served)})"
+            error = f"model {served_as!r} is not served (served: {', '.join(served)})"
             elapsed = time.monotonic() - started
             return ProbeResult(False, 0, None, elapsed, error, model_mismatch=mismatch)
-    request = reader.request(
-        Generation(PROBE_PROMPT, PROBE_MAX_TOKENS, temperature=0, stream=False, model=model)
-    )
     try:
         async with session.post(
             base_url.rstrip("/") + request.path,
@@ -182,11 +185,31 @@ async def probe_chat(
     if status != 200:
         return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
     try:
-        tokens = reader.parse_final(json.loads(raw)).completion_tokens or 0
+        tokens = generated(json.loads(raw))
     except ValueError:
         return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
     failed = None if tokens > 0 else "no tokens generated"
     return ProbeResult(tokens > 0, tokens, status, elapsed, failed, excerpt)
+
+
+async def probe_chat(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    reader: Dialect,
+    model: str | None,
+    timeout: float,
+) -> ProbeResult:
+    """:func:`probe_request` for a server that speaks OpenAI's chat API: a temperature-0
+    generation of a few tokens through ``reader`` (the answer's own count says how many),
+    after the name sent as ``model`` is checked against ``/v1/models``."""
+    request = reader.request(
+        Generation(PROBE_PROMPT, PROBE_MAX_TOKENS, temperature=0, stream=False, model=model)
+    )
+
+    def generated(body: Any) -> int:
+        return reader.parse_final(body).completion_tokens or 0
+
+    return await probe_request(session, base_url, request, generated, timeout, served_as=model)
 
 
 def env_differences(
@@ -223,6 +246,7 @@ __all__ = [
     "listed_models",
     "normal_scalar_word",
     "probe_chat",
+    "probe_request",
     "read_marked_answers",
 ]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from orchestrator.engines.base import (
     WireRequest,
 )
 from orchestrator.engines.openai_chat import ChatDialect
+from orchestrator.engines.shared import listed_models, probe_request, program_help_argv
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.launchfile import LaunchFormat
@@ -305,16 +305,7 @@ class ToyEngine:
     async def served_models(
         self, session: aiohttp.ClientSession, base_url: str, timeout: float
     ) -> tuple[str, ...] | None:
-        try:
-            async with session.get(
-                base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                body = await response.json(content_type=None) if response.status == 200 else {}
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        data = body.get("data") if isinstance(body, dict) else None
-        names = tuple(item["id"] for item in data or () if isinstance(item, dict) and "id" in item)
-        return names or None
+        return await listed_models(session, base_url, timeout)
 
     async def probe_generation(
         self,
@@ -326,31 +317,15 @@ class ToyEngine:
     ) -> ProbeResult:
         """One real, non-streamed chat generation from the running process."""
         self.calls["probe_generation"] += 1
-        started = time.monotonic()
         dialect = self.dialect(api)
         request = dialect.request(
             Generation("Count to three.", 4, temperature=0, stream=False, model=model)
         )
-        try:
-            async with session.post(
-                base_url.rstrip("/") + request.path,
-                json=request.body,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as response:
-                raw, status = await response.read(), response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            elapsed = time.monotonic() - started
-            return ProbeResult(False, 0, None, elapsed, f"{type(exc).__name__}: {exc}")
-        elapsed = time.monotonic() - started
-        excerpt = raw[:500].decode("utf-8", errors="replace")
-        if status != 200:
-            return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
-        try:
-            tokens = dialect.parse_final(json.loads(raw)).completion_tokens or 0
-        except ValueError:
-            return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
-        error = None if tokens > 0 else "no tokens generated"
-        return ProbeResult(tokens > 0, tokens, status, elapsed, error, excerpt)
+
+        def generated(body: Any) -> int:
+            return dialect.parse_final(body).completion_tokens or 0
+
+        return await probe_request(session, base_url, request, generated, timeout)
 
     # --- provenance and metrics ------------------------------------------------------------
 
@@ -413,9 +388,7 @@ class ToyEngine:
     def help_argv(self, exec_start: Sequence[str]) -> list[str]:
         """``PYTHON -m MODULE --help`` for a module run, else the program's ``--help``."""
         self.calls["help_argv"] += 1
-        if len(exec_start) >= 3 and exec_start[1] == "-m":
-            return [*exec_start[:3], "--help"]
-        return [exec_start[0], "--help"]
+        return program_help_argv(exec_start)
 
     def read_answers(
         self, stdout: str, stderr: str, count: int

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orchestrator.engines.vllm.facts as facts
 from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
@@ -29,9 +30,7 @@ from orchestrator.engines.base import (
     KnobResolution,
     Provenance,
 )
-from orchestrator.engines.shared import init_fields, normal_scalar_word
-from orchestrator.engines.vllm import facts
-from orchestrator.host.dropin import format_knob_value
+from orchestrator.engines.shared import env_differences, init_fields, normal_scalar_word
 from orchestrator.host.gpu import GpuIdentity
 
 if TYPE_CHECKING:
@@ -227,13 +226,7 @@ def check_server_config(
         mismatch, forced = _flag_difference(knob, server_info)
         mismatches.extend([mismatch] if mismatch else [])
         overridden.extend([forced] if forced else [])
-    for variable in env:
-        expected = None if variable.value is None else format_knob_value(variable.value)
-        actual = process_environ.get(variable.name)
-        if actual != expected:
-            mismatches.append(
-                ConfigDifference(variable.knob, f"environ[{variable.name}]", expected, actual)
-            )
+    mismatches.extend(env_differences(env, process_environ))
     return ConfigCheck(mismatches=tuple(mismatches), overridden=tuple(overridden))
 
 
