@@ -48,6 +48,7 @@ from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, measured_c
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.causes import INVALID_CONFIG_CAUSES
 from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
+from orchestrator.points import Point, ThroughputPoint
 from orchestrator.search.budget import (
     RESTART_EVENT,
     Reserve,
@@ -77,10 +78,8 @@ from orchestrator.search.space import (
 )
 from orchestrator.store import (
     NewTrial,
-    Point,
     Store,
     SweepRecord,
-    ThroughputPoint,
     TrialPlan,
     TrialRecord,
     TrialState,

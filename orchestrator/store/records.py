@@ -3,22 +3,29 @@
 ``New*`` classes are what callers hand in; ``*Record`` classes (and :class:`Attempt`,
 :class:`UnitBackup`) are what the store hands back, ids and timestamps included. Open-ended data
 (metrics, configs, evidence, event fields) travels as JSON objects; timestamps are Unix seconds.
+A point's identity, row and requests (:func:`point_key`, :class:`NewPoint`,
+:class:`StoredRequest`) are :mod:`orchestrator.points`', re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from orchestrator.types import SYNTHETIC_WORKLOAD, JsonObject, MatrixCell, format_rate
+from orchestrator.points import POINT_KINDS as POINT_KINDS
+from orchestrator.points import NewPoint as NewPoint
+from orchestrator.points import PointKind as PointKind
+from orchestrator.points import StoredRequest as StoredRequest
+from orchestrator.points import cell_point_key as cell_point_key
+from orchestrator.points import point_key as point_key
+from orchestrator.types import JsonObject, MatrixCell
 
 SweepState = Literal["queued", "running", "interrupted", "done", "failed", "cancelled"]
 """docs/operator-guide.md has the table of states and their transitions: ``interrupted`` is a
 sweep a foreground run was asked to stop (Ctrl-C, SIGTERM), its hosts restored; running it
 again (or ``resume`` through the daemon) continues it."""
 AttemptState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
-PointKind = Literal["throughput", "coding"]
 
 SWEEP_STATES: tuple[SweepState, ...] = get_args(SweepState)
 ATTEMPT_STATES: tuple[AttemptState, ...] = get_args(AttemptState)
@@ -32,38 +39,6 @@ TERMINAL_SWEEP_STATES: tuple[SweepState, ...] = ("done", "failed", "cancelled")
 RESUMABLE_SWEEP_STATES: tuple[SweepState, ...] = ("running", "interrupted")
 """A sweep a run continues: ``running`` in the store with no runner (crashed, killed, the
 daemon stopped) or ``interrupted``."""
-POINT_KINDS: tuple[PointKind, ...] = get_args(PointKind)
-
-
-
-def point_key(
-    kind: PointKind,
-    *,
-    context: int | None = None,
-    concurrency: int | None = None,
-    problem: str | None = None,
-    rate: float | None = None,
-    workload: str | None = None,
-) -> str:
-    """The identity of a point within an attempt, so a resumed run can skip what is committed.
-
-    A throughput point is one cell: a context at a closed-loop concurrency or an open-loop
-    rate, on a workload; a coding point is one problem. A synthetic closed-loop cell keeps the
-    key it had before workloads and rates existed, so stores written then resume unchanged.
-    """
-    if kind == "throughput":
-        if context is None or problem is not None or (concurrency is None) == (rate is None):
-            raise ValueError(
-                "a throughput point has a context and a concurrency or a rate, no problem"
-            )
-        load = f"concurrency={concurrency}" if rate is None else f"rate={format_rate(rate)}"
-        head = "" if workload in (None, SYNTHETIC_WORKLOAD) else f"workload={workload}/"
-        return f"throughput/{head}context={context}/{load}"
-    if kind == "coding":
-        if not problem:
-            raise ValueError("a coding point names its problem")
-        return f"coding/{problem}"
-    raise ValueError(f"unknown point kind {kind!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,17 +82,6 @@ class HostRecord:
     name: str
     type: str
     set_aside_reason: str | None
-
-
-def cell_point_key(cell: MatrixCell) -> str:
-    """The point key of a throughput cell."""
-    return point_key(
-        "throughput",
-        context=cell.context,
-        concurrency=cell.concurrency,
-        rate=cell.rate,
-        workload=cell.workload,
-    )
 
 
 TrialPurpose = Literal["measure", "screen", "confirm"]
@@ -226,61 +190,6 @@ class UnfinishedAttempt:
     trial: TrialRecord
     attempt: Attempt
     committed_point_keys: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRequest:
-    """One benchmark request as kept: times in seconds, ``sent_at`` as Unix time.
-
-    Distinct from ``bench.client.RequestRecord`` (what the client observed, chunk by chunk);
-    the runner maps one onto the other. ``extra`` holds what not every request has (chunk
-    times, per-request accept length, ...).
-    """
-
-    sent_at: float
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
-    error: str | None = None
-    warmup: bool = False
-    extra: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NewPoint:
-    """One measured point: a matrix cell or a coding problem, with its provenance."""
-
-    kind: PointKind
-    metrics: Mapping[str, Any]
-    context: int | None = None
-    concurrency: int | None = None
-    problem: str | None = None
-    rate: float | None = None
-    workload: str | None = None
-    """None for coding points and for synthetic throughput points."""
-    accept_len: Mapping[str, Any] | None = None
-    quality: Mapping[str, Any] = field(default_factory=dict)
-    invocation_id: str | None = None
-    cursor_start: str | None = None
-    cursor_end: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-
-    def __post_init__(self) -> None:
-        self.key  # noqa: B018 - validates the identity fields
-
-    @property
-    def key(self) -> str:
-        return point_key(
-            self.kind,
-            context=self.context,
-            concurrency=self.concurrency,
-            problem=self.problem,
-            rate=self.rate,
-            workload=self.workload,
-        )
 
 
 @dataclass(frozen=True, slots=True)
