@@ -1,29 +1,67 @@
 """What an attempt keeps as its evidence, typed where it is made and JSON only in the store.
 
 An attempt ends with one of these (or a :class:`~orchestrator.lifecycle.TrialFailed`, the
-failure's own record): the server a done attempt measured (:class:`ServerEvidence`), why a
-trial was refused before any restart (:class:`RefusalEvidence`), or why it was stopped
-(:class:`StopEvidence`). Each writes the keys the report, ``results --json`` and older stores
-have always read, so the stored JSON is unchanged by the typing.
+failure's own record): the server a done attempt measured (:class:`ServerEvidence`, with the
+:class:`Timeline` of its restart), why a trial was refused before any restart
+(:class:`RefusalEvidence`), or why it was stopped (:class:`StopEvidence`). Each writes the keys
+the report, ``results --json`` and older stores have always read, so the stored JSON is
+unchanged by the typing.
+
+It sits under the lifecycle, the preflight and the host loop that make these, and over the
+engine seam's data it records (:mod:`orchestrator.engines.base`): it imports neither the
+lifecycle nor anything above the seam.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from orchestrator.types import JsonObject
 
 if TYPE_CHECKING:
-    from orchestrator.engines.base import ConfigDifference, Provenance
-    from orchestrator.lifecycle import Server, Timeline
+    from orchestrator.engines.base import ConfigDifference, ParseVerdict, Provenance
 
 
 class Evidence(Protocol):
     """Anything an attempt may end with: it becomes the attempt's stored JSON object."""
 
     def to_json(self) -> JsonObject: ...
+
+
+TimelineStep = Literal[
+    "begin",
+    "dropin_installed",
+    "stop_requested",
+    "stopped",
+    "memory_released",
+    "start_requested",
+    "started",
+    "ready",
+]
+"""The restart protocol's steps, in order, as a timeline stamps them."""
+
+
+@dataclass
+class Timeline:
+    """When each step of one restart happened (Unix time): what the report's lifecycle table
+    and the attempt's evidence show, stamped as the protocol goes."""
+
+    stamps: dict[TimelineStep, float] = field(default_factory=dict)
+
+    def mark(self, step: TimelineStep) -> float:
+        """Stamp ``step`` now; returns the stamp."""
+        self.stamps[step] = time.time()
+        return self.stamps[step]
+
+    def span(self, start: TimelineStep, end: TimelineStep) -> float:
+        """Seconds from ``start`` to ``end`` (both stamped)."""
+        return self.stamps[end] - self.stamps[start]
+
+    def to_json(self) -> dict[str, float]:
+        return {step: stamp for step, stamp in self.stamps.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +74,6 @@ class ServerEvidence:
     timeline: Timeline
     provenance: Provenance
     overridden: tuple[ConfigDifference, ...] = ()
-
-    @classmethod
-    def of(cls, server: Server) -> ServerEvidence:
-        return cls(
-            invocation_id=server.invocation_id,
-            main_pid=server.main_pid,
-            timeline=server.timeline,
-            provenance=server.provenance,
-            overridden=server.overridden,
-        )
 
     def to_json(self) -> JsonObject:
         return {
@@ -85,6 +113,11 @@ class RefusalEvidence:
     """Why the drop-in could not be built (an extra flag the unit has with another value)."""
     flag: str | None = None
 
+    @classmethod
+    def of(cls, verdict: ParseVerdict) -> RefusalEvidence:
+        """The preflight's refusal: the host's own parser refused the trial's argv."""
+        return cls("preflight", parser=verdict.parser, error=verdict.error)
+
     def to_json(self) -> JsonObject:
         data: JsonObject = {"found_by": self.found_by}
         if self.parser is not None or self.error is not None:
@@ -116,4 +149,6 @@ __all__ = [
     "RefusedBy",
     "ServerEvidence",
     "StopEvidence",
+    "Timeline",
+    "TimelineStep",
 ]

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -37,6 +37,7 @@ from orchestrator.engines.base import (
     Provenance,
     file_flags,
 )
+from orchestrator.evidence import ServerEvidence, Timeline
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import (
     KnobTarget,
@@ -355,39 +356,6 @@ class HostSession:
         return self.found
 
 
-TimelineStep = Literal[
-    "begin",
-    "dropin_installed",
-    "stop_requested",
-    "stopped",
-    "memory_released",
-    "start_requested",
-    "started",
-    "ready",
-]
-"""The restart protocol's steps, in order, as a timeline stamps them."""
-
-
-@dataclass
-class Timeline:
-    """When each step of one restart happened (Unix time): what the report's lifecycle table
-    and the attempt's evidence show, stamped as the protocol goes."""
-
-    stamps: dict[TimelineStep, float] = field(default_factory=dict)
-
-    def mark(self, step: TimelineStep) -> float:
-        """Stamp ``step`` now; returns the stamp."""
-        self.stamps[step] = time.time()
-        return self.stamps[step]
-
-    def span(self, start: TimelineStep, end: TimelineStep) -> float:
-        """Seconds from ``start`` to ``end`` (both stamped)."""
-        return self.stamps[end] - self.stamps[start]
-
-    def to_json(self) -> dict[str, float]:
-        return {step: stamp for step, stamp in self.stamps.items()}
-
-
 @dataclass(frozen=True, slots=True)
 class Server:
     """A server proven to run a trial's config: the NEW process, with what identifies it."""
@@ -402,6 +370,12 @@ class Server:
     overridden: tuple[ConfigDifference, ...]
     server_info: Mapping[str, Any]
     provenance: Provenance
+
+    def evidence(self) -> ServerEvidence:
+        """What a done attempt on this server keeps of it."""
+        return ServerEvidence(
+            self.invocation_id, self.main_pid, self.timeline, self.provenance, self.overridden
+        )
 
 
 async def reconfigure(session: HostSession, trial: TrialDropin) -> Server:

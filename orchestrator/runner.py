@@ -582,7 +582,7 @@ class SessionDriver:
             )
         refused = self.check.refusal(planned.key)
         if refused is not None and refused.cause is not None:
-            return Refusal(refused.cause, refused.evidence(), refused.error or "")
+            return Refusal(refused.cause, RefusalEvidence.of(refused), refused.error or "")
         sweep, session = self.run.sweep, self.session
         assert session.found is not None
         try:
@@ -642,7 +642,7 @@ class _MeasuredServer:
         await _measure(self.run, self.session, attempt, self.server, plan)
 
     def evidence(self) -> ServerEvidence:
-        return ServerEvidence.of(self.server)
+        return self.server.evidence()
 
 
 # --- measuring -----------------------------------------------------------------------------

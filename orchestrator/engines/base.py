@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from orchestrator.evidence import RefusalEvidence
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.launchfile import LaunchFile
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
@@ -513,9 +512,6 @@ class ParseVerdict:
 
     parser: str = field(default="", compare=False)
     """The engine whose parser said it (its name, in the evidence; not part of the verdict)."""
-
-    def evidence(self) -> RefusalEvidence:
-        return RefusalEvidence("preflight", parser=self.parser, error=self.error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The sweep is built from the real classes the runner writes with: request records go through
 ``bench.matrix.compute_metrics`` (so metrics and quality flags are computed, not typed in),
 accept_len through ``bench.acceptlen``, and the bench's and runner's own mapping functions
-turn results into store rows (``PointResult.stored``, ``_coding_point``, ``ServerEvidence``).
+turn results into store rows (``PointResult.stored``, ``_coding_point``, ``Server.evidence``).
 Numbers come from the simulator's performance model, so throughput peaks at an interior budget
 like a real sweep. Faults are injected at the request level: failed requests, truncated
 outputs, a client that falls short of the concurrency, accept_len sources that disagree, a
@@ -32,9 +32,9 @@ from orchestrator.bench.coding import CodingResult, Outcome
 from orchestrator.bench.matrix import PointResult, PointSpec, QualityThresholds, compute_metrics
 from orchestrator.bench.prompts import Calibration
 from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
-from orchestrator.evidence import ServerEvidence
+from orchestrator.evidence import Timeline
 from orchestrator.host.gpu import GpuIdentity
-from orchestrator.lifecycle import Server, Timeline, TrialFailed
+from orchestrator.lifecycle import Server, TrialFailed
 from orchestrator.runner import _coding_point
 from orchestrator.sim import perfmodel
 from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
@@ -430,7 +430,7 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
                 await store.record_point(
                     attempt.id, _coding_point(coding, server.invocation_id, time.time()), []
                 )
-            evidence = ServerEvidence.of(server).to_json()
+            evidence = server.evidence().to_json()
             await store.finish_attempt(attempt.id, "done", evidence=evidence)
     await store.set_sweep_state(sweep_id, "done", summary={"stopped": None, "failed_attempts": 0})
     await store.add_event(sweep_id, "sweep.finished", fields={"state": "done"})

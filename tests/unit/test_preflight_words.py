@@ -5,12 +5,13 @@ no engine: they come from the one table of causes (orchestrator/causes.py)."""
 from __future__ import annotations
 
 from orchestrator.engines.base import ParseVerdict
+from orchestrator.evidence import RefusalEvidence
 from orchestrator.progress import failure_words
 
 
 def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> None:
     verdict = ParseVerdict(False, "resolution", "ValueError: Unknown speculative algorithm: FOO")
-    words = failure_words(verdict.cause, verdict.evidence().to_json())
+    words = failure_words(verdict.cause, RefusalEvidence.of(verdict).to_json())
     assert "at startup" not in words
     assert words == (
         "the host's own parser refused the config (found by the preflight, before any "
@@ -21,7 +22,7 @@ def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> 
 def test_a_bad_value_the_parser_refused_names_the_preflight_too() -> None:
     error = "launch_server.py: error: argument --speculative-num-draft-tokens: invalid int value"
     verdict = ParseVerdict(False, "argparse", error)
-    words = failure_words(verdict.cause, verdict.evidence().to_json())
+    words = failure_words(verdict.cause, RefusalEvidence.of(verdict).to_json())
     assert words.endswith(f"before any restart): {error}")
 
 
