@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
+import orchestrator.report.fmt as fmt
+import orchestrator.report.svg as svg
+import orchestrator.report.tables as tables
 from orchestrator.answers import Answer
-from orchestrator.report import fmt, svg, tables
 from orchestrator.report.compare import compare
 from orchestrator.report.model import (
     FLAGS,

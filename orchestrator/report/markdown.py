@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from orchestrator.report import fmt, tables
+import orchestrator.report.fmt as fmt
+import orchestrator.report.tables as tables
 from orchestrator.report.compare import Comparison, compare
 from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
 from orchestrator.report.space import explored_space

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orchestrator.report.fmt as fmt
+import orchestrator.report.words as words
 from orchestrator.answers import Answer, Contender
-from orchestrator.report import fmt, words
 from orchestrator.report.compare import Comparison
 from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, PointView, TrialView
 from orchestrator.report.space import SpaceGrid

@@ -13,10 +13,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import orchestrator.report.fmt as fmt
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
 from orchestrator.answers.model import Exploration, named
 from orchestrator.answers.smooth import PRIOR_RESTART_CV
-from orchestrator.report import fmt
 from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
 from orchestrator.types import plural

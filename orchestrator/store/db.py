@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
-from orchestrator.store import ops
+import orchestrator.store.ops as ops
 from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
 from orchestrator.store.records import (
     Attempt,

@@ -22,8 +22,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+import orchestrator.sweepfile.rules as rules
 from orchestrator.bench.workloads import WorkloadFileError, parse_sample
-from orchestrator.sweepfile import rules
 from orchestrator.sweepfile.problems import (
     FieldPath,
     Located,

@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orchestrator.engines.llamacpp.argv as argv_parser
+import orchestrator.engines.llamacpp.config as config
+import orchestrator.engines.llamacpp.logs as logs
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
@@ -29,8 +32,6 @@ from orchestrator.engines.base import (
     TokenSource,
     WireRequest,
 )
-from orchestrator.engines.llamacpp import argv as argv_parser
-from orchestrator.engines.llamacpp import config, logs
 from orchestrator.engines.openai_chat import ChatDialect, count, json_object, stream_payloads
 from orchestrator.engines.shared import (
     lines_follow_decoding,

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orchestrator.engines.sglang.argv as argv_parser
+import orchestrator.engines.sglang.forcing as forcing
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
@@ -57,8 +59,6 @@ from orchestrator.engines.openai_chat import (
     json_object,
     stream_payloads,
 )
-from orchestrator.engines.sglang import argv as argv_parser
-from orchestrator.engines.sglang import forcing
 from orchestrator.engines.shared import (
     first_failure,
     init_fields,

@@ -16,6 +16,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orchestrator.engines.vllm.argv as argv_parser
+import orchestrator.engines.vllm.config as config
+import orchestrator.engines.vllm.facts as facts
+import orchestrator.engines.vllm.logs as logs
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Dialect,
@@ -25,8 +29,6 @@ from orchestrator.engines.base import (
 )
 from orchestrator.engines.openai_chat import ChatDialect
 from orchestrator.engines.shared import listed_models, probe_chat
-from orchestrator.engines.vllm import argv as argv_parser
-from orchestrator.engines.vllm import config, facts, logs
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
 if TYPE_CHECKING:
