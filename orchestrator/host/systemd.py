@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from orchestrator.host.dropin import (
     DropinHeader,
@@ -36,9 +36,6 @@ from orchestrator.host.transport import (
 )
 from orchestrator.log import get_logger
 from orchestrator.types import FailureCause
-
-if TYPE_CHECKING:
-    from orchestrator.host.unitcontrol import UnitControl
 
 STATE_PROPERTIES = (
     "Id",
@@ -638,11 +635,26 @@ class UnitSnapshot:
         )
 
 
+class UnitLoader(Protocol):
+    """What reading a unit and installing or restoring its files need of the host's unit
+    control: its state, its files as the manager lists them, and a reload. Every
+    :class:`~orchestrator.host.unitcontrol.UnitControl` is one; it is declared here, under the
+    control (which drives this module's ``systemctl`` commands), so the two import one way."""
+
+    async def show(
+        self, unit: str, props: Sequence[str] = STATE_PROPERTIES, *, timeout: float
+    ) -> UnitState: ...
+
+    async def cat(self, unit: str, *, timeout: float) -> list[UnitFile]: ...
+
+    async def daemon_reload(self, *, timeout: float) -> None: ...
+
+
 async def read_unit(
     transport: Transport,
     unit: str,
     *,
-    control: UnitControl,
+    control: UnitLoader,
     path: str | None = None,
     timeout: float = 20.0,
     launch_files: bool = False,
@@ -758,7 +770,7 @@ async def verify_unit(
     unit: str,
     expected: TrialInvocation,
     *,
-    control: UnitControl,
+    control: UnitLoader,
     path: str,
     timeout: float = 20.0,
 ) -> LoadedUnit:
@@ -778,7 +790,7 @@ async def install_dropin(
     text: str,
     expected: TrialInvocation,
     *,
-    control: UnitControl,
+    control: UnitLoader,
     path: str | None = None,
     timeout: float = 60.0,
     launch_files: bool = False,
@@ -839,7 +851,7 @@ async def remove_stale_temp_files(
 
 
 async def restore_files(
-    transport: Transport, snapshot: UnitSnapshot, *, control: UnitControl, timeout: float = 60.0
+    transport: Transport, snapshot: UnitSnapshot, *, control: UnitLoader, timeout: float = 60.0
 ) -> list[ForeignChange]:
     """Put back what we changed (our drop-in: its old bytes, or gone, and its directory if we
     made it), daemon-reload, and verify byte-identity. Returns the paths of OTHER unit files
