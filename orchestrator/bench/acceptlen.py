@@ -24,12 +24,10 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.engines.base import AcceptanceCounters, DecodeEvent, LogEvent
 from orchestrator.store.results import AcceptEstimate, AcceptLength
-
-if TYPE_CHECKING:
-    from orchestrator.engines.base import AcceptanceCounters, LogEvent
 
 DISAGREE_TOLERANCE = 0.05
 
@@ -228,8 +226,6 @@ def decode_samples_from_messages(
     Lines without an accept len (speculative decoding off) are skipped, so an empty result
     over a non-empty window still raises ``no_decode_lines``.
     """
-    from orchestrator.engines.base import DecodeEvent
-
     samples: list[DecodeSample] = []
     for message in messages:
         event = parse(message)
