@@ -46,6 +46,7 @@ from orchestrator.report import FORMATS, MEDIA_TYPES, ReportFormat
 
 if TYPE_CHECKING:
     from orchestrator.host.systemd import ForeignChange
+from orchestrator.progress.snapshot import ProgressSnapshot
 from orchestrator.store import (
     JsonObject,
     Store,
@@ -57,7 +58,6 @@ from orchestrator.store import (
 from orchestrator.store.results import config_label
 from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
-from orchestrator.sweepprogress import ProgressSnapshot
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024

@@ -30,14 +30,9 @@ from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
 from orchestrator import engines
 from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.http1 import ConnectionPolicy, base_url_from_user
-from orchestrator.bench.matrix import (
-    FLAG_ERRORS,
-    PointResult,
-    PointSpec,
-    Slo,
-)
 from orchestrator.bench.measure import measure_point
 from orchestrator.bench.openloop import arrival_schedule
+from orchestrator.bench.point import FLAG_ERRORS, Measurement, PointSpec, Slo
 from orchestrator.bench.problems import (
     CodingProblem,
     ProblemFileError,
@@ -100,7 +95,7 @@ def eta_seconds(done: int, total: int, paced_s: float | None) -> float | None:
 @dataclass(frozen=True, slots=True)
 class RequestSnapshot:
     """What the bench's request display shows at one moment (a sweep's is
-    :class:`~orchestrator.sweepprogress.ProgressSnapshot`)."""
+    :class:`~orchestrator.progress.snapshot.ProgressSnapshot`)."""
 
     done: int
     total: int
@@ -558,7 +553,7 @@ def prompt_as_sent(prompt: str | Prompt, api: ApiKind) -> str | list[dict[str, s
 
 
 def point_line(
-    point: PointResult,
+    point: Measurement,
     *,
     url: str,
     model: str,
@@ -578,13 +573,13 @@ def point_line(
     return line
 
 
-def _point_summary(point: PointResult, *, include_requests: bool) -> dict[str, Any]:
-    out = point.to_dict(include_requests=include_requests)
+def _point_summary(point: Measurement, *, include_requests: bool) -> dict[str, Any]:
+    out = point.to_json(include_requests=include_requests)
     out["accept_len_journal_reason"] = JOURNAL_NOTE
     return out
 
 
-def _print_table(points: list[PointResult]) -> None:
+def _print_table(points: list[Measurement]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -615,7 +610,7 @@ def _print_table(points: list[PointResult]) -> None:
         return "-" if value is None else f"{value:.{digits}f}"
 
     for p in points:
-        m = p.metrics
+        m, accept = p.metrics, p.point.accept
         load = f"C={p.spec.concurrency}" if p.spec.rate is None else f"{p.spec.rate:g}/s"
         table.add_row(
             str(p.spec.context),
@@ -624,15 +619,15 @@ def _print_table(points: list[PointResult]) -> None:
             num(m.request_s, 2),
             num(m.goodput, 2),
             num(m.output_tok_s),
-            ms(m.ttft.p50),
-            ms(m.ttft.p99),
-            ms(m.itl.p50),
-            ms(m.itl.p99),
-            ms(m.tpot.p50),
-            ms(m.e2e.p50),
+            ms(m.ttft.p50_s),
+            ms(m.ttft.p99_s),
+            ms(m.itl.p50_s),
+            ms(m.itl.p99_s),
+            ms(m.tpot.p50_s),
+            ms(m.e2e.p50_s),
             str(m.errors),
-            num(p.accept_len.value, 3),
-            " ".join(p.flags + p.accept_len.flags),
+            num(accept.value, 3),
+            " ".join(p.flags + accept.flags),
         )
     # Off a terminal (piped, captured) rich would squeeze the table into 80 columns.
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -765,7 +760,7 @@ async def run_async(
     output: IO[str] | None = None,
     sample: WorkloadSample | None = None,
     engine: Engine | None = None,
-) -> tuple[int, dict[str, Any], list[PointResult]]:
+) -> tuple[int, dict[str, Any], list[Measurement]]:
     """Run the matrix (and coding when asked): the exit code, the JSON document, the points.
 
     Each point goes to ``output`` (one JSON line, flushed) as soon as it is measured, so a run
@@ -778,7 +773,7 @@ async def run_async(
         + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
     )
     document = run_document(args, engine)
-    points: list[PointResult] = []
+    points: list[Measurement] = []
     client = ObservedClient(
         args.url,
         api=args.api,

@@ -61,7 +61,7 @@ from orchestrator.daemon.restore import (
     restore_from_backup,
     restore_host,
 )
-from orchestrator.daemon.scheduler import ActiveSweep, Scheduler, SweepProgress
+from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
 from orchestrator.daemon.statedir import (
     ACCEPTED,
     DB_NAME,
@@ -102,7 +102,6 @@ __all__ = [
     "Restorer",
     "Scheduler",
     "StateDir",
-    "SweepProgress",
     "UnknownHost",
     "daemon_holds",
     "host_keys",

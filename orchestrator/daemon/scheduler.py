@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,60 +26,14 @@ from orchestrator.hostloop import StopSignal
 from orchestrator.leasing import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
+from orchestrator.progress.reports import SweepProgress
 from orchestrator.runner import run_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
-from orchestrator.sweepprogress import ProgressSnapshot
-from orchestrator.sweeptracker import SweepShape, SweepTracker
 from orchestrator.trialsource import TrialSourceFactory
 
 ABANDON_WAIT_S = 5.0
-
-
-class SweepProgress:
-    """The runner's progress reports for one sweep: each host's latest fields (``status``'s
-    ``current``, ``STATUS=``), and the tracker behind the sweep's progress and ETA (the same
-    numbers the foreground display shows)."""
-
-    def __init__(
-        self,
-        shape: SweepShape | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.hosts: dict[str, dict[str, Any]] = {}
-        self.clock, self.wall_clock = clock, wall_clock
-        self.tracker = SweepTracker(shape or SweepShape(), started=clock())
-
-    @classmethod
-    def for_sweep(
-        cls,
-        sweep: Sweep,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> SweepProgress:
-        return cls(SweepShape.of(sweep), clock=clock, wall_clock=wall_clock)
-
-    def update(self, host: str, **fields: Any) -> None:
-        self.tracker.update(host, fields, self.clock())
-        view = self.hosts.setdefault(host, {})
-        # The typed point is the tracker's; the JSON fields keep its metrics (last_point).
-        view.update((name, value) for name, value in fields.items() if name != "point")
-        view["updated_at"] = self.wall_clock()
-
-    def snapshot(self) -> ProgressSnapshot:
-        return self.tracker.snapshot(self.clock(), self.wall_clock())
-
-    def describe(self) -> str:
-        parts = []
-        for host, view in sorted(self.hosts.items()):
-            trial = view.get("config") or view.get("trial") or "-"  # knob values, not a key
-            counted = f" {view['done']}/{view['total']}" if "total" in view else ""
-            parts.append(f"{host} {trial} {view.get('step', '')}{counted}".rstrip())
-        return ", ".join(parts)
 
 
 @dataclass

@@ -26,13 +26,13 @@ from typing import Any
 
 from orchestrator.answers import Answer, answer_sweep
 from orchestrator.log import configure_logging, get_logger
-from orchestrator.progress import print_outcome
 from orchestrator.report import render_report
 from orchestrator.sim.cli import simulated_hosts
 from orchestrator.sim.sshd import BindError
 from orchestrator.store import Store
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.verbs.common import EXIT_FAILED, EXIT_OK, emit_json
+from orchestrator.verbs.outcome import print_outcome
 from orchestrator.verbs.run import run_in_foreground
 
 DEMO_RESOURCES = {"sglang": "demo.yaml", "vllm": "demo-vllm.yaml"}

@@ -9,12 +9,12 @@ import sys
 
 from orchestrator.answers import answered
 from orchestrator.hostloop import INTERRUPT, StopSignal
-from orchestrator.progress import LiveProgress, print_outcome
+from orchestrator.progress.live import LiveProgress
+from orchestrator.progress.tracker import SweepShape
 from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
-from orchestrator.sweeptracker import SweepShape
 from orchestrator.types import content_hash
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
@@ -26,6 +26,7 @@ from orchestrator.verbs.common import (
     emit_json,
     load_sweep_or_raise,
 )
+from orchestrator.verbs.outcome import print_outcome
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

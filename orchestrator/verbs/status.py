@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.sweepprogress import ProgressSnapshot, clock_time
+from orchestrator.progress.snapshot import ProgressSnapshot, clock_time
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
     add_socket_argument,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.daemon.scheduler import SweepProgress
+from orchestrator.progress.reports import SweepProgress
 
 
 def test_the_status_line_names_the_config_by_its_knob_values_never_by_its_trial_key() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from orchestrator import cli
-from orchestrator.progress import outcome_lines
 from orchestrator.verbs.demo import DEMO_TIME_SCALE, load_demo_sweep
+from orchestrator.verbs.outcome import outcome_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from orchestrator.engines.base import ParseVerdict
 from orchestrator.evidence import RefusalEvidence
-from orchestrator.progress import failure_words
+from orchestrator.verbs.outcome import failure_words
 
 
 def test_a_config_the_parser_refused_is_not_reported_as_refused_at_startup() -> None:

@@ -1,4 +1,4 @@
-"""The live display and the closing outcome, driven the way the runner drives them.
+"""The live display, driven the way the runner drives it.
 
 The display is rendered to a plain-text console with a fake clock: what a person reads is the
 text, so the tests read the text."""
@@ -8,23 +8,15 @@ from __future__ import annotations
 import io
 import re
 import time
-from typing import Any, get_args
+from typing import Any
 
 from rich.console import Console
 
 from orchestrator.plan import plan_sweep
-from orchestrator.progress import (
-    CAUSE_WORDS,
-    LiveProgress,
-    best_config,
-    clock_time,
-    failure_words,
-    outcome_lines,
-)
+from orchestrator.progress.live import LiveProgress
+from orchestrator.progress.snapshot import clock_time, duration
+from orchestrator.progress.tracker import planned_trials
 from orchestrator.store import ThroughputMetrics, ThroughputPoint
-from orchestrator.sweepprogress import duration
-from orchestrator.sweeptracker import planned_trials
-from orchestrator.types import FailureCause
 from orchestrator.verbs.demo import load_demo_sweep
 
 
@@ -128,105 +120,3 @@ def test_the_display_redraws_by_itself_on_a_terminal() -> None:
         time.sleep(1.6)
     frames = set(re.findall(r"(\d+)s elapsed", out.getvalue()))
     assert len(frames) >= 2
-
-
-def _attempt(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "key": "k",
-        "host": "sim-01",
-        "config": {},
-        "state": "done",
-        "cause": None,
-        "evidence": None,
-        "attempt": 1,
-        "points": [],
-    }
-    return {**base, **fields}
-
-
-def test_outcome_says_each_failure_in_plain_words_and_the_best_config() -> None:
-    results = {
-        "sweep": "demo",
-        "id": 3,
-        "state": "done",
-        "trials": [
-            _attempt(
-                config={"budget": 16, "topk": 4},
-                points=[
-                    {"kind": "throughput", "context": 60, "concurrency": 4,
-                     "metrics": {"output_tok_s": 5408.2}},
-                    {"kind": "coding", "metrics": {"outcome": "pass"}},
-                    {"kind": "coding", "metrics": {"outcome": "fail"}},
-                ],
-            ),
-            _attempt(
-                config={"budget": 8, "topk": 4, "legacy_window": 2048},
-                state="failed",
-                cause="bad-flag",
-                evidence={"found_by": "preflight",
-                          "unknown_flags": ["--speculative-dflash-draft-window-size"]},
-            ),
-            _attempt(
-                config={"algorithm": "DFLASH", "block_size": 16, "window": 8},
-                state="failed",
-                cause="invalid-config",
-                attempt=2,
-                evidence={"message": "raise ValueError(", "excerpt": [
-                    "Traceback (most recent call last):",
-                    "ValueError: speculative_draft_window_size=8 must be >= the block size (16)",
-                    "sglang.service: Main process exited, code=exited, status=1/FAILURE",
-                ]},
-            ),
-        ],
-    }
-    lines = outcome_lines(results, note=lambda t: "as intended" if t["cause"] else None)
-    text = "\n".join(lines)
-    assert lines[0] == "sweep demo (id 3): done" and len(lines) == 4
-    assert "sweep demo (id 3): done" in text
-    assert "coding 1/2 pass" in text and "up to 5,408 tok/s" in text
-    assert "FAILED: bad-flag (as intended)" in text
-    assert "does not know a flag: --speculative-dflash-draft-window-size" in text
-    assert "found by the preflight" in text
-    assert "FAILED: invalid-config" in text and "(attempt 2)" in text
-    assert "ValueError: speculative_draft_window_size=8 must be >= the block size" in text
-    assert best_config(results) == "budget=16 topk=4 @sim-01: 5,408 tok/s (ctx 60, c=4)"
-
-
-def test_every_failure_cause_has_plain_words() -> None:
-    assert set(get_args(FailureCause)) <= set(CAUSE_WORDS)
-
-
-def test_failure_words_fall_back_to_the_message() -> None:
-    words = failure_words("memory-not-released", {"message": "GPU 0 still holds 8000 MiB"})
-    assert words == (
-        "GPU memory stayed in use after the stop; the unit was not started: "
-        "GPU 0 still holds 8000 MiB"
-    )
-    assert failure_words(None, None) == "it failed"
-    # the evidence is shown as it is
-    results = {"sweep": "s", "id": 1, "state": "done", "trials": [
-        _attempt(state="failed", cause="exited", evidence={"message": "[red]boom[/red] [N]"})
-    ]}
-    assert outcome_lines(results)[1].endswith("FAILED: exited: the server exited at startup: "
-                                              "[red]boom[/red] [N]")
-
-
-def test_failure_words_name_the_line_the_engine_classified() -> None:
-    """vLLM's engine core logs the root cause, then the API server's own RuntimeError line
-    follows it: the words show the line the cause was read from, not the last error line."""
-    root = (
-        "ValueError: max_num_scheduled_tokens is set to 0 based on the speculative decoding "
-        "settings, which does not allow any tokens to be scheduled."
-    )
-    evidence = {
-        "message": root,
-        "excerpt": [
-            "(EngineCore pid=7) ERROR 12-03 15:12:12 [core.py:1584] EngineCore failed to start.",
-            f"(EngineCore pid=7) ERROR 12-03 15:12:12 [core.py:1584] {root}",
-            "RuntimeError: Engine core initialization failed. See root cause above. "
-            "Failed core proc(s): {'EngineCore': 1}",
-            "vllm.service: Main process exited, code=exited, status=1/FAILURE",
-        ],
-    }
-    words = failure_words("invalid-config", evidence)
-    assert words.endswith(f": {root}") and "RuntimeError" not in words

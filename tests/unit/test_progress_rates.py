@@ -4,9 +4,9 @@ offered 43 arrivals in 8 s, 5.4 req/s)."""
 
 from __future__ import annotations
 
+from orchestrator.progress.snapshot import BestBy, ProgressSnapshot
+from orchestrator.progress.tracker import SweepShape, SweepTracker
 from orchestrator.store import MatrixCell
-from orchestrator.sweepprogress import BestBy, ProgressSnapshot
-from orchestrator.sweeptracker import SweepShape, SweepTracker
 from tests.unit.test_variance_model import goodput_point
 
 

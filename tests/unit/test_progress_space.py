@@ -7,10 +7,10 @@ import io
 
 from rich.console import Console
 
-from orchestrator.progress import LiveProgress
+from orchestrator.progress.live import LiveProgress
+from orchestrator.progress.tracker import SweepShape
 from orchestrator.store.results import config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.sweeptracker import SweepShape
 from tests.unit.tinysweep import tiny_sweep
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.answers import Answer, answer_sweep
+from orchestrator.progress.snapshot import BestBy
+from orchestrator.progress.tracker import SweepShape, SweepTracker
 from orchestrator.report.tables import contenders_table
 from orchestrator.report.words import answer_words, where
 from orchestrator.store import MatrixCell, ThroughputPoint
-from orchestrator.sweepprogress import BestBy
-from orchestrator.sweeptracker import SweepShape, SweepTracker
 from orchestrator.types import OfferedLoad
 from tests.unit.test_answers import B8, Bench, make_sweep
 from tests.unit.test_variance_model import OFFERED, SECONDS, _goodput_sweep, goodput_point

@@ -2,9 +2,10 @@
 how much of the plan or of the restart budget is spent, the ETA and what bounds it, and the
 best config so far by the sweep's objective; with its JSON (``status --json``) and its words.
 
-:class:`orchestrator.sweeptracker.SweepTracker` makes one from the runner's reports; the live
-display (:mod:`orchestrator.progress`) and the daemon's ``status`` show the same one. This
-module imports no sweep file, plan or report, so the ``status`` client stays light.
+:class:`~orchestrator.progress.tracker.SweepTracker` makes one from the runner's reports; the
+live display (:mod:`orchestrator.progress.live`) and the daemon's ``status`` show the same one.
+This module imports no sweep file, plan, store or report (the report's number formats only
+when words are asked), so the ``status`` client stays light.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from orchestrator.store import JsonObject
-from orchestrator.types import MatrixCell, OfferedLoad, metric_is_minimized
+from orchestrator.types import JsonObject, MatrixCell, OfferedLoad, metric_is_minimized
 
 _Plain = TypeVar("_Plain", "Eta", "HostProgress", "Restarts")
 

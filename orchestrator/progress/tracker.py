@@ -1,5 +1,5 @@
 """A running sweep's progress, folded from the runner's reports into a
-:class:`~orchestrator.sweepprogress.ProgressSnapshot`. Pure (callers pass the clocks), so the
+:class:`~orchestrator.progress.snapshot.ProgressSnapshot`. Pure (callers pass the clocks), so the
 live display and the daemon's ``status`` show the same numbers.
 
 The ETA is the slowest host's. Under a plan (grid) a host still owes its remaining trials;
@@ -23,12 +23,7 @@ from typing import Any
 from orchestrator.answers.runs import point_metric
 from orchestrator.answers.saturation import offered_rate
 from orchestrator.plan import Trial, expand_configs, plan_sweep
-from orchestrator.report.model import shared_knobs, short_labels
-from orchestrator.search.deadline import local_deadline
-from orchestrator.store import ThroughputPoint
-from orchestrator.store.results import config_label
-from orchestrator.sweepfile import Sweep
-from orchestrator.sweepprogress import (
+from orchestrator.progress.snapshot import (
     Best,
     BestBy,
     Eta,
@@ -37,6 +32,11 @@ from orchestrator.sweepprogress import (
     ProgressSnapshot,
     Restarts,
 )
+from orchestrator.report.model import shared_knobs, short_labels
+from orchestrator.search.deadline import local_deadline
+from orchestrator.store import ThroughputPoint
+from orchestrator.store.results import config_label
+from orchestrator.sweepfile import Sweep
 from orchestrator.types import MatrixCell
 
 
