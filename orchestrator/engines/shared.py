@@ -44,6 +44,56 @@ def program_help_argv(exec_start: Sequence[str]) -> list[str]:
     return [exec_start[0], "--help"]
 
 
+def parse_script(
+    marker: str, imports: Sequence[str], definitions: str, resolution_errors: Sequence[str]
+) -> str:
+    """The script a host's own Python runs (``PYTHON -c SCRIPT ARGV_JSON...``) to ask the
+    engine's parser about each argv, one JSON list per argument, in one process: importing an
+    engine costs tens of seconds, so a whole sweep's space is one import, not one per config.
+
+    It runs on the host's Python (any 3.8+), so it is plain and self-contained. It runs
+    ``imports`` once; where they fail it prints one ``import_error`` answer and exits 0 (the
+    caller falls back to ``--help``). ``definitions`` defines ``parse(argv)`` (the engine's
+    parser and resolution) and ``speculative(args)`` (the parsed speculative fields, or a
+    refusal). Each argv starts from the environment the process was given (resolution may set
+    variables) and gets one line, ``marker`` then JSON with its ``index``: ``ok`` with the
+    speculative fields; argparse's error line (argparse prints usage and ``PROG: error: ...``
+    to stderr and exits 2); one of ``resolution_errors``, a refusal by the resolution; any
+    other exception (no GPU visible, a model path unreadable from here) is no verdict on the
+    argv (``ok`` null). :func:`read_marked_answers` reads the lines."""
+    import_block = "".join(f"    {line}\n" for line in imports)
+    return f"""\
+import contextlib, io, json, os, sys
+def emit(**fields):
+    print({marker!r} + json.dumps(fields, default=str), flush=True)
+try:
+{import_block}except BaseException as exc:
+    emit(import_error=type(exc).__name__ + ": " + str(exc))
+    sys.exit(0)
+{definitions}def main():
+    environ = dict(os.environ)
+    for index, text in enumerate(sys.argv[1:]):
+        os.environ.clear()
+        os.environ.update(environ)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                found = speculative(parse(json.loads(text)))
+        except SystemExit:
+            lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
+            emit(index=index, ok=False, kind="argparse",
+                 error=lines[-1] if lines else err.getvalue()[-400:])
+        except ({", ".join(resolution_errors)}) as exc:
+            emit(index=index, ok=False, kind="resolution",
+                 error=type(exc).__name__ + ": " + str(exc))
+        except Exception as exc:
+            emit(index=index, ok=None, kind="unchecked", error=type(exc).__name__ + ": " + str(exc))
+        else:
+            emit(index=index, ok=True, speculative=found)
+main()
+"""
+
+
 def read_marked_answers(
     stdout: str, stderr: str, count: int, *, marker: str, import_line: str, parser: str
 ) -> list[ParseVerdict] | ParserUnavailable:
@@ -245,6 +295,7 @@ __all__ = [
     "init_fields",
     "listed_models",
     "normal_scalar_word",
+    "parse_script",
     "probe_chat",
     "probe_request",
     "read_marked_answers",

@@ -46,7 +46,12 @@ from orchestrator.engines.base import (
     WireRequest,
 )
 from orchestrator.engines.openai_chat import ChatDialect
-from orchestrator.engines.shared import listed_models, probe_request, program_help_argv
+from orchestrator.engines.shared import (
+    listed_models,
+    parse_script,
+    probe_request,
+    program_help_argv,
+)
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.launchfile import LaunchFormat
@@ -87,30 +92,17 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
 
 # Runs on the host with the unit's interpreter and environment: asks the toy server's own
 # parser and resolution about each argv (one JSON list per argument), one marked line each.
-PARSE_SCRIPT = f"""\
-import contextlib, io, json, sys
-def emit(**fields):
-    print({PARSE_MARKER!r} + json.dumps(fields), flush=True)
-try:
-    from {MODULE} import build_parser, resolve
-except BaseException as exc:
-    emit(import_error=type(exc).__name__ + ": " + str(exc))
-    sys.exit(0)
-for index, text in enumerate(sys.argv[1:]):
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            config = resolve(build_parser().parse_args(json.loads(text)))
-    except SystemExit:
-        lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
-        emit(index=index, ok=False, kind="argparse",
-             error=lines[-1] if lines else err.getvalue()[-400:])
-    except ValueError as exc:
-        emit(index=index, ok=False, kind="resolution", error="ValueError: " + str(exc))
-    else:
-        emit(index=index, ok=True,
-             speculative={{"draft_depth": config.draft_depth, "kernel": config.kernel}})
-"""
+PARSE_SCRIPT = parse_script(
+    PARSE_MARKER,
+    [f"from {MODULE} import build_parser, resolve"],
+    """\
+def parse(argv):
+    return resolve(build_parser().parse_args(argv))
+def speculative(config):
+    return {"draft_depth": config.draft_depth, "kernel": config.kernel}
+""",
+    ["ValueError"],
+)
 
 
 class ToyChatDialect:

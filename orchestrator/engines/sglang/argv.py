@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 
 from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
-from orchestrator.engines.shared import read_marked_answers
+from orchestrator.engines.shared import parse_script, read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix
 
@@ -28,43 +28,21 @@ PARSER = "sglang"
 MARKER = "ORCHESTRATOR_SGLANG_PARSE "
 IMPORT_LINE = "from sglang.srt.server_args import prepare_server_args"
 
-# Runs on the host's Python (any 3.8+), so plain and self-contained. Each argument is one argv
-# as a JSON list. argparse reports an error by printing usage and "PROG: error: ..." to stderr
-# and exiting 2; resolution (ServerArgs' __post_init__) raises ValueError or fails an assert.
-# Anything else (no GPU visible, a model path unreadable from here) is no verdict on the argv:
-# ok is null. Resolution may set environment variables, so each argv starts from the
-# environment the process was given.
-PARSE_SCRIPT = f"""\
-import contextlib, io, json, os, sys
-def emit(**fields):
-    print({MARKER!r} + json.dumps(fields, default=str), flush=True)
-try:
-    {IMPORT_LINE}
-except BaseException as exc:
-    emit(import_error=type(exc).__name__ + ": " + str(exc))
-    sys.exit(0)
-environ = dict(os.environ)
-for index, text in enumerate(sys.argv[1:]):
-    os.environ.clear()
-    os.environ.update(environ)
-    argv = json.loads(text)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = prepare_server_args(argv)
-    except SystemExit:
-        lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
-        emit(index=index, ok=False, kind="argparse",
-             error=lines[-1] if lines else err.getvalue()[-400:])
-    except (ValueError, AssertionError) as exc:
-        emit(index=index, ok=False, kind="resolution", error=type(exc).__name__ + ": " + str(exc))
-    except Exception as exc:
-        emit(index=index, ok=None, kind="unchecked", error=type(exc).__name__ + ": " + str(exc))
-    else:
-        names = [n for n in dir(args) if n.startswith("speculative_")]
-        emit(index=index, ok=True, speculative={{n: getattr(args, n) for n in names
-                                                if not callable(getattr(args, n))}})
-"""
+# prepare_server_args parses (argparse) and resolves (ServerArgs' __post_init__, which raises
+# ValueError or fails an assert) in one call.
+PARSE_SCRIPT = parse_script(
+    MARKER,
+    [IMPORT_LINE],
+    """\
+def parse(argv):
+    return prepare_server_args(argv)
+def speculative(args):
+    names = [n for n in dir(args) if n.startswith("speculative_")]
+    return {n: getattr(args, n) for n in names if not callable(getattr(args, n))}
+""",
+    ["ValueError", "AssertionError"],
+)
+
 
 def parse_command(
     exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None

@@ -20,7 +20,7 @@ import os.path
 from collections.abc import Sequence
 
 from orchestrator.engines.base import ParseCommand, ParserUnavailable, ParseVerdict
-from orchestrator.engines.shared import program_help_argv, read_marked_answers
+from orchestrator.engines.shared import parse_script, program_help_argv, read_marked_answers
 from orchestrator.host.dropin import TrialInvocation
 from orchestrator.host.unitcommand import unit_env_prefix
 
@@ -29,18 +29,19 @@ MARKER = "ORCHESTRATOR_VLLM_PARSE "
 IMPORT_LINE = "from vllm.entrypoints.common.cli_args import make_arg_parser"
 """The line that marks the script (the simulated host answers it from its own parser)."""
 
-PARSE_SCRIPT = f"""\
-import contextlib, dataclasses, io, json, os, sys, typing
-def emit(**fields):
-    print({MARKER!r} + json.dumps(fields, default=str), flush=True)
-try:
-    {IMPORT_LINE}
-    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
-except BaseException as exc:
-    emit(import_error=type(exc).__name__ + ": " + str(exc))
-    sys.exit(0)
+# The parser ``vllm serve`` builds (or ``make_arg_parser``'s alone for an ``api_server``
+# module run), then what SpeculativeConfig and validate_parsed_serve_args refuse before a
+# model is loaded (pydantic's ValidationError is a ValueError).
+PARSE_SCRIPT = parse_script(
+    MARKER,
+    [
+        IMPORT_LINE,
+        "from vllm.entrypoints.common.cli_args import validate_parsed_serve_args",
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser",
+        "from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod",
+        "import typing",
+    ],
+    """\
 def literals(hint):
     args = typing.get_args(hint)
     return [a for x in args for a in literals(x)] if args else [hint]
@@ -48,15 +49,16 @@ methods = set(literals(SpeculativeMethod))
 fields = set(SpeculativeConfig.__dataclass_fields__)
 shortcuts = (("--spec-method", "method", "spec_method"), ("--spec-model", "model", "spec_model"),
              ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))
-def parser_for(argv):
+def parse(argv):
     if argv[:1] == ["serve"]:
         top = FlexibleArgumentParser(prog="vllm")
         subs = top.add_subparsers(required=False, dest="subparser")
         make_arg_parser(subs.add_parser("serve", usage="vllm serve [model_tag] [options]"))
-        return top
-    return make_arg_parser(FlexibleArgumentParser(prog="api_server.py"))
+    else:
+        top = make_arg_parser(FlexibleArgumentParser(prog="api_server.py"))
+    return top.parse_args(argv)
 def speculative(args):
-    spec = dict(getattr(args, "speculative_config", None) or {{}})
+    spec = dict(getattr(args, "speculative_config", None) or {})
     for flag, key, dest in shortcuts:
         value = getattr(args, dest, None)
         if value is None:
@@ -65,7 +67,7 @@ def speculative(args):
             raise ValueError(
                 flag + " and --speculative-config['" + key + "'] are mutually exclusive")
         spec[key] = value
-    spec = {{k.replace("-", "_"): v for k, v in spec.items()}}
+    spec = {k.replace("-", "_"): v for k, v in spec.items()}
     extra = sorted(set(spec) - fields)
     if extra:
         raise ValueError("1 validation error for SpeculativeConfig: " + ", ".join(extra)
@@ -73,34 +75,11 @@ def speculative(args):
     if "method" in spec and spec["method"] not in methods:
         raise ValueError("1 validation error for SpeculativeConfig: method: Input should be "
                          + " or ".join(repr(m) for m in sorted(methods)))
+    validate_parsed_serve_args(args)
     return spec
-environ = dict(os.environ)
-for index, text in enumerate(sys.argv[1:]):
-    os.environ.clear()
-    os.environ.update(environ)
-    argv = json.loads(text)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = parser_for(argv).parse_args(argv)
-    except SystemExit:
-        lines = [x for x in err.getvalue().splitlines() if ": error: " in x]
-        emit(index=index, ok=False, kind="argparse",
-             error=lines[-1] if lines else err.getvalue()[-400:])
-        continue
-    except (ValueError, TypeError, AssertionError) as exc:
-        emit(index=index, ok=False, kind="resolution", error=type(exc).__name__ + ": " + str(exc))
-        continue
-    try:
-        spec = speculative(args)
-        validate_parsed_serve_args(args)
-    except (ValueError, TypeError, AssertionError) as exc:
-        emit(index=index, ok=False, kind="resolution", error=type(exc).__name__ + ": " + str(exc))
-    except Exception as exc:
-        emit(index=index, ok=None, kind="unchecked", error=type(exc).__name__ + ": " + str(exc))
-    else:
-        emit(index=index, ok=True, speculative=spec)
-"""
+""",
+    ["ValueError", "TypeError", "AssertionError"],
+)
 
 _MODULE_FORMS = ("-m",)
 
