@@ -440,10 +440,11 @@ class Store:
         dropin: DropinSlot | None = None,
         adopted: str | None = None,
     ) -> UnitBackup:
-        """The unit as found now becomes the host's pending backup (see ``ops``); ``adopted``
+        """The unit as found now becomes the host's pending backup, refused while an earlier
+        backup of the host is pending (see ``ops.save_unit_backup``); ``adopted``
         is the trial key adopt installs as the unit's lasting config."""
         return await self._run(
-            ops.rearm_unit_backup,
+            ops.save_unit_backup,
             sweep_id,
             host,
             unit,
@@ -452,6 +453,7 @@ class Store:
             self._clock(),
             dropin,
             adopted,
+            rearm=True,
         )
 
     async def get_unit_backup(self, sweep_id: int, host: str, unit: str) -> UnitBackup | None:

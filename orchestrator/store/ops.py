@@ -4,16 +4,14 @@ Each write is exactly one ``BEGIN IMMEDIATE`` ... ``COMMIT``: taking the write l
 means a writer waits (busy timeout) instead of failing when another process committed in
 between, and a crash leaves either all of a write or none of it. Reads of several tables run in
 one read transaction so they see one snapshot. Callers pass ``now`` so the logic has no clock.
+A row becomes a record, and a record its row, only through :mod:`orchestrator.store.rows`.
 These functions run only on the store's worker thread (see :mod:`orchestrator.store.db`).
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import math
 import sqlite3
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
 
@@ -38,7 +36,6 @@ from orchestrator.store.records import (
     HostRecord,
     NewPoint,
     NewTrial,
-    PointKind,
     PointRecord,
     StoredRequest,
     SubmitResult,
@@ -58,10 +55,24 @@ from orchestrator.store.results import (
     build_results,
     latest_states,
 )
+from orchestrator.store.rows import (
+    ATTEMPTS,
+    EVENTS,
+    HOSTS,
+    PLAN,
+    POINTS,
+    REQUESTS,
+    SWEEPS,
+    TRIALS,
+    UNIT_BACKUPS,
+    R,
+    Table,
+    to_json_or_null,
+)
 from orchestrator.store.workloads import insert_workloads, stored_hashes, workload_hashes
 from orchestrator.types import content_hash
 
-# --- transactions and JSON ------------------------------------------------------------------
+# --- transactions and statements -----------------------------------------------------------
 
 
 @contextmanager
@@ -88,192 +99,58 @@ def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("COMMIT")
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: a value that could not be computed is stored as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+def _select(
+    conn: sqlite3.Connection,
+    table: Table[R],
+    tail: str,
+    params: Sequence[Any] = (),
+    *,
+    alias: str = "",
+) -> list[R]:
+    """The records of ``table`` a query finds; ``tail`` is what follows the table's name (an
+    alias and joins, then WHERE and ORDER BY); ``alias`` prefixes the selected columns."""
+    rows = conn.execute(f"SELECT {table.select(alias)} FROM {table.name} {tail}", params)
+    return [table.load(row) for row in rows.fetchall()]
 
 
-def to_json(value: Any) -> str:
-    return json.dumps(_finite(value), allow_nan=False, separators=(",", ":"))
+def _select_one(
+    conn: sqlite3.Connection, table: Table[R], tail: str, params: Sequence[Any]
+) -> R | None:
+    found = _select(conn, table, tail, params)
+    return found[0] if found else None
 
 
-def to_json_or_null(value: Any) -> str | None:
-    return None if value is None else to_json(value)
+def _insert_sql(table: str, columns: Collection[str], tail: str) -> str:
+    marks = ", ".join("?" * len(columns))
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) {tail}".rstrip()
 
 
-def from_json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _insert(
+    conn: sqlite3.Connection, table: str, values: Mapping[str, Any], tail: str = ""
+) -> int:
+    """One row (column -> stored value, as :meth:`Table.dump` writes it); returns its id."""
+    cursor = conn.execute(_insert_sql(table, values.keys(), tail), tuple(values.values()))
+    return cast(int, cursor.lastrowid)
 
 
-# --- row -> record --------------------------------------------------------------------------
-
-_SWEEP_COLUMNS = (
-    "id, name, content_hash, yaml_text, source_path, priority, submitted_at, state, "
-    "started_at, finished_at, summary, replaced_by, replaced_at"
-)
-_ATTEMPT_COLUMNS = (
-    "id, trial_id, number, state, cause, evidence, started_at, finished_at, invocation_id, resumes"
-)
-_TRIAL_COLUMNS = "id, sweep_id, key, host, config, ordinal, is_baseline, plan"
-_POINT_COLUMNS = (
-    "id, attempt_id, point_key, kind, context, concurrency, problem, metrics, accept_len, "
-    "quality, invocation_id, cursor_start, cursor_end, started_at, finished_at, committed_at, "
-    "rate, workload"
-)
-_BACKUP_COLUMNS = "id, sweep_id, host, unit, files, state, taken_at, restored_at, dropin, adopted"
-_LEGACY_DROPIN = ("__dropin_path", "__dropin_dir_existed", "__dropin_mode")
-_LEGACY_ADOPTED = "__adopted"
-"""The reserved keys a backup's state held before version 6 gave them their own columns."""
-
-
-def _sweep(row: sqlite3.Row) -> SweepRecord:
-    return SweepRecord(
-        id=row["id"],
-        name=row["name"],
-        content_hash=row["content_hash"],
-        yaml_text=row["yaml_text"],
-        source_path=row["source_path"],
-        priority=row["priority"],
-        submitted_at=row["submitted_at"],
-        state=cast(SweepState, row["state"]),
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        summary=from_json(row["summary"]),
-        replaced_by=row["replaced_by"],
-        replaced_at=row["replaced_at"],
-    )
-
-
-def _trial(row: sqlite3.Row) -> TrialRecord:
-    return TrialRecord(
-        id=row["id"],
-        sweep_id=row["sweep_id"],
-        key=row["key"],
-        host=row["host"],
-        config=from_json(row["config"]),
-        ordinal=row["ordinal"],
-        is_baseline=bool(row["is_baseline"]),
-        plan=None if row["plan"] is None else TrialPlan.from_json(from_json(row["plan"])),
-    )
-
-
-def _attempt(row: sqlite3.Row) -> Attempt:
-    return Attempt(
-        id=row["id"],
-        trial_id=row["trial_id"],
-        number=row["number"],
-        state=cast(AttemptState, row["state"]),
-        cause=row["cause"],
-        evidence=from_json(row["evidence"]),
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        invocation_id=row["invocation_id"],
-        resumes=row["resumes"],
-    )
-
-
-def _point(row: sqlite3.Row) -> PointRecord:
-    return PointRecord(
-        id=row["id"],
-        attempt_id=row["attempt_id"],
-        key=row["point_key"],
-        kind=cast(PointKind, row["kind"]),
-        context=row["context"],
-        concurrency=row["concurrency"],
-        problem=row["problem"],
-        metrics=from_json(row["metrics"]),
-        accept_len=from_json(row["accept_len"]),
-        rate=row["rate"],
-        workload=row["workload"],
-        quality=from_json(row["quality"]),
-        invocation_id=row["invocation_id"],
-        cursor_start=row["cursor_start"],
-        cursor_end=row["cursor_end"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        committed_at=row["committed_at"],
-    )
-
-
-def _request(row: sqlite3.Row) -> StoredRequest:
-    return StoredRequest(
-        sent_at=row["sent_at"],
-        ttft_s=row["ttft_s"],
-        e2e_s=row["e2e_s"],
-        prompt_tokens=row["prompt_tokens"],
-        completion_tokens=row["completion_tokens"],
-        finish_reason=row["finish_reason"],
-        error=row["error"],
-        warmup=bool(row["warmup"]),
-        extra=from_json(row["extra"]),
-    )
-
-
-def _event(row: sqlite3.Row) -> EventRecord:
-    return EventRecord(
-        id=row["id"],
-        sweep_id=row["sweep_id"],
-        attempt_id=row["attempt_id"],
-        host=row["host"],
-        kind=row["kind"],
-        ts=row["ts"],
-        fields=from_json(row["fields"]),
-    )
-
-
-def _backup(row: sqlite3.Row) -> UnitBackup:
-    files = from_json(row["files"])
-    state: dict[str, str] = dict(from_json(row["state"]))
-    dropin = _dropin_slot(from_json(row["dropin"])) if row["dropin"] is not None else None
-    if dropin is None and "__dropin_path" in state:  # written before version 6
-        dropin = DropinSlot(
-            state["__dropin_path"],
-            state.get("__dropin_dir_existed") == "yes",
-            int(state.get("__dropin_mode", "0o644"), 8),
-        )
-    adopted = row["adopted"] if row["adopted"] is not None else state.get(_LEGACY_ADOPTED)
-    for key in (*_LEGACY_DROPIN, _LEGACY_ADOPTED):
-        state.pop(key, None)
-    return UnitBackup(
-        id=row["id"],
-        sweep_id=row["sweep_id"],
-        host=row["host"],
-        unit=row["unit"],
-        files={
-            path: None if content is None else base64.b64decode(content)
-            for path, content in files.items()
-        },
-        state=state,
-        taken_at=row["taken_at"],
-        restored_at=row["restored_at"],
-        dropin=dropin,
-        adopted=adopted,
-    )
-
-
-def _dropin_slot(data: Mapping[str, Any]) -> DropinSlot:
-    return DropinSlot(str(data["path"]), bool(data["dir_existed"]), int(data["mode"]))
+def _insert_many(
+    conn: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, Any]], tail: str = ""
+) -> None:
+    """Rows that name the same columns, in one statement."""
+    if rows:
+        sql = _insert_sql(table, rows[0].keys(), tail)
+        conn.executemany(sql, [tuple(row.values()) for row in rows])
 
 
 # --- sweeps ---------------------------------------------------------------------------------
 
 
 def _current_sweep_named(conn: sqlite3.Connection, name: str) -> SweepRecord | None:
-    row = conn.execute(
-        f"SELECT {_SWEEP_COLUMNS} FROM sweeps WHERE name = ? AND replaced_at IS NULL", (name,)
-    ).fetchone()
-    return None if row is None else _sweep(row)
+    return _select_one(conn, SWEEPS, "WHERE name = ? AND replaced_at IS NULL", (name,))
 
 
 def _sweep_by_id(conn: sqlite3.Connection, sweep_id: int) -> SweepRecord | None:
-    row = conn.execute(f"SELECT {_SWEEP_COLUMNS} FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
-    return None if row is None else _sweep(row)
+    return _select_one(conn, SWEEPS, "WHERE id = ?", (sweep_id,))
 
 
 def submit_sweep(
@@ -301,12 +178,15 @@ def submit_sweep(
             if not replace:
                 raise SweepNameConflict(name, existing, digest)
             conn.execute("UPDATE sweeps SET replaced_at = ? WHERE id = ?", (now, existing.id))
-        cursor = conn.execute(
-            "INSERT INTO sweeps (name, content_hash, yaml_text, source_path, priority, "
-            "submitted_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (name, digest, yaml_text, source_path, priority, now),
+        new = SWEEPS.dump(
+            name=name,
+            content_hash=digest,
+            yaml_text=yaml_text,
+            source_path=source_path,
+            priority=priority,
+            submitted_at=now,
         )
-        new_id = cast(int, cursor.lastrowid)
+        new_id = _insert(conn, "sweeps", new)
         insert_workloads(conn, new_id, files)
         if existing is not None:
             conn.execute("UPDATE sweeps SET replaced_by = ? WHERE id = ?", (new_id, existing.id))
@@ -322,11 +202,7 @@ def find_sweep(conn: sqlite3.Connection, ref: str | int) -> SweepRecord | None:
     with read_transaction(conn):
         by_name = _current_sweep_named(conn, ref)
         if by_name is None:
-            row = conn.execute(
-                f"SELECT {_SWEEP_COLUMNS} FROM sweeps WHERE name = ? ORDER BY id DESC LIMIT 1",
-                (ref,),
-            ).fetchone()
-            by_name = None if row is None else _sweep(row)
+            by_name = _select_one(conn, SWEEPS, "WHERE name = ? ORDER BY id DESC LIMIT 1", (ref,))
         if by_name is not None:
             return by_name
         return _sweep_by_id(conn, int(ref)) if ref.isdigit() else None
@@ -355,11 +231,7 @@ def list_sweeps(
     if not include_replaced:
         clauses.append("replaced_at IS NULL")
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = conn.execute(
-        f"SELECT {_SWEEP_COLUMNS} FROM sweeps {where} ORDER BY priority DESC, submitted_at, id",
-        params,
-    ).fetchall()
-    return [_sweep(row) for row in rows]
+    return _select(conn, SWEEPS, f"{where} ORDER BY priority DESC, submitted_at, id", params)
 
 
 def set_sweep_state(
@@ -391,18 +263,34 @@ def set_sweep_state(
 # --- hosts and trials -----------------------------------------------------------------------
 
 
-def add_hosts(
-    conn: sqlite3.Connection, sweep_id: int, hosts: Sequence[HostEntry]
-) -> list[HostRecord]:
+def _add_to_sweep(
+    conn: sqlite3.Connection,
+    sweep_id: int,
+    table: Table[R],
+    items: Sequence[object],
+    on_conflict: str,
+    all_of: Callable[[sqlite3.Connection, int], list[R]],
+) -> list[R]:
+    """Insert ``items`` as rows of the sweep (which must exist); then all of the sweep's."""
     with write_transaction(conn):
         if _sweep_by_id(conn, sweep_id) is None:
             raise SweepNotFound(sweep_id)
-        conn.executemany(
-            "INSERT INTO sweep_hosts (sweep_id, name, type) VALUES (?, ?, ?) "
-            "ON CONFLICT (sweep_id, name) DO UPDATE SET type = excluded.type",
-            [(sweep_id, host.name, host.type) for host in hosts],
-        )
-        return hosts_of(conn, sweep_id)
+        rows = [table.dump(item, sweep_id=sweep_id) for item in items]
+        _insert_many(conn, table.name, rows, on_conflict)
+        return all_of(conn, sweep_id)
+
+
+def add_hosts(
+    conn: sqlite3.Connection, sweep_id: int, hosts: Sequence[HostEntry]
+) -> list[HostRecord]:
+    return _add_to_sweep(
+        conn,
+        sweep_id,
+        HOSTS,
+        hosts,
+        "ON CONFLICT (sweep_id, name) DO UPDATE SET type = excluded.type",
+        hosts_of,
+    )
 
 
 def set_host_aside(conn: sqlite3.Connection, sweep_id: int, host: str, reason: str | None) -> None:
@@ -416,72 +304,44 @@ def set_host_aside(conn: sqlite3.Connection, sweep_id: int, host: str, reason: s
 
 
 def hosts_of(conn: sqlite3.Connection, sweep_id: int) -> list[HostRecord]:
-    rows = conn.execute(
-        "SELECT sweep_id, name, type, set_aside_reason FROM sweep_hosts WHERE sweep_id = ? "
-        "ORDER BY name",
-        (sweep_id,),
-    ).fetchall()
-    return [HostRecord(r["sweep_id"], r["name"], r["type"], r["set_aside_reason"]) for r in rows]
+    return _select(conn, HOSTS, "WHERE sweep_id = ? ORDER BY name", (sweep_id,))
 
 
 def add_trials(
     conn: sqlite3.Connection, sweep_id: int, trials: Sequence[NewTrial]
 ) -> list[TrialRecord]:
     """Insert the plan's trials; ones already present (same key and host) are kept as they are."""
-    with write_transaction(conn):
-        if _sweep_by_id(conn, sweep_id) is None:
-            raise SweepNotFound(sweep_id)
-        conn.executemany(
-            "INSERT INTO trials (sweep_id, key, host, config, ordinal, is_baseline, plan) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, key, host) DO NOTHING",
-            [
-                (
-                    sweep_id,
-                    t.key,
-                    t.host,
-                    to_json(t.config),
-                    t.ordinal,
-                    int(t.is_baseline),
-                    None if t.plan is None else to_json(t.plan.to_json()),
-                )
-                for t in trials
-            ],
-        )
-        return trials_of(conn, sweep_id)
+    return _add_to_sweep(
+        conn, sweep_id, TRIALS, trials, "ON CONFLICT (sweep_id, key, host) DO NOTHING", trials_of
+    )
 
 
 def set_trial_plan(conn: sqlite3.Connection, trial_id: int, plan: TrialPlan) -> TrialRecord:
     """Replace what a trial measures (a screen promoted to the full matrix on its server)."""
     with write_transaction(conn):
-        cursor = conn.execute(
-            "UPDATE trials SET plan = ? WHERE id = ?", (to_json(plan.to_json()), trial_id)
-        )
-        if cursor.rowcount == 0:
-            raise TrialNotFound(trial_id)
-        row = conn.execute(
-            f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (trial_id,)
-        ).fetchone()
-        return _trial(row)
+        conn.execute("UPDATE trials SET plan = ? WHERE id = ?", (PLAN.dump(plan), trial_id))
+        return _trial_by_id(conn, trial_id)
+
+
+def _trial_by_id(conn: sqlite3.Connection, trial_id: int) -> TrialRecord:
+    trial = _select_one(conn, TRIALS, "WHERE id = ?", (trial_id,))
+    if trial is None:
+        raise TrialNotFound(trial_id)
+    return trial
 
 
 def trials_of(conn: sqlite3.Connection, sweep_id: int) -> list[TrialRecord]:
-    rows = conn.execute(
-        f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE sweep_id = ? ORDER BY ordinal, host, id",
-        (sweep_id,),
-    ).fetchall()
-    return [_trial(row) for row in rows]
+    return _select(conn, TRIALS, "WHERE sweep_id = ? ORDER BY ordinal, host, id", (sweep_id,))
 
 
 # --- attempts -------------------------------------------------------------------------------
 
 
 def _attempt_by_id(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
-    row = conn.execute(
-        f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE id = ?", (attempt_id,)
-    ).fetchone()
-    if row is None:
+    attempt = _select_one(conn, ATTEMPTS, "WHERE id = ?", (attempt_id,))
+    if attempt is None:
         raise AttemptNotFound(attempt_id)
-    return _attempt(row)
+    return attempt
 
 
 def _running_attempt(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
@@ -586,13 +446,14 @@ def get_attempt(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
 
 
 def attempts_of(conn: sqlite3.Connection, sweep_id: int) -> list[Attempt]:
-    rows = conn.execute(
-        f"SELECT {', '.join('a.' + c.strip() for c in _ATTEMPT_COLUMNS.split(','))} "
-        "FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = ? "
+    return _select(
+        conn,
+        ATTEMPTS,
+        "a JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = ? "
         "ORDER BY t.ordinal, t.host, a.number",
         (sweep_id,),
-    ).fetchall()
-    return [_attempt(row) for row in rows]
+        alias="a",
+    )
 
 
 def _committed_keys(conn: sqlite3.Connection, attempt_id: int) -> frozenset[str]:
@@ -615,19 +476,14 @@ def running_attempts(conn: sqlite3.Connection, sweep_id: int) -> list[Unfinished
             "ORDER BY t.ordinal, t.host, a.number",
             (sweep_id,),
         ).fetchall()
-        found = []
-        for row in rows:
-            trial_row = conn.execute(
-                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (row["trial_id"],)
-            ).fetchone()
-            found.append(
-                UnfinishedAttempt(
-                    trial=_trial(trial_row),
-                    attempt=_attempt_by_id(conn, row["attempt_id"]),
-                    committed_point_keys=_committed_keys(conn, row["attempt_id"]),
-                )
+        return [
+            UnfinishedAttempt(
+                trial=_trial_by_id(conn, row["trial_id"]),
+                attempt=_attempt_by_id(conn, row["attempt_id"]),
+                committed_point_keys=_committed_keys(conn, row["attempt_id"]),
             )
-        return found
+            for row in rows
+        ]
 
 
 # --- points and requests --------------------------------------------------------------------
@@ -651,52 +507,13 @@ def record_point(
         ).fetchone()
         if existing is not None:
             raise PointAlreadyRecorded(attempt_id, key, existing[0])
-        cursor = conn.execute(
-            "INSERT INTO points (attempt_id, point_key, kind, context, concurrency, problem, "
-            "metrics, accept_len, quality, invocation_id, cursor_start, cursor_end, started_at, "
-            "finished_at, committed_at, rate, workload) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                attempt_id,
-                key,
-                point.kind,
-                point.context,
-                point.concurrency,
-                point.problem,
-                to_json(point.metrics),
-                to_json_or_null(point.accept_len),
-                to_json(point.quality),
-                point.invocation_id,
-                point.cursor_start,
-                point.cursor_end,
-                point.started_at,
-                point.finished_at,
-                now,
-                point.rate,
-                point.workload,
-            ),
+        point_id = _insert(
+            conn, "points", POINTS.dump(point, attempt_id=attempt_id, committed_at=now)
         )
-        point_id = cast(int, cursor.lastrowid)
-        conn.executemany(
-            "INSERT INTO requests (point_id, seq, sent_at, ttft_s, e2e_s, prompt_tokens, "
-            "completion_tokens, finish_reason, error, warmup, extra) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    point_id,
-                    seq,
-                    r.sent_at,
-                    r.ttft_s,
-                    r.e2e_s,
-                    r.prompt_tokens,
-                    r.completion_tokens,
-                    r.finish_reason,
-                    r.error,
-                    int(r.warmup),
-                    to_json_or_null(r.extra),
-                )
-                for seq, r in enumerate(requests)
-            ],
+        _insert_many(
+            conn,
+            "requests",
+            [REQUESTS.dump(r, point_id=point_id, seq=seq) for seq, r in enumerate(requests)],
         )
     return point_id
 
@@ -708,26 +525,19 @@ def points_of(
     if (attempt_id is None) == (sweep_id is None):
         raise ValueError("give exactly one of attempt_id and sweep_id")
     if attempt_id is not None:
-        rows = conn.execute(
-            f"SELECT {_POINT_COLUMNS} FROM points WHERE attempt_id = ? ORDER BY id", (attempt_id,)
-        ).fetchall()
-    else:
-        rows = conn.execute(
-            f"SELECT {', '.join('p.' + c.strip() for c in _POINT_COLUMNS.split(','))} "
-            "FROM points p JOIN attempts a ON a.id = p.attempt_id "
-            "JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = ? ORDER BY p.id",
-            (sweep_id,),
-        ).fetchall()
-    return [_point(row) for row in rows]
+        return _select(conn, POINTS, "WHERE attempt_id = ? ORDER BY id", (attempt_id,))
+    return _select(
+        conn,
+        POINTS,
+        "p JOIN attempts a ON a.id = p.attempt_id "
+        "JOIN trials t ON t.id = a.trial_id WHERE t.sweep_id = ? ORDER BY p.id",
+        (sweep_id,),
+        alias="p",
+    )
 
 
 def requests_of(conn: sqlite3.Connection, point_id: int) -> list[StoredRequest]:
-    rows = conn.execute(
-        "SELECT sent_at, ttft_s, e2e_s, prompt_tokens, completion_tokens, finish_reason, error, "
-        "warmup, extra FROM requests WHERE point_id = ? ORDER BY seq",
-        (point_id,),
-    ).fetchall()
-    return [_request(row) for row in rows]
+    return _select(conn, REQUESTS, "WHERE point_id = ? ORDER BY seq", (point_id,))
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -743,17 +553,13 @@ def add_event(
     fields: Mapping[str, Any] | None,
     ts: float,
 ) -> EventRecord:
+    new = EVENTS.dump(
+        sweep_id=sweep_id, attempt_id=attempt_id, host=host, kind=kind, ts=ts, fields=fields or {}
+    )
     with write_transaction(conn):
-        cursor = conn.execute(
-            "INSERT INTO events (sweep_id, attempt_id, host, kind, ts, fields) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (sweep_id, attempt_id, host, kind, ts, to_json(fields or {})),
-        )
-        row = conn.execute(
-            "SELECT id, sweep_id, attempt_id, host, kind, ts, fields FROM events WHERE id = ?",
-            (cursor.lastrowid,),
-        ).fetchone()
-    return _event(row)
+        event = _select_one(conn, EVENTS, "WHERE id = ?", (_insert(conn, "events", new),))
+    assert event is not None
+    return event
 
 
 def events_of(
@@ -778,36 +584,24 @@ def events_of(
     if after_id is not None:
         clauses.append("id > ?")
         params.append(after_id)
-    rows = conn.execute(
-        "SELECT id, sweep_id, attempt_id, host, kind, ts, fields FROM events "
-        f"WHERE {' AND '.join(clauses)} ORDER BY ts, id",
-        params,
-    ).fetchall()
-    return [_event(row) for row in rows]
+    return _select(conn, EVENTS, f"WHERE {' AND '.join(clauses)} ORDER BY ts, id", params)
 
 
 # --- unit backups ---------------------------------------------------------------------------
 
 
-def _backup_row(
-    conn: sqlite3.Connection, sweep_id: int, host: str, unit: str
-) -> sqlite3.Row | None:
-    return cast(
-        sqlite3.Row | None,
-        conn.execute(
-            f"SELECT {_BACKUP_COLUMNS} FROM unit_backups "
-            "WHERE sweep_id = ? AND host = ? AND unit = ?",
-            (sweep_id, host, unit),
-        ).fetchone(),
+def _backup(conn: sqlite3.Connection, sweep_id: int, host: str, unit: str) -> UnitBackup | None:
+    return _select_one(
+        conn, UNIT_BACKUPS, "WHERE sweep_id = ? AND host = ? AND unit = ?", (sweep_id, host, unit)
     )
 
 
-def _encoded_files(files: Mapping[str, bytes | None]) -> dict[str, str | None]:
-    """A backup's file bytes as stored: base64 text, None for a file that was absent."""
-    return {
-        path: None if content is None else base64.b64encode(content).decode("ascii")
-        for path, content in files.items()
-    }
+_KEEP_FIRST = "ON CONFLICT (sweep_id, host, unit) DO NOTHING"
+_REARM = (
+    "ON CONFLICT (sweep_id, host, unit) DO UPDATE SET "
+    "files = excluded.files, state = excluded.state, taken_at = excluded.taken_at, "
+    "dropin = excluded.dropin, adopted = excluded.adopted, restored_at = NULL"
+)
 
 
 def save_unit_backup(
@@ -819,61 +613,44 @@ def save_unit_backup(
     state: Mapping[str, str],
     now: float,
     dropin: DropinSlot | None = None,
-) -> UnitBackup:
-    """The first backup of a unit in a sweep wins: a resumed run never backs up its own changes."""
-    encoded = _encoded_files(files)
-    slot = None if dropin is None else to_json(dropin.to_json())
-    with write_transaction(conn):
-        conn.execute(
-            "INSERT INTO unit_backups (sweep_id, host, unit, files, state, taken_at, dropin) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO NOTHING",
-            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now, slot),
-        )
-        row = _backup_row(conn, sweep_id, host, unit)
-    assert row is not None
-    return _backup(row)
-
-
-def rearm_unit_backup(
-    conn: sqlite3.Connection,
-    sweep_id: int,
-    host: str,
-    unit: str,
-    files: Mapping[str, bytes | None],
-    state: Mapping[str, str],
-    now: float,
-    dropin: DropinSlot | None = None,
     adopted: str | None = None,
+    *,
+    rearm: bool = False,
 ) -> UnitBackup:
-    """Keep the unit as found NOW as the sweep's pending backup of ``host`` (what ``adopt``
-    changes is undone by ``restore`` to this). Refused while an earlier backup of the host is
-    still pending: that one holds the unit as the operator left it, and must not be lost."""
-    encoded = _encoded_files(files)
+    """The first backup of a unit in a sweep wins: a resumed run never backs up its own changes.
+
+    ``rearm`` keeps the unit as found NOW as the sweep's pending backup of ``host`` instead
+    (what ``adopt`` changes is undone by ``restore`` to this). A rearm is refused while an
+    earlier backup of the host is still pending: that one holds the unit as the operator left
+    it, and must not be lost.
+    """
+    new = UNIT_BACKUPS.dump(
+        sweep_id=sweep_id,
+        host=host,
+        unit=unit,
+        files=files,
+        state=state,
+        taken_at=now,
+        dropin=dropin,
+        adopted=adopted,
+    )
     with write_transaction(conn):
-        pending = conn.execute(
-            "SELECT sweep_id FROM unit_backups WHERE host = ? AND restored_at IS NULL", (host,)
-        ).fetchone()
-        if pending is not None:
-            raise BackupPending(host, int(pending[0]))
-        slot = None if dropin is None else to_json(dropin.to_json())
-        conn.execute(
-            "INSERT INTO unit_backups "
-            "(sweep_id, host, unit, files, state, taken_at, dropin, adopted) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, host, unit) DO UPDATE SET "
-            "files = excluded.files, state = excluded.state, taken_at = excluded.taken_at, "
-            "dropin = excluded.dropin, adopted = excluded.adopted, restored_at = NULL",
-            (sweep_id, host, unit, to_json(encoded), to_json(dict(state)), now, slot, adopted),
-        )
-        row = _backup_row(conn, sweep_id, host, unit)
-    assert row is not None
-    return _backup(row)
+        if rearm:
+            pending = conn.execute(
+                "SELECT sweep_id FROM unit_backups WHERE host = ? AND restored_at IS NULL", (host,)
+            ).fetchone()
+            if pending is not None:
+                raise BackupPending(host, int(pending[0]))
+        _insert(conn, "unit_backups", new, _REARM if rearm else _KEEP_FIRST)
+        backup = _backup(conn, sweep_id, host, unit)
+    assert backup is not None
+    return backup
 
 
 def get_unit_backup(
     conn: sqlite3.Connection, sweep_id: int, host: str, unit: str
 ) -> UnitBackup | None:
-    row = _backup_row(conn, sweep_id, host, unit)
-    return None if row is None else _backup(row)
+    return _backup(conn, sweep_id, host, unit)
 
 
 def pending_restores(
@@ -888,12 +665,9 @@ def pending_restores(
     if host is not None:
         clauses.append("host = ?")
         params.append(host)
-    rows = conn.execute(
-        f"SELECT {_BACKUP_COLUMNS} FROM unit_backups WHERE {' AND '.join(clauses)} "
-        "ORDER BY taken_at, id",
-        params,
-    ).fetchall()
-    return [_backup(row) for row in rows]
+    return _select(
+        conn, UNIT_BACKUPS, f"WHERE {' AND '.join(clauses)} ORDER BY taken_at, id", params
+    )
 
 
 def mark_restored(conn: sqlite3.Connection, sweep_id: int, host: str, now: float) -> int:
