@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -60,12 +59,16 @@ from orchestrator.engines.openai_chat import (
     stream_payloads,
 )
 from orchestrator.engines.shared import (
+    PROBE_MAX_TOKENS,
+    PROBE_PROMPT,
+    env_differences,
     first_failure,
     init_fields,
     lines_follow_decoding,
+    listed_models,
+    probe_request,
     program_help_argv,
 )
-from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
@@ -479,16 +482,7 @@ def check_server_config(
             overridden.append(ConfigDifference(knob.knob, where, knob.value, actual, forced))
         else:
             mismatches.append(ConfigDifference(knob.knob, where, knob.value, actual))
-    for variable in env:
-        actual_env = process_environ.get(variable.name)
-        # The same text apply_knobs wrote into the drop-in's Environment= line.
-        expected_env = None if variable.value is None else format_knob_value(variable.value)
-        if actual_env != expected_env:
-            mismatches.append(
-                ConfigDifference(
-                    variable.knob, f"environ[{variable.name}]", expected_env, actual_env
-                )
-            )
+    mismatches.extend(env_differences(env, process_environ))
     return ConfigCheck(mismatches=tuple(mismatches), overridden=tuple(overridden))
 
 
@@ -602,10 +596,6 @@ def dialect(api: ApiKind) -> Dialect:
 # Readiness probe: a real generation, and the model name the benchmark sends
 # --------------------------------------------------------------------------------------------
 
-PROBE_PROMPT = "Count from one to five."
-PROBE_MAX_TOKENS = 8
-
-
 class ProbeRequest(NamedTuple):
     path: str
     body: dict[str, Any]
@@ -660,44 +650,8 @@ def served_model(argv: Sequence[str]) -> ServedModel | None:
     return None
 
 
-async def served_models(
-    session: aiohttp.ClientSession, base_url: str, timeout: float
-) -> tuple[str, ...] | None:
-    """The model ids ``/v1/models`` lists (it answers before warm-up), or None when the server
-    does not answer it or lists none: then nothing is known."""
-    # aiohttp is imported here, not at the top: this module is also the sweep file's
-    # dialect (plan, validate, report), and those verbs never talk HTTP.
-    import aiohttp
-
-    try:
-        async with session.get(
-            base_url.rstrip("/") + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as response:
-            if response.status != 200:
-                return None
-            body = await response.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        return None
-    names = tuple(
-        item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)
-    )
-    return names or None
-
-
-def model_difference(model: str, served: Sequence[str]) -> ConfigDifference | None:
-    """The mismatch of the benchmark's model name against what the server lists, if any."""
-    if model in served:
-        return None
-    return ConfigDifference(
-        "model",
-        "/v1/models",
-        model,
-        list(served),
-        "the benchmark's model name (server.model) is not one the server serves",
-    )
+served_models = listed_models
+"""The model ids ``/v1/models`` lists, or None when the server does not say."""
 
 
 async def probe_generation(
@@ -707,55 +661,16 @@ async def probe_generation(
     model: str | None,
     timeout: float,
 ) -> ProbeResult:
-    """Ask the server for a real generation; connection errors are results, not exceptions,
-    because the caller probes repeatedly while the server loads.
+    """Ask the server for a real generation (:func:`build_probe_request`); on the chat API
+    the name sent as ``model`` is first checked against ``/v1/models`` (``/generate`` takes
+    no model name)."""
+    request = WireRequest(*build_probe_request(api, model))
 
-    On the chat API the name sent as ``model`` is first checked against ``/v1/models``: a
-    server that does not serve it is a config mismatch no later probe cures.
-    """
-    import aiohttp  # at first use, as in served_models
+    def generated(body: Any) -> int:
+        return probe_generated_tokens(api, body)
 
-    started = time.monotonic()
-    if api == "chat" and model:
-        served = await served_models(session, base_url, timeout)
-        mismatch = None if served is None else model_difference(model, served)
-        if mismatch is not None:
-            return ProbeResult(
-                ok=False,
-                tokens=0,
-                status=None,
-                elapsed_s=time.monotonic() - started,
-                error=f"model {model!r} is not served (served: {', '.join(mismatch.actual)})",
-                model_mismatch=mismatch,
-            )
-    request = build_probe_request(api, model)
-    try:
-        async with session.post(
-            base_url.rstrip("/") + request.path,
-            json=request.body,
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response:
-            raw = await response.read()
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return ProbeResult(
-            ok=False,
-            tokens=0,
-            status=None,
-            elapsed_s=time.monotonic() - started,
-            error=f"{type(exc).__name__}: {exc}",
-        )
-    elapsed = time.monotonic() - started
-    excerpt = raw[:500].decode("utf-8", errors="replace")
-    if status != 200:
-        return ProbeResult(False, 0, status, elapsed, f"HTTP {status}", excerpt)
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return ProbeResult(False, 0, status, elapsed, "response is not JSON", excerpt)
-    tokens = probe_generated_tokens(api, body)
-    error = None if tokens > 0 else "no tokens generated"
-    return ProbeResult(tokens > 0, tokens, status, elapsed, error, excerpt)
+    served_as = model if api == "chat" else None
+    return await probe_request(session, base_url, request, generated, timeout, served_as=served_as)
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,8 +43,6 @@ ACCEPTANCE_COUNTERS = AcceptanceCounters(
 """``1 + accepted / drafts`` over a point's deltas: vLLM's own mean acceptance length
 (``v1/spec_decode/metrics.py``), bonus token included."""
 
-PROBE_PROMPT = "Count from one to five."
-PROBE_MAX_TOKENS = 8
 _CHAT = ChatDialect()
 
 
