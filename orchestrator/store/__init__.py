@@ -20,6 +20,7 @@ from orchestrator.store.errors import (
     SweepNotFound,
     TrialNotFound,
 )
+from orchestrator.store.protocol import TrialStore
 from orchestrator.store.records import (
     ATTEMPT_STATES,
     POINT_KINDS,
@@ -124,6 +125,7 @@ __all__ = [
     "TrialPlan",
     "TrialRecord",
     "TrialState",
+    "TrialStore",
     "UnfinishedAttempt",
     "UnitBackup",
     "cell_point_key",

@@ -25,6 +25,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import orchestrator.store.ops as ops
 from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
+from orchestrator.store.protocol import TrialStore
 from orchestrator.store.records import (
     Attempt,
     AttemptState,
@@ -482,3 +483,7 @@ class Store:
     async def trial_states(self, sweep_id: int) -> dict[tuple[str, str], TrialState]:
         """Each (key, host)'s latest state, read without any point (cheap enough to poll)."""
         return await self._run(ops.trial_states, sweep_id)
+
+
+_STORE_RUNS_TRIALS: type[TrialStore] = Store
+"""The host loop's view of the store (mypy checks every signature here)."""

@@ -1,4 +1,4 @@
-"""The store's one row mapping (``store/rows.py``)."""
+"""The store's one row mapping (``store/rows.py``) and the host loop's protocol of the store."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from orchestrator.store import (
     NewPoint,
     NewTrial,
     PointRecord,
+    Store,
     TrialPlan,
     TrialRecord,
+    TrialStore,
     open_connection,
 )
 from orchestrator.store.rows import (
@@ -74,3 +76,7 @@ def test_a_point_s_key_is_its_point_key_column_and_a_nan_is_stored_as_null() -> 
     assert isinstance(record, PointRecord)
     assert record.key == "coding/p1" and record.metrics == {"score": None}
 
+
+async def test_the_store_is_what_the_host_loop_needs(tmp_path: Path) -> None:
+    async with await Store.open(tmp_path / "s.db") as store:
+        assert isinstance(store, TrialStore)
