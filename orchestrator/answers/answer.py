@@ -89,7 +89,12 @@ def objective_views(sweep: Sweep) -> list[ObjectiveView]:
     if objective is not None:
         return [
             ObjectiveView(
-                objective.metric, sweep.objective_cells(), objective.minimized, objective.combine
+                objective.metric,
+                sweep.objective_cells(),
+                objective.minimized,
+                objective.combine,
+                weights=objective.weights(),
+                across_load=objective.across_load,
             )
         ]
     has_slo = sweep.benchmark.slo is not None
@@ -117,6 +122,14 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
             answer = _answer(
                 host_type, hosts, runs, view, sweep, space, axes, stopped, refused, configs
             )
+            if view.across_load:
+                per_load = tuple(
+                    _answer(
+                        host_type, hosts, runs, at_load, sweep, space, axes, stopped, refused
+                    )
+                    for at_load in view.per_load()
+                )
+                answer = dataclasses.replace(answer, per_load=per_load)
             answers.append(answer)
     return tuple(answers)
 
@@ -409,7 +422,7 @@ def _capped(decision: Decision, view: ObjectiveView) -> str | None:
     best and every config tied with it sit at the cap, the rate the schedule really offered
     (:func:`~orchestrator.answers.saturation.offered_rate`; the nominal rate for points that
     predate it)."""
-    nominal = offered_cap(view.metric, view.cells)
+    nominal = offered_cap(view.metric, view.cells, view.weights)
     best = decision.best
     if nominal is None or best is None or view.minimized:
         return None

@@ -58,8 +58,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from orchestrator.answers.model import Estimate, IntervalBasis
 from orchestrator.answers.smooth import PRIOR_RESTART_CV
 
@@ -450,19 +448,47 @@ def with_assumed_restarts(found: Spread) -> Spread:
     return dataclasses.replace(found, rel_se=rel_se, assumed=True)
 
 
+def log_weights(count: int, weights: Sequence[float] | None) -> list[float]:
+    """Each cell's weight in a geometric mean of ``count`` cells, summing to 1: ``weights``
+    (an across-load objective's shares) or equal."""
+    if weights is None:
+        return [1.0 / count] * count
+    if len(weights) != count:
+        raise ValueError(f"{len(weights)} weights for {count} values")
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def weighted_geomean(values: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """exp of the weighted mean of the logs (every value positive)."""
+    shares = log_weights(len(values), weights)
+    return math.exp(math.fsum(w * math.log(v) for w, v in zip(shares, values, strict=True)))
+
+
 def geomean_within(
-    values: Sequence[float], ses: Sequence[float | None], dfs: Sequence[float | None]
+    values: Sequence[float],
+    ses: Sequence[float | None],
+    dfs: Sequence[float | None],
+    weights: Sequence[float] | None = None,
 ) -> tuple[float, float | None, float | None]:
-    """The geometric mean of one run's cell values with its within-run standard error (delta
-    method on the logs: the cells' relative errors add in quadrature, over the cell count) and
-    the smallest of the cells' degrees of freedom; (value, None, None) when a cell has none."""
+    """The (weighted) geometric mean of one run's cell values with its within-run standard
+    error (delta method on the logs: each cell's relative error times its weight, added in
+    quadrature) and the smallest of the cells' degrees of freedom; (value, None, None) when a
+    cell has none. Equal weights without ``weights``."""
     if any(v <= 0 for v in values):
         return 0.0, None, None
-    value = float(np.exp(np.mean(np.log(values))))
+    shares = log_weights(len(values), weights)
+    value = weighted_geomean(values, shares)
     if any(se is None for se in ses) or any(df is None for df in dfs):
         return value, None, None
-    rel = math.sqrt(sum((se / v) ** 2 for se, v in zip(ses, values, strict=True) if se is not None))
-    return value, value * rel / len(values), min(df for df in dfs if df is not None)
+    rel = math.sqrt(
+        math.fsum(
+            (w * se / v) ** 2
+            for w, se, v in zip(shares, ses, values, strict=True)
+            if se is not None
+        )
+    )
+    return value, value * rel, min(df for df in dfs if df is not None)
 
 
 def _welch(var_a: float, df_a: float, var_b: float, df_b: float) -> float:

@@ -7,6 +7,7 @@ JSON is made only by their ``to_json``, at those edges.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -139,10 +140,22 @@ class ObjectiveView:
     """The cells the value is read at (combined by ``combine``)."""
     minimized: bool
     combine: str = "geomean"
+    weights: tuple[float, ...] | None = None
+    """Per cell, its share of the combined value (an across-load objective's ``load``, summing
+    to 1); None: the cells weigh the same."""
+    across_load: bool = False
+    """The objective asks its question at each of several loads (``per_load`` answers)."""
     loads: tuple[OfferedLoad | None, ...] = ()
     """Per cell, what its schedule really offered and the client sent, as the type's points
     measured them (:func:`~orchestrator.answers.saturation.measured_load`); None at a
     closed-loop cell or where no point stored its schedule (its rate is then nominal)."""
+
+    def per_load(self) -> tuple[ObjectiveView, ...]:
+        """The same question at each of the objective's cells alone (one per load)."""
+        return tuple(
+            ObjectiveView(self.metric, (cell,), self.minimized, loads=(self.load(cell),))
+            for cell in self.cells
+        )
 
     def load(self, cell: MatrixCell) -> OfferedLoad | None:
         """What ``cell``'s points measured of its load (:attr:`loads`)."""
@@ -155,6 +168,8 @@ class ObjectiveView:
             "cells": [cell.as_fields() for cell in self.cells],
             "goal": "min" if self.minimized else "max",
             "combine": self.combine,
+            "weights": None if self.weights is None else list(self.weights),
+            "across_load": self.across_load,
             "loads": [
                 None if (load := self.load(cell)) is None else load.to_json() for cell in self.cells
             ],
@@ -281,6 +296,49 @@ class Answer:
     exploration: Exploration | None = None
     """How much of the space was explored and the chance that what was not beats ``best``;
     None where nothing was measured."""
+    per_load: tuple[Answer, ...] = ()
+    """An across-load objective's answer at each load alone, in the objective's order (the
+    same interval model and tie rule); () for an objective at one load."""
+
+    @property
+    def load_cell(self) -> MatrixCell:
+        """The one cell a per-load answer is about (its objective's only cell)."""
+        (cell,) = self.objective.cells
+        return cell
+
+    def winner_changes(self) -> tuple[WinnerChange, ...]:
+        """Where the config named at one load differs from the one named at the load before
+        (the per-load answers in the objective's order)."""
+        changes = []
+        for before, after in itertools.pairwise(self.per_load):
+            was, now = named(before), named(after)
+            if was is not None and now is not None and was.label != now.label:
+                changes.append(WinnerChange(after.load_cell, was.label, now.label))
+        return tuple(changes)
+
+    def per_load_json(self) -> list[JsonObject]:
+        """Each load's answer as ``answers[].per_load`` holds it: the load, then the verdict,
+        best, tied, runner-up and margin as the overall answer writes them."""
+        out = []
+        for answer in self.per_load:
+            cell = answer.load_cell
+            out.append(
+                {
+                    "concurrency": cell.concurrency,
+                    "rate": cell.rate,
+                    "context": cell.context,
+                    "workload": cell.workload,
+                    "verdict": answer.verdict,
+                    "best": None if answer.best is None else answer.best.to_json(),
+                    "runner_up": None if answer.runner_up is None else answer.runner_up.to_json(),
+                    "tied": [c.config for c in answer.tied],
+                    "margin": None if answer.margin is None else answer.margin.to_json(),
+                    "contenders": [c.to_json() for c in answer.contenders],
+                    "notes": list(answer.notes),
+                    "capped": answer.capped,
+                }
+            )
+        return out
 
     def to_json(self) -> JsonObject:
         return {
@@ -303,6 +361,28 @@ class Answer:
             "stopped": self.stopped,
             "capped": self.capped,
             "exploration": None if self.exploration is None else self.exploration.to_json(),
+            "per_load": self.per_load_json(),
+            "winner_changes": [change.to_json() for change in self.winner_changes()],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WinnerChange:
+    """At ``cell``'s load the config named changes from ``before`` to ``after``."""
+
+    cell: MatrixCell
+    before: str
+    after: str
+
+    def words(self) -> str:
+        return f"from {self.cell.load}: {self.after} (before: {self.before})"
+
+    def to_json(self) -> JsonObject:
+        return {
+            "concurrency": self.cell.concurrency,
+            "rate": self.cell.rate,
+            "before": self.before,
+            "after": self.after,
         }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.answers.estimate import Sample, geomean_within
+from orchestrator.answers.estimate import Sample, geomean_within, weighted_geomean
 from orchestrator.answers.model import ObjectiveView
 from orchestrator.answers.saturation import share_bound
 from orchestrator.causes import NEVER_STARTED
@@ -169,21 +169,21 @@ def run_sample(outcome: TrialOutcome, objective: ObjectiveView) -> Sample | None
         dfs.append(point.metrics.output_tok_s_batches - 1 if se is not None else None)
         if (bound := share_bound(objective.metric, point)) is not None:
             bounds.append(bound)
-    cap, requests = _combined_bound(bounds, len(values))
+    cap, requests = _combined_bound(bounds, len(values), objective.weights)
     if len(values) == 1:
         return Sample(values[0], outcome.host, ses[0], dfs[0], cap, requests)
-    value, se, df = geomean_within(values, ses, dfs)
+    value, se, df = geomean_within(values, ses, dfs, objective.weights)
     return Sample(value, outcome.host, se, df, cap, requests)
 
 
 def _combined_bound(
-    bounds: Sequence[tuple[float, int | None]], cells: int
+    bounds: Sequence[tuple[float, int | None]], cells: int, weights: Sequence[float] | None
 ) -> tuple[float | None, int | None]:
-    """The cells' caps combined as the objective combines its values (geometric mean), with the
-    fewest requests; (None, None) unless every cell has a cap."""
+    """The cells' caps combined as the objective combines its values (weighted geometric
+    mean), with the fewest requests; (None, None) unless every cell has a cap."""
     if not bounds or len(bounds) != cells:
         return None, None
-    cap = math.exp(math.fsum(math.log(c) for c, _ in bounds) / len(bounds))
+    cap = weighted_geomean([c for c, _ in bounds], weights)
     counts = [n for _, n in bounds if n]
     return cap, (min(counts) if len(counts) == len(bounds) else None)
 

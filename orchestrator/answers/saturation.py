@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from orchestrator.answers.estimate import Scale
+from orchestrator.answers.estimate import Scale, weighted_geomean
 from orchestrator.store.results import ThroughputPoint
 from orchestrator.types import MatrixCell, OfferedLoad
 
@@ -93,7 +93,9 @@ def share_bound(metric: str, point: ThroughputPoint) -> tuple[float, int | None]
     return None
 
 
-def measured_cap(metric: str, points: Sequence[ThroughputPoint]) -> float | None:
+def measured_cap(
+    metric: str, points: Sequence[ThroughputPoint], weights: Sequence[float] | None = None
+) -> float | None:
     """The most ``metric`` could reach at one restart's ``points`` (one per objective cell,
     combined by geometric mean as an objective combines them): the rate each schedule really
     offered (:func:`offered_rate`) for a rate metric, 1 for a fraction; None without points or
@@ -102,10 +104,12 @@ def measured_cap(metric: str, points: Sequence[ThroughputPoint]) -> float | None
     caps = [bound[0] for bound in bounds if bound is not None and bound[0] > 0]
     if not points or len(caps) != len(points):
         return None
-    return math.exp(math.fsum(math.log(cap) for cap in caps) / len(caps))
+    return weighted_geomean(caps, weights)
 
 
-def offered_cap(metric: str, cells: Sequence[MatrixCell]) -> float | None:
+def offered_cap(
+    metric: str, cells: Sequence[MatrixCell], weights: Sequence[float] | None = None
+) -> float | None:
     """The most ``metric`` can reach at ``cells`` by their nominal rates (combined by geometric
     mean, as an objective combines them), or None when nothing but the server's speed bounds it
     (a closed-loop cell, a token rate, a latency). Measured points say better
@@ -116,8 +120,7 @@ def offered_cap(metric: str, cells: Sequence[MatrixCell]) -> float | None:
         return 1.0
     if metric not in RATE_METRICS:
         return None
-    rates = [cell.rate for cell in cells if cell.rate is not None]
-    return math.exp(math.fsum(math.log(rate) for rate in rates) / len(rates))
+    return weighted_geomean([cell.rate for cell in cells if cell.rate is not None], weights)
 
 
 def at_cap(value: float, cap: float) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.answers.answer import default_metric
+from orchestrator.answers.estimate import weighted_geomean
 from orchestrator.answers.runs import point_metric
 from orchestrator.store import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
@@ -49,6 +50,8 @@ class Objective:
     metric: str
     cells: tuple[MatrixCell, ...]
     minimized: bool
+    weights: tuple[float, ...] | None = None
+    """Per cell, its share of the geometric mean (an across-load objective's ``load``)."""
 
 
 def sweep_objective(sweep: Sweep) -> Objective:
@@ -56,7 +59,10 @@ def sweep_objective(sweep: Sweep) -> Objective:
     sweep of rate points only: their :func:`~orchestrator.answers.answer.default_metric`)."""
     if sweep.objective is not None:
         return Objective(
-            sweep.objective.metric, sweep.objective_cells(), sweep.objective.minimized
+            sweep.objective.metric,
+            sweep.objective_cells(),
+            sweep.objective.minimized,
+            sweep.objective.weights(),
         )
     cells = sweep.benchmark.matrix_cells()
     chosen = tuple(c for c in cells if c.rate is None) or cells
@@ -91,7 +97,7 @@ def objective_value(objective: Objective, points: Sequence[Point]) -> float | No
         if value is None or not value > 0 or not math.isfinite(value):
             return None
         values.append(value)
-    mean = math.exp(sum(math.log(v) for v in values) / len(values))
+    mean = weighted_geomean(values, objective.weights)
     return -mean if objective.minimized else mean
 
 

@@ -249,7 +249,7 @@ def capped_reason(objective: Objective, standings: Sequence[Standing]) -> str | 
     points stored no schedule."""
     if objective.minimized:
         return None
-    nominal = offered_cap(objective.metric, objective.cells)
+    nominal = offered_cap(objective.metric, objective.cells, objective.weights)
     if nominal is None:
         return None
     at = [s for s in standings if at_cap(s.mean, nominal if s.cap is None else s.cap)]

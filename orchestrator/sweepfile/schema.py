@@ -521,22 +521,37 @@ class CellSpec(_Model):
         return self
 
 
+Concurrency = Annotated[int, Field(ge=1, le=4096)]
+LoadShare = Annotated[float, Field(ge=0, le=1_000_000)]
+
+
 class ObjectiveSpec(_Model):
     """What "best" means: one metric at one point, or combined over several points.
 
     Latencies, errors and wall time are minimized, every other metric (goodput too)
-    maximized (:func:`orchestrator.types.metric_is_minimized`).
+    maximized (:func:`orchestrator.types.metric_is_minimized`). ``concurrency`` (or ``rate``)
+    given as a list asks the question across load: the answer is given at each load as well
+    as over all of them, each load weighing its share of ``load`` (equal without it).
     """
 
     metric: MetricName
     context: Annotated[int, Field(ge=1, le=2_000_000)] | None = None
-    concurrency: Annotated[int, Field(ge=1, le=4096)] | None = None
-    rate: Rate | None = None
+    concurrency: (
+        Concurrency
+        | Annotated[list[Concurrency], Field(min_length=2), AfterValidator(unique)]
+        | None
+    ) = None
+    rate: Rate | Annotated[list[Rate], Field(min_length=2), AfterValidator(unique)] | None = None
     workload: Annotated[str, Field(min_length=1, max_length=4200)] | None = Field(
         default=None, description="the workload's label (synthetic, file:PATH, builtin:NAME)"
     )
     cells: Annotated[list[CellSpec], Field(min_length=1), AfterValidator(unique)] | None = None
     combine: Literal["geomean"] = "geomean"
+    load: dict[str, LoadShare] | None = Field(
+        default=None,
+        description="with a list of loads: the share of time the servers spend at each (keys: "
+        "the listed concurrencies or rates), weighing the overall answer; equal without it",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_cells(self) -> ObjectiveSpec:
@@ -551,7 +566,60 @@ class ObjectiveSpec(_Model):
             raise ValueError("give 'context' with 'concurrency' or 'rate'")
         if single and (self.concurrency is None) == (self.rate is None):
             raise ValueError("give one of 'concurrency' or 'rate' with 'context'")
+        self._check_load()
         return self
+
+    def _check_load(self) -> None:
+        """``load`` weighs a list of loads: one share per listed load, not all zero."""
+        if self.load is None:
+            return
+        if not self.across_load:
+            raise ValueError(
+                "load weighs the answer across loads: give 'concurrency' (or 'rate') as a list"
+            )
+        listed = set(self.load_values)
+        given = set(self.load_shares())
+        if given != listed:
+            missing = ", ".join(f"{v:g}" for v in sorted(listed - given))
+            extra = ", ".join(f"{v:g}" for v in sorted(given - listed))
+            parts = [f"missing {missing}" * bool(missing), f"not listed {extra}" * bool(extra)]
+            raise ValueError(
+                "load needs one share per listed load (" + "; ".join(p for p in parts if p) + ")"
+            )
+        if not any(self.load.values()):
+            raise ValueError("load's shares are all 0: give at least one load a share")
+
+    def load_shares(self) -> dict[float, float]:
+        """``load`` by the number of each key (a YAML mapping's keys arrive as text)."""
+        shares: dict[float, float] = {}
+        for key, share in (self.load or {}).items():
+            try:
+                shares[float(key)] = share
+            except ValueError:
+                raise ValueError(f"load key {key!r} is not a concurrency or rate") from None
+        return shares
+
+    @property
+    def across_load(self) -> bool:
+        """Whether the objective asks its question at several loads (a list was given)."""
+        return isinstance(self.concurrency, list) or isinstance(self.rate, list)
+
+    @property
+    def load_values(self) -> tuple[float, ...]:
+        """The loads listed (concurrencies or rates), in the file's order; () for one load."""
+        listed = self.concurrency if isinstance(self.concurrency, list) else self.rate
+        return tuple(float(v) for v in listed) if isinstance(listed, list) else ()
+
+    def weights(self) -> tuple[float, ...] | None:
+        """Each load's share of the overall answer, summing to 1, in :attr:`load_values`'
+        order; None when the objective does not weigh its cells."""
+        if not self.across_load:
+            return None
+        values = self.load_values
+        given = self.load_shares()
+        shares = [given[v] for v in values] if given else [1.0] * len(values)
+        total = sum(shares)
+        return tuple(share / total for share in shares)
 
     @property
     def minimized(self) -> bool:
@@ -566,13 +634,20 @@ class ObjectiveSpec(_Model):
     def cells_on(self, default_workload: str) -> tuple[MatrixCell, ...]:
         """The cells the objective reads: a cell's own workload, else the objective's, else
         ``default_workload``."""
+        named: list[tuple[int, int | None, float | None, str | None]]
         if self.cells is not None:
             named = [
                 (c.context, c.concurrency, c.rate, c.workload or self.workload) for c in self.cells
             ]
         else:
             assert self.context is not None
-            named = [(self.context, self.concurrency, self.rate, self.workload)]
+            context, workload = self.context, self.workload
+            if isinstance(self.concurrency, list):
+                named = [(context, c, None, workload) for c in self.concurrency]
+            elif isinstance(self.rate, list):
+                named = [(context, None, r, workload) for r in self.rate]
+            else:
+                named = [(context, self.concurrency, self.rate, workload)]
         return tuple(
             MatrixCell(context, concurrency, rate, workload or default_workload)
             for context, concurrency, rate, workload in named
