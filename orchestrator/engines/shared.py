@@ -25,7 +25,7 @@ from orchestrator.engines.base import (
     WireRequest,
 )
 from orchestrator.host.dropin import format_knob_value
-from orchestrator.types import FailureCause
+from orchestrator.types import ApiKind, FailureCause
 
 if TYPE_CHECKING:
     import aiohttp
@@ -262,6 +262,41 @@ async def probe_chat(
     return await probe_request(session, base_url, request, generated, timeout, served_as=model)
 
 
+class ChatOnlyEngine:
+    """What an engine driven through OpenAI's chat API alone (vLLM, llama.cpp) does alike: its
+    one dialect (``chat``; any other API is refused, naming ``server``), the readiness probe
+    through it, and the names ``/v1/models`` lists. A subclass sets ``server`` and ``chat``."""
+
+    apis: frozenset[ApiKind] = frozenset({"chat"})
+    server: str
+    """The server as the refusal of another API names it."""
+    chat: Dialect
+    served_models = staticmethod(listed_models)
+
+    def dialect(self, api: ApiKind) -> Dialect:
+        if api != "chat":
+            raise ValueError(f"{self.server} is driven through the chat API here, not {api!r}")
+        return self.chat
+
+    async def probe_generation(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        api: ApiKind,
+        model: str | None,
+        timeout: float,
+    ) -> ProbeResult:
+        """:func:`probe_chat` through the engine's chat dialect (its own token count)."""
+        return await probe_chat(session, base_url, self.dialect(api), model, timeout)
+
+
+def lines_weigh_alike(server_info: Mapping[str, Any]) -> int:
+    """The decode log interval of an engine whose lines each cover a time interval (vLLM's
+    ``SpecDecoding metrics``) or one finished request (llama.cpp's ``draft acceptance``), not
+    a count of steps: 1, every line weighs alike."""
+    return 1
+
+
 def env_differences(
     env: Sequence[EnvKnob], process_environ: Mapping[str, str]
 ) -> list[ConfigDifference]:
@@ -290,9 +325,12 @@ def init_fields(init_events: Sequence[InitEvent]) -> dict[str, dict[str, FieldVa
 __all__ = [
     "PROBE_MAX_TOKENS",
     "PROBE_PROMPT",
+    "ChatOnlyEngine",
     "env_differences",
     "first_failure",
     "init_fields",
+    "lines_follow_decoding",
+    "lines_weigh_alike",
     "listed_models",
     "normal_scalar_word",
     "parse_script",

@@ -15,7 +15,7 @@ asked on the host (:mod:`.argv`), its readiness config, provenance and config ch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orchestrator.engines.llamacpp.argv as argv_parser
 import orchestrator.engines.llamacpp.config as config
@@ -23,25 +23,16 @@ import orchestrator.engines.llamacpp.logs as logs
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
-    Dialect,
     Engine,
     Generation,
-    ProbeResult,
     Reply,
     StreamParse,
     TokenSource,
     WireRequest,
 )
 from orchestrator.engines.openai_chat import ChatDialect, count, json_object, stream_payloads
-from orchestrator.engines.shared import (
-    lines_follow_decoding,
-    listed_models,
-    probe_chat,
-)
-from orchestrator.types import ApiKind, MetricsMode
-
-if TYPE_CHECKING:
-    import aiohttp
+from orchestrator.engines.shared import ChatOnlyEngine, lines_follow_decoding, lines_weigh_alike
+from orchestrator.types import MetricsMode
 
 METRICS_FLAG = "--metrics"
 """Serves Prometheus ``/metrics`` (off by default): what ``server.metrics: auto`` adds."""
@@ -112,43 +103,19 @@ class LlamaChatDialect(ChatDialect):
         return parsed
 
 
-_CHAT = LlamaChatDialect()
-
-
-def dialect(api: ApiKind) -> Dialect:
-    if api != "chat":
-        raise ValueError(f"llama-server is driven through the chat API here, not {api!r}")
-    return _CHAT
-
-
 def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
     """The flags ``server.metrics`` asks each trial's command line to have."""
     return (METRICS_FLAG,) if metrics == "auto" else ()
 
 
-def decode_log_interval(server_info: Any) -> int:
-    """Each ``draft acceptance`` line is one finished request's: lines weigh alike."""
-    return 1
-
-
-async def probe_generation(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    api: ApiKind,
-    model: str | None,
-    timeout: float,
-) -> ProbeResult:
-    """A real temperature-0 chat generation from the running process (its count from the
-    answer's ``timings``), after the model name is checked against ``/v1/models``."""
-    return await probe_chat(session, base_url, dialect(api), model, timeout)
-
-
-class LlamaCpp:
-    """``llama-server`` as an ``orchestrator.engines.base.Engine``."""
+class LlamaCpp(ChatOnlyEngine):
+    """``llama-server`` as an ``orchestrator.engines.base.Engine``: driven through its chat API,
+    whose answers count their tokens in ``timings`` (:class:`LlamaChatDialect`)."""
 
     name = "llamacpp"
     default_unit = "llama-server.service"
-    apis: frozenset[ApiKind] = frozenset({"chat"})
+    server = "llama-server"
+    chat = LlamaChatDialect()
     metrics_flag = METRICS_FLAG
     acceptance_counters = ACCEPTANCE_COUNTERS
     metrics_flags = staticmethod(metrics_flags)
@@ -159,16 +126,13 @@ class LlamaCpp:
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
     help_argv = staticmethod(argv_parser.help_argv)
-    dialect = staticmethod(dialect)
     parse_log_line = staticmethod(logs.parse_log_line)
     classify_failure = staticmethod(logs.classify_failure)
     resolve_flag_knob = staticmethod(config.resolve_flag_knob)
     check_server_config = staticmethod(config.check_server_config)
     served_model = staticmethod(config.served_model)
-    served_models = staticmethod(listed_models)
-    probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
-    decode_log_interval = staticmethod(decode_log_interval)
+    decode_log_interval = staticmethod(lines_weigh_alike)
     decode_log_period_s = staticmethod(lines_follow_decoding)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 import orchestrator.engines.vllm.argv as argv_parser
 import orchestrator.engines.vllm.config as config
@@ -22,17 +21,12 @@ import orchestrator.engines.vllm.facts as facts
 import orchestrator.engines.vllm.logs as logs
 from orchestrator.engines.base import (
     AcceptanceCounters,
-    Dialect,
     Engine,
-    ProbeResult,
     ServedModel,
 )
 from orchestrator.engines.openai_chat import ChatDialect
-from orchestrator.engines.shared import listed_models, probe_chat
-from orchestrator.types import ApiKind, KnobValue, MetricsMode
-
-if TYPE_CHECKING:
-    import aiohttp
+from orchestrator.engines.shared import ChatOnlyEngine, lines_weigh_alike
+from orchestrator.types import KnobValue, MetricsMode
 
 ACCEPTANCE_COUNTERS = AcceptanceCounters(
     verify_steps="vllm:spec_decode_num_drafts_total",
@@ -43,24 +37,9 @@ ACCEPTANCE_COUNTERS = AcceptanceCounters(
 """``1 + accepted / drafts`` over a point's deltas: vLLM's own mean acceptance length
 (``v1/spec_decode/metrics.py``), bonus token included."""
 
-_CHAT = ChatDialect()
-
-
-def dialect(api: ApiKind) -> Dialect:
-    if api != "chat":
-        raise ValueError(f"vLLM is driven through the chat API here, not {api!r}")
-    return _CHAT
-
-
 def metrics_flags(metrics: MetricsMode) -> tuple[str, ...]:
     """Nothing to add: vLLM serves ``/metrics`` unless started with ``--disable-log-stats``."""
     return ()
-
-
-def decode_log_interval(server_info: Any) -> int:
-    """Each ``SpecDecoding metrics`` line covers a time interval (``VLLM_LOG_STATS_INTERVAL``,
-    10 s by default), not a count of steps: lines weigh alike."""
-    return 1
 
 
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
@@ -104,18 +83,6 @@ def served_model(argv: Sequence[str]) -> ServedModel | None:
     return None if model is None else ServedModel(name=model, flag="--model")
 
 
-async def probe_generation(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    api: ApiKind,
-    model: str | None,
-    timeout: float,
-) -> ProbeResult:
-    """A real temperature-0 chat generation from the running process; the name sent as
-    ``model`` is first checked against ``/v1/models`` (a mismatch no later probe cures)."""
-    return await probe_chat(session, base_url, dialect(api), model, timeout)
-
-
 # --- the sweep file's knob rules (orchestrator.engines.base.KnobRules) ------------------------
 
 
@@ -144,12 +111,14 @@ def json_key_report(flag: str, json_key: str) -> str | None:
     return None
 
 
-class Vllm:
-    """vLLM as an ``orchestrator.engines.base.Engine`` (and ``KnobRules``)."""
+class Vllm(ChatOnlyEngine):
+    """vLLM as an ``orchestrator.engines.base.Engine`` (and ``KnobRules``): driven through its
+    OpenAI-compatible chat API."""
 
     name = "vllm"
     default_unit = "vllm.service"
-    apis: frozenset[ApiKind] = frozenset({"chat"})
+    server = "vLLM"
+    chat = ChatDialect()
     metrics_flag = ""
     """None: vLLM serves ``/metrics`` by default (``--disable-log-stats`` turns it off)."""
     acceptance_counters = ACCEPTANCE_COUNTERS
@@ -161,16 +130,13 @@ class Vllm:
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
     help_argv = staticmethod(argv_parser.help_argv)
-    dialect = staticmethod(dialect)
     parse_log_line = staticmethod(logs.parse_log_line)
     classify_failure = staticmethod(logs.classify_failure)
     resolve_flag_knob = staticmethod(config.resolve_flag_knob)
     check_server_config = staticmethod(config.check_server_config)
     served_model = staticmethod(served_model)
-    served_models = staticmethod(listed_models)
-    probe_generation = staticmethod(probe_generation)
     build_provenance = staticmethod(config.build_provenance)
-    decode_log_interval = staticmethod(decode_log_interval)
+    decode_log_interval = staticmethod(lines_weigh_alike)
     decode_log_period_s = staticmethod(decode_log_period_s)
     knob_problem = staticmethod(knob_problem)
     value_problem = staticmethod(value_problem)
