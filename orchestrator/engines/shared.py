@@ -154,6 +154,21 @@ def normal_scalar_word(text: str) -> str:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def last_flag_value(argv: Sequence[str], flags: Sequence[str]) -> tuple[str, str] | None:
+    """The last ``--flag value`` / ``--flag=value`` of any of ``flags`` in ``argv`` (the one
+    argparse, and llama.cpp's own parser, keep), as (the flag as written, its value)."""
+    found: tuple[str, str] | None = None
+    for index, word in enumerate(argv):
+        name, sep, value = word.partition("=")
+        if name not in flags:
+            continue
+        if sep:
+            found = (name, value)
+        elif index + 1 < len(argv):
+            found = (name, argv[index + 1])
+    return found
+
+
 def first_failure(
     patterns: Sequence[tuple[FailureCause, re.Pattern[str]]], text: str
 ) -> tuple[FailureCause, str] | None:
@@ -329,6 +344,7 @@ __all__ = [
     "env_differences",
     "first_failure",
     "init_fields",
+    "last_flag_value",
     "lines_follow_decoding",
     "lines_weigh_alike",
     "listed_models",

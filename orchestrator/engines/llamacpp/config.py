@@ -31,7 +31,12 @@ from orchestrator.engines.base import (
     Provenance,
     ServedModel,
 )
-from orchestrator.engines.shared import env_differences, init_fields, normal_scalar_word
+from orchestrator.engines.shared import (
+    env_differences,
+    init_fields,
+    last_flag_value,
+    normal_scalar_word,
+)
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
 
@@ -216,31 +221,15 @@ def forced_flags(values: Mapping[str, str | None]) -> frozenset[str]:
     return frozenset(unused)
 
 
-def _last_value(argv: Sequence[str], flags: Sequence[str]) -> str | None:
-    found: str | None = None
-    for index, word in enumerate(argv):
-        name, sep, value = word.partition("=")
-        if name not in flags:
-            continue
-        if sep:
-            found = value
-        elif index + 1 < len(argv):
-            found = argv[index + 1]
-    return found
-
-
 def served_model(argv: Sequence[str]) -> ServedModel | None:
     """The name ``/v1/models`` lists: the first of ``--alias``'s comma-separated names, else
     the model file's name (``server-context.cpp``: ``model_path.filename()``)."""
-    alias = _last_value(argv, _ALIAS_FLAGS)
-    if alias is not None:
-        first = next((a.strip() for a in alias.split(",") if a.strip()), None)
-        if first is not None:
-            return ServedModel(name=first, flag="--alias")
-    model = _last_value(argv, _MODEL_FLAGS)
-    if model is None:
-        return None
-    return ServedModel(name=os.path.basename(model), flag="--model")
+    alias = last_flag_value(argv, _ALIAS_FLAGS)
+    names = [] if alias is None else [a.strip() for a in alias[1].split(",") if a.strip()]
+    if names:
+        return ServedModel(name=names[0], flag="--alias")
+    model = last_flag_value(argv, _MODEL_FLAGS)
+    return None if model is None else ServedModel(os.path.basename(model[1]), flag="--model")
 
 
 def build_provenance(

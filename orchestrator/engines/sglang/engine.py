@@ -64,6 +64,7 @@ from orchestrator.engines.shared import (
     env_differences,
     first_failure,
     init_fields,
+    last_flag_value,
     lines_follow_decoding,
     listed_models,
     probe_request,
@@ -626,25 +627,11 @@ _SERVED_NAME_FLAGS = ("--served-model-name",)
 _MODEL_PATH_FLAGS = ("--model-path", "--model")
 
 
-def _last_value(argv: Sequence[str], flags: Sequence[str]) -> tuple[str, str] | None:
-    """The last ``--flag value`` / ``--flag=value`` of ``flags`` in argv (argparse's winner)."""
-    found: tuple[str, str] | None = None
-    for index, word in enumerate(argv):
-        name, sep, value = word.partition("=")
-        if name not in flags:
-            continue
-        if sep:
-            found = (name, value)
-        elif index + 1 < len(argv):
-            found = (name, argv[index + 1])
-    return found
-
-
 def served_model(argv: Sequence[str]) -> ServedModel | None:
     """The model name an SGLang command line serves, or None when it names no model (a
     wrapper script, say): ``--served-model-name``, else the ``--model-path`` itself."""
     for flags in (_SERVED_NAME_FLAGS, _MODEL_PATH_FLAGS):
-        found = _last_value(argv, flags)
+        found = last_flag_value(argv, flags)
         if found is not None:
             return ServedModel(name=found[1], flag=found[0])
     return None
