@@ -1,9 +1,10 @@
 """Measuring one planned cell of a trial: its workload's prompts, closed or open loop.
 
-The runner walks a trial's planned cells; this module turns one cell and the sweep's
-``benchmark`` section into a point spec (:func:`cell_spec`) measured by the benchmark layer's
-one dispatcher (:func:`~orchestrator.bench.measure.measure_point`: closed loop at a
-concurrency, open loop at a rate), with the prompt source of the cell's workload. Samples
+A served server walks a trial's planned cells (:class:`orchestrator.running.RunningServer`);
+this module turns one cell and the sweep's ``benchmark`` section into a point spec
+(:func:`cell_spec`) measured by the benchmark layer's one path
+(:func:`~orchestrator.bench.measure.measure_point`: closed loop at a concurrency, open loop
+at a rate), with the prompt source of the cell's workload. Samples
 are parsed once per sweep (:class:`WorkloadSamples`); a sample's calibrated prompts are kept
 per host from one trial to the next (the host serves the same model throughout), and the
 synthetic prompts, cheap to calibrate, are made afresh per trial.
@@ -22,8 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.matrix import PointResult, PointSpec, Slo
 from orchestrator.bench.measure import measure_point
+from orchestrator.bench.point import Measurement, PointSpec, Slo
 from orchestrator.bench.prompts import PromptFactory, PromptSource
 from orchestrator.bench.workloads import WorkloadSample, load_builtin, parse_sample
 from orchestrator.bench.workloads.source import WorkloadPrompts
@@ -182,7 +183,7 @@ async def measure_cell(
     rounds: int,
     seed: int,
     before_measured: Callable[[], Awaitable[Any]],
-) -> PointResult:
+) -> Measurement:
     """One measurement of ``cell`` (its journal window is the caller's), read by ``client``'s
     engine: its dialect parses the answers, its counters are read from ``/metrics``. The
     ``bench`` verb measures its points by the same :func:`~orchestrator.bench.measure.

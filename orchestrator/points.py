@@ -107,7 +107,7 @@ class StoredRequest:
     """One benchmark request as kept: times in seconds, ``sent_at`` as Unix time.
 
     Distinct from ``bench.client.RequestRecord`` (what the client observed, chunk by chunk);
-    the runner maps one onto the other. ``extra`` holds what not every request has (chunk
+    the benchmark maps one onto the other (``bench.point.stored_request``). ``extra`` holds what not every request has (chunk
     times, per-request accept length, ...).
     """
 
@@ -196,20 +196,21 @@ class LatencySummary:
 
 _LATENCIES = LATENCIES
 _SCALARS = THROUGHPUT_SCALARS
-_WITHIN_RUN = ("output_tok_s_se", "output_tok_s_batches")
+_WITHIN_RUN = ("output_tok_s_se", "output_tok_s_batches", "output_len_count")
 _LOAD = ("arrivals", "seed", "duration_s", "max_concurrency", "slo", "arrival_schedule")
 _KNOWN_METRICS = point_metric_names() | {"errors_by_kind", "calibration", *_WITHIN_RUN, *_LOAD}
 
 
 @dataclass(frozen=True, slots=True)
 class ThroughputMetrics(ThroughputScalars):
-    """What one (context, concurrency) point measured; latencies in seconds, rates per second.
+    """What one point measured; latencies in seconds, rates per second.
 
-    The scalars are :class:`~orchestrator.types.ThroughputScalars`' (the one list of them);
-    this adds the errors by kind, the latency summaries, how the load was shaped and the
-    within-run spread. ``calibration`` is how the prompts were sized (filler words, measured
-    tokens, tolerance); ``extra`` keeps metrics this version does not name, so a newer
-    writer's fields survive.
+    The scalars are :class:`~orchestrator.types.ThroughputScalars`' (the one list of them: a
+    metric added there is measured by the benchmark's ``point_metrics``, stored and read back
+    here with nothing else to change); this adds the errors by kind, the latency summaries,
+    how the load was shaped and the within-run spread. ``calibration`` is how the prompts were
+    sized (filler words, measured tokens, tolerance); ``extra`` keeps metrics this version
+    does not name, so a newer writer's fields survive.
     """
 
     errors_by_kind: Mapping[str, int] = field(default_factory=dict)
@@ -233,9 +234,11 @@ class ThroughputMetrics(ThroughputScalars):
     """Request-to-request standard error of ``output_tok_s`` within the run (batch means over
     its waves); None when the point had fewer than two waves or predates it."""
     output_tok_s_batches: int = 0
+    output_len_count: int | None = None
+    """How many output lengths ``output_len_*`` summarize (the completed requests)."""
     extra: JsonObject = field(default_factory=dict)
 
-    def to_json(self) -> JsonObject:
+    def _values(self) -> JsonObject:
         out: JsonObject = {}
         for name in _SCALARS:
             out[name] = getattr(self, name)
@@ -243,6 +246,23 @@ class ThroughputMetrics(ThroughputScalars):
                 out["errors_by_kind"] = dict(self.errors_by_kind)
         for name in _LATENCIES:
             out.update(cast(LatencySummary, getattr(self, name)).to_json(name))
+        return out
+
+    def _spread(self) -> JsonObject:
+        return {
+            "output_tok_s_se": self.output_tok_s_se,
+            "output_tok_s_batches": self.output_tok_s_batches,
+            "output_len_count": self.output_len_count,
+        }
+
+    def measured_json(self) -> JsonObject:
+        """The measured values alone, flat by their stored names: the scalars (errors by kind
+        beside ``errors``), each latency as ``<latency>_<stat>``, the within-run spread. What
+        a live display shows of the last point; :meth:`to_json` adds how the load was shaped."""
+        return {**self._values(), **self._spread()}
+
+    def to_json(self) -> JsonObject:
+        out = self._values()
         out["calibration"] = self.calibration
         if self.arrivals is not None:
             out.update(
@@ -254,8 +274,7 @@ class ThroughputMetrics(ThroughputScalars):
             )
         if self.slo is not None:
             out["slo"] = dict(self.slo)
-        out["output_tok_s_se"] = self.output_tok_s_se
-        out["output_tok_s_batches"] = self.output_tok_s_batches
+        out.update(self._spread())
         out.update(self.extra)
         return out
 
@@ -291,6 +310,7 @@ class ThroughputMetrics(ThroughputScalars):
             slo=dict(slo) if isinstance(slo, Mapping) else None,
             output_tok_s_se=read_number(data.get("output_tok_s_se")),
             output_tok_s_batches=read_int(data.get("output_tok_s_batches")) or 0,
+            output_len_count=read_int(data.get("output_len_count")),
             extra={k: v for k, v in data.items() if k not in _KNOWN_METRICS},
         )
 
@@ -395,7 +415,9 @@ class ThroughputPoint:
 
     ``quality`` names the benchmark's quality flags the point carries (``errors``,
     ``truncated``, ``concurrency_short``, ``rate_short``, ...); the accept-length flags are in
-    ``accept``.
+    ``accept``. ``requests`` are the requests it sent, warm-up first, as the store keeps them
+    beside the point (a point read back from the store has none: ``Store.requests`` reads
+    them); they are no part of its JSON nor of its equality.
     """
 
     kind: ClassVar[Literal["throughput"]] = "throughput"
@@ -408,9 +430,15 @@ class ThroughputPoint:
     rate: float | None = None
     """Offered requests per second of an open-loop point; None for a closed-loop one."""
     workload: str = SYNTHETIC_WORKLOAD
+    requests: tuple[StoredRequest, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.cell  # noqa: B018 - validates concurrency xor rate
+
+    @property
+    def key(self) -> str:
+        """The point's identity within its attempt (:func:`point_key`)."""
+        return cell_point_key(self.cell)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -508,6 +536,16 @@ class CodingPoint:
     """Everything the model generated, reasoning first (what the lossless check compares)."""
     containment: str | None = None
     provenance: PointProvenance = PointProvenance()
+
+    @property
+    def key(self) -> str:
+        """The point's identity within its attempt (:func:`point_key`)."""
+        return point_key("coding", problem=self.problem)
+
+    @property
+    def requests(self) -> tuple[StoredRequest, ...]:
+        """A coding point keeps no request rows: its output is its evidence."""
+        return ()
 
     @property
     def passed(self) -> bool:

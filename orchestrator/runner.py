@@ -15,13 +15,14 @@ import datetime as dt
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
 
 from orchestrator.bench.client import BenchClient
 from orchestrator.bench.coding import CodingResult, run_coding
+from orchestrator.bench.point import with_journal
 from orchestrator.bench.problems import CodingProblem
 from orchestrator.bench.sandbox import SandboxConfig
 from orchestrator.cells import PromptSources, WorkloadSamples, client_connections, measure_cell
@@ -679,7 +680,7 @@ async def _measure(
             if run.stop.stopping:
                 raise Stopped
             run.progress.update(session.name, step=_cell_step(cell), done=done, total=total)
-            point = await measure_cell(
+            measured = await measure_cell(
                 client,
                 sources,
                 cell,
@@ -688,24 +689,30 @@ async def _measure(
                 seed=sweep.search.seed,
                 before_measured=running.cursor,
             )
-            cursor = point.measured_marker
+            cursor = measured.marker
             window = await running.window(cursor)
-            point.attach_journal(
+            point = with_journal(
+                measured.point,
                 running.decode_samples(window),
-                lines_expected=running.decode_lines_expected(point.metrics.wall_s),
+                lines_expected=running.decode_lines_expected(measured.metrics.wall_s),
             )
-            point.invocation_id = server.invocation_id
-            point.journal_cursor_start = cursor
-            point.journal_cursor_end = window.end
-            stored, requests = point.stored()
-            await store.record_point(attempt.id, stored, requests)
+            point = replace(
+                point,
+                provenance=replace(
+                    point.provenance,
+                    invocation_id=server.invocation_id,
+                    cursor_start=cursor,
+                    cursor_end=window.end,
+                ),
+            )
+            await store.record_point(attempt.id, point, point.requests)
             done += 1
             run.progress.update(
                 session.name,
                 done=done,
                 total=total,
-                last_point=point.metrics.as_fields(),
-                point=stored,
+                last_point=point.metrics.measured_json(),
+                point=point,
             )
             # After the journal window has settled, not beside it: a server that crashed
             # at the point's end exits a little later (tests/faults caught the race).

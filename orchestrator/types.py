@@ -55,8 +55,9 @@ preflight set the host aside, so its trials never started) are recorded by the r
 class ThroughputScalars:
     """A throughput point's scalar metrics by their stored names, in the order a point's
     ``metrics`` writes them: the one list of them. :data:`THROUGHPUT_SCALARS` is its field names,
-    the store's ``ThroughputMetrics`` extends it, and the bench's ``PointMetrics.as_fields``
-    writes these names, so a metric added here is stored, read back and validated everywhere.
+    the point's ``ThroughputMetrics`` (``orchestrator.points``) extends it and the bench's
+    ``point_metrics`` builds that type, so a metric added here is measured, stored, read back
+    and validated everywhere.
 
     Requests and input tokens per second; goodput (requests per second meeting every bound of
     the sweep's ``slo``) and the share that did; distinct and reused prompts; at an open-loop

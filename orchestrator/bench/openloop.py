@@ -15,7 +15,7 @@ waiting for a slot when the phase ends are counted as unsent, and the point repo
 it really sent at (``achieved_rate``), flagged ``rate_short`` below 95% of the schedule's own.
 
 Compared with SGLang's ``bench_serving --request-rate R [--max-concurrency C]``, whose
-definitions the metrics follow (``orchestrator.bench.matrix.point_metrics``):
+definitions the metrics follow (``orchestrator.bench.point.point_metrics``):
 
 - bench_serving sends a fixed number of prompts, sleeping an exponential gap after each send
   (so its sleeps' lateness accumulates into the schedule). A rate point sends for a fixed
@@ -35,36 +35,30 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord, parse_exchange
-from orchestrator.bench.matrix import (
+from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord
+from orchestrator.bench.point import (
     FLAG_RATE_SHORT,
-    PointMetrics,
-    PointResult,
+    MeasuredPhase,
     PointSpec,
     QualityThresholds,
-    Slo,
-    assemble_point,
-    measured_phase,
+    latency,
     point_metrics,
-    prepare_point,
 )
-from orchestrator.bench.prompts import PromptSource
 from orchestrator.bench.stats import summarize
 from orchestrator.engines.base import Prompt
+from orchestrator.points import ThroughputMetrics
 from orchestrator.types import Arrivals
 
 __all__ = [
-    "Slo",
+    "OpenLoop",
+    "OpenLoopRun",
     "arrival_schedule",
-    "measure_rate_point",
     "offered_rate",
     "open_loop",
     "rate_metrics",
-    "run_rate_point",
 ]
 
 
@@ -113,13 +107,62 @@ class _Sent:
     raw: RawExchange
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenLoopRun:
     """What one open loop sent, in schedule order, and how many it could not send."""
 
     start: float
     sent: list[_Sent]
     unsent: int
+    spec: PointSpec
+    schedule: tuple[float, ...]
+
+    @property
+    def exchanges(self) -> Sequence[RawExchange]:
+        return [s.raw for s in self.sent]
+
+    def metrics(
+        self, records: Sequence[RequestRecord], phase: MeasuredPhase, thresholds: QualityThresholds
+    ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
+        return rate_metrics(
+            records,
+            [s.due for s in self.sent],
+            spec=self.spec,
+            schedule=self.schedule,
+            start=self.start,
+            unsent=self.unsent,
+            cpu_seconds=phase.cpu_seconds,
+            loop_lag_samples=phase.loop_lag,
+            thresholds=thresholds,
+            prompts=[s.prompt for s in self.sent],
+        )
+
+
+class _Slots:
+    """The open loop's in-flight cap: a slot is taken per send and freed when it ends."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.in_flight = size, 0
+        self.freed = asyncio.Event()
+
+    async def take(self, *, deadline: float) -> bool:
+        """Take a slot, waiting for one until ``deadline`` (monotonic); False when none
+        came free by then (the request is not sent)."""
+        while self.in_flight >= self.size and (left := deadline - time.monotonic()) > 0:
+            self.freed.clear()
+            try:
+                async with asyncio.timeout(left):
+                    await self.freed.wait()
+            except TimeoutError:
+                break
+        if self.in_flight >= self.size:
+            return False
+        self.in_flight += 1
+        return True
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.freed.set()
 
 
 async def open_loop(
@@ -144,11 +187,9 @@ async def open_loop(
     if len(prompts) < len(schedule):
         raise ValueError(f"{len(schedule)} arrivals need as many prompts, got {len(prompts)}")
     clock = time.monotonic
-    in_flight = 0
-    freed = asyncio.Event()
+    slots = _Slots(max_concurrency)
 
     async def send(index: int, prompt: str | Prompt) -> RawExchange:
-        nonlocal in_flight
         try:
             return await client.stream(
                 prompt,
@@ -159,11 +200,9 @@ async def open_loop(
                 phase=phase,
             )
         finally:
-            in_flight -= 1
-            freed.set()
+            slots.release()
 
     start = clock()
-    deadline = start + duration_s
     tasks: list[tuple[float, str | Prompt, asyncio.Task[RawExchange]]] = []
     unsent = 0
     try:
@@ -172,17 +211,9 @@ async def open_loop(
             delay = due - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-            while in_flight >= max_concurrency and (left := deadline - clock()) > 0:
-                freed.clear()
-                try:
-                    async with asyncio.timeout(left):
-                        await freed.wait()
-                except TimeoutError:
-                    break
-            if in_flight >= max_concurrency:
+            if not await slots.take(deadline=start + duration_s):
                 unsent = len(schedule) - index
                 break
-            in_flight += 1
             prompt = prompts[index]
             tasks.append((due, prompt, asyncio.create_task(send(index, prompt))))
         raws = await asyncio.gather(*(task for _, _, task in tasks))
@@ -193,7 +224,7 @@ async def open_loop(
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     sent = [_Sent(due, prompt, raw) for (due, prompt, _), raw in zip(tasks, raws, strict=True)]
-    return OpenLoopRun(start=start, sent=sent, unsent=unsent)
+    return OpenLoopRun(start, sent, unsent, spec, tuple(schedule))
 
 
 def rate_metrics(
@@ -208,10 +239,10 @@ def rate_metrics(
     loop_lag_samples: Sequence[float],
     thresholds: QualityThresholds,
     prompts: Sequence[str | Prompt] | None = None,
-) -> tuple[PointMetrics, tuple[str, ...]]:
+) -> tuple[ThroughputMetrics, tuple[str, ...]]:
     """Metrics and quality flags of a rate point's measured requests (pure).
 
-    :func:`~orchestrator.bench.matrix.point_metrics` from the phase's ``start``, plus the
+    :func:`~orchestrator.bench.point.point_metrics` from the phase's ``start``, plus the
     load the client really generated:
 
     - ``achieved_rate``: requests sent over the sending window, ``duration_s`` (or up to
@@ -245,136 +276,58 @@ def rate_metrics(
         achieved_rate=achieved,
         requests_scheduled=len(schedule),
         requests_unsent=unsent,
-        send_lag=summarize(r.send_time - due for r, due in zip(records, dues, strict=True)),
+        send_lag=latency(
+            summarize(r.send_time - due for r, due in zip(records, dues, strict=True))
+        ),
     )
     if achieved < thresholds.min_rate_fraction * offered_rate(schedule, spec.duration_s):
         flags.insert(0, FLAG_RATE_SHORT)
     return metrics, tuple(flags)
 
 
-async def run_rate_point(
-    client: BenchClient,
-    prompts: PromptSource,
-    *,
-    context: int,
-    rate: float,
-    arrivals: Arrivals = "poisson",
-    duration_s: float = 30.0,
-    max_concurrency: int = 256,
-    warmup_requests: int,
-    max_tokens: int,
-    temperature: float = 0.0,
-    ignore_eos: bool = True,
-    seed: int = 0,
-    slo: Slo | None = None,
-    scrape_metrics: bool = False,
-    before_measured: Callable[[], Awaitable[Any]] | None = None,
-    workload: str = "synthetic",
-    thresholds: QualityThresholds | None = None,
-    metrics_timeout: float = 10.0,
-) -> PointResult:
-    """Measure one rate point: calibrate the context, warm up, then the open loop.
+@dataclass(frozen=True)
+class OpenLoop:
+    """The open loop of ``spec``: its arrival schedule (drawn before the point starts, kept
+    with it), at most ``max_concurrency`` in flight; warmed up as bench_serving does, all at
+    once within the cap (a :class:`~orchestrator.bench.point.Loop`)."""
 
-    The warm-up (``warmup_requests``, not counted) runs as bench_serving's does, all at once
-    (at most ``max_concurrency`` together); the measured phase follows
-    :func:`arrival_schedule` ``(rate, duration_s, arrivals, seed)``, which the result keeps.
-    The client's connection pool must hold ``max_concurrency`` (ValueError otherwise): a
-    request queued inside the client would be sent late without its lateness being seen.
-    """
-    spec = PointSpec(
-        context=context,
-        concurrency=None,
-        rounds=None,
-        warmup_requests=warmup_requests,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        ignore_eos=ignore_eos,
-        rate=rate,
-        arrivals=arrivals,
-        duration_s=duration_s,
-        max_concurrency=max_concurrency,
-        workload=workload,
-        seed=seed,
-        slo=slo,
-    )
-    return await measure_rate_point(
-        client,
-        prompts,
-        spec,
-        scrape_metrics=scrape_metrics,
-        before_measured=before_measured,
-        thresholds=thresholds,
-        metrics_timeout=metrics_timeout,
-    )
+    spec: PointSpec
+    duration_s: float
+    max_concurrency: int
+    schedule: tuple[float, ...]
 
+    @classmethod
+    def of(cls, spec: PointSpec, client: BenchClient) -> OpenLoop:
+        """ValueError when ``spec`` is not a rate point or the client's pool is smaller than
+        its in-flight cap (a request queued inside the client would be sent late without its
+        lateness being seen)."""
+        rate, duration_s, arrivals = spec.rate, spec.duration_s, spec.arrivals
+        max_concurrency, seed = spec.max_concurrency, spec.seed
+        if rate is None or duration_s is None or arrivals is None or seed is None:
+            raise ValueError("a rate point needs its rate, arrivals, duration_s and seed")
+        if max_concurrency is None or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_concurrency > client.concurrency:
+            raise ValueError(
+                f"client pool sized {client.concurrency} < max_concurrency {max_concurrency}"
+            )
+        schedule = arrival_schedule(rate, duration_s, arrivals, seed)
+        return cls(spec, duration_s, max_concurrency, schedule)
 
-async def measure_rate_point(
-    client: BenchClient,
-    prompts: PromptSource,
-    spec: PointSpec,
-    *,
-    scrape_metrics: bool = False,
-    before_measured: Callable[[], Awaitable[Any]] | None = None,
-    thresholds: QualityThresholds | None = None,
-    metrics_timeout: float = 10.0,
-) -> PointResult:
-    """Measure the rate point ``spec`` (:func:`run_rate_point`'s work, from a spec already
-    made, as :func:`~orchestrator.bench.measure.measure_point` holds one); ValueError when
-    ``spec`` is not a rate point or the client's pool is smaller than its in-flight cap."""
-    rate, duration_s, arrivals = spec.rate, spec.duration_s, spec.arrivals
-    max_concurrency, seed = spec.max_concurrency, spec.seed
-    if rate is None or duration_s is None or arrivals is None or seed is None:
-        raise ValueError("a rate point needs its rate, arrivals, duration_s and seed")
-    if max_concurrency is None or max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    if max_concurrency > client.concurrency:
-        raise ValueError(
-            f"client pool sized {client.concurrency} < max_concurrency {max_concurrency}"
-        )
-    schedule = arrival_schedule(rate, duration_s, arrivals, seed)
-    ready = await prepare_point(
-        client,
-        prompts,
-        spec,
-        # bench_serving's warm-up: all at once (within the in-flight cap).
-        warmup_concurrency=max(1, min(spec.warmup_requests, max_concurrency)),
-        measured_requests=len(schedule),
-    )
-    async with measured_phase(
-        client,
-        scrape_metrics=scrape_metrics,
-        metrics_timeout=metrics_timeout,
-        before_measured=before_measured,
-    ) as phase:
-        run = await open_loop(
+    @property
+    def warmup_concurrency(self) -> int:
+        return max(1, min(self.spec.warmup_requests, self.max_concurrency))
+
+    @property
+    def measured_requests(self) -> int:
+        return len(self.schedule)
+
+    async def send(self, client: BenchClient, prompts: Sequence[str | Prompt]) -> OpenLoopRun:
+        return await open_loop(
             client,
-            ready.prompts,
-            schedule,
-            spec=spec,
-            max_concurrency=max_concurrency,
-            duration_s=duration_s,
+            prompts,
+            self.schedule,
+            spec=self.spec,
+            max_concurrency=self.max_concurrency,
+            duration_s=self.duration_s,
         )
-    records = [parse_exchange(s.raw, client.dialect) for s in run.sent]
-    metrics, flags = rate_metrics(
-        records,
-        [s.due for s in run.sent],
-        spec=spec,
-        schedule=schedule,
-        start=run.start,
-        unsent=run.unsent,
-        cpu_seconds=phase.cpu_seconds,
-        loop_lag_samples=phase.loop_lag,
-        thresholds=thresholds or QualityThresholds(),
-        prompts=[s.prompt for s in run.sent],
-    )
-    return assemble_point(
-        ready,
-        spec=spec,
-        records=records,
-        metrics=metrics,
-        flags=flags,
-        phase=phase,
-        scrape_metrics=scrape_metrics,
-        counters=client.acceptance_counters,
-        schedule=schedule,
-    )

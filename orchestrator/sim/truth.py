@@ -8,7 +8,7 @@ every config of a sweep's space and every matrix cell, the expected ``output_tok
 "As the sweep measures them" matters: a point is a closed loop of ``rounds x concurrency``
 requests of ``max_tokens`` tokens each, started together after an idle server, and its
 ``output_tok_s`` is all output tokens over the wall time from the first send to the last end
-(:mod:`orchestrator.bench.matrix`); ramp-up, the ragged tail, prefills that stall decoding and
+(:mod:`orchestrator.bench.closedloop`); ramp-up, the ragged tail, prefills that stall decoding and
 a finished request's slot that waits out one scheduler iteration all count (the client's own
 turnaround is a parameter, 0 by default: an ideal client). So the truth is
 not a steady-state formula: it replays the simulated server's scheduler

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,21 +28,23 @@ from orchestrator import engines
 from orchestrator.bench.acceptlen import decode_samples_from_messages, from_journal
 from orchestrator.bench.cli import configure_parser, run_async
 from orchestrator.bench.client import BenchClient, ErrorKind, RequestRecord, TokenSource
-from orchestrator.bench.matrix import (
+from orchestrator.bench.measure import measure_point
+from orchestrator.bench.openloop import arrival_schedule, offered_rate
+from orchestrator.bench.point import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
     FLAG_RATE_SHORT,
     FLAG_SHORT_OUTPUTS,
     FLAG_TRUNCATED,
-    PointResult,
+    Measurement,
+    PointSpec,
     Slo,
-    run_point,
+    with_journal,
 )
-from orchestrator.bench.openloop import arrival_schedule, offered_rate, run_rate_point
-from orchestrator.bench.prompts import Calibration, PromptFactory, save_calibrations
+from orchestrator.bench.prompts import Calibration, PromptFactory, PromptSource, save_calibrations
 from orchestrator.bench.stats import percentile, spread_gaps
 from orchestrator.engines.base import Prompt
-from orchestrator.types import EXIT_OK, ApiKind
+from orchestrator.types import EXIT_OK, ApiKind, Arrivals
 from tests.integration.sim_server_proc import SimServer, free_port, start_server
 
 SGLANG = engines.get("sglang")
@@ -101,8 +103,42 @@ async def _totals(url: str) -> dict[str, Any]:
         return data
 
 
-def _measured(point: PointResult) -> list[RequestRecord]:
-    return [r for r in point.requests if r.phase == "measured"]
+def _measured(point: Measurement) -> list[RequestRecord]:
+    return [r for r in point.records if r.phase == "measured"]
+
+
+async def run_point(
+    client: BenchClient,
+    prompts: PromptSource,
+    *,
+    scrape_metrics: bool = False,
+    before_measured: Callable[[], Awaitable[Any]] | None = None,
+    **spec: Any,
+) -> Measurement:
+    """A closed point of ``spec``'s fields, by the one path every point takes."""
+    return await measure_point(
+        client,
+        prompts,
+        PointSpec(**spec),
+        scrape_metrics=scrape_metrics,
+        before_measured=before_measured,
+    )
+
+
+async def run_rate_point(
+    client: BenchClient,
+    prompts: PromptSource,
+    *,
+    arrivals: Arrivals = "poisson",
+    seed: int = 0,
+    **spec: Any,
+) -> Measurement:
+    """A rate point of ``spec``'s fields (Poisson, seed 0 unless given)."""
+    return await measure_point(
+        client,
+        prompts,
+        PointSpec(concurrency=None, rounds=None, arrivals=arrivals, seed=seed, **spec),
+    )
 
 
 def _client(url: str, api: ApiKind, concurrency: int, timeout: float = 30.0) -> BenchClient:
@@ -128,14 +164,14 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
             max_tokens=48,
         )
     measured = _measured(point)
-    warmup = [r for r in point.requests if r.phase == "warmup"]
+    warmup = [r for r in point.records if r.phase == "warmup"]
     assert len(measured) == 12 and len(warmup) == 2
     assert point.metrics.requests == 12 and point.metrics.errors == 0
     # three waves of four: the rate's within-run standard error by batch means over them
     rate, rate_se = point.metrics.output_tok_s, point.metrics.output_tok_s_se
     assert point.metrics.output_tok_s_batches == 3 and rate is not None and rate_se is not None
     assert 0.0 <= rate_se < 0.5 * rate
-    truth = await _truth(spec_server.url, [r.response_id or "" for r in point.requests])
+    truth = await _truth(spec_server.url, [r.response_id or "" for r in point.records])
     assert len(truth) == 14
 
     arrival_errors: list[float] = []
@@ -173,8 +209,8 @@ async def test_generate_point_matches_the_servers_truth(spec_server: SimServer) 
     assert max(c.tokens for r in measured for c in r.chunks) > 1
     # ...and ITL spreads each chunk's gap over its tokens instead of inflating it.
     assert point.metrics.itl.count == sum(48 - r.chunks[0].tokens for r in measured)
-    assert point.metrics.itl.mean is not None and point.metrics.tpot.mean is not None
-    assert point.metrics.itl.mean < 0.75 * (sum(unspread_gaps) / len(unspread_gaps))
+    assert point.metrics.itl.mean_s is not None and point.metrics.tpot.mean_s is not None
+    assert point.metrics.itl.mean_s < 0.75 * (sum(unspread_gaps) / len(unspread_gaps))
     assert percentile([abs(e) for e in arrival_errors], 50) < ARRIVAL_P50_S
     assert max(abs(e) for e in arrival_errors) < ARRIVAL_MAX_S
     assert percentile([abs(e) for e in ttft_errors], 50) < ARRIVAL_P50_S
@@ -206,7 +242,7 @@ async def test_accept_len_sources_match_the_servers_counters(spec_server: SimSer
     accepted = after["accepted_tokens"] - before["accepted_tokens"]
     steps = after["verify_steps"] - before["verify_steps"]
     true_accept = accepted / steps
-    accept = point.accept_len
+    accept = point.point.accept
     assert accept.meta_info.value == pytest.approx(true_accept, rel=0.01)
     assert accept.meta_info.count == 12
     assert accept.metrics.value == pytest.approx(true_accept, rel=0.01)
@@ -218,10 +254,10 @@ async def test_accept_len_sources_match_the_servers_counters(spec_server: SimSer
         lines, decode_log_interval=DECODE_LOG_INTERVAL, parse=SGLANG.parse_log_line
     )
     assert samples, "no decode line during the point"
-    point.attach_journal(samples)
+    attached = with_journal(point.point, samples)
     journal = from_journal(samples)
     assert journal.value == pytest.approx(true_accept, rel=0.10)
-    assert point.accept_len.journal.count == len(samples)
+    assert attached.accept.journal.count == len(samples)
 
 
 async def test_chat_point_holds_concurrency_and_counts_tokens(spec_server: SimServer) -> None:
@@ -253,7 +289,7 @@ async def test_chat_point_holds_concurrency_and_counts_tokens(spec_server: SimSe
         assert record.first_token_time is not None
         ttft_errors.append(abs(record.first_token_time - row["first_emit_monotonic"]))
     assert percentile(ttft_errors, 50) < ARRIVAL_P50_S
-    assert point.calibration.tolerance == 0
+    assert point.metrics.calibration is not None and point.metrics.calibration["tolerance"] == 0
     assert point.metrics.prompt_tokens_tolerance == 0
 
 
@@ -312,7 +348,7 @@ async def test_hanging_and_failing_requests_are_errors(
         assert point.metrics.errors_by_kind == {"timeout": 2}
         assert point.metrics.requests_ok == 4
         assert FLAG_ERRORS in point.flags
-        failed = [r for r in point.requests if not r.ok]
+        failed = [r for r in point.records if not r.ok]
         assert all(r.error is ErrorKind.TIMEOUT and r.e2e is not None for r in failed)
         assert all(0.9 < (r.e2e or 0) < 5.0 for r in failed)
     finally:
@@ -338,8 +374,8 @@ async def test_run_point_marks_the_measured_phase_after_its_warmup(spec_server: 
     """What the runner relies on, point after point on one client: ``before_measured`` runs
     once per point, after every warm-up request ended and before the first measured one was
     sent (so the journal window holds no warm-up), its value comes back as the point's
-    ``measured_marker``, /metrics is scraped around the measured phase, and the point's
-    document is JSON."""
+    ``marker``, /metrics is scraped around the measured phase, the stored point carries every
+    request, and the point's document is JSON."""
     marks: list[float] = []
 
     async def mark() -> str:
@@ -348,7 +384,7 @@ async def test_run_point_marks_the_measured_phase_after_its_warmup(spec_server: 
         return f"cursor-{len(marks)}"
 
     order = [(60, 1), (60, 2), (120, 2)]
-    points: list[PointResult] = []
+    points: list[Measurement] = []
     async with _client(spec_server.url, "generate", 2) as client:
         prompts = PromptFactory(client)
         for context, concurrency in order:
@@ -366,16 +402,18 @@ async def test_run_point_marks_the_measured_phase_after_its_warmup(spec_server: 
                 )
             )
     assert [(p.spec.context, p.spec.concurrency) for p in points] == order
-    assert [p.measured_marker for p in points] == ["cursor-1", "cursor-2", "cursor-3"]
+    assert [p.marker for p in points] == ["cursor-1", "cursor-2", "cursor-3"]
     for point, marked in zip(points, marks, strict=True):
-        warm = [r for r in point.requests if r.phase == "warmup"]
+        warm = [r for r in point.records if r.phase == "warmup"]
         measured = _measured(point)
         assert len(warm) == 2 and len(measured) == point.spec.concurrency
         assert all(r.end_time is not None and r.end_time <= marked for r in warm)
         assert all(r.send_time >= marked for r in measured)
         assert point.metrics_text_before and point.metrics_text_after
         assert "sglang:generation_tokens_total" in point.metrics_text_after
-    doc = points[0].to_dict()
+        stored = point.point.requests
+        assert [r.warmup for r in stored] == [r.phase == "warmup" for r in point.records]
+    doc = points[0].to_json()
     assert doc["invocation_id"] is None and doc["journal_cursor_start"] is None
     assert len(doc["raw_requests"]) == 3
     json.dumps(doc)
@@ -404,13 +442,13 @@ async def test_rate_point_sends_on_its_schedule_and_reports_bench_serving_rates(
         )
     measured = _measured(point)
     m = point.metrics
-    assert point.schedule == schedule and len(measured) == len(schedule) >= 5
+    assert m.arrival_schedule == schedule and len(measured) == len(schedule) >= 5
     assert m.requests_scheduled == len(schedule) and m.requests_unsent == 0 and m.errors == 0
     # Each request left at its own offset from the phase's start, never before it.
     start = min(r.send_time for r in measured) - schedule[0]
     lags = [r.send_time - (start + offset) for r, offset in zip(measured, schedule, strict=True)]
     assert min(lags) > -0.002 and percentile(lags, 50) < ARRIVAL_P50_S
-    assert m.send_lag.count == len(schedule) and m.send_lag.max is not None
+    assert m.send_lag.count == len(schedule) and m.send_lag.max_s is not None
     assert m.achieved_rate == pytest.approx(offered_rate(schedule, 2.0), rel=0.05)
     assert FLAG_RATE_SHORT not in point.flags
     # bench_serving: completed requests and their tokens over start -> last response's end.
@@ -419,13 +457,13 @@ async def test_rate_point_sends_on_its_schedule_and_reports_bench_serving_rates(
     assert m.input_tok_s == pytest.approx(200 * len(measured) / m.wall_s)
     assert m.output_tok_s == pytest.approx(16 * len(measured) / m.wall_s)
     assert m.goodput == m.request_s and m.goodput_fraction == 1.0
-    assert m.output_len.count == len(measured) and m.output_len.p50 == 16.0
+    assert m.output_len_count == len(measured) and m.output_len_p50 == 16.0
     assert m.prompts_distinct == len(measured) and m.prompts_reused == 0
     truth = await _truth(spec_server.url, [r.response_id or "" for r in measured])
     assert [truth[r.response_id or ""]["completion_tokens"] for r in measured] == [16] * len(
         measured
     )
-    doc = point.to_dict(include_requests=False)
+    doc = point.to_json(include_requests=False)
     assert doc["rate"] == 4.0 and doc["arrivals"] == "poisson" and doc["concurrency"] is None
     assert doc["arrival_schedule"] == list(schedule) and doc["seed"] == 7
     assert doc["achieved_rate"] == m.achieved_rate and doc["goodput"] == m.goodput
@@ -461,7 +499,7 @@ async def test_rate_point_that_cannot_keep_up_is_flagged_not_reported_as_offered
     # Never two in flight: each send waited for the previous answer.
     for before, after in itertools.pairwise(measured):
         assert before.end_time is not None and after.send_time >= before.end_time
-    assert m.send_lag.max is not None and m.send_lag.max > 0.5 / 20
+    assert m.send_lag.max_s is not None and m.send_lag.max_s > 0.5 / 20
 
 
 class _OwnLengths:
@@ -498,7 +536,7 @@ async def test_each_request_gets_its_own_output_length_and_no_false_short_flag(
     m = point.metrics
     assert m.short_outputs == 0 and m.truncated == 0
     assert FLAG_SHORT_OUTPUTS not in point.flags and FLAG_TRUNCATED not in point.flags
-    assert (m.output_len.count, m.output_len.mean, m.output_len.max) == (6, 7.0, 9.0)
+    assert (m.output_len_count, m.output_len_mean, m.output_len_max) == (6, 7.0, 9.0)
     assert (m.prompts_distinct, m.prompts_reused) == (6, 0)
 
 

@@ -1,9 +1,9 @@
 """What the report tests share: a store filled exactly as the runner fills it, and Chromium.
 
 The sweep is built from the real classes the runner writes with: request records go through
-``bench.matrix.compute_metrics`` (so metrics and quality flags are computed, not typed in),
-accept_len through ``bench.acceptlen``, and the bench's and runner's own mapping functions
-turn results into store rows (``PointResult.stored``, ``_coding_point``, ``Server.evidence``).
+``bench.closedloop.closed_metrics`` (so metrics and quality flags are computed, not typed in),
+accept_len through ``bench.acceptlen``, and the points are the store's own types, made as the
+bench makes them (``stored_request``, ``with_journal``, ``_coding_point``, ``Server.evidence``).
 Numbers come from the simulator's performance model, so throughput peaks at an interior budget
 like a real sweep. Faults are injected at the request level: failed requests, truncated
 outputs, a client that falls short of the concurrency, accept_len sources that disagree, a
@@ -13,6 +13,7 @@ config that fails at startup, outputs that drift from the baseline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -28,13 +29,21 @@ import aiohttp
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import Chunk, ErrorKind, RequestRecord, TokenSource
+from orchestrator.bench.closedloop import closed_metrics
 from orchestrator.bench.coding import CodingResult, Outcome
-from orchestrator.bench.matrix import PointResult, PointSpec, QualityThresholds, compute_metrics
+from orchestrator.bench.point import (
+    PointSpec,
+    QualityThresholds,
+    calibration_json,
+    stored_request,
+    with_journal,
+)
 from orchestrator.bench.prompts import Calibration
 from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
 from orchestrator.evidence import Timeline
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.lifecycle import Server, TrialFailed
+from orchestrator.points import PointProvenance, ThroughputPoint
 from orchestrator.runner import _coding_point
 from orchestrator.sim import perfmodel
 from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
@@ -200,8 +209,9 @@ def point_result(
     rounds: int,
     fault: PointFault,
     scale: float = 1.0,
-) -> PointResult:
-    """One point as ``bench.matrix.run_point`` returns it, journal accept_len attached."""
+) -> ThroughputPoint:
+    """One point as a served server records it (``bench.measure.measure_point``'s point,
+    journal accept_len and provenance attached)."""
     spec = PointSpec(
         context=context,
         concurrency=concurrency,
@@ -212,7 +222,7 @@ def point_result(
     )
     records, workers, accept = _records(rng, spec, config, fault, scale)
     wall = max(r.end_time or 0.0 for r in records) - min(r.send_time for r in records)
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         records,
         workers,
         spec=spec,
@@ -226,30 +236,36 @@ def point_result(
         if config
         else AcceptEstimate(None, 0, "no verify call during the point (counters reset or flat)")
     )
-    result = PointResult(
-        spec=spec,
-        metrics=metrics,
-        flags=flags,
-        calibration=Calibration(
-            base_url="http://127.0.0.1:30000",
-            model="kimi-k2.6",
-            api="chat",
-            target_tokens=context,
-            filler_words=context,
-            measured_tokens=context,
-            requests=2,
-        ),
-        requests=records,
-        started_monotonic=1000.0,
-        ended_monotonic=1000.0 + wall,
-        started_unix=time.time(),
-        accept_len=acceptlen.combine(
+    calibration = Calibration(
+        base_url="http://127.0.0.1:30000",
+        model="kimi-k2.6",
+        api="chat",
+        target_tokens=context,
+        filler_words=context,
+        measured_tokens=context,
+        requests=2,
+    )
+    started = time.time()
+    point = ThroughputPoint(
+        context=context,
+        concurrency=concurrency,
+        metrics=dataclasses.replace(metrics, calibration=calibration_json(calibration)),
+        accept=acceptlen.combine(
             acceptlen.from_journal(None),
             acceptlen.from_meta_info(
                 acceptlen.RequestSpec(r.completion_tokens or 0, r.spec_verify_ct) for r in ok
             ),
             metrics_estimate,
         ),
+        quality=flags,
+        provenance=PointProvenance(
+            invocation_id="inv-" + str(abs(hash(json.dumps(config, sort_keys=True))))[:10],
+            cursor_start="s=0;i=1",
+            cursor_end="s=0;i=9",
+            started_at=started,
+            finished_at=started + wall,
+        ),
+        requests=tuple(stored_request(r) for r in records),
     )
     samples = (
         [
@@ -259,11 +275,7 @@ def point_result(
         if config
         else []
     )
-    result.attach_journal(samples)
-    result.invocation_id = "inv-" + str(abs(hash(json.dumps(config, sort_keys=True))))[:10]
-    result.journal_cursor_start = "s=0;i=1"
-    result.journal_cursor_end = "s=0;i=9"
-    return result
+    return with_journal(point, samples)
 
 
 def _coding_results(rng: random.Random, spec: ConfigSpec) -> list[CodingResult]:
@@ -416,7 +428,7 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
             for context in spec.contexts:
                 for concurrency in spec.concurrency:
                     fault = config.faults.get((context, concurrency), PointFault())
-                    result = point_result(
+                    point = point_result(
                         rng,
                         context,
                         concurrency,
@@ -425,7 +437,7 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
                         fault=fault,
                         scale=spec.perf_scale,
                     )
-                    await store.record_point(attempt.id, *result.stored())
+                    await store.record_point(attempt.id, point, point.requests)
             for coding in _coding_results(rng, config):
                 await store.record_point(
                     attempt.id, _coding_point(coding, server.invocation_id, time.time()), []

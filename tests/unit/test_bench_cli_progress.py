@@ -20,8 +20,8 @@ from orchestrator.bench.cli import (
     parse_workload,
     planned_points,
 )
-from orchestrator.bench.matrix import Slo
 from orchestrator.bench.openloop import arrival_schedule
+from orchestrator.bench.point import Slo
 
 
 class FakeClock:

@@ -10,22 +10,22 @@ import math
 import pytest
 
 from orchestrator.bench.client import ErrorKind, RequestRecord
-from orchestrator.bench.matrix import (
+from orchestrator.bench.closedloop import closed_metrics
+from orchestrator.bench.openloop import arrival_schedule, offered_rate, rate_metrics
+from orchestrator.bench.point import (
     FLAG_CONCURRENCY_SHORT,
     FLAG_RATE_SHORT,
     FLAG_SHORT_OUTPUTS,
     FLAG_TRUNCATED,
-    PointMetrics,
     PointSpec,
     QualityThresholds,
     Slo,
-    compute_metrics,
     good_requests,
     point_metrics,
     prompt_reuse,
 )
-from orchestrator.bench.openloop import arrival_schedule, offered_rate, rate_metrics
 from orchestrator.engines.base import ChatMessage, Prompt
+from orchestrator.points import ThroughputMetrics
 from tests.unit.test_bench_stats import _record
 
 # ------------------------------------------------------------------ the arrival schedule
@@ -182,7 +182,7 @@ def test_closed_points_get_goodput_too() -> None:
         slo=Slo(ttft_s=0.15),
     )
     records = [_record(0.0), _record(0.19, ttft=0.2)]
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         records,
         [0, 0],
         spec=spec,
@@ -206,7 +206,7 @@ def _rate_metrics(
     dues: tuple[float, ...] | None = None,
     unsent: int = 0,
     spec: PointSpec = RATE_SPEC,
-) -> tuple[PointMetrics, tuple[str, ...]]:
+) -> tuple[ThroughputMetrics, tuple[str, ...]]:
     return rate_metrics(
         records,
         schedule if dues is None else dues,
@@ -225,12 +225,12 @@ def test_achieved_rate_is_what_was_sent_and_a_shortfall_is_flagged() -> None:
     on_time = [_record(t) for t in schedule]
     metrics, flags = _rate_metrics(on_time, schedule)
     assert metrics.achieved_rate == pytest.approx(5 / 2.5) and FLAG_RATE_SHORT not in flags
-    assert metrics.send_lag.max == pytest.approx(0.0) and metrics.requests_unsent == 0
+    assert metrics.send_lag.max_s == pytest.approx(0.0) and metrics.requests_unsent == 0
     # Late sends of the same five (a slot was busy): the rate holds, the lateness shows.
     late = [_record(t + 0.3) for t in schedule[:4]] + [_record(2.4)]
     metrics, flags = _rate_metrics(late, schedule)
-    assert metrics.send_lag.p50 == pytest.approx(0.3)
-    assert metrics.send_lag.max == pytest.approx(0.4)
+    assert metrics.send_lag.p50_s == pytest.approx(0.3)
+    assert metrics.send_lag.max_s == pytest.approx(0.4)
     assert metrics.achieved_rate == pytest.approx(2.0) and FLAG_RATE_SHORT not in flags
     # Only four of five sent: 1.6/s against the schedule's 2/s, below 95%: flagged.
     metrics, flags = _rate_metrics(on_time[:4], schedule, dues=schedule[:4], unsent=1)
@@ -271,8 +271,8 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
         batch=1,
     )
     assert metrics.short_outputs == 0 and FLAG_SHORT_OUTPUTS not in flags
-    assert (metrics.output_len.count, metrics.output_len.mean) == (2, 5.0)
-    assert (metrics.output_len.p50, metrics.output_len.max) == (5.0, 6.0)
+    assert (metrics.output_len_count, metrics.output_len_mean) == (2, 5.0)
+    assert (metrics.output_len_p50, metrics.output_len_max) == (5.0, 6.0)
     # One stopped early against its own 6: short, whatever the point's max_tokens says.
     early = [_record(0.0, tokens=4, max_tokens=4), _record(0.5, tokens=5, max_tokens=6)]
     metrics, flags = point_metrics(
@@ -298,7 +298,7 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
         batch=1,
     )
     assert metrics.truncated == 1 and metrics.short_outputs == 0 and FLAG_TRUNCATED in flags
-    assert metrics.output_len.p50 == 6.5
+    assert metrics.output_len_p50 == 6.5
 
 
 def test_reuse_is_counted_by_sample_line_and_synthetic_prompts_are_always_distinct() -> None:
@@ -328,5 +328,5 @@ def test_reuse_is_counted_by_sample_line_and_synthetic_prompts_are_always_distin
         prompts=sent,
     )
     assert (metrics.prompts_distinct, metrics.prompts_reused) == (3, 3)
-    fields = metrics.as_fields()
+    fields = metrics.measured_json()
     assert (fields["prompts_distinct"], fields["prompts_reused"]) == (3, 3)

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.bench.client import Chunk, ErrorKind, RequestRecord, TokenSource
-from orchestrator.bench.matrix import (
+from orchestrator.bench.closedloop import closed_metrics, steady_window
+from orchestrator.bench.point import (
     FLAG_CLIENT_SATURATED,
     FLAG_CONCURRENCY_SHORT,
     FLAG_ERRORS,
@@ -20,8 +21,6 @@ from orchestrator.bench.matrix import (
     FLAG_TRUNCATED,
     PointSpec,
     QualityThresholds,
-    compute_metrics,
-    steady_window,
 )
 from orchestrator.bench.stats import (
     mean,
@@ -145,7 +144,7 @@ def _record(
 SPEC = PointSpec(context=100, concurrency=2, rounds=4, warmup_requests=0, max_tokens=10)
 
 
-def test_compute_metrics_on_a_clean_closed_loop() -> None:
+def test_closed_metrics_on_a_clean_closed_loop() -> None:
     # Two workers, four back-to-back requests each, 0.19 s per request.
     records, workers = [], []
     for worker in range(2):
@@ -156,7 +155,7 @@ def test_compute_metrics_on_a_clean_closed_loop() -> None:
             workers.append(worker)
             assert r.end_time is not None
             t = r.end_time
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         records,
         workers,
         spec=SPEC,
@@ -168,18 +167,18 @@ def test_compute_metrics_on_a_clean_closed_loop() -> None:
     assert metrics.output_tokens == 80
     assert metrics.wall_s == pytest.approx(4 * 0.18)
     assert metrics.output_tok_s == pytest.approx(80 / 0.72)
-    assert metrics.ttft.p50 == pytest.approx(0.1)
+    assert metrics.ttft.p50_s == pytest.approx(0.1)
     # 2-token chunks 0.02 s apart: ITL is 0.01 per token, not 0.02 per chunk.
-    assert metrics.itl.p50 == pytest.approx(0.01)
+    assert metrics.itl.p50_s == pytest.approx(0.01)
     assert metrics.itl.count == 8 * 8
-    assert metrics.tpot.mean == pytest.approx(0.01)
+    assert metrics.tpot.mean_s == pytest.approx(0.01)
     assert metrics.request_decode_tok_s_p50 == pytest.approx(100.0)
     assert metrics.concurrency_held == pytest.approx(2.0)
     assert metrics.prompt_tokens_tolerance == 0
     assert flags == ()
 
 
-def test_compute_metrics_flags_what_makes_a_point_untrustworthy() -> None:
+def test_closed_metrics_flags_what_makes_a_point_untrustworthy() -> None:
     spec = PointSpec(context=100, concurrency=4, rounds=1, warmup_requests=0, max_tokens=10)
     records = [
         _record(0.0),
@@ -187,7 +186,7 @@ def test_compute_metrics_flags_what_makes_a_point_untrustworthy() -> None:
         _record(0.0, tokens=6),  # finished early despite ignore_eos
         _record(0.0, error=ErrorKind.TIMEOUT),
     ]
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         records,
         [0, 1, 2, 3],
         spec=spec,
@@ -212,7 +211,7 @@ def test_length_finish_is_truncation_only_without_ignore_eos() -> None:
         context=100, concurrency=1, rounds=1, warmup_requests=0, max_tokens=10, ignore_eos=False
     )
     records = [_record(0.0, ignore_eos=False, finish="length")]
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         records,
         [0],
         spec=spec,
@@ -221,7 +220,7 @@ def test_length_finish_is_truncation_only_without_ignore_eos() -> None:
         thresholds=QualityThresholds(min_requests=1),
     )
     assert metrics.truncated == 1 and FLAG_TRUNCATED in flags
-    metrics, flags = compute_metrics(
+    metrics, flags = closed_metrics(
         [_record(0.0)],
         [0],
         spec=SPEC,

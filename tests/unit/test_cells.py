@@ -110,7 +110,7 @@ def test_report_units_for_request_rates_and_shares() -> None:
 
 
 def test_a_cell_becomes_the_point_spec_the_one_dispatcher_measures() -> None:
-    from orchestrator.bench.matrix import PointSpec
+    from orchestrator.bench.point import PointSpec
     from orchestrator.cells import cell_spec, schedule_seed
     from orchestrator.sweepfile.schema import BenchmarkSpec
 
