@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import secrets
 import signal
@@ -20,14 +19,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator.host.transport import (
-    SUDO_FILE_MISSING_STATUS,
-    SUDO_READ_SCRIPT,
-    SUDO_REMOVE_SCRIPT,
-    SUDO_WRITE_SCRIPT,
     CommandFailed,
     CommandTimeout,
     CompletedCommand,
     LineStream,
+    sudo_read_file,
+    sudo_remove_file,
+    sudo_write_file_atomic,
     temp_path_beside,
 )
 from orchestrator.log import get_logger
@@ -159,14 +157,7 @@ class LocalTransport:
 
     async def read_file(self, path: str, *, timeout: float) -> bytes:
         if self._sudo:
-            result = await self.run(
-                ["sh", "-c", SUDO_READ_SCRIPT, "sh", path], timeout=timeout, privileged=True
-            )
-            if result.exit_status == SUDO_FILE_MISSING_STATUS:
-                raise FileNotFoundError(errno.ENOENT, "no such file", path)
-            if not result.ok:
-                raise CommandFailed(self.name, result)
-            return result.stdout
+            return await sudo_read_file(self, path, timeout=timeout)
         return await self._in_thread(Path(path).read_bytes, path=path, timeout=timeout)
 
     async def write_file_atomic(
@@ -174,13 +165,7 @@ class LocalTransport:
     ) -> None:
         temp = temp_path_beside(path, secrets.token_hex(6))
         if self._sudo:
-            await self.run(
-                ["sh", "-c", SUDO_WRITE_SCRIPT, "sh", temp, format(mode, "o"), path],
-                timeout=timeout,
-                privileged=True,
-                stdin=data,
-                check=True,
-            )
+            await sudo_write_file_atomic(self, path, temp, data, mode=mode, timeout=timeout)
             return
         await self._in_thread(
             lambda: write_atomic(path, temp, data, mode), path=path, timeout=timeout
@@ -188,14 +173,7 @@ class LocalTransport:
 
     async def remove_file(self, path: str, *, timeout: float) -> bool:
         if self._sudo:
-            result = await self.run(
-                ["sh", "-c", SUDO_REMOVE_SCRIPT, "sh", path], timeout=timeout, privileged=True
-            )
-            if result.exit_status == SUDO_FILE_MISSING_STATUS:
-                return False
-            if not result.ok:
-                raise CommandFailed(self.name, result)
-            return True
+            return await sudo_remove_file(self, path, timeout=timeout)
 
         def remove() -> bool:
             try:

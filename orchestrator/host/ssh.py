@@ -31,10 +31,6 @@ from tenacity import (
 )
 
 from orchestrator.host.transport import (
-    SUDO_FILE_MISSING_STATUS,
-    SUDO_READ_SCRIPT,
-    SUDO_REMOVE_SCRIPT,
-    SUDO_WRITE_SCRIPT,
     AuthenticationFailed,
     CommandFailed,
     CommandTimeout,
@@ -43,6 +39,9 @@ from orchestrator.host.transport import (
     HostUnreachable,
     LineStream,
     TransportError,
+    sudo_read_file,
+    sudo_remove_file,
+    sudo_write_file_atomic,
     temp_path_beside,
 )
 from orchestrator.log import get_logger
@@ -431,14 +430,7 @@ class SSHTransport:
 
     async def read_file(self, path: str, *, timeout: float) -> bytes:
         if self.settings.uses_sudo:
-            result = await self.run(
-                ["sh", "-c", SUDO_READ_SCRIPT, "sh", path], timeout=timeout, privileged=True
-            )
-            if result.exit_status == SUDO_FILE_MISSING_STATUS:
-                raise FileNotFoundError(errno.ENOENT, "no such file on " + self.name, path)
-            if not result.ok:
-                raise CommandFailed(self.name, result)
-            return result.stdout
+            return await sudo_read_file(self, path, timeout=timeout)
 
         async def read(sftp: asyncssh.SFTPClient) -> bytes:
             async with sftp.open(path, "rb") as remote:
@@ -452,13 +444,7 @@ class SSHTransport:
     ) -> None:
         temp = temp_path_beside(path, secrets.token_hex(6))
         if self.settings.uses_sudo:
-            await self.run(
-                ["sh", "-c", SUDO_WRITE_SCRIPT, "sh", temp, format(mode, "o"), path],
-                timeout=timeout,
-                privileged=True,
-                stdin=data,
-                check=True,
-            )
+            await sudo_write_file_atomic(self, path, temp, data, mode=mode, timeout=timeout)
             return
 
         async def write(sftp: asyncssh.SFTPClient) -> None:
@@ -478,14 +464,7 @@ class SSHTransport:
 
     async def remove_file(self, path: str, *, timeout: float) -> bool:
         if self.settings.uses_sudo:
-            result = await self.run(
-                ["sh", "-c", SUDO_REMOVE_SCRIPT, "sh", path], timeout=timeout, privileged=True
-            )
-            if result.exit_status == SUDO_FILE_MISSING_STATUS:
-                return False
-            if not result.ok:
-                raise CommandFailed(self.name, result)
-            return True
+            return await sudo_remove_file(self, path, timeout=timeout)
 
         async def remove(sftp: asyncssh.SFTPClient) -> bool:
             try:

@@ -10,6 +10,7 @@ caller ever builds a command line by concatenating sweep values.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -98,9 +99,9 @@ class CommandFailed(TransportError):
         return {**super().evidence, **command_evidence(self.result)}
 
 
-# File operations for a non-root user with sudo: SFTP runs as the login user, so files go
-# through ``sudo -n sh -c SCRIPT sh ARGS...``. Values travel as positional parameters, never
-# spliced into the script. A missing file exits with SUDO_FILE_MISSING_STATUS.
+# The scripts of the sudo file operations (sudo_read_file and its kin, below). Values travel
+# as positional parameters, never spliced into the script. A missing file exits with
+# SUDO_FILE_MISSING_STATUS.
 SUDO_FILE_MISSING_STATUS = 44
 SUDO_READ_SCRIPT = 'test -e "$1" || exit 44; exec cat -- "$1"'
 SUDO_REMOVE_SCRIPT = 'test -e "$1" || test -L "$1" || exit 44; exec rm -f -- "$1"'
@@ -180,3 +181,45 @@ class Transport(Protocol):
     async def close(self) -> None:
         """Release the connection; outstanding commands are stopped."""
         ...
+
+
+# File operations for a non-root user with sudo: SFTP runs as the login user, so files go
+# through ``sudo -n sh -c SCRIPT sh ARGS...`` run by the transport itself, whichever side.
+
+
+async def sudo_read_file(transport: Transport, path: str, *, timeout: float) -> bytes:
+    """:meth:`Transport.read_file` through :data:`SUDO_READ_SCRIPT`."""
+    result = await transport.run(
+        ["sh", "-c", SUDO_READ_SCRIPT, "sh", path], timeout=timeout, privileged=True
+    )
+    if result.exit_status == SUDO_FILE_MISSING_STATUS:
+        raise FileNotFoundError(errno.ENOENT, f"no such file on {transport.name}", path)
+    if not result.ok:
+        raise CommandFailed(transport.name, result)
+    return result.stdout
+
+
+async def sudo_write_file_atomic(
+    transport: Transport, path: str, temp: str, data: bytes, *, mode: int, timeout: float
+) -> None:
+    """:meth:`Transport.write_file_atomic` through :data:`SUDO_WRITE_SCRIPT`, by way of
+    ``temp`` (:func:`temp_path_beside`)."""
+    await transport.run(
+        ["sh", "-c", SUDO_WRITE_SCRIPT, "sh", temp, format(mode, "o"), path],
+        timeout=timeout,
+        privileged=True,
+        stdin=data,
+        check=True,
+    )
+
+
+async def sudo_remove_file(transport: Transport, path: str, *, timeout: float) -> bool:
+    """:meth:`Transport.remove_file` through :data:`SUDO_REMOVE_SCRIPT`."""
+    result = await transport.run(
+        ["sh", "-c", SUDO_REMOVE_SCRIPT, "sh", path], timeout=timeout, privileged=True
+    )
+    if result.exit_status == SUDO_FILE_MISSING_STATUS:
+        return False
+    if not result.ok:
+        raise CommandFailed(transport.name, result)
+    return True
