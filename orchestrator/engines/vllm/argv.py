@@ -1,7 +1,8 @@
 """Asking a host's own vLLM whether it takes an argv: its parser, not its ``--help``.
 
 The unit's interpreter, with the unit's environment and working directory, runs ``PYTHON -c
-PARSE_SCRIPT ARGV_JSON...``. The script builds the parser ``vllm serve`` builds (vLLM 0.33:
+PARSE_SCRIPT ARGV_JSON...``. The script builds the parser ``vllm serve`` builds (vLLM 0.33,
+and 0.32 whose ``make_arg_parser`` lives in ``vllm.entrypoints.launchers.cli_args``:
 a ``FlexibleArgumentParser`` with the ``serve`` subcommand whose parser is
 ``make_arg_parser``'s; for a unit running ``-m vllm.entrypoints.openai.api_server`` without
 ``serve``, ``make_arg_parser`` alone), parses each argv (argparse's error line on a refusal,
@@ -35,8 +36,14 @@ IMPORT_LINE = "from vllm.entrypoints.common.cli_args import make_arg_parser"
 PARSE_SCRIPT = parse_script(
     MARKER,
     [
-        IMPORT_LINE,
-        "from vllm.entrypoints.common.cli_args import validate_parsed_serve_args",
+        # vLLM 0.33's module; 0.32 (the CPU build on the registry) keeps both functions in
+        # vllm.entrypoints.launchers.cli_args
+        "try:",
+        "    " + IMPORT_LINE,
+        "    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args",
+        "except ImportError:",
+        "    from vllm.entrypoints.launchers.cli_args import make_arg_parser",
+        "    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args",
         "from vllm.utils.argparse_utils import FlexibleArgumentParser",
         "from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod",
         "import typing",
