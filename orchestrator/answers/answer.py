@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator import engines
 from orchestrator.answers.ending import STOPPED_CAUSE, cut_short
 from orchestrator.answers.estimate import (
     MIN_PRIOR_DF,
@@ -36,6 +37,7 @@ from orchestrator.answers.model import (
     Exploration,
     FailedConfig,
     ObjectiveView,
+    Schedule,
 )
 from orchestrator.answers.pooling import PoolCheck, check_pool
 from orchestrator.answers.runs import (
@@ -57,6 +59,7 @@ from orchestrator.answers.saturation import (
     measured_load,
     offered_cap,
 )
+from orchestrator.answers.schedule import propose_schedule
 from orchestrator.answers.smooth import PRIOR_RESTART_CV, Axes, smooth_picks
 from orchestrator.answers.verdict import (
     Constraints,
@@ -66,6 +69,7 @@ from orchestrator.answers.verdict import (
     rank,
     violations,
 )
+from orchestrator.engines.schedule import KnobTarget
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, TrialOutcome, config_label
 from orchestrator.sweepfile import Sweep
@@ -130,8 +134,17 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
                     for at_load in view.per_load()
                 )
                 answer = dataclasses.replace(answer, per_load=per_load)
+                answer = dataclasses.replace(answer, schedule=_schedule(answer, sweep))
             answers.append(answer)
     return tuple(answers)
+
+
+def _schedule(answer: Answer, sweep: Sweep) -> Schedule | None:
+    """The schedule ``answer``'s per-load answers propose on the sweep's engine."""
+    knobs = {
+        name: KnobTarget(knob.flag, knob.json_key) for name, knob in sweep.server.knobs.items()
+    }
+    return propose_schedule(answer, engines.get(sweep.engine), knobs)
 
 
 @dataclass(frozen=True, slots=True)

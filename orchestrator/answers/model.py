@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.types import JsonObject, MatrixCell, OfferedLoad
 
 IntervalBasis = Literal["restarts", "borrowed-restart-variance", "within-run-only", "none"]
@@ -261,6 +262,45 @@ class Exploration:
 
 
 @dataclass(frozen=True, slots=True)
+class Band:
+    """One measured load's winner, over the batch sizes ``start`` to ``end`` (None: open)."""
+
+    start: int
+    end: int | None
+    load: int
+    """The concurrency it was measured at."""
+    best: Contender
+
+    def to_json(self) -> JsonObject:
+        return {
+            "from": self.start,
+            "to": self.end,
+            "concurrency": self.load,
+            "config": dict(self.best.config),
+            "label": self.best.label,
+            "estimate": self.best.estimate.value,
+            "ci95": None if self.best.estimate.ci95 is None else list(self.best.estimate.ci95),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """The proposed bands and the engine's form of them (or why it has none)."""
+
+    bands: tuple[Band, ...]
+    native: NativeSchedule | None
+    no_native: str | None
+    """Why the engine takes no schedule for these bands; None when :attr:`native` is set."""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "bands": [band.to_json() for band in self.bands],
+            "native": None if self.native is None else self.native.to_json(),
+            "no_native": self.no_native,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """Which config to deploy on one host type for one objective, and how sure that is."""
 
@@ -299,6 +339,8 @@ class Answer:
     per_load: tuple[Answer, ...] = ()
     """An across-load objective's answer at each load alone, in the objective's order (the
     same interval model and tie rule); () for an objective at one load."""
+    schedule: Schedule | None = None
+    """The speculative schedule the per-load answers propose (concurrency loads only)."""
 
     @property
     def load_cell(self) -> MatrixCell:
@@ -362,6 +404,7 @@ class Answer:
             "capped": self.capped,
             "exploration": None if self.exploration is None else self.exploration.to_json(),
             "per_load": self.per_load_json(),
+            "schedule": None if self.schedule is None else self.schedule.to_json(),
             "winner_changes": [change.to_json() for change in self.winner_changes()],
         }
 

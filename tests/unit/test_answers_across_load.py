@@ -46,10 +46,17 @@ def sweep_text(objective: str) -> str:
     )
 
 
-def measured(bench: Bench, rng: np.random.Generator, repeats: int, cv: float = 0.01) -> None:
-    """Each config restarted ``repeats`` times, every restart measuring every load."""
+def measured(
+    bench: Bench,
+    rng: np.random.Generator,
+    repeats: int,
+    cv: float = 0.01,
+    configs: Mapping[str, Mapping[str, Any]] = CONFIGS,
+) -> None:
+    """Each config (by its key in :data:`TRUTH`) restarted ``repeats`` times, every restart
+    measuring every load."""
     for _ in range(repeats):
-        for key, config in CONFIGS.items():
+        for key, config in configs.items():
             factor = 1 + cv * float(rng.standard_normal())  # one restart's speed
             points: list[Any] = [
                 ThroughputPoint(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orchestrator.engines.sglang.argv as argv_parser
 import orchestrator.engines.sglang.forcing as forcing
+import orchestrator.engines.sglang.schedule as schedule
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Chunk,
@@ -754,6 +755,7 @@ class Sglang:
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
     help_argv = staticmethod(program_help_argv)
+    native_schedule = staticmethod(schedule.native_schedule)
     dialect = staticmethod(dialect)
     parse_log_line = staticmethod(parse_log_line)
     classify_failure = staticmethod(classify_failure)

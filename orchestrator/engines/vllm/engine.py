@@ -19,6 +19,7 @@ import orchestrator.engines.vllm.argv as argv_parser
 import orchestrator.engines.vllm.config as config
 import orchestrator.engines.vllm.facts as facts
 import orchestrator.engines.vllm.logs as logs
+import orchestrator.engines.vllm.schedule as schedule
 from orchestrator.engines.base import (
     AcceptanceCounters,
     Engine,
@@ -130,6 +131,7 @@ class Vllm(ChatOnlyEngine):
     batch_command = staticmethod(argv_parser.batch_command)
     read_answers = staticmethod(argv_parser.read_answers)
     help_argv = staticmethod(argv_parser.help_argv)
+    native_schedule = staticmethod(schedule.native_schedule)
     parse_log_line = staticmethod(logs.parse_log_line)
     classify_failure = staticmethod(logs.classify_failure)
     resolve_flag_knob = staticmethod(config.resolve_flag_knob)

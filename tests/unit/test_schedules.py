@@ -1,0 +1,166 @@
+"""Speculative schedules proposed from the answers across load, in each engine's own form.
+
+The per-load answers come from synthetic results whose best draft length falls with load
+(tests/unit/test_answers_across_load.py); the engines' forms are checked against what vLLM
+0.33 and SGLang 0.5.23 read (their rules as the module docstrings quote them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from orchestrator.answers import answer_sweep
+from orchestrator.answers.schedule import band_starts
+from orchestrator.engines.schedule import KnobTarget, NativeSchedule, NoNativeSchedule, ScheduleBand
+from orchestrator.engines.sglang.schedule import native_schedule as sglang_schedule
+from orchestrator.engines.vllm.schedule import native_schedule as vllm_schedule
+from orchestrator.sweepfile import parse_sweep
+from tests.unit.test_answers import Bench, only
+from tests.unit.test_answers_across_load import measured, sweep_text
+
+VLLM_KNOBS = {
+    "method": KnobTarget("--speculative-config", "method"),
+    "tokens": KnobTarget("--speculative-config", "num_speculative_tokens"),
+}
+SGLANG_KNOBS = {
+    "algorithm": KnobTarget("--speculative-algorithm"),
+    "steps": KnobTarget("--speculative-num-steps"),
+    "topk": KnobTarget("--speculative-eagle-topk"),
+    "drafts": KnobTarget("--speculative-num-draft-tokens"),
+}
+
+
+def test_bands_start_at_one_and_at_the_geometric_midpoints() -> None:
+    assert band_starts([1, 8, 32]) == [1, 3, 16]
+    assert band_starts([1, 2]) == [1, 2]
+    assert band_starts([4, 64]) == [1, 16]
+
+
+def test_vllm_takes_the_draft_length_by_batch_size_capped_by_the_largest() -> None:
+    bands = [
+        ScheduleBand(1, {"method": "eagle3", "tokens": 7}),
+        ScheduleBand(3, {"method": "eagle3", "tokens": 5}),
+        ScheduleBand(16, {"method": "eagle3", "tokens": 3}),
+    ]
+    form = vllm_schedule(bands, VLLM_KNOBS)
+    assert isinstance(form, NativeSchedule)
+    body = json.loads(form.flags["--speculative-config"])
+    assert body == {
+        "method": "eagle3",
+        "num_speculative_tokens": 7,
+        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 15, 5], [16, 16, 3]],
+    }
+    assert form.config == {"method": "eagle3", "tokens": 7}
+    assert form.fallback_line.startswith("Dynamic speculative decoding is not supported")
+
+
+def test_vllm_merges_equal_neighbours_and_drafts_nothing_where_the_baseline_won() -> None:
+    bands = [
+        ScheduleBand(1, {"method": "ngram", "tokens": 4}),
+        ScheduleBand(3, {"method": "ngram", "tokens": 4}),
+        ScheduleBand(16, {}),
+    ]
+    form = vllm_schedule(bands, VLLM_KNOBS)
+    assert isinstance(form, NativeSchedule)
+    body = json.loads(form.flags["--speculative-config"])
+    assert body["num_speculative_tokens_per_batch_size"] == [[1, 15, 4], [16, 16, 0]]
+
+
+def test_vllm_says_why_it_takes_no_schedule() -> None:
+    other_method = [
+        ScheduleBand(1, {"method": "eagle3", "tokens": 5}),
+        ScheduleBand(8, {"method": "ngram", "tokens": 3}),
+    ]
+    form = vllm_schedule(other_method, VLLM_KNOBS)
+    assert isinstance(form, NoNativeSchedule) and "method differ" in form.reason
+    suffix = [ScheduleBand(1, {"method": "suffix", "tokens": 5}),
+              ScheduleBand(8, {"method": "suffix", "tokens": 3})]  # fmt: skip
+    form = vllm_schedule(suffix, VLLM_KNOBS)
+    assert isinstance(form, NoNativeSchedule) and "method suffix would fall back" in form.reason
+
+
+def test_sglang_pins_each_slot_to_the_steps_measured_best_there() -> None:
+    eagle = {"algorithm": "EAGLE3", "topk": 1}
+    bands = [
+        ScheduleBand(1, {**eagle, "steps": 7, "drafts": 8}),
+        ScheduleBand(3, {**eagle, "steps": 4, "drafts": 5}),
+        ScheduleBand(16, {}),
+    ]
+    form = sglang_schedule(bands, SGLANG_KNOBS)
+    assert isinstance(form, NativeSchedule)
+    assert form.flags == {"--speculative-adaptive": None}
+    slots = json.loads(form.files["--speculative-adaptive-config"])
+    assert slots == {
+        "1": {"candidate_steps": [7], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+              "ceiling_coeff": 0},
+        "3": {"candidate_steps": [4], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+              "ceiling_coeff": 0},
+        "16": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+               "ceiling_coeff": 0},
+    }  # fmt: skip
+    # SGLang's loader: integer-string keys, non-negative int steps (adaptive_spec_params).
+    assert all(key.isdigit() for key in slots)
+    assert all(all(isinstance(s, int) and s >= 0 for s in v["candidate_steps"])
+               for v in slots.values())  # fmt: skip
+    assert form.config["steps"] == 7 and form.config["drafts"] == 8
+    assert form.fallback_line == "speculative_adaptive disabled:"
+
+
+def test_sglang_adapts_only_eagle_with_top_k_one() -> None:
+    ddtree = [ScheduleBand(1, {"algorithm": "DDTREE", "steps": 7}),
+              ScheduleBand(8, {"algorithm": "DDTREE", "steps": 3})]  # fmt: skip
+    form = sglang_schedule(ddtree, SGLANG_KNOBS)
+    assert isinstance(form, NoNativeSchedule) and "EAGLE/EAGLE3 with top-k 1" in form.reason
+    topk4 = [ScheduleBand(1, {"algorithm": "EAGLE", "topk": 4, "steps": 7}),
+             ScheduleBand(8, {"algorithm": "EAGLE", "topk": 4, "steps": 3})]  # fmt: skip
+    form = sglang_schedule(topk4, SGLANG_KNOBS)
+    assert isinstance(form, NoNativeSchedule) and "top-k 4" in form.reason
+
+
+def _vllm_answer(objective: str) -> Any:
+    text = sweep_text(objective).replace(
+        "  knobs: {tokens: {flag: --num-speculative-tokens}}\n",
+        "  knobs:\n"
+        "    method: {flag: --speculative-config, json_key: method}\n"
+        "    tokens: {flag: --speculative-config, json_key: num_speculative_tokens}\n",
+    )
+    text = "engine: vllm\n" + text.replace(
+        "configs: [{tokens: 3}, {tokens: 5}, {tokens: 7}]",
+        "configs: [{method: ngram, tokens: 3}, {method: ngram, tokens: 5},"
+        " {method: ngram, tokens: 7}]",
+    )
+    bench = Bench()
+    measured(bench, np.random.default_rng(3), 3, configs={
+        "{}": {}, "3": {"method": "ngram", "tokens": 3}, "5": {"method": "ngram", "tokens": 5},
+        "7": {"method": "ngram", "tokens": 7}})  # fmt: skip
+    return only(answer_sweep(bench.results(), parse_sweep(text, "s.yaml")))
+
+
+def test_an_across_load_answer_proposes_the_engines_schedule() -> None:
+    answer = _vllm_answer("{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}")
+    schedule = answer.schedule
+    assert schedule is not None and schedule.native is not None
+    assert [(b.start, b.end, b.load, b.best.config["tokens"]) for b in schedule.bands] == [
+        (1, 2, 1, 7),
+        (3, 15, 8, 5),
+        (16, None, 32, 3),
+    ]
+    document = json.loads(json.dumps(answer.to_json(), allow_nan=False))["schedule"]
+    assert document["bands"][0]["from"] == 1 and document["bands"][2]["to"] is None
+    assert len(document["bands"][1]["ci95"]) == 2
+    body = json.loads(document["native"]["flags"]["--speculative-config"])
+    assert body["num_speculative_tokens_per_batch_size"] == [[1, 2, 7], [3, 15, 5], [16, 16, 3]]
+
+
+def test_a_load_list_on_an_engine_without_a_schedule_gives_the_bands_as_they_are() -> None:
+    bench = Bench()
+    measured(bench, np.random.default_rng(4), 3)
+    text = sweep_text("{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}")
+    answer = only(answer_sweep(bench.results(), parse_sweep(text, "s.yaml")))  # SGLang knobs
+    schedule = answer.schedule
+    assert schedule is not None and schedule.native is None
+    assert schedule.no_native is not None and "--speculative-num-steps" in schedule.no_native
+    assert [b.best.config for b in schedule.bands] == [{"tokens": 7}, {"tokens": 5}, {"tokens": 3}]
