@@ -40,18 +40,30 @@ class Solution:
     flaw: str
 
 
+def _planted(correct: str, *edits: tuple[str, str]) -> str:
+    """``correct`` with a bug planted: each ``(old, new)`` replaces the one ``old`` it holds, so
+    a wrong variant is visibly the correct code but for its bug."""
+    wrong = correct
+    for old, new in edits:
+        if wrong.count(old) != 1:
+            raise ValueError(f"a bug's place must be in the code once: {old!r}")
+        wrong = wrong.replace(old, new)
+    return wrong
+
+
 def _palindrome(prompt: str) -> Solution:
-    normalising = bool(re.search(r"ignor|case|punctuation|alphanumeric", prompt, re.I))
-    if normalising:
+    literal = "def is_palindrome(s: str) -> bool:\n    return s == s[::-1]\n"
+    if re.search(r"ignor|case|punctuation|alphanumeric", prompt, re.I):
+        # Asked to normalise: comparing the string as it is, is the wrong answer.
         correct = (
             "def is_palindrome(s: str) -> bool:\n"
             "    cleaned = [c.lower() for c in s if c.isalnum()]\n"
             "    return cleaned == cleaned[::-1]\n"
         )
-        wrong = "def is_palindrome(s: str) -> bool:\n    return s == s[::-1]\n"
+        wrong = literal
     else:
-        correct = "def is_palindrome(s: str) -> bool:\n    return s == s[::-1]\n"
-        wrong = "def is_palindrome(s: str) -> bool:\n    return s[1:] == s[::-1][1:]\n"
+        correct = literal
+        wrong = _planted(literal, ("s == s[::-1]", "s[1:] == s[::-1][1:]"))
     draft = "def is_palindrome(s):\n    for i in range(len(s)):\n        if s[i] != s[-i]:\n"
     return Solution(correct, wrong, draft, "s[-i] compares the wrong characters when i is 0")
 
@@ -64,13 +76,7 @@ def _fib(_prompt: str) -> Solution:
         "        a, b = b, a + b\n"
         "    return a\n"
     )
-    wrong = (
-        "def fib(n: int) -> int:\n"
-        "    a, b = 1, 1\n"
-        "    for _ in range(n):\n"
-        "        a, b = b, a + b\n"
-        "    return a\n"
-    )
+    wrong = _planted(correct, ("a, b = 0, 1", "a, b = 1, 1"))
     draft = "def fib(n):\n    return fib(n - 1) + fib(n - 2)\n"
     return Solution(correct, wrong, draft, "the recursion has no base case and is exponential")
 
@@ -91,19 +97,7 @@ def _merge_sorted(_prompt: str) -> Solution:
         "    result.extend(b[j:])\n"
         "    return result\n"
     )
-    wrong = (
-        "def merge_sorted(a: list, b: list) -> list:\n"
-        "    result = []\n"
-        "    i = j = 0\n"
-        "    while i < len(a) and j < len(b):\n"
-        "        if a[i] <= b[j]:\n"
-        "            result.append(a[i])\n"
-        "            i += 1\n"
-        "        else:\n"
-        "            result.append(b[j])\n"
-        "            j += 1\n"
-        "    return result\n"
-    )
+    wrong = _planted(correct, ("    result.extend(a[i:])\n    result.extend(b[j:])\n", ""))
     draft = "def merge_sorted(a, b):\n    result = []\n    while a and b:\n        result.append(\n"
     return Solution(correct, wrong, draft, "popping from the front of a list is quadratic")
 
@@ -142,12 +136,7 @@ def _gcd(_prompt: str) -> Solution:
         "        a, b = b, a % b\n"
         "    return a\n"
     )
-    wrong = (
-        "def gcd(a: int, b: int) -> int:\n"
-        "    while b:\n"
-        "        a, b = b, a % b\n"
-        "    return b\n"
-    )
+    wrong = _planted(correct, ("    a, b = abs(a), abs(b)\n", ""), ("return a", "return b"))
     draft = "def gcd(a, b):\n    for d in range(min(a, b), 0, -1):\n"
     return Solution(correct, wrong, draft, "counting down is too slow for large inputs")
 
