@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import NormalDist
+from typing import NamedTuple
 
 from orchestrator.sim.content import ContentClass
 
@@ -180,6 +181,31 @@ def effective_depth(shape: SpecShape, params: PerfParams) -> float:
     return max(1.0, min(float(shape.max_depth), depth))
 
 
+class DraftReach(NamedTuple):
+    """How far one request's draft reaches in one verify step: each depth is accepted with
+    probability ``p`` once the one before it was, through ``whole`` depths, and the
+    fractional depth beyond them adds one more with probability ``frac`` (times ``p``)."""
+
+    p: float
+    whole: int
+    frac: float
+
+
+def draft_reach(
+    shape: SpecShape,
+    context_tokens: int,
+    params: PerfParams,
+    content: ContentClass = ContentClass.PLAIN,
+) -> DraftReach:
+    """The reach of a speculative ``shape``'s draft at this context: what
+    :func:`expected_accept_len`, :func:`sample_accepted` and :func:`accepted_distribution`
+    read as the mean, a draw and the law of one step's gain."""
+    p = per_depth_acceptance(shape, context_tokens, params, content)
+    depth = effective_depth(shape, params)
+    whole = int(depth)
+    return DraftReach(p, whole, depth - whole)
+
+
 def expected_accept_len(
     shape: SpecShape,
     context_tokens: int,
@@ -189,11 +215,9 @@ def expected_accept_len(
     """E[tokens emitted per request per verify step] = 1 + sum_{d=1..D} p^d (fractional D)."""
     if not shape.speculative:
         return 1.0
-    p = per_depth_acceptance(shape, context_tokens, params, content)
-    depth = effective_depth(shape, params)
-    whole = int(depth)
+    p, whole, frac = draft_reach(shape, context_tokens, params, content)
     total = sum(p**d for d in range(1, whole + 1))
-    total += (depth - whole) * p ** (whole + 1)
+    total += frac * p ** (whole + 1)
     return 1.0 + total
 
 
@@ -207,15 +231,13 @@ def sample_accepted(
     """Draw the tokens one request gains in one step (>= 1), matching expected_accept_len."""
     if not shape.speculative:
         return 1
-    p = per_depth_acceptance(shape, context_tokens, params, content)
-    depth = effective_depth(shape, params)
-    whole = int(depth)
+    p, whole, frac = draft_reach(shape, context_tokens, params, content)
     n = 1
     for _ in range(whole):
         if rng.random() >= p:
             return n
         n += 1
-    if rng.random() < depth - whole and rng.random() < p:
+    if rng.random() < frac and rng.random() < p:
         n += 1
     return n
 
@@ -233,10 +255,7 @@ def accepted_distribution(
     """
     if not shape.speculative:
         return (1.0,)
-    p = per_depth_acceptance(shape, context_tokens, params, content)
-    depth = effective_depth(shape, params)
-    whole = int(depth)
-    frac = depth - whole
+    p, whole, frac = draft_reach(shape, context_tokens, params, content)
     probs = [p**k * (1.0 - p) for k in range(whole)]
     probs.append(p**whole * (1.0 - frac * p))
     probs.append(p**whole * frac * p)
