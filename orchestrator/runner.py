@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from typing import Any
 import structlog
 
 from orchestrator.bench.client import BenchClient
-from orchestrator.bench.coding import CodingResult, run_coding
+from orchestrator.bench.coding import run_coding
 from orchestrator.bench.point import with_journal
 from orchestrator.bench.problems import CodingProblem
 from orchestrator.bench.sandbox import SandboxConfig
@@ -77,10 +76,8 @@ from orchestrator.sessions import (
 )
 from orchestrator.store import (
     Attempt,
-    CodingPoint,
     HostEntry,
     HostRecord,
-    PointProvenance,
     Store,
     SweepRecord,
     SweepResults,
@@ -738,9 +735,8 @@ async def _measure_coding(
         if run.stop.stopping:
             raise Stopped
         run.progress.update(host, step=f"coding {problem.id}", done=done, total=total)
-        started = time.time()
         cursor = await running.cursor()
-        (result,) = await run_coding(
+        (point,) = await run_coding(
             client,
             [problem],
             api=sweep.benchmark.api,
@@ -750,9 +746,8 @@ async def _measure_coding(
             timeout_s=sweep.timeouts.request,
             sandbox=SandboxConfig(wall_timeout_s=sweep.coding.timeout_s),
         )
-        await run.store.record_point(
-            attempt.id, _coding_point(result, running.invocation_id, started), []
-        )
+        provenance = replace(point.provenance, invocation_id=running.invocation_id)
+        await run.store.record_point(attempt.id, replace(point, provenance=provenance), [])
         done += 1
         run.progress.update(host, done=done, total=total)
         await running.check_alive(cursor)
@@ -776,21 +771,3 @@ def _planned_problems(sweep: Sweep, plan: TrialPlan) -> list[CodingProblem]:
         return problems
     wanted = set(plan.problems)
     return [p for p in problems if p.id in wanted]
-
-
-def _coding_point(result: CodingResult, invocation_id: str, started: float) -> CodingPoint:
-    return CodingPoint(
-        problem=result.problem_id,
-        outcome=result.outcome,
-        detail=result.detail,
-        finish_reason=result.finish_reason,
-        completion_tokens=result.completion_tokens,
-        elapsed_s=result.elapsed_s,
-        tokens_per_s=result.tokens_per_s,
-        code=result.code,
-        output=result.output_text,
-        containment=result.sandbox.containment if result.sandbox else None,
-        provenance=PointProvenance(
-            invocation_id=invocation_id, started_at=started, finished_at=time.time()
-        ),
-    )

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, TextIO, get_args
+from typing import IO, Any, Literal, TextIO, get_args
 
 from orchestrator import engines
 from orchestrator.bench.client import BenchClient, Phase, RawExchange
@@ -51,6 +51,7 @@ from orchestrator.bench.workloads import (
 from orchestrator.bench.workloads.source import WorkloadPrompts
 from orchestrator.engines.base import Engine, Prompt, as_prompt
 from orchestrator.log import get_logger
+from orchestrator.points import CodingPoint
 from orchestrator.types import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -59,10 +60,6 @@ from orchestrator.types import (
     Arrivals,
     OutputLengths,
 )
-
-if TYPE_CHECKING:
-    from orchestrator.bench.coding import CodingResult
-
 
 OUTPUT_LENGTHS: tuple[OutputLengths, ...] = get_args(OutputLengths)
 JOURNAL_NOTE = "bench mode reads no journal: accept_len comes from meta_info or /metrics only"
@@ -638,7 +635,7 @@ def _load_problems(path: Path | None, ids: list[str] | None) -> list[CodingProbl
     return select(problems, ids) if ids else problems
 
 
-def _coding_document(results: list[CodingResult]) -> dict[str, Any]:
+def _coding_document(results: list[CodingPoint]) -> dict[str, Any]:
     from orchestrator.bench.coding import summarize
 
     summary = summarize(results)
@@ -650,7 +647,7 @@ def _coding_document(results: list[CodingResult]) -> dict[str, Any]:
         "outcomes": summary.counts,
         "results": [
             {
-                "problem_id": r.problem_id,
+                "problem_id": r.problem,
                 "outcome": r.outcome.value,
                 "detail": r.detail,
                 "finish_reason": r.finish_reason,

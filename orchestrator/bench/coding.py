@@ -17,7 +17,7 @@ import textwrap
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -26,6 +26,7 @@ from orchestrator.bench.problems import CodingProblem, builtin_problems
 from orchestrator.bench.sandbox import SandboxConfig, SandboxResult, run_candidate
 from orchestrator.engines.base import Dialect, Generation, Reply
 from orchestrator.log import get_logger
+from orchestrator.points import CodingPoint, PointProvenance
 from orchestrator.types import ApiKind
 from orchestrator.types import Outcome as Outcome  # defined with the shared types; named here too
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 _log = get_logger(component="coding")
 
 
-UNSCORED = frozenset({Outcome.TRUNCATED, Outcome.REQUEST_ERROR})
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,33 +427,6 @@ class BenchClientCompleter:
 
 
 @dataclass(frozen=True)
-class CodingResult:
-    """One problem's result with the evidence: the raw output, the code run, the sandbox."""
-
-    problem_id: str
-    outcome: Outcome
-    detail: str
-    code: str | None
-    content: str
-    reasoning_content: str | None
-    finish_reason: str | None
-    completion_tokens: int | None
-    elapsed_s: float
-    sandbox: SandboxResult | None
-
-    @property
-    def output_text(self) -> str:
-        """Everything the model generated, reasoning first (compared by the lossless check)."""
-        return (self.reasoning_content or "") + self.content
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        if not self.completion_tokens or self.elapsed_s <= 0:
-            return None
-        return self.completion_tokens / self.elapsed_s
-
-
-@dataclass(frozen=True)
 class CodingSummary:
     passed: int
     scored: int
@@ -465,17 +438,22 @@ class CodingSummary:
         return self.passed / self.scored if self.scored else None
 
 
-def summarize(results: Sequence[CodingResult]) -> CodingSummary:
+def summarize(results: Sequence[CodingPoint]) -> CodingSummary:
     """Pass rate over the scored results (truncated and failed requests are not scored)."""
     counts = Counter(r.outcome.value for r in results)
-    scored = sum(1 for r in results if r.outcome not in UNSCORED)
+    scored = sum(1 for r in results if r.scored)
     return CodingSummary(counts.get(Outcome.PASS.value, 0), scored, len(results), dict(counts))
 
 
 async def evaluate_completion(
-    problem: CodingProblem, completion: Completion, *, sandbox: SandboxConfig | None = None
-) -> CodingResult:
-    """Classify one completion and, when it holds code, run it with the hidden tests."""
+    problem: CodingProblem,
+    completion: Completion,
+    *,
+    sandbox: SandboxConfig | None = None,
+) -> CodingPoint:
+    """Classify one completion and, when it holds code, run it with the hidden tests: the
+    problem's point, with the evidence (the code run, everything the model generated,
+    reasoning first, and how the sandbox contained it)."""
     answer = classify_answer(
         completion.content,
         completion.reasoning_content,
@@ -490,32 +468,30 @@ async def evaluate_completion(
     else:
         sandbox_result = await run_candidate(answer.code, problem.tests, config=sandbox)
         outcome, detail = Outcome(sandbox_result.outcome.value), sandbox_result.detail
-    return CodingResult(
-        problem_id=problem.id,
+    tokens, elapsed = completion.completion_tokens, completion.elapsed_s
+    return CodingPoint(
+        problem=problem.id,
         outcome=outcome,
         detail=detail,
-        code=answer.code,
-        content=completion.content,
-        reasoning_content=completion.reasoning_content,
         finish_reason=completion.finish_reason,
-        completion_tokens=completion.completion_tokens,
-        elapsed_s=completion.elapsed_s,
-        sandbox=sandbox_result,
+        completion_tokens=tokens,
+        elapsed_s=elapsed,
+        tokens_per_s=tokens / elapsed if tokens and elapsed > 0 else None,
+        code=answer.code,
+        output=(completion.reasoning_content or "") + completion.content,
+        containment=None if sandbox_result is None else sandbox_result.containment,
     )
 
 
-def _request_failed(problem: CodingProblem, error: BaseException, elapsed_s: float) -> CodingResult:
-    return CodingResult(
-        problem_id=problem.id,
+def _request_failed(
+    problem: CodingProblem, error: BaseException, elapsed_s: float, provenance: PointProvenance
+) -> CodingPoint:
+    return CodingPoint(
+        problem=problem.id,
         outcome=Outcome.REQUEST_ERROR,
         detail=f"{type(error).__name__}: {error}"[:300],
-        code=None,
-        content="",
-        reasoning_content=None,
-        finish_reason=None,
-        completion_tokens=None,
         elapsed_s=elapsed_s,
-        sandbox=None,
+        provenance=provenance,
     )
 
 
@@ -534,8 +510,9 @@ async def run_coding(
     sandbox: SandboxConfig | None = None,
     concurrency: int = 1,
     dialect: Dialect | None = None,
-) -> list[CodingResult]:
-    """Ask each problem, extract the final code, run it in the sandbox; results in problem order.
+) -> list[CodingPoint]:
+    """Ask each problem, extract the final code, run it in the sandbox: each problem's point
+    (its provenance says when it was asked and scored), in problem order.
 
     `client_or_callable` is a base URL (the default aiohttp client is used, with `api`,
     `model` and the engine's `dialect`), a `BenchClient` (its own api, model and dialect), or
@@ -571,21 +548,25 @@ async def _run_all(
     timeout_s: float,
     sandbox: SandboxConfig | None,
     concurrency: int,
-) -> list[CodingResult]:
+) -> list[CodingPoint]:
     from aiohttp import ClientError
 
     gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(problem: CodingProblem) -> CodingResult:
+    async def one(problem: CodingProblem) -> CodingPoint:
         async with gate:
-            started = time.monotonic()
+            started, started_at = time.monotonic(), time.time()
             try:
                 async with asyncio.timeout(timeout_s):
                     completion = await complete(problem.prompt, max_tokens, temperature)
             except (CompletionError, ClientError, TimeoutError) as exc:
                 _log.warning("coding.request_failed", problem=problem.id, error=repr(exc))
-                return _request_failed(problem, exc, time.monotonic() - started)
+                failed = PointProvenance(started_at=started_at, finished_at=time.time())
+                return _request_failed(problem, exc, time.monotonic() - started, failed)
         result = await evaluate_completion(problem, completion, sandbox=sandbox)
+        result = replace(
+            result, provenance=PointProvenance(started_at=started_at, finished_at=time.time())
+        )
         _log.info(
             "coding.result",
             problem=problem.id,

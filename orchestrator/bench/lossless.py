@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.bench.coding import CodingResult, Outcome
+from orchestrator.points import CodingPoint
+from orchestrator.types import Outcome
 
 _TOKENISH = re.compile(r"\w+|[^\w\s]")
 
@@ -104,8 +105,8 @@ def compare_outputs(
 
 
 def check_lossless(
-    baseline: Sequence[CodingResult],
-    candidate: Sequence[CodingResult],
+    baseline: Sequence[CodingPoint],
+    candidate: Sequence[CodingPoint],
     *,
     temperature: float,
     tolerance: float = 0.0,
@@ -119,5 +120,5 @@ def check_lossless(
     return compare_outputs(_outputs(baseline), _outputs(candidate), tolerance=tolerance)
 
 
-def _outputs(results: Sequence[CodingResult]) -> dict[str, str]:
-    return {r.problem_id: r.output_text for r in results if r.outcome is not Outcome.REQUEST_ERROR}
+def _outputs(points: Sequence[CodingPoint]) -> dict[str, str]:
+    return {p.problem: p.output for p in points if p.outcome is not Outcome.REQUEST_ERROR}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.answers import Answer, answered_from_text
-from orchestrator.bench.coding import CodingResult, CodingSummary, Outcome
+from orchestrator.bench.coding import CodingSummary, Outcome
 from orchestrator.bench.lossless import check_lossless
 from orchestrator.store import (
     AcceptLength,
@@ -543,30 +543,10 @@ def _throughput_point(
     )
 
 
-def _coding_result(point: CodingPoint) -> CodingResult:
-    """The stored point as the lossless check's input (output = reasoning + content)."""
-    return CodingResult(
-        problem_id=point.problem,
-        outcome=point.outcome,
-        detail=point.detail or "",
-        code=point.code,
-        content=point.output,
-        reasoning_content=None,
-        finish_reason=point.finish_reason,
-        completion_tokens=point.completion_tokens,
-        elapsed_s=point.elapsed_s or 0.0,
-        sandbox=None,
-    )
-
-
 def _drift(trial: TrialView, baseline: TrialView, temperature: float) -> Drift | None:
     if not trial.coding or not baseline.coding or trial is baseline:
         return None
-    report = check_lossless(
-        [_coding_result(c) for c in baseline.coding],
-        [_coding_result(c) for c in trial.coding],
-        temperature=temperature,
-    )
+    report = check_lossless(baseline.coding, trial.coding, temperature=temperature)
     if report.compared == 0:
         return None
     return Drift(

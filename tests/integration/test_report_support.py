@@ -3,7 +3,7 @@
 The sweep is built from the real classes the runner writes with: request records go through
 ``bench.closedloop.closed_metrics`` (so metrics and quality flags are computed, not typed in),
 accept_len through ``bench.acceptlen``, and the points are the store's own types, made as the
-bench makes them (``stored_request``, ``with_journal``, ``_coding_point``, ``Server.evidence``).
+bench makes them (``stored_request``, ``with_journal``, ``CodingPoint``, ``Server.evidence``).
 Numbers come from the simulator's performance model, so throughput peaks at an interior budget
 like a real sweep. Faults are injected at the request level: failed requests, truncated
 outputs, a client that falls short of the concurrency, accept_len sources that disagree, a
@@ -30,7 +30,7 @@ import aiohttp
 from orchestrator.bench import acceptlen
 from orchestrator.bench.client import Chunk, ErrorKind, RequestRecord, TokenSource
 from orchestrator.bench.closedloop import closed_metrics
-from orchestrator.bench.coding import CodingResult, Outcome
+from orchestrator.bench.coding import Outcome
 from orchestrator.bench.point import (
     PointSpec,
     QualityThresholds,
@@ -43,8 +43,7 @@ from orchestrator.engines.sglang.engine import ConfigDifference, build_provenanc
 from orchestrator.evidence import Timeline
 from orchestrator.host.gpu import GpuIdentity
 from orchestrator.lifecycle import Server, TrialFailed
-from orchestrator.points import PointProvenance, ThroughputPoint
-from orchestrator.runner import _coding_point
+from orchestrator.points import CodingPoint, PointProvenance, ThroughputPoint
 from orchestrator.sim import perfmodel
 from orchestrator.store import AcceptEstimate, HostEntry, MatrixCell, NewTrial, Store, TrialPlan
 from tests.sysdeps import apt_install
@@ -278,8 +277,8 @@ def point_result(
     return with_journal(point, samples)
 
 
-def _coding_results(rng: random.Random, spec: ConfigSpec) -> list[CodingResult]:
-    results: list[CodingResult] = []
+def _coding_points(rng: random.Random, spec: ConfigSpec, invocation_id: str) -> list[CodingPoint]:
+    points: list[CodingPoint] = []
     for problem in PROBLEMS:
         reasoning = f"<think>Plan for {problem}: handle the edge cases first.</think>\n"
         content = f"```python\ndef {problem}(*args):\n    return solve(*args)\n```\n"
@@ -291,21 +290,25 @@ def _coding_results(rng: random.Random, spec: ConfigSpec) -> list[CodingResult]:
             outcome, finish, content = Outcome.TRUNCATED, "length", ""
         elif problem in spec.coding_fail:
             outcome = Outcome.FAIL
-        results.append(
-            CodingResult(
-                problem_id=problem,
+        tokens, elapsed = 180 + rng.randint(0, 40), 2.0 + rng.random()
+        now = time.time()
+        points.append(
+            CodingPoint(
+                problem=problem,
                 outcome=outcome,
                 detail="" if outcome is Outcome.PASS else f"{outcome.value}: assert failed",
                 code=None if outcome is Outcome.TRUNCATED else content.strip("`\npython"),
-                content=content,
-                reasoning_content=reasoning,
+                output=reasoning + content,
                 finish_reason=finish,
-                completion_tokens=180 + rng.randint(0, 40),
-                elapsed_s=2.0 + rng.random(),
-                sandbox=None,
+                completion_tokens=tokens,
+                elapsed_s=elapsed,
+                tokens_per_s=tokens / elapsed,
+                provenance=PointProvenance(
+                    invocation_id=invocation_id, started_at=now - elapsed, finished_at=now
+                ),
             )
         )
-    return results
+    return points
 
 
 def _server(spec: SweepSpec, config: ConfigSpec, host: str, begin: float) -> Server:
@@ -438,10 +441,8 @@ async def fill_sweep(store: Store, spec: SweepSpec, *, seed: int = 7) -> int:
                         scale=spec.perf_scale,
                     )
                     await store.record_point(attempt.id, point, point.requests)
-            for coding in _coding_results(rng, config):
-                await store.record_point(
-                    attempt.id, _coding_point(coding, server.invocation_id, time.time()), []
-                )
+            for coding in _coding_points(rng, config, server.invocation_id):
+                await store.record_point(attempt.id, coding, [])
             evidence = server.evidence().to_json()
             await store.finish_attempt(attempt.id, "done", evidence=evidence)
     await store.set_sweep_state(sweep_id, "done", summary={"stopped": None, "failed_attempts": 0})
