@@ -51,6 +51,7 @@ from orchestrator.engines.shared import (
     parse_script,
     probe_request,
     program_help_argv,
+    read_marked_answers,
 )
 from orchestrator.host.dropin import format_knob_value
 from orchestrator.host.gpu import GpuIdentity
@@ -92,9 +93,10 @@ _FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
 
 # Runs on the host with the unit's interpreter and environment: asks the toy server's own
 # parser and resolution about each argv (one JSON list per argument), one marked line each.
+PARSE_IMPORT = f"from {MODULE} import build_parser, resolve"
 PARSE_SCRIPT = parse_script(
     PARSE_MARKER,
-    [f"from {MODULE} import build_parser, resolve"],
+    [PARSE_IMPORT],
     """\
 def parse(argv):
     return resolve(build_parser().parse_args(argv))
@@ -386,27 +388,6 @@ class ToyEngine:
         self, stdout: str, stderr: str, count: int
     ) -> list[ParseVerdict] | ParserUnavailable:
         self.calls["read_answers"] += 1
-        answers: dict[int, Mapping[str, Any]] = {}
-        for line in stdout.splitlines():
-            if not line.startswith(PARSE_MARKER):
-                continue
-            answer = json.loads(line[len(PARSE_MARKER) :])
-            if "import_error" in answer:
-                return ParserUnavailable(f"{MODULE} did not import: {answer['import_error']}")
-            answers[int(answer["index"])] = answer
-        if not answers:
-            tail = (stderr.strip() or stdout.strip())[-200:]
-            return ParserUnavailable(f"the toy parse script gave no answer: {tail}")
-        missing = {"ok": None, "kind": "unchecked", "error": "no answer from the parse script"}
-        return [self._verdict(answers.get(i, missing)) for i in range(count)]
-
-    @staticmethod
-    def _verdict(answer: Mapping[str, Any]) -> ParseVerdict:
-        kind = answer.get("kind")
-        return ParseVerdict(
-            ok=answer.get("ok"),
-            kind=kind if kind in ("argparse", "resolution", "unchecked") else None,
-            error=answer.get("error"),
-            speculative=answer.get("speculative") or {},
-            parser=NAME,
+        return read_marked_answers(
+            stdout, stderr, count, marker=PARSE_MARKER, import_line=PARSE_IMPORT, parser=NAME
         )
