@@ -30,8 +30,17 @@ from orchestrator.host import gpu
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
+from orchestrator.host.fence import held
 from orchestrator.host.handle import HostHandle
-from orchestrator.host.lease import HostBusy, HostLease, LeaseLost
+from orchestrator.host.lease import (
+    Controller,
+    HostBusy,
+    HostLease,
+    LeaseLost,
+    take_or_wait,
+    take_over_fields,
+    took_over_someone_else,
+)
 from orchestrator.hostloop import (
     INTERRUPT,
     RESTORE_ATTEMPTS_AFTER_LOSS,
@@ -43,13 +52,6 @@ from orchestrator.hostloop import (
     StopSignal,
     SweepContext,
     run_host_trials,
-)
-from orchestrator.leasing import (
-    Controller,
-    held,
-    take_or_wait,
-    take_over_fields,
-    took_over_someone_else,
 )
 from orchestrator.lifecycle import (
     RESTORE_ATTEMPTS,

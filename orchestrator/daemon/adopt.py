@@ -25,8 +25,9 @@ from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dropin_path
 from orchestrator.host.errors import HostError
+from orchestrator.host.fence import held
 from orchestrator.host.handle import HostHandle
-from orchestrator.leasing import Controller, HostBusy, held, take_at_once
+from orchestrator.host.lease import Controller, HostBusy, take_at_once
 from orchestrator.lifecycle import (
     HostSession,
     TrialFailed,
@@ -108,7 +109,13 @@ async def adopt_host(
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
     try:
         try:
-            lease = (await take_at_once(handle, controller, sweep, record.id)).lease
+            taken = await take_at_once(
+                handle,
+                controller.holder(sweep.name, record.id),
+                expiry_s=sweep.policy.lease_expiry,
+                timeout=sweep.timeouts.connect,
+            )
+            lease = taken.lease
         except HostBusy as busy:
             return AdoptOutcome(host.name, ok=False, error=str(busy))
         except HostError as exc:

@@ -24,7 +24,7 @@ from orchestrator.daemon.statedir import (
     check_loopback,
     read_token,
 )
-from orchestrator.leasing import Controller
+from orchestrator.host.lease import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import DEFAULT_TIMEOUT_S as WEBHOOK_TIMEOUT_S
 from orchestrator.sdnotify import Notifier, watchdog_interval_s

@@ -18,14 +18,14 @@ from orchestrator.api import RestoreOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
-from orchestrator.host.systemd import ForeignChange
-from orchestrator.leasing import (
+from orchestrator.host.fence import held
+from orchestrator.host.lease import (
     Controller,
     HostBusy,
-    held,
     take_at_once,
     take_over_fields,
 )
+from orchestrator.host.systemd import ForeignChange
 from orchestrator.lifecycle import restore_retrying
 from orchestrator.log import get_logger
 from orchestrator.sessions import backup_to_snapshot, host_session
@@ -75,7 +75,12 @@ async def restore_from_backup(
         await store.add_event(record.id, kind, host=host.name, fields=fields)
 
     try:
-        taken = await take_at_once(handle, controller, sweep, record.id)
+        taken = await take_at_once(
+            handle,
+            controller.holder(sweep.name, record.id),
+            expiry_s=sweep.policy.lease_expiry,
+            timeout=sweep.timeouts.connect,
+        )
         if taken.took_over is not None:
             await events("lease.taken_over", **take_over_fields(taken))
         lease = taken.lease

@@ -22,8 +22,8 @@ from orchestrator.daemon.background import Background
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps, pick_runnable, run_order, sweep_host_keys
 from orchestrator.daemon.restore import Restorer
+from orchestrator.host.lease import Controller
 from orchestrator.hostloop import StopSignal
-from orchestrator.leasing import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
 from orchestrator.progress.reports import SweepProgress

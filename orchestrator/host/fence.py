@@ -12,7 +12,8 @@ directory made or removed) or a ``systemctl`` verb outside :data:`READING_SYSTEM
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from orchestrator.host.handle import HostHandle
@@ -150,6 +151,13 @@ def fenced(handle: HostHandle, lease: HostLease) -> HostHandle:
     )
 
 
+@contextlib.asynccontextmanager
+async def held(lease: HostLease, handle: HostHandle) -> AsyncIterator[HostHandle]:
+    """``handle`` fenced by ``lease``, renewed by its heartbeat while the context is open."""
+    async with lease.renewed():
+        yield fenced(handle, lease)
+
+
 __all__ = [
     "CHANGING_PROGRAMS",
     "READING_SYSTEMCTL_VERBS",
@@ -157,4 +165,5 @@ __all__ = [
     "FencedTransport",
     "changes_host",
     "fenced",
+    "held",
 ]
