@@ -27,7 +27,13 @@ from orchestrator.host.dropin import (
     parse_exec_line,
 )
 from orchestrator.host.errors import HostError
-from orchestrator.host.launchfile import LaunchFile, is_launch_file
+from orchestrator.host.launchdir import (
+    launch_files_differing,
+    put_launch_files,
+    read_found_launch_files,
+    restore_launch_files,
+)
+from orchestrator.host.launchfile import LaunchFile
 from orchestrator.host.transport import (
     CompletedCommand,
     Transport,
@@ -601,9 +607,9 @@ class FileBytes:
 @dataclass(frozen=True, slots=True)
 class UnitSnapshot:
     """The unit as found, for backup and byte-exact restore: its files' bytes, our drop-in's
-    prior content (None: absent), whether its directory existed, and the launch files of our
-    drop-in found beside it (:mod:`orchestrator.host.launchfile`; any other there is absent,
-    so a restore removes it)."""
+    prior content (None: absent), whether its directory existed, and the operator's launch
+    files found beside it, with their modes (:mod:`orchestrator.host.launchdir`; any other
+    there, a crashed run's of ours included, is absent, so a restore removes it)."""
 
     unit: str
     state: UnitState
@@ -612,7 +618,7 @@ class UnitSnapshot:
     dropin_before: bytes | None
     dropin_dir_existed: bool
     dropin_mode: int = 0o644
-    launch_before: tuple[FileBytes, ...] = ()
+    launch_before: tuple[LaunchFile, ...] = ()
     launch_managed: bool = False
     """Whether the engine launches from files, so its launch files were read as found and a
     restore puts them back (False: none can be ours, and nothing is listed for them)."""
@@ -625,13 +631,13 @@ class UnitSnapshot:
         return parse_dropin_header(self.dropin_before.decode("utf-8", errors="replace"))
 
     def without_stale_dropin(self) -> UnitSnapshot:
-        """The snapshot as if our stale drop-in (and the launch files it named) were absent,
-        so restore removes them."""
+        """The snapshot as if our stale drop-in were absent, so restore removes it. The launch
+        files it named are not in ``launch_before`` already (their marks say they are ours);
+        an operator's file there (put back by a restore that stopped before the drop-in) is."""
         return replace(
             self,
             dropin_before=None,
             files=tuple(f for f in self.files if f.path != self.dropin_path),
-            launch_before=(),
         )
 
 
@@ -681,79 +687,13 @@ async def read_unit(
         stat = await transport.run(["stat", "-c", "%a", "--", target], timeout=timeout)
         if stat.ok and stat.stdout_text().strip().isdigit():
             mode = int(stat.stdout_text().strip(), 8)
-    launch = await read_launch_files(transport, target, timeout=timeout) if launch_files else ()
+    launch = (
+        await read_found_launch_files(transport, target, timeout=timeout) if launch_files else ()
+    )
     return UnitSnapshot(
         unit, state, tuple(files), target, before, probe.exit_status == 0, mode, launch,
         launch_files,
     )  # fmt: skip
-
-
-async def _launch_paths(transport: Transport, dropin: str, *, timeout: float) -> list[str]:
-    """The launch files of the drop-in at ``dropin`` now on the host (none where its
-    directory does not exist)."""
-    path = PurePosixPath(dropin)
-    listing = await transport.run(
-        ["ls", "-1A", "--", str(path.parent)], timeout=timeout, privileged=True
-    )
-    if not listing.ok:
-        return []
-    names = listing.stdout_text().splitlines()
-    return sorted(str(path.parent / n) for n in names if is_launch_file(n, path.name))
-
-
-async def read_launch_files(
-    transport: Transport, dropin: str, *, timeout: float
-) -> tuple[FileBytes, ...]:
-    """The launch files of the drop-in at ``dropin`` as they are now, with their bytes."""
-    found: list[FileBytes] = []
-    for path in await _launch_paths(transport, dropin, timeout=timeout):
-        try:
-            found.append(FileBytes(path, await transport.read_file(path, timeout=timeout)))
-        except FileNotFoundError:  # removed between the listing and the read
-            continue
-    return tuple(found)
-
-
-async def launch_files_differing(
-    transport: Transport, dropin: str, wanted: Mapping[str, bytes], *, timeout: float
-) -> list[str]:
-    """The paths where the drop-in's launch files on the host are not ``wanted`` (path ->
-    bytes): one missing, one with other bytes, or one that should not be there."""
-    now = {f.path: f.data for f in await read_launch_files(transport, dropin, timeout=timeout)}
-    return sorted(p for p in {*now, *wanted} if now.get(p) != wanted.get(p))
-
-
-async def put_launch_files(
-    transport: Transport,
-    dropin: str,
-    wanted: Sequence[LaunchFile | FileBytes],
-    *,
-    timeout: float,
-) -> list[str]:
-    """Make the drop-in's launch files exactly ``wanted``: each written atomically where its
-    bytes differ, every other launch file of the drop-in (an earlier trial's) and every
-    temporary file a killed write left beside one removed. Every write and removal goes
-    through ``transport``, so a fenced transport fences them. Returns the paths changed."""
-    keep = {f.path: f for f in wanted}
-    changed: list[str] = []
-    present = await _launch_paths(transport, dropin, timeout=timeout)
-    for path in sorted({*present, *keep}):
-        await remove_stale_temp_files(transport, path, timeout=timeout)
-    for path in present:
-        if path not in keep:
-            await transport.remove_file(path, timeout=timeout)
-            changed.append(path)
-    for path, launch in sorted(keep.items()):
-        try:
-            now: bytes | None = await transport.read_file(path, timeout=timeout)
-        except FileNotFoundError:
-            now = None
-        data = launch.content if isinstance(launch, LaunchFile) else launch.data
-        if now != data:
-            mode = launch.mode if isinstance(launch, LaunchFile) else 0o644
-            await transport.write_file_atomic(path, data, mode=mode, timeout=timeout)
-            changed.append(path)
-    return changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -860,7 +800,7 @@ async def restore_files(
     # The launch files first: the drop-in's directory is removed only once it is empty.
     managed = snapshot.launch_managed or bool(snapshot.launch_before)
     if managed:
-        await put_launch_files(transport, target, snapshot.launch_before, timeout=timeout)
+        await restore_launch_files(transport, target, snapshot.launch_before, timeout=timeout)
     await remove_stale_temp_files(transport, target, timeout=timeout)
     if snapshot.dropin_before is None:
         await transport.remove_file(target, timeout=timeout)
@@ -883,7 +823,7 @@ async def restore_files(
         now = None
     if now != snapshot.dropin_before:
         raise RestoreIncomplete(snapshot.unit, [target])
-    before = {f.path: f.data for f in snapshot.launch_before}
+    before = {f.path: f.content for f in snapshot.launch_before}
     differ = (
         await launch_files_differing(transport, target, before, timeout=timeout) if managed else []
     )

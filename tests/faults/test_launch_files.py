@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.host import systemd
+from orchestrator.host import launchdir
 from orchestrator.host.dropin import DROPIN_NAME
 from orchestrator.host.fence import FencedTransport
 from orchestrator.host.launchfile import LaunchFile, launch_file_path
@@ -184,12 +184,12 @@ async def test_a_holder_taken_over_cannot_write_or_remove_a_launch_file(tmp_path
     theirs = LaunchFile(mine.path, b'{"draft_depth": 4}\n')
 
     with pytest.raises(LeaseLost):
-        await systemd.put_launch_files(
+        await launchdir.put_launch_files(
             FencedTransport(transport, stalled), dropin, [theirs], timeout=5
         )
     assert not Path(mine.path).exists()
-    await systemd.put_launch_files(FencedTransport(transport, new), dropin, [mine], timeout=5)
+    await launchdir.put_launch_files(FencedTransport(transport, new), dropin, [mine], timeout=5)
     with pytest.raises(LeaseLost):  # nor may it remove the new holder's file
-        await systemd.put_launch_files(FencedTransport(transport, stalled), dropin, [], timeout=5)
+        await launchdir.put_launch_files(FencedTransport(transport, stalled), dropin, [], timeout=5)
     assert Path(mine.path).read_bytes() == FUSED_BYTES
     assert stalled.fenced and all(c.startswith(("write", "remove")) for c in stalled.fenced)

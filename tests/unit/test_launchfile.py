@@ -4,16 +4,23 @@ the argv that names the file, and the backup that keeps the files as found."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
 
 from orchestrator.host.dropin import apply_knobs, render_dropin
 from orchestrator.host.launchfile import (
+    MARK_SUFFIX,
     LaunchFile,
     is_launch_file,
+    is_mark,
+    is_ours,
     launch_file_path,
+    mark_path,
+    operators_files,
     render_launch_content,
+    render_mark,
 )
 
 DROPIN = "/etc/systemd/system/trtllm.service.d/90-orchestrator.conf"
@@ -83,3 +90,23 @@ def test_the_argv_names_the_file_the_knobs_fill_and_no_file_without_them() -> No
     assert baseline.argv == tuple(base) and baseline.launch_files == ()
     with pytest.raises(ValueError, match="drop-in path"):
         apply_knobs(base, {}, KNOBS, config, file_flags={FLAG: "yaml"})
+
+
+def test_a_file_is_ours_only_where_its_mark_names_its_bytes() -> None:
+    """The mark beside a launch file says which bytes we wrote there: the file is ours only
+    while it holds them, so an operator's file put back over ours (or one the mark never
+    named) is theirs, and a crashed run's leftover is not taken for the operator's."""
+    path = launch_file_path(DROPIN, FLAG, "yaml")
+    name = path.rsplit("/", 1)[1]
+    assert mark_path(path) == path + MARK_SUFFIX
+    assert is_mark(name + MARK_SUFFIX, "90-orchestrator.conf")
+    assert not is_launch_file(name + MARK_SUFFIX, "90-orchestrator.conf")
+    assert not is_mark(name, "90-orchestrator.conf")
+    assert not is_mark("50-mine.yaml" + MARK_SUFFIX, "90-orchestrator.conf")
+    ours, theirs = b"a: 1\n", b"a: 2\n"
+    mark = render_mark(ours)
+    assert mark == hashlib.sha256(ours).hexdigest().encode() + b"  -\n"  # as sha256sum writes
+    assert is_ours(ours, mark) and not is_ours(theirs, mark) and not is_ours(ours, None)
+    found = (LaunchFile(path, ours), LaunchFile(path.replace("extra", "other"), theirs, 0o600))
+    marks = {path: mark, found[1].path: mark}
+    assert operators_files(found, marks) == (found[1],)
