@@ -16,9 +16,11 @@ from orchestrator.engines.base import (
     ConfigDifference,
     Dialect,
     EnvKnob,
+    FailureEvent,
     FieldValue,
     Generation,
     InitEvent,
+    LinePrefix,
     ParserUnavailable,
     ParseVerdict,
     ProbeResult,
@@ -183,6 +185,18 @@ def first_failure(
 
 
 
+def failure_event(
+    patterns: Sequence[tuple[FailureCause, re.Pattern[str]]], prefix: LinePrefix, body: str
+) -> FailureEvent | None:
+    """A log line's failure event: the cause :func:`first_failure` finds in its ``body``, or
+    None when the line is no failure (the last reading an engine's log parser tries)."""
+    found = first_failure(patterns, body)
+    if found is None:
+        return None
+    cause, matched = found
+    return FailureEvent(prefix=prefix, cause=cause, matched=matched, message=body)
+
+
 async def listed_models(
     session: aiohttp.ClientSession, base_url: str, timeout: float
 ) -> tuple[str, ...] | None:
@@ -342,6 +356,7 @@ __all__ = [
     "PROBE_PROMPT",
     "ChatOnlyEngine",
     "env_differences",
+    "failure_event",
     "first_failure",
     "init_fields",
     "last_flag_value",

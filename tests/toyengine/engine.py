@@ -27,7 +27,6 @@ from orchestrator.engines.base import (
     DecodeEvent,
     Dialect,
     EnvKnob,
-    FailureEvent,
     FieldValue,
     Generation,
     InitEvent,
@@ -47,6 +46,8 @@ from orchestrator.engines.base import (
 )
 from orchestrator.engines.openai_chat import ChatDialect
 from orchestrator.engines.shared import (
+    failure_event,
+    first_failure,
     listed_models,
     parse_script,
     probe_request,
@@ -192,11 +193,7 @@ class ToyEngine:
         if stat is not None:
             self.calls["log.toystat"] += 1
             return self._decode(_fields(stat.group("rest")))
-        failure = self.classify_failure(body)
-        if failure is not None:
-            cause, matched = failure
-            return FailureEvent(prefix=NO_PREFIX, cause=cause, matched=matched, message=body)
-        return None
+        return failure_event(_FAILURES, NO_PREFIX, body)
 
     @staticmethod
     def _decode(fields: Mapping[str, FieldValue]) -> DecodeEvent:
@@ -218,11 +215,7 @@ class ToyEngine:
         )
 
     def classify_failure(self, text: str) -> tuple[FailureCause, str] | None:
-        for cause, pattern in _FAILURES:
-            found = pattern.search(text)
-            if found is not None:
-                return cause, found.group(0).strip()
-        return None
+        return first_failure(_FAILURES, text)
 
     def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:
         value = server_info.get("stat_interval")

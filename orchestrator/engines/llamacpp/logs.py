@@ -27,14 +27,13 @@ import re
 
 from orchestrator.engines.base import (
     DecodeEvent,
-    FailureEvent,
     FieldValue,
     InitEvent,
     LinePrefix,
     LogEvent,
     ReadyEvent,
 )
-from orchestrator.engines.shared import first_failure
+from orchestrator.engines.shared import failure_event, first_failure
 from orchestrator.types import FailureCause
 
 NO_PREFIX = LinePrefix(timestamp=None, ranks={})
@@ -148,11 +147,7 @@ def parse_log_line(message: str) -> LogEvent | None:
     event = _init(text)
     if event is not None:
         return event
-    failure = classify_failure(text)
-    if failure is not None:
-        cause, matched = failure
-        return FailureEvent(prefix=NO_PREFIX, cause=cause, matched=matched, message=text)
-    return None
+    return failure_event(FAILURES, NO_PREFIX, text)
 
 
 __all__ = ["FAILURES", "classify_failure", "parse_log_line"]

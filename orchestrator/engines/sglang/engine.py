@@ -63,6 +63,7 @@ from orchestrator.engines.shared import (
     PROBE_MAX_TOKENS,
     PROBE_PROMPT,
     env_differences,
+    failure_event,
     first_failure,
     init_fields,
     last_flag_value,
@@ -325,11 +326,7 @@ def parse_log_line(message: str) -> LogEvent | None:
     ddtree = _DDTREE_INIT.search(body)
     if ddtree is not None:
         return _ddtree_init(prefix, ddtree.group("rest"))
-    failure = classify_failure(body)
-    if failure is not None:
-        cause, matched = failure
-        return FailureEvent(prefix=prefix, cause=cause, matched=matched, message=body)
-    return None
+    return failure_event(_FAILURES, prefix, body)
 
 
 # --------------------------------------------------------------------------------------------

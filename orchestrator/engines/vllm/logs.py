@@ -28,14 +28,13 @@ from typing import Any
 
 from orchestrator.engines.base import (
     DecodeEvent,
-    FailureEvent,
     FieldValue,
     InitEvent,
     LinePrefix,
     LogEvent,
     ReadyEvent,
 )
-from orchestrator.engines.shared import first_failure
+from orchestrator.engines.shared import failure_event, first_failure
 from orchestrator.types import FailureCause
 
 _PROCESS = re.compile(r"^\((?P<proc>[^()]*?)\s*pid=(?P<pid>\d+)\)\s*")
@@ -258,11 +257,7 @@ def parse_log_line(message: str) -> LogEvent | None:
         if serving is not None:
             fields["model"] = serving.group("model")
         return InitEvent(prefix=prefix, fields=fields, kind="vllm_version")
-    failure = classify_failure(body)
-    if failure is not None:
-        cause, matched = failure
-        return FailureEvent(prefix=prefix, cause=cause, matched=matched, message=body)
-    return None
+    return failure_event(FAILURES, prefix, body)
 
 
 __all__ = ["FAILURES", "classify_failure", "non_default_args", "parse_fields", "parse_log_line"]
