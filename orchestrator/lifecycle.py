@@ -263,6 +263,24 @@ def trial_config(
         dropin=dropin,
     )
     invocation = recipe.invocation(config, UnitBase.of(service))
+    return TrialDropin(
+        sweep=sweep,
+        key=key,
+        invocation=invocation,
+        dropin_text=render_dropin(sweep, key, invocation, adopted=adopted),
+        dropin_path=str(adopted_dropin_path(found.unit)) if adopted else None,
+        readiness=_readiness(engine, knobs, config, invocation),
+    )
+
+
+def _readiness(
+    engine: Engine,
+    knobs: Mapping[str, KnobSpec],
+    config: Mapping[str, Any],
+    invocation: TrialInvocation,
+) -> Readiness:
+    """What proves the new process runs ``config``: each flag knob where the running server
+    reports it, each environment knob in its environ, and the knobs it may override."""
     flag_knobs = tuple(
         engine.resolve_flag_knob(
             name, spec.flag, config.get(name), server_info_key=_reported_key(engine, spec)
@@ -279,18 +297,11 @@ def trial_config(
         for name, spec in knobs.items()
         if spec.env is not None
     )
-    return TrialDropin(
-        sweep=sweep,
-        key=key,
+    return Readiness(
+        flag_knobs=flag_knobs,
+        env_knobs=env_knobs,
+        server_may_override=frozenset(n for n, s in knobs.items() if s.overridden_by_server),
         invocation=invocation,
-        dropin_text=render_dropin(sweep, key, invocation, adopted=adopted),
-        dropin_path=str(adopted_dropin_path(found.unit)) if adopted else None,
-        readiness=Readiness(
-            flag_knobs=flag_knobs,
-            env_knobs=env_knobs,
-            server_may_override=frozenset(n for n, s in knobs.items() if s.overridden_by_server),
-            invocation=invocation,
-        ),
     )
 
 
@@ -670,17 +681,24 @@ async def _await_ready(
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
+    raise await _exited(session, cursor, started.invocation_id, ended)
 
-    # The process died: wait briefly for its last lines to reach the journal, then classify.
-    lines = await _excerpt(session, cursor, started.invocation_id, settle=t.failure_settle)
+
+async def _exited(
+    session: HostSession, cursor: str | None, invocation_id: str, ended: systemd.UnitState
+) -> TrialFailed:
+    """The new process died before it was ready: wait briefly for its last lines to reach the
+    journal, and name the cause they show."""
+    settle = session.timeouts.failure_settle
+    lines = await _excerpt(session, cursor, invocation_id, settle=settle)
     cause, message = _classify(session.engine, lines, ended)
     await session.events("server.exited", cause=cause, exit_status=ended.exec_main_status)
-    raise TrialFailed(
+    return TrialFailed(
         cause,
         message,
         excerpt=lines,
         exit_status=ended.exec_main_status,
-        invocation_id=started.invocation_id,
+        invocation_id=invocation_id,
     )
 
 
@@ -796,19 +814,7 @@ async def _server(
             evidence={"mismatches": mismatches},
         )
     timeline.mark("ready")
-    identities = await _gpu_identities(session)
-    asked = readiness.invocation
-    provenance = session.engine.build_provenance(
-        info,
-        identities,
-        asked.argv if asked is not None else (),
-        asked.environment if asked is not None else {},
-        init_events=init_events,
-    )
-    if asked is not None and (asked.added_flags or asked.launch_files):
-        provenance = dataclasses.replace(
-            provenance, added_flags=asked.added_flags, launch_files=asked.launch_files
-        )
+    provenance = await _provenance(session, readiness, info, init_events)
     await session.events(
         "server.ready",
         invocation=started.invocation_id,
@@ -832,6 +838,30 @@ async def _server(
         server_info=dict(info),
         provenance=provenance,
     )
+
+
+async def _provenance(
+    session: HostSession,
+    readiness: Readiness,
+    info: Mapping[str, Any],
+    init_events: tuple[InitEvent, ...],
+) -> Provenance:
+    """What exactly ran: the engine's account of the server (its reported config and startup
+    lines) on these GPUs, with the argv and environment asked, and what the trial added to the
+    unit's command line (flags, launch files)."""
+    asked = readiness.invocation
+    provenance = session.engine.build_provenance(
+        info,
+        await _gpu_identities(session),
+        asked.argv if asked is not None else (),
+        asked.environment if asked is not None else {},
+        init_events=init_events,
+    )
+    if asked is not None and (asked.added_flags or asked.launch_files):
+        provenance = dataclasses.replace(
+            provenance, added_flags=asked.added_flags, launch_files=asked.launch_files
+        )
+    return provenance
 
 
 async def _gpu_identities(session: HostSession) -> tuple[gpu.GpuIdentity, ...]:
