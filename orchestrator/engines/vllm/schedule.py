@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+import orchestrator.engines.vllm.facts as facts
 from orchestrator.engines.schedule import (
     KnobTarget,
     NativeSchedule,
@@ -27,7 +28,6 @@ from orchestrator.engines.schedule import (
     check_bands,
     varying_knobs,
 )
-from orchestrator.engines.vllm import facts
 from orchestrator.types import KnobValue
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
