@@ -9,7 +9,10 @@ verified host key, root or working sudo, a loadable unit with a readable ExecSta
 GPUs (and how release will be judged on them), ``/metrics`` and free disk. An unreachable or
 broken host is set aside with the reason; an unknown flag fails, before any restart, just the
 trials that use it, and the problem names the build's closest flag; a value or config the
-parser refuses fails its trial the same way.
+parser refuses fails its trial the same way. For an engine that launches from files, each
+config's launch files (the bytes the lifecycle would write) are read as the engine would take
+them: a file that does not parse as its flag's format, or whose settings the engine's own check
+refuses (``LaunchFileRules``), fails its trial as ``invalid-config`` the same way.
 
 The model name the benchmark sends is checked against what the unit's command line serves
 (``--served-model-name``, else ``--model-path``) and, when the unit is already running, against
@@ -32,7 +35,14 @@ from typing import Any
 import aiohttp
 
 from orchestrator import engines
-from orchestrator.engines.base import Engine, ParseCommand, ParserUnavailable, ParseVerdict
+from orchestrator.engines.base import (
+    Engine,
+    LaunchFileRules,
+    ParseCommand,
+    ParserUnavailable,
+    ParseVerdict,
+    file_flags,
+)
 from orchestrator.host import systemd
 from orchestrator.host.dropin import (
     ExtraFlagConflict,
@@ -40,10 +50,12 @@ from orchestrator.host.dropin import (
     KnobTarget,
     TrialInvocation,
     UnknownKnobError,
+    dropin_path,
     flag_args,
 )
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
+from orchestrator.host.launchfile import content_problem
 from orchestrator.host.transport import TransportError
 from orchestrator.host.unitcommand import unit_env_prefix, working_directory
 from orchestrator.invocation import ServerRecipe, UnitBase
@@ -92,7 +104,8 @@ class HostCheck:
     """How flags were checked: ``sglang`` (the host's own parser, per trial) or ``help``."""
     rejected: Mapping[str, ParseVerdict] = field(default_factory=dict)
     """Trials (by key) whose argv the host's SGLang refused for other than an unknown flag
-    (a bad value or choice, a resolution error): each fails with its verdict's cause."""
+    (a bad value or choice, a resolution error), or whose launch file the engine would not
+    take: each fails with its verdict's cause."""
 
     def refusal(self, key: str) -> ParseVerdict | None:
         """The parser's refusal of trial ``key``'s config, whichever measurement of it the
@@ -255,6 +268,46 @@ def _trial_invocations(
         with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
             out[key] = recipe.invocation(config, base)
     return out
+
+
+def launch_file_problem(invocation: TrialInvocation, engine: Engine) -> str | None:
+    """Why ``engine`` would not take one of ``invocation``'s launch files as its flag names it
+    (the first such file: it does not parse as the flag's format, or the engine's own check
+    refuses its settings), or None."""
+    named = {
+        arg.value: arg.flag
+        for arg in flag_args(invocation.argv[1:])
+        if isinstance(arg, FlagArg) and arg.value is not None
+    }
+    formats = file_flags(engine)
+    for launch in invocation.launch_files:
+        flag = named.get(launch.path)
+        fmt = formats.get(flag) if flag is not None else None
+        if flag is None or fmt is None:
+            return f"launch file {launch.path}: no flag of {engine.name} that takes a file names it"
+        problem = content_problem(launch.content, fmt)
+        if problem is None and isinstance(engine, LaunchFileRules):
+            problem = engine.check_launch_file(flag, launch.content)
+        if problem is not None:
+            return f"launch file {launch.path} ({flag}): {problem}"
+    return None
+
+
+def launch_file_refusals(
+    invocations: Mapping[str, TrialInvocation], engine: Engine
+) -> dict[str, ParseVerdict]:
+    """The trials (by key) whose launch file ``engine`` would not take
+    (:func:`launch_file_problem`), each refused as the server's start would refuse it
+    (``invalid-config``), the flag and the file named. Pure: the files are the bytes the
+    lifecycle would write, checked before any host changes."""
+    refused: dict[str, ParseVerdict] = {}
+    for key, invocation in invocations.items():
+        problem = launch_file_problem(invocation, engine)
+        if problem is not None:
+            refused[key] = ParseVerdict(
+                ok=False, kind="resolution", error=problem, parser=engine.name
+            )
+    return refused
 
 
 MAX_BATCH_CHARS = 60_000
@@ -525,7 +578,7 @@ async def _check_flags(
     host: HostHandle,
     checks: _Checks,
     service: systemd.ServiceConfig,
-    trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
+    invocations: Mapping[str, TrialInvocation],
     recipe: ServerRecipe,
     flags: Iterable[str],
     *,
@@ -534,13 +587,26 @@ async def _check_flags(
 ) -> _FlagFindings:
     """Every trial's argv asked of the host's own parser, else ``flags`` looked up in the
     program's ``--help``: both run as the unit runs its program (:func:`help_command`)."""
-    invocations = _trial_invocations(service, trials, recipe)
     asked = help_command(service, recipe.environment, engine)
     return await _by_parser(
         host, checks, service, invocations, asked_help=asked, timeout=timeout, engine=engine
     ) or await _by_help(
         host, checks, service, flags, asked_help=asked, timeout=timeout, engine=engine
     )
+
+
+def _check_launch_files(
+    checks: _Checks, invocations: Mapping[str, TrialInvocation], engine: Engine
+) -> dict[str, ParseVerdict]:
+    """The ``launch_files`` check, where any config launches from a file."""
+    with_files = {key: i for key, i in invocations.items() if i.launch_files}
+    if not with_files:
+        return {}
+    refused = launch_file_refusals(with_files, engine)
+    detail = "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items()))
+    taken = f"{len(with_files)} configs' launch files read as {engine.name} takes them"
+    checks.add("launch_files", not refused, detail or f"{taken}: all taken")
+    return refused
 
 
 async def check_sweep_host(
@@ -614,12 +680,17 @@ async def check_host(
         metrics_check, metrics_warning = check_metrics(command_line, metrics, api, engine)
         checks.items.append(metrics_check)
         await _check_disk(host, checks, timeout=command_timeout)
+        files = file_flags(engine)
         recipe = ServerRecipe(
-            knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics))
-        )
+            knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics)),
+            file_flags=files, dropin=str(dropin_path(unit)) if files else None,
+        )  # fmt: skip
+        invocations = _trial_invocations(service, trials, recipe)
         found = await _check_flags(
-            host, checks, service, trials, recipe, flags, timeout=help_timeout, engine=engine
-        )
+            host, checks, service, invocations, recipe, flags, timeout=help_timeout,
+            engine=engine,
+        )  # fmt: skip
+        unfit_files = _check_launch_files(checks, invocations, engine)
     except _SetAside as aside:
         return HostCheck(
             name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,
@@ -644,7 +715,7 @@ async def check_host(
         gpu_reader=access.gpu_reader,
         warnings=() if metrics_warning is None else (metrics_warning,),
         parser=found.parser,
-        rejected=found.refused,
+        rejected={**unfit_files, **found.refused},  # the argv is read before the file
     )
 
 

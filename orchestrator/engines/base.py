@@ -692,6 +692,17 @@ def file_flags(engine: Engine) -> Mapping[str, LaunchFormat]:
 
 
 @runtime_checkable
+class LaunchFileRules(Protocol):
+    """Optional, beside :class:`FileFlags`: an engine that can say, with no host, whether it
+    would take a launch file's content (its own validation of the settings the file holds),
+    so the preflight refuses a config whose file the server would refuse at its start."""
+
+    def check_launch_file(self, flag: str, content: bytes) -> str | None:
+        """Why the engine would refuse ``content`` as the file ``flag`` names, or None."""
+        ...
+
+
+@runtime_checkable
 class KnobRules(Protocol):
     """Optional, beside :class:`Engine`: an engine whose command line has JSON-valued flags
     (vLLM's ``--speculative-config``) says which keys and values its own validation refuses,

@@ -7,8 +7,10 @@ A sweep on a simulated host runs end to end with the file written (the new proce
 is on its command line), backed up in the store as found, and restored: the file gone when the
 operator had none, or the operator's own file back byte for byte. ``plan`` shows the file the
 lifecycle writes. The fence: a holder whose lease was taken over cannot write or remove one.
+A config whose file the toy server would refuse is refused by the preflight, before any
+restart, with the flag and the file named.
 
-Runs on the fault harness (addresses 127.0.0.219 and 220 are this file's).
+Runs on the fault harness (addresses 127.0.0.219, 220 and 246 are this file's).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = ["toy"]  # the fixture, registering the toy engine for each test
 
 ADDRESS = "127.0.0.219"
 PRIOR_ADDRESS = "127.0.0.220"
+REFUSED_ADDRESS = "127.0.0.246"
 FUSED: dict[str, Any] = {"depth": 2, "kernel": "fused"}
 KNOBS = {
     "depth": {"flag": SPEC_FLAG, "json_key": "draft_depth", "server_info_key": "draft_depth"},
@@ -51,13 +54,17 @@ FUSED_BYTES = b'{\n  "draft_depth": 2,\n  "kernel": "fused"\n}\n'
 OPERATORS_FILE = b'{"draft_depth": 1}  \n# the operator\'s own, not valid JSON past here\n'
 
 
-def launch_sweep(host: FaultHost) -> str:
+DEEP: dict[str, Any] = {"depth": 12}
+"""A depth the toy server refuses when it reads its file (at most 8): its argv is fine."""
+
+
+def launch_sweep(host: FaultHost, configs: list[dict[str, Any]] | None = None) -> str:
     """A baseline and the fused config, both on the toy engine's file knobs."""
     document = yaml.safe_load(
         sweep_yaml(
             host,
             "launch-files",
-            [FUSED],
+            configs or [FUSED],
             baseline=True,
             benchmark={"concurrency": [1], "max_tokens": 16, "rounds": 2},
         )
@@ -67,9 +74,11 @@ def launch_sweep(host: FaultHost) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-async def _run(tmp_path: Path, host: FaultHost) -> tuple[Any, dict[str, bytes | None]]:
+async def _run(
+    tmp_path: Path, host: FaultHost, configs: list[dict[str, Any]] | None = None
+) -> tuple[Any, dict[str, bytes | None]]:
     """Run the sweep; its result and the unit's backup as the store keeps it."""
-    text = launch_sweep(host)
+    text = launch_sweep(host, configs)
     result = await run_sweep_text(tmp_path, text, sweep=parse_sweep(text, "launch.yaml"))
     async with await Store.open(tmp_path / "orchestrator.db") as store:
         backup = await store.get_unit_backup(result.outcome.sweep_id, host.name, UNIT_NAME)
@@ -128,6 +137,29 @@ async def test_the_operators_own_file_in_its_place_comes_back_byte_for_byte(
         assert await host.show(*STATE_PROPS) == host.state_before
     _check_trials(result)
     assert backup[LAUNCH_PATH] == OPERATORS_FILE
+
+
+async def test_a_file_the_engine_would_refuse_is_refused_before_any_restart(
+    tmp_path: Path, toy: ToyEngine
+) -> None:
+    """The toy's parser takes the argv (it names a path); the file's settings are what its
+    start would refuse. The preflight reads the file as the engine would: the config fails as
+    ``invalid-config`` with the flag and the file in the evidence, and nothing restarts for it
+    (before: a restart, then the server's own TOYFAIL at its start)."""
+    async with fault_host(tmp_path, REFUSED_ADDRESS, unit=toy_unit(REFUSED_ADDRESS)) as host:
+        result, _ = await _run(tmp_path, host, [FUSED, DEEP])
+        assert host.unit_files() == host.unit_files_before
+        assert await host.show(*STATE_PROPS) == host.state_before
+    _check_trials(result)
+    deep = result.trial(DEEP)
+    assert (deep["state"], deep["cause"]) == ("failed", "invalid-config"), deep
+    evidence = deep["evidence"]
+    assert evidence["found_by"] == "preflight" and evidence["parser"] == "toy", evidence
+    assert evidence["error"] == (
+        f"launch file {LAUNCH_PATH} ({SPEC_FLAG}): draft_depth 12 is not a whole number in 0..8"
+    )
+    assert len(result.of_kind("dropin.installed")) == 2  # the baseline and the fused config
+    assert toy.calls["check_launch_file"] == 2  # each config's file, once
 
 
 def test_plan_shows_the_file_the_lifecycle_writes(toy: ToyEngine) -> None:

@@ -3,8 +3,9 @@
 Everything the orchestrator needs to know of an engine, for one that it has never heard of:
 how its knobs resolve in its readiness config (``GET /toy/config``), its log lines
 (``TOYSTAT`` decode statistics, ``TOY READY``, ``TOYFAIL`` and argparse's error line), its
-probe, its provenance, its metrics flag and counters, and how the host's own copy of it is
-asked whether it takes an argv (the preflight). Requests go through OpenAI's chat wire format,
+probe, its provenance, its metrics flag and counters, how the host's own copy of it is asked
+whether it takes an argv, and whether it takes the settings file the orchestrator writes for
+``--toy-spec-config`` (both for the preflight). Requests go through OpenAI's chat wire format,
 borrowed from the SGLang engine's chat dialect *through the registry*. :attr:`ToyEngine.calls`
 counts what the orchestrator asked of it (the dialect's uses as ``chat.request``, ...), so a test
 sees which steps went through this engine rather than around it.
@@ -355,6 +356,17 @@ class ToyEngine:
         return frozenset()
 
     # --- the host's own parser, for the preflight -----------------------------------------
+
+    def check_launch_file(self, flag: str, content: bytes) -> str | None:
+        """The server's own check of ``--toy-spec-config``'s settings (``LaunchFileRules``)."""
+        self.calls["check_launch_file"] += 1
+        if flag != SPEC_FLAG:
+            return f"{flag} takes no file"
+        try:
+            spec = json.loads(content)
+        except ValueError as exc:
+            return f"not JSON: {exc}"
+        return server.spec_problem(spec)
 
     def parse_command(
         self, exec_start: Sequence[str], invocation: TrialInvocation, working_directory: str | None

@@ -88,6 +88,19 @@ SIM_ROOT_ENV = "ORCH_SIM_ROOT"
 is read below it. Unset on a real host, where a path is read as it is."""
 
 
+def spec_problem(spec: Any) -> str | None:
+    """Why the server refuses ``spec`` (``--toy-spec-config``'s settings) whatever its flags,
+    or None: what its start checks of the file, which an engine can check before a start."""
+    if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
+        return f"an object of {', '.join(SPEC_KEYS)} only"
+    depth = spec.get("draft_depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+        return f"draft_depth {depth!r} is not a whole number in 0..{MAX_DEPTH}"
+    if spec.get("kernel", KERNELS[0]) not in KERNELS:
+        return f"kernel {spec['kernel']!r} is not one of {', '.join(KERNELS)}"
+    return None
+
+
 def read_spec(path: str) -> dict[str, Any]:
     """The speculative settings of ``--toy-spec-config``'s file, at ``path`` on the host."""
     root = os.environ.get(SIM_ROOT_ENV)
@@ -97,9 +110,10 @@ def read_spec(path: str) -> dict[str, Any]:
             spec = json.load(handle)
     except (OSError, ValueError) as exc:
         raise ValueError(f"--toy-spec-config {path}: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
-        raise ValueError(f"--toy-spec-config {path}: an object of {', '.join(SPEC_KEYS)} only")
-    return spec
+    problem = spec_problem(spec)
+    if problem is not None:
+        raise ValueError(f"--toy-spec-config {path}: {problem}")
+    return dict(spec)
 
 
 @dataclass(frozen=True, slots=True)
