@@ -298,58 +298,65 @@ def _context_color(index: int) -> str:
     return _CONTEXT_COLORS[index % len(_CONTEXT_COLORS)]
 
 
-def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
+def _accept_mark(
+    group: HostTypeGroup, trial: TrialView, context: int, value: float
+) -> svg.Mark | None:
+    """One trial's accept_len at ``context`` (the mean over its planned concurrencies), at its
+    knob's ``value``; None where the trial never meant to measure that context."""
+    planned = [c for c in group.concurrencies if group.planned(trial, context, c)]
+    if not planned:
+        return None  # a screen that never meant to measure this context
+    points = [group.point(trial, context, c) for c in planned]
+    values = [p.accept_len for p in points if p is not None and p.accept_len]
+    flagged = any(p.flags for p in points if p is not None)
+    mean = sum(values) / len(values) if values else None
+    return svg.Mark(
+        value,
+        mean,
+        "failed" if mean is None else ("flagged" if flagged else "ok"),
+        f"{group.display(trial)}, context {context}: "
+        + (
+            f"accept_len {mean:.2f} (mean over concurrencies)"
+            if mean is not None
+            else f"no result ({trial.state}: {trial.cause})"
+        ),
+    )
+
+
+def _accept_vs_knob(group: HostTypeGroup, knob: str) -> tuple[str, str]:
+    """The panel of accept_len against the swept ``knob``, one series per context, and its
+    legend's items."""
+    series = []
+    for index, context in enumerate(group.contexts):
+        marks = []
+        for trial in group.trials:
+            value = trial.config.get(knob)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            mark = _accept_mark(group, trial, context, float(value))
+            if mark is not None:
+                marks.append(mark)
+        series.append(svg.Series(f"context {context}", _context_color(index), tuple(marks)))
+    whole = all(isinstance(t.config.get(knob), int) for t in group.trials if knob in t.config)
+    panel = svg.xy_panel(
+        series,
+        title=f"accept_len vs {knob}",
+        x_label=knob,
+        y_label="accept_len",
+        y_zero=False,
+        x_integer=whole,
+    )
+    legend_items = "".join(
+        f'<span><span class="swatch" style="background:{_context_color(i)}"></span>'
+        f"context {c}</span>"
+        for i, c in enumerate(group.contexts)
+    )
+    return panel, legend_items
+
+
+def _throughput_vs_accept(group: HostTypeGroup, colors: dict[str, str]) -> list[str]:
+    """Per context, aggregate output tok/s against accept_len: one mark per concurrency."""
     panels = []
-    knob = _sweep_knob(group)
-    if knob is not None:
-        series = []
-        for index, context in enumerate(group.contexts):
-            marks = []
-            for trial in group.trials:
-                value = trial.config.get(knob)
-                if not isinstance(value, int | float) or isinstance(value, bool):
-                    continue
-                planned = [c for c in group.concurrencies if group.planned(trial, context, c)]
-                if not planned:
-                    continue  # a screen that never meant to measure this context
-                points = [group.point(trial, context, c) for c in planned]
-                values = [p.accept_len for p in points if p is not None and p.accept_len]
-                flagged = any(p.flags for p in points if p is not None)
-                mean = sum(values) / len(values) if values else None
-                marks.append(
-                    svg.Mark(
-                        float(value),
-                        mean,
-                        "failed" if mean is None else ("flagged" if flagged else "ok"),
-                        f"{group.display(trial)}, context {context}: "
-                        + (
-                            f"accept_len {mean:.2f} (mean over concurrencies)"
-                            if mean is not None
-                            else f"no result ({trial.state}: {trial.cause})"
-                        ),
-                    )
-                )
-            series.append(svg.Series(f"context {context}", _context_color(index), tuple(marks)))
-        whole = all(
-            isinstance(t.config.get(knob), int) for t in group.trials if knob in t.config
-        )
-        panels.append(
-            svg.xy_panel(
-                series,
-                title=f"accept_len vs {knob}",
-                x_label=knob,
-                y_label="accept_len",
-                y_zero=False,
-                x_integer=whole,
-            )
-        )
-        legend_items = "".join(
-            f'<span><span class="swatch" style="background:{_context_color(i)}"></span>'
-            f"context {c}</span>"
-            for i, c in enumerate(group.contexts)
-        )
-    else:
-        legend_items = ""
     for context in group.contexts:
         series = []
         for trial in group.trials:
@@ -375,6 +382,17 @@ def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
                     y_label="aggregate output tok/s",
                 )
             )
+    return panels
+
+
+def accept_figure(group: HostTypeGroup, colors: dict[str, str]) -> str | None:
+    panels = []
+    legend_items = ""
+    knob = _sweep_knob(group)
+    if knob is not None:
+        panel, legend_items = _accept_vs_knob(group, knob)
+        panels.append(panel)
+    panels.extend(_throughput_vs_accept(group, colors))
     if not panels:
         return None
     caption = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -608,47 +608,61 @@ def _warnings(
                     ReportWarning("host-set-aside", host.name, None, host.set_aside_reason)
                 )
         for trial in group.trials:
-            name = group.display(trial)
-            for item in trial.overridden:
-                why = f" ({item['why']})" if item.get("why") else ""
-                found.append(
-                    ReportWarning(
-                        "overridden",
-                        trial.host,
-                        name,
-                        f"{item.get('knob')}: asked {item.get('expected')!r}, the server runs "
-                        f"{item.get('actual')!r}{why}",
-                    )
-                )
-            drift = trial.lossless
-            if drift is not None and drift.drifted:
-                where = (
-                    f", first divergence at character {drift.earliest_divergence_char}"
-                    if drift.earliest_divergence_char is not None
-                    else ""
-                )
-                found.append(
-                    ReportWarning(
-                        "output-drift",
-                        trial.host,
-                        name,
-                        f"{drift.compared - drift.exact_matches} of {drift.compared} coding "
-                        f"outputs differ from the baseline's at temperature 0 "
-                        f"({', '.join(drift.differing)}){where}",
-                    )
-                )
-            for point in trial.throughput:
-                found.extend(_point_warnings(trial, name, point))
-            truncated = [c.problem for c in trial.coding if c.outcome is Outcome.TRUNCATED]
-            if truncated:
-                found.append(
-                    ReportWarning(
-                        "coding-truncated",
-                        trial.host,
-                        name,
-                        f"coding outputs cut off (not scored): {', '.join(truncated)}",
-                    )
-                )
+            found.extend(_trial_warnings(trial, group.display(trial)))
+    found.extend(_event_warnings(events))
+    return found
+
+
+def _trial_warnings(trial: TrialView, name: str) -> list[ReportWarning]:
+    """One trial's warnings: knobs the server overrode, coding outputs that drifted from the
+    baseline's, its points' flags, coding outputs cut off."""
+    found: list[ReportWarning] = []
+    for item in trial.overridden:
+        why = f" ({item['why']})" if item.get("why") else ""
+        found.append(
+            ReportWarning(
+                "overridden",
+                trial.host,
+                name,
+                f"{item.get('knob')}: asked {item.get('expected')!r}, the server runs "
+                f"{item.get('actual')!r}{why}",
+            )
+        )
+    drift = trial.lossless
+    if drift is not None and drift.drifted:
+        where = (
+            f", first divergence at character {drift.earliest_divergence_char}"
+            if drift.earliest_divergence_char is not None
+            else ""
+        )
+        found.append(
+            ReportWarning(
+                "output-drift",
+                trial.host,
+                name,
+                f"{drift.compared - drift.exact_matches} of {drift.compared} coding "
+                f"outputs differ from the baseline's at temperature 0 "
+                f"({', '.join(drift.differing)}){where}",
+            )
+        )
+    for point in trial.throughput:
+        found.extend(_point_warnings(trial, name, point))
+    truncated = [c.problem for c in trial.coding if c.outcome is Outcome.TRUNCATED]
+    if truncated:
+        found.append(
+            ReportWarning(
+                "coding-truncated",
+                trial.host,
+                name,
+                f"coding outputs cut off (not scored): {', '.join(truncated)}",
+            )
+        )
+    return found
+
+
+def _event_warnings(events: Sequence[EventRecord]) -> list[ReportWarning]:
+    """The sweep's events that are warnings (:data:`_EVENT_WARNINGS`), with their fields."""
+    found: list[ReportWarning] = []
     for event in events:
         if event.kind in _EVENT_WARNINGS:
             details = ", ".join(f"{k}={v}" for k, v in event.fields.items())
@@ -674,70 +688,62 @@ _EVENT_WARNINGS = {
 
 
 def _point_warnings(trial: TrialView, name: str, point: PointView) -> list[ReportWarning]:
+    """A point's flags as warnings, in :data:`_POINT_FLAGS`' order, each with its numbers."""
     where = f"context {point.context}, concurrency {point.concurrency}"
-    out: list[ReportWarning] = []
     flags = set(point.flags)
-    if "concurrency_short" in flags:
-        held = point.metrics.concurrency_held
-        held_text = f"{held:.2f}" if held is not None else "unknown"
-        out.append(
-            ReportWarning(
-                "concurrency-short",
-                trial.host,
-                name,
-                f"{where}: the client held {held_text} of {point.concurrency} requests in flight",
-            )
-        )
-    if "client_saturated" in flags:
-        cpu = point.metrics.client_cpu_fraction
-        lag = point.metrics.loop_lag_p99_s
-        out.append(
-            ReportWarning(
-                "client-saturated",
-                trial.host,
-                name,
-                f"{where}: client CPU {_pct(cpu)}, event-loop lag p99 "
-                f"{'?' if lag is None else f'{lag * 1000:.1f} ms'}",
-            )
-        )
-    if "accept_len_disagree" in flags:
-        values = ", ".join(
-            f"{source} {value:.2f}"
-            for source in ("journal", "meta_info", "metrics")
-            if (value := point.accept.source(source).value) is not None
-        )
-        out.append(ReportWarning("accept-len-disagree", trial.host, name, f"{where}: {values}"))
-    if "errors" in flags:
-        kinds = point.metrics.errors_by_kind
-        detail = ", ".join(f"{k} x{v}" for k, v in kinds.items()) if kinds else ""
-        out.append(
-            ReportWarning(
-                "errors",
-                trial.host,
-                name,
-                f"{where}: {point.metrics.errors} of {point.metrics.requests} "
-                f"requests failed{f' ({detail})' if detail else ''}",
-            )
-        )
-    if "truncated" in flags:
-        out.append(
-            ReportWarning(
-                "truncated",
-                trial.host,
-                name,
-                f"{where}: {point.metrics.truncated} outputs truncated",
-            )
-        )
-    if "too_few_requests" in flags:
-        out.append(
-            ReportWarning(
-                "too-few-requests",
-                trial.host,
-                name,
-                f"{where}: only {point.metrics.requests_ok} successful requests",
-            )
-        )
-    return out
+    return [
+        ReportWarning(kind, trial.host, name, f"{where}: {detail(point)}")
+        for flag, kind, detail in _POINT_FLAGS
+        if flag in flags
+    ]
+
+
+def _concurrency_short(point: PointView) -> str:
+    held = point.metrics.concurrency_held
+    held_text = f"{held:.2f}" if held is not None else "unknown"
+    return f"the client held {held_text} of {point.concurrency} requests in flight"
+
+
+def _client_saturated(point: PointView) -> str:
+    cpu = point.metrics.client_cpu_fraction
+    lag = point.metrics.loop_lag_p99_s
+    return (
+        f"client CPU {_pct(cpu)}, event-loop lag p99 "
+        f"{'?' if lag is None else f'{lag * 1000:.1f} ms'}"
+    )
+
+
+def _accept_len_disagree(point: PointView) -> str:
+    return ", ".join(
+        f"{source} {value:.2f}"
+        for source in ("journal", "meta_info", "metrics")
+        if (value := point.accept.source(source).value) is not None
+    )
+
+
+def _errors(point: PointView) -> str:
+    kinds = point.metrics.errors_by_kind
+    detail = ", ".join(f"{k} x{v}" for k, v in kinds.items()) if kinds else ""
+    return (
+        f"{point.metrics.errors} of {point.metrics.requests} "
+        f"requests failed{f' ({detail})' if detail else ''}"
+    )
+
+
+_POINT_FLAGS: tuple[tuple[str, str, Callable[[PointView], str]], ...] = (
+    ("concurrency_short", "concurrency-short", _concurrency_short),
+    ("client_saturated", "client-saturated", _client_saturated),
+    ("accept_len_disagree", "accept-len-disagree", _accept_len_disagree),
+    ("errors", "errors", _errors),
+    ("truncated", "truncated", lambda p: f"{p.metrics.truncated} outputs truncated"),
+    (
+        "too_few_requests",
+        "too-few-requests",
+        lambda p: f"only {p.metrics.requests_ok} successful requests",
+    ),
+)
+"""The point flags that are warnings: flag, warning kind, and what the warning says after
+the point's context and concurrency."""
 
 
 def _pct(value: float | None) -> str:

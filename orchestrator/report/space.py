@@ -14,7 +14,7 @@ reached is ``failed`` when a config tried there never produced a measurement, an
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,6 +77,10 @@ def _varied(configs: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
     return sorted(((k, n) for k, n in counts if n >= 2), key=lambda kn: (-kn[1], kn[0]))
 
 
+_Cell = tuple[str, str]
+"""A cell of the grid: its row's value and its column's, as written."""
+
+
 def explored_space(answer: Answer) -> SpaceGrid | None:
     """The grid of ``answer``'s contenders and failed configs; None when fewer than two
     configs were tried or no knob varies (nothing to draw)."""
@@ -95,56 +99,57 @@ def explored_space(answer: Answer) -> SpaceGrid | None:
     row_knob = axes[0] if len(axes) == 2 else None
     other = tuple(k for k, _ in _varied(tried) if k not in axes)
 
-    def position(config: Mapping[str, Any]) -> tuple[str, str]:
+    def position(config: Mapping[str, Any]) -> _Cell:
         row = _value(config, row_knob) if row_knob is not None else ""
         return row, _value(config, column_knob)
 
     rows = sorted({position(c)[0] for c in tried}, key=_sort_key)
     columns = sorted({position(c)[1] for c in tried}, key=_sort_key)
-    standing: dict[tuple[str, str], Contender] = {}
-    measured: dict[tuple[str, str], int] = {}
-    # Contenders come in the answer's rank order (valid before invalid, its config first):
-    # the first at a cell is the one that stands for it, with the table's number.
-    for contender in contenders:
-        at = position(contender.config)
-        measured[at] = measured.get(at, 0) + 1
-        standing.setdefault(at, contender)
-    failures: dict[tuple[str, str], list[FailedConfig]] = {}
+    failures: dict[_Cell, list[FailedConfig]] = {}
     for failure in answer.failed:
         failures.setdefault(position(failure.config), []).append(failure)
     # The mark: the config the answer names (the one adopt installs and the headline names
     # first), by the one rule of :func:`~orchestrator.answers.model.named`.
     chosen = named(answer)
     best_at = position(chosen.config) if chosen is not None and chosen.config else None
-    grid: list[tuple[SpaceCell, ...]] = []
-    for row in rows:
-        line: list[SpaceCell] = []
-        for column in columns:
-            at = (row, column)
-            failed = tuple(failures.get(at, ()))
-            if at in standing:
-                line.append(
-                    SpaceCell(
-                        "explored",
-                        standing[at],
-                        measured[at],
-                        failed,
-                        is_best=at == best_at,
-                    )
-                )
-            elif failed:
-                line.append(SpaceCell("failed", failed=failed))
-            else:
-                line.append(SpaceCell("unexplored"))
-        grid.append(tuple(line))
     return SpaceGrid(
         row_knob=row_knob,
         column_knob=column_knob,
         rows=tuple(rows) if row_knob is not None else (ONE_ROW,),
         columns=tuple(columns),
-        cells=tuple(grid),
+        cells=_space_cells(rows, columns, contenders, position, failures, best_at),
         other_knobs=other,
     )
+
+
+def _space_cells(
+    rows: Sequence[str],
+    columns: Sequence[str],
+    contenders: Sequence[Contender],
+    position: Callable[[Mapping[str, Any]], _Cell],
+    failures: Mapping[_Cell, Sequence[FailedConfig]],
+    best_at: _Cell | None,
+) -> tuple[tuple[SpaceCell, ...], ...]:
+    """What each cell of the grid holds: the contender that stands for it, how many were
+    measured there, the configs that failed there, and whether it is the answer's own."""
+    standing: dict[_Cell, Contender] = {}
+    measured: dict[_Cell, int] = {}
+    # Contenders come in the answer's rank order (valid before invalid, its config first):
+    # the first at a cell is the one that stands for it, with the table's number.
+    for contender in contenders:
+        at = position(contender.config)
+        measured[at] = measured.get(at, 0) + 1
+        standing.setdefault(at, contender)
+
+    def cell(at: _Cell) -> SpaceCell:
+        failed = tuple(failures.get(at, ()))
+        if at in standing:
+            return SpaceCell("explored", standing[at], measured[at], failed, is_best=at == best_at)
+        if failed:
+            return SpaceCell("failed", failed=failed)
+        return SpaceCell("unexplored")
+
+    return tuple(tuple(cell((row, column)) for column in columns) for row in rows)
 
 
 def estimates(grid: SpaceGrid) -> Sequence[float]:

@@ -517,6 +517,28 @@ def _heat_cell(
     )
 
 
+def _heat_open(width: int, height: int, title: str) -> list[str]:
+    """A heatmap's ``<svg>`` start: its size, the hatch pattern of cells without a value, and
+    its title."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{esc(title)}" style="{FONT}">',
+        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f3f4f6"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#d1d5db" stroke-width="3"/></pattern></defs>',
+        f'<text x="{width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
+        f'font-weight="600" fill="#111827">{esc(title)}</text>',
+    ]
+
+
+def _axis_name(name: str, x: str, y: int, anchor: str) -> str:
+    """A heatmap axis's name (the knob its rows or columns vary), at ``x`` as written."""
+    return (
+        f'<text class="axis-label" x="{x}" y="{y}" text-anchor="{anchor}" '
+        f'font-size="11" font-weight="600" fill="#374151">{esc(name)}</text>'
+    )
+
+
 def heatmap(
     rows: Sequence[str],
     columns: Sequence[str],
@@ -543,26 +565,12 @@ def heatmap(
     top = 58 + (14 if column_label else 0)
     width = title_fits(label_width + cell_width * len(columns) + 10, title)
     height = top + cell_height * len(rows) + 10
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" role="img" aria-label="{esc(title)}" style="{FONT}">',
-        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f3f4f6"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#d1d5db" stroke-width="3"/></pattern></defs>',
-        f'<text x="{width / 2:.1f}" y="18" text-anchor="middle" font-size="13" '
-        f'font-weight="600" fill="#111827">{esc(title)}</text>',
-    ]
+    parts = _heat_open(width, height, title)
     if column_label:
         middle = label_width + cell_width * len(columns) / 2
-        parts.append(
-            f'<text class="axis-label" x="{middle:.1f}" y="{top - 26}" text-anchor="middle" '
-            f'font-size="11" font-weight="600" fill="#374151">{esc(column_label)}</text>'
-        )
+        parts.append(_axis_name(column_label, f"{middle:.1f}", top - 26, "middle"))
     if row_label:
-        parts.append(
-            f'<text class="axis-label" x="{label_width - 8}" y="{top - 8}" text-anchor="end" '
-            f'font-size="11" font-weight="600" fill="#374151">{esc(row_label)}</text>'
-        )
+        parts.append(_axis_name(row_label, f"{label_width - 8}", top - 8, "end"))
     for j, column in enumerate(columns):
         x = label_width + j * cell_width + cell_width / 2
         parts.append(
@@ -599,20 +607,11 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def box_panel(
-    groups: Sequence[tuple[str, Sequence[Box]]],
-    *,
-    title: str,
-    x_label: str,
-    y_label: str,
-    y_log: bool = True,
-    frame: Frame | None = None,
-) -> str:
-    """Box plots grouped along x (e.g. one group per concurrency, one box per config)."""
-    frame = _fit(frame or Frame(), title)
+def _box_scale(
+    groups: Sequence[tuple[str, Sequence[Box]]], frame: Frame, strip: float, *, y_log: bool
+) -> tuple[Scale, list[float]]:
+    """The y scale of a box panel (above the no-result strip) and its ticks."""
     values = [v for _, boxes in groups for b in boxes for v in b.samples if v > 0]
-    has_failed = any(not b.samples for _, boxes in groups for b in boxes)
-    strip = 22 if has_failed else 0
     if values:
         low, high = min(values) * 0.8, max(values) * 1.25
     else:
@@ -625,6 +624,46 @@ def box_panel(
         frame.plot_top,
         log=y_log,
     )
+    return ys, ticks
+
+
+def _box(box: Box, x: float, box_w: float, ys: Scale) -> str:
+    """One box: whiskers p10-p90, the box p25-p75, the median line, and its tooltip."""
+    cx = x + box_w / 2
+    ordered = sorted(box.samples)
+    p10, p25, p50, p75, p90 = (_quantile(ordered, q) for q in (0.1, 0.25, 0.5, 0.75, 0.9))
+    stroke = FLAG_COLOR if box.status == "flagged" else box.color
+    tip = esc(
+        box.title
+        or f"{box.name}: median {p50 * 1000:.0f} ms, p90 {p90 * 1000:.0f} ms, "
+        f"{len(ordered)} request{'' if len(ordered) == 1 else 's'}"
+    )
+    return (
+        f'<g class="box {box.status}"><title>{tip}</title>'
+        f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{ys(p10):.1f}" y2="{ys(p90):.1f}" '
+        f'stroke="{stroke}" stroke-width="1.5"/>'
+        f'<rect x="{x + 2:.1f}" y="{ys(p75):.1f}" width="{max(box_w - 4, 2):.1f}" '
+        f'height="{max(ys(p25) - ys(p75), 1):.1f}" fill="{box.color}" '
+        f'fill-opacity="0.35" stroke="{stroke}" stroke-width="1.5"/>'
+        f'<line x1="{x + 2:.1f}" x2="{x + box_w - 2:.1f}" y1="{ys(p50):.1f}" '
+        f'y2="{ys(p50):.1f}" stroke="{box.color}" stroke-width="2.5"/></g>'
+    )
+
+
+def box_panel(
+    groups: Sequence[tuple[str, Sequence[Box]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    y_log: bool = True,
+    frame: Frame | None = None,
+) -> str:
+    """Box plots grouped along x (e.g. one group per concurrency, one box per config)."""
+    frame = _fit(frame or Frame(), title)
+    has_failed = any(not b.samples for _, boxes in groups for b in boxes)
+    strip = 22 if has_failed else 0
+    ys, ticks = _box_scale(groups, frame, strip, y_log=y_log)
     width = frame.plot_right - frame.plot_left
     slot = width / max(len(groups), 1)
     centers = [frame.plot_left + slot * (i + 0.5) for i in range(len(groups))]
@@ -646,30 +685,11 @@ def box_panel(
         start = centers[index] - box_w * n / 2
         for k, box in enumerate(boxes):
             x = start + k * box_w
-            cx = x + box_w / 2
-            if not box.samples:
-                parts.append(
-                    _cross(cx, frame.plot_bottom - strip / 2, box.title or f"{box.name}: no result")
-                )
-                continue
-            ordered = sorted(box.samples)
-            p10, p25, p50, p75, p90 = (_quantile(ordered, q) for q in (0.1, 0.25, 0.5, 0.75, 0.9))
-            stroke = FLAG_COLOR if box.status == "flagged" else box.color
-            tip = esc(
-                box.title
-                or f"{box.name}: median {p50 * 1000:.0f} ms, p90 {p90 * 1000:.0f} ms, "
-                f"{len(ordered)} request{'' if len(ordered) == 1 else 's'}"
-            )
-            parts.append(
-                f'<g class="box {box.status}"><title>{tip}</title>'
-                f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{ys(p10):.1f}" y2="{ys(p90):.1f}" '
-                f'stroke="{stroke}" stroke-width="1.5"/>'
-                f'<rect x="{x + 2:.1f}" y="{ys(p75):.1f}" width="{max(box_w - 4, 2):.1f}" '
-                f'height="{max(ys(p25) - ys(p75), 1):.1f}" fill="{box.color}" '
-                f'fill-opacity="0.35" stroke="{stroke}" stroke-width="1.5"/>'
-                f'<line x1="{x + 2:.1f}" x2="{x + box_w - 2:.1f}" y1="{ys(p50):.1f}" '
-                f'y2="{ys(p50):.1f}" stroke="{box.color}" stroke-width="2.5"/></g>'
-            )
+            if box.samples:
+                parts.append(_box(box, x, box_w, ys))
+            else:
+                cross_y = frame.plot_bottom - strip / 2
+                parts.append(_cross(x + box_w / 2, cross_y, box.title or f"{box.name}: no result"))
     if has_failed:
         parts.append(_no_result_label(frame, frame.plot_bottom - strip / 2))
     parts.append("</svg>")
