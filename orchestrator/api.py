@@ -434,66 +434,66 @@ async def _restore_target(request: web.Request) -> str | web.Response | None:
     return host
 
 
-def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
-    """The API over ``ops``; with ``token``, every request must present it (loopback TCP)."""
-    middlewares = [_error_middleware()]
-    if token is not None:
-        middlewares.append(_auth_middleware(token))
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
+class _Handlers:
+    """The API's request handlers over one daemon's operations: each reads its request,
+    calls one operation and answers JSON (the report: its own media type)."""
 
-    async def health(request: web.Request) -> web.Response:
+    def __init__(self, ops: DaemonOps) -> None:
+        self.ops = ops
+
+    async def health(self, request: web.Request) -> web.Response:
         del request
         return web.json_response({"ok": True, "version": __version__})
 
-    async def submit(request: web.Request) -> web.Response:
+    async def submit(self, request: web.Request) -> web.Response:
         read = await _submission(request)
         if isinstance(read, web.Response):
             return read
         text, filename, workloads = read
-        outcome = await ops.submit(
+        outcome = await self.ops.submit(
             text, filename=filename, replace=_flag(request, "replace"), workloads=workloads
         )
         return web.json_response(outcome.to_json(), status=201 if outcome.created else 200)
 
-    async def list_sweeps(request: web.Request) -> web.Response:
-        sweeps = await ops.list_sweeps(include_replaced=_flag(request, "all"))
+    async def list_sweeps(self, request: web.Request) -> web.Response:
+        sweeps = await self.ops.list_sweeps(include_replaced=_flag(request, "all"))
         return web.json_response({"sweeps": [view.to_json() for view in sweeps]})
 
-    async def status(request: web.Request) -> web.Response:
-        return web.json_response((await ops.sweep_status(_ref(request))).to_json())
+    async def status(self, request: web.Request) -> web.Response:
+        return web.json_response((await self.ops.sweep_status(_ref(request))).to_json())
 
-    async def cancel(request: web.Request) -> web.Response:
-        return web.json_response((await ops.cancel(_ref(request))).to_json(), status=202)
+    async def cancel(self, request: web.Request) -> web.Response:
+        return web.json_response((await self.ops.cancel(_ref(request))).to_json(), status=202)
 
-    async def resume(request: web.Request) -> web.Response:
-        record = await ops.resume(_ref(request))
+    async def resume(self, request: web.Request) -> web.Response:
+        record = await self.ops.resume(_ref(request))
         return web.json_response(
             {"id": record.id, "name": record.name, "state": record.state}, status=202
         )
 
-    async def results(request: web.Request) -> web.Response:
-        return web.json_response((await ops.results(_ref(request))).to_json())
+    async def results(self, request: web.Request) -> web.Response:
+        return web.json_response((await self.ops.results(_ref(request))).to_json())
 
-    async def report(request: web.Request) -> web.Response:
+    async def report(self, request: web.Request) -> web.Response:
         fmt = request.query.get("format", "md")
         if fmt not in FORMATS:
             return _error(400, f"format is one of {', '.join(FORMATS)}")
         others = [ref for ref in request.query.get("with", "").split(",") if ref]
         if not all(valid_ref(ref) for ref in others):
             return _error(400, "a sweep is named by its name or id")
-        text = await ops.report(
+        text = await self.ops.report(
             [_ref(request), *others], fmt, include_requests=_flag(request, "requests")
         )
         return web.Response(body=text.encode(), headers={"Content-Type": MEDIA_TYPES[fmt]})
 
-    async def restore(request: web.Request) -> web.Response:
+    async def restore(self, request: web.Request) -> web.Response:
         target = await _restore_target(request)
         if isinstance(target, web.Response):
             return target
-        outcomes = await ops.restore_hosts(target, force=await _restore_forced(request))
+        outcomes = await self.ops.restore_hosts(target, force=await _restore_forced(request))
         return web.json_response({"restored": [outcome.to_json() for outcome in outcomes]})
 
-    async def adopt(request: web.Request) -> web.Response:
+    async def adopt(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -503,19 +503,27 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
             return _error(400, 'the body is JSON: {"type": HOST_TYPE, "allow_tie": false}')
         allow_tie = body.get("allow_tie") is True if isinstance(body, dict) else False
         allow_unexplored = body.get("allow_unexplored") is True if isinstance(body, dict) else False
-        adoption = await ops.adopt(
+        adoption = await self.ops.adopt(
             _ref(request), host_type, allow_tie=allow_tie, allow_unexplored=allow_unexplored
         )
         return web.json_response(adoption.to_json(), status=200 if adoption.ok else 502)
 
-    app.router.add_get("/health", health)
-    app.router.add_post("/sweeps", submit)
-    app.router.add_get("/sweeps", list_sweeps)
-    app.router.add_get("/sweeps/{ref}", status)
-    app.router.add_post("/sweeps/{ref}/cancel", cancel)
-    app.router.add_post("/sweeps/{ref}/resume", resume)
-    app.router.add_get("/sweeps/{ref}/results", results)
-    app.router.add_get("/sweeps/{ref}/report", report)
-    app.router.add_post("/restore", restore)
-    app.router.add_post("/sweeps/{ref}/adopt", adopt)
+
+def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
+    """The API over ``ops``; with ``token``, every request must present it (loopback TCP)."""
+    middlewares = [_error_middleware()]
+    if token is not None:
+        middlewares.append(_auth_middleware(token))
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
+    handlers = _Handlers(ops)
+    app.router.add_get("/health", handlers.health)
+    app.router.add_post("/sweeps", handlers.submit)
+    app.router.add_get("/sweeps", handlers.list_sweeps)
+    app.router.add_get("/sweeps/{ref}", handlers.status)
+    app.router.add_post("/sweeps/{ref}/cancel", handlers.cancel)
+    app.router.add_post("/sweeps/{ref}/resume", handlers.resume)
+    app.router.add_get("/sweeps/{ref}/results", handlers.results)
+    app.router.add_get("/sweeps/{ref}/report", handlers.report)
+    app.router.add_post("/restore", handlers.restore)
+    app.router.add_post("/sweeps/{ref}/adopt", handlers.adopt)
     return app
