@@ -347,12 +347,7 @@ def apply_knobs(
         raise UnknownKnobError(unknown[0])
     knob_flags = {target.flag for target in knob_map.values() if target.flag}
     knob_envs = {target.env for target in knob_map.values() if target.env}
-
-    argv = _strip_flags(base_argv, knob_flags)
-    merged = merge_extra_flags(argv, extra_flags)
-    if merged.conflicts:
-        raise merged.conflicts[0]
-    argv.extend(merged.added)
+    argv, merged = _base_argv(base_argv, knob_flags, extra_flags)
     present = {arg.flag for arg in flag_args(argv[1:]) if isinstance(arg, FlagArg)}
     added_flags = tuple(
         dict.fromkeys(f for f in ensure_flags if f not in present and f not in knob_flags)
@@ -360,7 +355,39 @@ def apply_knobs(
     argv.extend(added_flags)
     env = {key: value for key, value in base_environment.items() if key not in knob_envs}
     env.update(environment or {})
+    unset, objects = _apply_values(knob_map, config, argv, env)
+    launch = _object_flags(objects, argv, file_flags or {}, dropin)
+    return TrialInvocation(
+        argv=tuple(argv),
+        environment=env,
+        unset_environment=tuple(unset),
+        repeated_extra_flags=tuple(" ".join(arg.tokens) for arg in merged.repeated),
+        added_flags=added_flags,
+        launch_files=tuple(launch),
+    )
 
+
+def _base_argv(
+    base_argv: Sequence[str], knob_flags: set[str], extra_flags: Sequence[str]
+) -> tuple[list[str], MergedFlags]:
+    """The base command line without any knob's flag, with ``extra_flags`` joined to it
+    (raises the first :class:`ExtraFlagConflict`)."""
+    argv = _strip_flags(base_argv, knob_flags)
+    merged = merge_extra_flags(argv, extra_flags)
+    if merged.conflicts:
+        raise merged.conflicts[0]
+    argv.extend(merged.added)
+    return argv, merged
+
+
+def _apply_values(
+    knob_map: Mapping[str, KnobTarget],
+    config: Mapping[str, KnobValue],
+    argv: list[str],
+    env: dict[str, str],
+) -> tuple[list[str], dict[str, dict[str, KnobValue]]]:
+    """Each knob's value onto ``argv`` (a flag) or ``env`` (a variable), in the knob map's
+    order. Returns the variables left unset and, per JSON-valued flag, its keys' values."""
     unset: list[str] = []
     objects: dict[str, dict[str, KnobValue]] = {}
     for name, target in knob_map.items():
@@ -379,11 +406,22 @@ def apply_knobs(
                 unset.append(target.env)
             else:
                 env[target.env] = format_knob_value(value)
+    return unset, objects
+
+
+def _object_flags(
+    objects: Mapping[str, Mapping[str, KnobValue]],
+    argv: list[str],
+    file_flags: Mapping[str, LaunchFormat],
+    dropin: str | None,
+) -> list[LaunchFile]:
+    """Each JSON-valued flag onto ``argv``: its value inline as JSON, or, for a flag of
+    ``file_flags``, the path of a launch file beside ``dropin`` holding it (returned)."""
     launch: list[LaunchFile] = []
     for flag, entries in objects.items():
         if not entries:  # every key absent: the flag is absent, as a flag knob valued None
             continue
-        fmt = (file_flags or {}).get(flag)
+        fmt = file_flags.get(flag)
         if fmt is None:
             argv.extend((flag, json.dumps(entries, sort_keys=True, separators=(",", ":"))))
             continue
@@ -393,14 +431,7 @@ def apply_knobs(
             LaunchFile(launch_file_path(dropin, flag, fmt), render_launch_content(entries, fmt))
         )
         argv.extend((flag, launch[-1].path))
-    return TrialInvocation(
-        argv=tuple(argv),
-        environment=env,
-        unset_environment=tuple(unset),
-        repeated_extra_flags=tuple(" ".join(arg.tokens) for arg in merged.repeated),
-        added_flags=added_flags,
-        launch_files=tuple(launch),
-    )
+    return launch
 
 
 def render_header(sweep_name: str, trial_key: str) -> str:

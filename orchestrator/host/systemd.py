@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -387,13 +387,9 @@ class ServiceConfig:
     settings: Mapping[str, tuple[str, ...]]
 
 
-def merged_service(files: Iterable[UnitFile]) -> ServiceConfig:
-    """Apply the unit's files with systemd's drop-in semantics: ``ExecStart=`` empty resets the
-    list, ``Environment=`` accumulates (empty resets), later single-valued keys win."""
-    exec_lines: list[tuple[str, str]] = []
-    environment: dict[str, str] = {}
-    environment_files: list[str] = []
-    settings: dict[str, list[str]] = {}
+def _service_assignments(files: Iterable[UnitFile]) -> Iterator[tuple[str, str, str, str]]:
+    """Every ``[Service]`` assignment of the unit's files in the order systemd applies them:
+    the file's path, the logical line, its key and its value."""
     for unit_file in order_files(files):
         section = ""
         for line in _logical_lines(unit_file.text):
@@ -401,45 +397,57 @@ def merged_service(files: Iterable[UnitFile]) -> ServiceConfig:
                 section = line[1:-1]
                 continue
             key, sep, value = line.partition("=")
-            key, value = key.strip(), value.strip()
-            if section != "Service" or not sep:
-                continue
-            try:
-                if key == "ExecStart":
-                    exec_lines = [] if not value else [*exec_lines, (value, unit_file.path)]
-                elif key == "Environment":
-                    if value:
-                        environment.update(parse_environment_line(value))
-                    else:
-                        environment.clear()
-                elif key == "EnvironmentFile":
-                    if value:
-                        environment_files.append(value)
-                    else:
-                        environment_files.clear()
-            except ExecLineError as exc:
-                raise UnitFileError(unit_file.path, line, exc.reason) from exc
-            settings.setdefault(key, []).append(value)
+            if section == "Service" and sep:
+                yield unit_file.path, line, key.strip(), value.strip()
+
+
+def _exec_start(value: str, source: str) -> tuple[tuple[str, ...], str]:
+    """The argv of the ``ExecStart=`` that counts (``value``, from ``source``) and its prefix
+    characters (``-``, ``@``, ``+``, ...)."""
+    try:
+        words = parse_exec_line(value)
+    except ExecLineError as exc:
+        raise UnitFileError(source, value, exc.reason) from exc
+    if not words:
+        return (), ""
+    found = _EXEC_PREFIX.match(words[0])
+    prefix = found.group(0) if found else ""
+    words[0] = words[0][len(prefix) :]
+    # '@': the first word is the executable, the second argv[0].
+    return tuple(words[1:] if "@" in prefix else words), prefix
+
+
+def merged_service(files: Iterable[UnitFile]) -> ServiceConfig:
+    """Apply the unit's files with systemd's drop-in semantics: ``ExecStart=`` empty resets the
+    list, ``Environment=`` accumulates (empty resets), later single-valued keys win."""
+    exec_lines: list[tuple[str, str]] = []
+    environment: dict[str, str] = {}
+    environment_files: list[str] = []
+    settings: dict[str, list[str]] = {}
+    for path, line, key, value in _service_assignments(files):
+        try:
+            if key == "ExecStart":
+                exec_lines = [] if not value else [*exec_lines, (value, path)]
+            elif key == "Environment":
+                if value:
+                    environment.update(parse_environment_line(value))
+                else:
+                    environment.clear()
+            elif key == "EnvironmentFile":
+                if value:
+                    environment_files.append(value)
+                else:
+                    environment_files.clear()
+        except ExecLineError as exc:
+            raise UnitFileError(path, line, exc.reason) from exc
+        settings.setdefault(key, []).append(value)
 
     def last(key: str) -> str | None:
         values = [v for v in settings.get(key, []) if v]
         return values[-1] if values else None
 
-    argv: tuple[str, ...] = ()
-    prefix = ""
-    source = None
-    if exec_lines:
-        value, source = exec_lines[-1]
-        try:
-            words = parse_exec_line(value)
-        except ExecLineError as exc:
-            raise UnitFileError(source, value, exc.reason) from exc
-        if words:
-            found = _EXEC_PREFIX.match(words[0])
-            prefix = found.group(0) if found else ""
-            words[0] = words[0][len(prefix) :]
-            # '@': the first word is the executable, the second argv[0].
-            argv = tuple(words[1:] if "@" in prefix else words)
+    source = exec_lines[-1][1] if exec_lines else None
+    argv, prefix = _exec_start(*exec_lines[-1]) if exec_lines else ((), "")
     timeout = last("TimeoutStopSec") or last("TimeoutSec")
     return ServiceConfig(
         exec_start=argv,
