@@ -30,6 +30,7 @@ from orchestrator.host.handle import HostHandle
 from orchestrator.host.lease import Controller, HostBusy, take_at_once
 from orchestrator.lifecycle import (
     HostSession,
+    TrialDropin,
     TrialFailed,
     failure_from,
     reconfigure,
@@ -141,7 +142,6 @@ async def _adopt_held(
     """Adopt on a host whose lease is held: never leaves it worse: a failed start puts the
     unit back as found, and a host error is reported, the backup kept."""
     unit = sweep.unit
-    log = get_logger(host=host.name, sweep=record.name)
 
     async def events(kind: str, /, **fields: Any) -> None:
         await store.add_event(record.id, kind, host=host.name, fields=fields)
@@ -162,47 +162,14 @@ async def _adopt_held(
             )
             session.found = found
             key = trial_key(host.name, unit, config)
-            try:
-                trial = trial_config(
-                    found,
-                    sweep=sweep.name,
-                    key=key,
-                    knobs=host.effective_knobs(sweep.server.knobs),
-                    config=config,
-                    extra_flags=sweep.server.extra_flags,
-                    environment=sweep.server.environment,
-                    metrics=sweep.server.metrics,
-                    engine=session.engine,
-                    adopted=True,
-                )
-            except ExtraFlagConflict as conflict:
-                raise AdoptRefused(f"{host.name}: {conflict}") from conflict
+            trial = _adopted_trial(found, sweep, host, config, key, session)
             stored = snapshot_to_backup(found)
             await store.rearm_unit_backup(
-                record.id,
-                host.name,
-                unit,
-                stored.files,
-                stored.state,
-                dropin=stored.dropin,
+                record.id, host.name, unit, stored.files, stored.state, dropin=stored.dropin,
                 adopted=key,
-            )
+            )  # fmt: skip
             await events("adopt.begin", trial=key, dropin=target)
-            try:
-                server = await reconfigure(session, trial)
-            except TrialFailed as failed:
-                log.warning("adopt.failed", cause=failed.cause, error=failed.message)
-                await events("adopt.failed", cause=failed.cause, error=failed.message)
-                await restore(session, "as-found")
-                await store.mark_restored(record.id, host.name)
-                return AdoptOutcome(
-                    host.name, ok=False, error=f"{failed.cause}: {failed.message} (put back)"
-                )
-            await events("adopt.done", trial=key, invocation=server.invocation_id)
-            log.info("adopt.done", invocation=server.invocation_id)
-            return AdoptOutcome(
-                host.name, ok=True, dropin=target, invocation_id=server.invocation_id
-            )
+            return await _install(store, record, host.name, session, trial, target)
     except (AdoptRefused, BackupPending) as refused:
         return AdoptOutcome(host.name, ok=False, error=str(refused))
     except TrialFailed as failed:
@@ -210,6 +177,57 @@ async def _adopt_held(
     except HostError as exc:
         mapped = failure_from(exc)
         return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
+
+
+def _adopted_trial(
+    found: systemd.UnitSnapshot,
+    sweep: Sweep,
+    host: HostSpec,
+    config: Mapping[str, Any],
+    key: str,
+    session: HostSession,
+) -> TrialDropin:
+    """The lasting drop-in of ``config`` on the unit as found (raises :class:`AdoptRefused`
+    where an extra flag conflicts with the unit's command line)."""
+    try:
+        return trial_config(
+            found,
+            sweep=sweep.name,
+            key=key,
+            knobs=host.effective_knobs(sweep.server.knobs),
+            config=config,
+            extra_flags=sweep.server.extra_flags,
+            environment=sweep.server.environment,
+            metrics=sweep.server.metrics,
+            engine=session.engine,
+            adopted=True,
+        )
+    except ExtraFlagConflict as conflict:
+        raise AdoptRefused(f"{host.name}: {conflict}") from conflict
+
+
+async def _install(
+    store: Store,
+    record: SweepRecord,
+    host: str,
+    session: HostSession,
+    trial: TrialDropin,
+    target: str,
+) -> AdoptOutcome:
+    """The adopted drop-in installed and its server proven; a failed start puts the unit back
+    as found (the backup then restored)."""
+    log = get_logger(host=host, sweep=record.name)
+    try:
+        server = await reconfigure(session, trial)
+    except TrialFailed as failed:
+        log.warning("adopt.failed", cause=failed.cause, error=failed.message)
+        await session.events("adopt.failed", cause=failed.cause, error=failed.message)
+        await restore(session, "as-found")
+        await store.mark_restored(record.id, host)
+        return AdoptOutcome(host, ok=False, error=f"{failed.cause}: {failed.message} (put back)")
+    await session.events("adopt.done", trial=trial.key, invocation=server.invocation_id)
+    log.info("adopt.done", invocation=server.invocation_id)
+    return AdoptOutcome(host, ok=True, dropin=target, invocation_id=server.invocation_id)
 
 
 async def _refuse_trial_leftover(session: HostSession, host: str, unit: str) -> None:

@@ -121,33 +121,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         try:
             store = self._store = await Store.open(self.dirs.db)
-            sweeps = ParsedSweeps()
-            claims = HostClaims()
-            active: dict[int, ActiveSweep] = {}
-            controller = Controller("daemon", str(self.dirs.db))
-            restorer = Restorer(
-                store,
-                sweeps,
-                claims,
-                running=active,
-                spawn=self._background.spawn,
-                controller=controller,
-            )
-            scheduler = self._scheduler = Scheduler(
-                store,
-                sweeps,
-                claims,
-                restorer,
-                self._background,
-                active=active,
-                max_parallel=self.max_parallel,
-                tick_s=max(self.inbox_poll_s * 4, 1.0),
-                webhook=self.webhook,
-                webhook_timeout_s=self.webhook_timeout_s,
-                controller=controller,
-            )
-            claims.on_release = scheduler.wake.set  # a freed host may let a waiting sweep start
-            scheduler.closed = self._stop_requested.is_set()
+            restorer, scheduler = self._scheduler_parts(store)
+            self._scheduler = scheduler
             self._api = DaemonApi(store, scheduler, restorer)
             inbox = Inbox(
                 self.dirs.inbox,
@@ -184,6 +159,38 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             await self._shutdown(runners, loops)
+
+    def _scheduler_parts(self, store: Store) -> tuple[Restorer, Scheduler]:
+        """The restorer and the scheduler over ``store``, sharing the sweeps parsed once, the
+        hosts' claims, the sweeps running now and this daemon's lease identity."""
+        sweeps = ParsedSweeps()
+        claims = HostClaims()
+        active: dict[int, ActiveSweep] = {}
+        controller = Controller("daemon", str(self.dirs.db))
+        restorer = Restorer(
+            store,
+            sweeps,
+            claims,
+            running=active,
+            spawn=self._background.spawn,
+            controller=controller,
+        )
+        scheduler = Scheduler(
+            store,
+            sweeps,
+            claims,
+            restorer,
+            self._background,
+            active=active,
+            max_parallel=self.max_parallel,
+            tick_s=max(self.inbox_poll_s * 4, 1.0),
+            webhook=self.webhook,
+            webhook_timeout_s=self.webhook_timeout_s,
+            controller=controller,
+        )
+        claims.on_release = scheduler.wake.set  # a freed host may let a waiting sweep start
+        scheduler.closed = self._stop_requested.is_set()
+        return restorer, scheduler
 
     async def _submit_file(self, sweep: Sweep, text: str, source_path: str) -> Submitted:
         assert self._scheduler is not None
