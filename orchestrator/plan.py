@@ -661,6 +661,58 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{rest:02d}m"
 
 
+def _trial_json(sweep: Sweep, trial: Trial, estimate: PlanEstimate) -> dict[str, Any]:
+    """One trial of ``plan --json``: what runs where, its drop-in and launch files."""
+    return {
+        "key": trial.key,
+        "host": trial.host,
+        "host_type": sweep.host(trial.host).host_type,
+        "ordinal": trial.ordinal,
+        "is_baseline": trial.is_baseline,
+        "config": trial.config,
+        "repeat": trial.repeat,
+        "dropin": render_trial_dropin(sweep, trial),
+        "launch_files": [f.to_json() for f in trial_launch_files(sweep, trial)],
+        "estimate_s": round(estimate.trial_s, 1),
+    }
+
+
+def _estimate_json(estimate: PlanEstimate) -> dict[str, Any]:
+    """``plan --json``'s ``estimate``: the sweep's, a trial's (by step), each host's."""
+    return {
+        "total_s": round(estimate.total_s, 1),
+        "per_trial_s": round(estimate.trial_s, 1),
+        "per_trial": {
+            "restart_s": round(estimate.restart_s, 1),
+            "benchmark_s": round(estimate.bench_s, 1),
+            "coding_s": round(estimate.coding_s, 1),
+        },
+        "per_host_s": {name: round(v, 1) for name, v in estimate.per_host_s.items()},
+        "assumptions": list(estimate.assumptions),
+    }
+
+
+def _search_json(plan: Plan, sweep: Sweep) -> dict[str, Any]:
+    """``plan --json``'s ``search``: the strategy, its cap, the space's size and what the
+    cap cuts per host type."""
+    return {
+        "strategy": sweep.search.strategy,
+        "max_restarts": sweep.search.max_restarts,
+        "seed": sweep.search.seed,
+        "space": len(expand_configs(sweep)),
+        "cuts": [
+            {
+                "host_type": cut.host_type,
+                "planned": cut.planned,
+                "kept": cut.max_restarts,
+                "configs_cut": cut.configs_cut,
+                "repeats_cut": cut.repeats_cut,
+            }
+            for cut in plan.cuts
+        ],
+    }
+
+
 def plan_json(
     plan: Plan,
     sweep: Sweep,
@@ -680,21 +732,7 @@ def plan_json(
     return {
         "sweep": plan.sweep,
         "distribute": sweep.distribute,
-        "trials": [
-            {
-                "key": trial.key,
-                "host": trial.host,
-                "host_type": sweep.host(trial.host).host_type,
-                "ordinal": trial.ordinal,
-                "is_baseline": trial.is_baseline,
-                "config": trial.config,
-                "repeat": trial.repeat,
-                "dropin": render_trial_dropin(sweep, trial),
-                "launch_files": [f.to_json() for f in trial_launch_files(sweep, trial)],
-                "estimate_s": round(estimate.trial_s, 1),
-            }
-            for trial in plan.trials
-        ],
+        "trials": [_trial_json(sweep, trial, estimate) for trial in plan.trials],
         "hosts": [
             {
                 "name": host.name,
@@ -705,35 +743,10 @@ def plan_json(
             }
             for host in sweep.hosts
         ],
-        "estimate": {
-            "total_s": round(estimate.total_s, 1),
-            "per_trial_s": round(estimate.trial_s, 1),
-            "per_trial": {
-                "restart_s": round(estimate.restart_s, 1),
-                "benchmark_s": round(estimate.bench_s, 1),
-                "coding_s": round(estimate.coding_s, 1),
-            },
-            "per_host_s": {name: round(v, 1) for name, v in estimate.per_host_s.items()},
-            "assumptions": list(estimate.assumptions),
-        },
+        "estimate": _estimate_json(estimate),
         "deadline": deadline.to_json() if deadline is not None else None,
         "repeats": sweep.benchmark.repeats,
-        "search": {
-            "strategy": sweep.search.strategy,
-            "max_restarts": sweep.search.max_restarts,
-            "seed": sweep.search.seed,
-            "space": len(expand_configs(sweep)),
-            "cuts": [
-                {
-                    "host_type": cut.host_type,
-                    "planned": cut.planned,
-                    "kept": cut.max_restarts,
-                    "configs_cut": cut.configs_cut,
-                    "repeats_cut": cut.repeats_cut,
-                }
-                for cut in plan.cuts
-            ],
-        },
+        "search": _search_json(plan, sweep),
         "warnings": [
             *file_warnings,
             *(str(warning) for warning in plan.warnings),
