@@ -29,7 +29,7 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -668,26 +668,15 @@ async def check_host(
     model_mismatch: str | None = None
     try:
         reached = await _reach(host, checks, unit=unit, gpus=gpus, timeout=command_timeout)
-        service = reached.service
-        command_line = [*service.exec_start, *extra_flags]
-        if model and api == "chat":
-            model_check = await check_model(
-                model, command_line, running=reached.running, base_url=base_url,
-                timeout=command_timeout, engine=engine,
-            )  # fmt: skip
-            checks.items.append(model_check)
-            model_mismatch = None if model_check.ok else model_check.detail
-        metrics_check, metrics_warning = check_metrics(command_line, metrics, api, engine)
-        checks.items.append(metrics_check)
-        await _check_disk(host, checks, timeout=command_timeout)
-        files = file_flags(engine)
-        recipe = ServerRecipe(
-            knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics)),
-            file_flags=files, dropin=str(dropin_path(unit)) if files else None,
+        model_mismatch, metrics_warning = await _check_serving(
+            checks, reached, [*reached.service.exec_start, *extra_flags], model=model, api=api,
+            base_url=base_url, metrics=metrics, timeout=command_timeout, engine=engine,
         )  # fmt: skip
-        invocations = _trial_invocations(service, trials, recipe)
+        await _check_disk(host, checks, timeout=command_timeout)
+        recipe = _trial_recipe(unit, knobs, extra_flags, environment, metrics, engine)
+        invocations = _trial_invocations(reached.service, trials, recipe)
         found = await _check_flags(
-            host, checks, service, invocations, recipe, flags, timeout=help_timeout,
+            host, checks, reached.service, invocations, recipe, flags, timeout=help_timeout,
             engine=engine,
         )  # fmt: skip
         unfit_files = _check_launch_files(checks, invocations, engine)
@@ -702,12 +691,71 @@ async def check_host(
     except (systemd.SystemdError, systemd.UnitFileError) as exc:
         checks.add("unit", False, str(exc))
         return HostCheck(name, tuple(checks.items), reason=str(exc))
+    found = replace(found, refused={**unfit_files, **found.refused})  # argv before file
+    return _taking_part(host, checks, reached, found, model_mismatch, metrics_warning)
+
+
+async def _check_serving(
+    checks: _Checks,
+    reached: _Reached,
+    command_line: Sequence[str],
+    *,
+    model: str | None,
+    api: ApiKind,
+    base_url: str | None,
+    metrics: MetricsMode,
+    timeout: float,
+    engine: Engine,
+) -> tuple[str | None, str | None]:
+    """What the trials' command line (the unit's, with the extra flags) will serve: the
+    ``model`` check (the chat API sends a name) and the ``metrics`` check. Returns why the
+    name is not served and the metrics warning (None each where there is none)."""
+    model_mismatch: str | None = None
+    if model and api == "chat":
+        model_check = await check_model(
+            model, command_line, running=reached.running, base_url=base_url, timeout=timeout,
+            engine=engine,
+        )  # fmt: skip
+        checks.items.append(model_check)
+        model_mismatch = None if model_check.ok else model_check.detail
+    metrics_check, metrics_warning = check_metrics(command_line, metrics, api, engine)
+    checks.items.append(metrics_check)
+    return model_mismatch, metrics_warning
+
+
+def _trial_recipe(
+    unit: str,
+    knobs: Mapping[str, KnobTarget] | None,
+    extra_flags: Sequence[str],
+    environment: Mapping[str, str] | None,
+    metrics: MetricsMode,
+    engine: Engine,
+) -> ServerRecipe:
+    """What every trial asks of the unit's server, as the lifecycle builds it: the knobs,
+    extra flags and variables, the metrics flags, and the engine's file flags with the
+    drop-in path their launch files go beside."""
+    files = file_flags(engine)
+    return ServerRecipe(
+        knobs or {}, extra_flags, environment, tuple(engine.metrics_flags(metrics)),
+        file_flags=files, dropin=str(dropin_path(unit)) if files else None,
+    )  # fmt: skip
+
+
+def _taking_part(
+    host: HostHandle,
+    checks: _Checks,
+    reached: _Reached,
+    found: _FlagFindings,
+    model_mismatch: str | None,
+    metrics_warning: str | None,
+) -> HostCheck:
+    """The preflight of a host that takes part, with what its trials will meet."""
     access = host.access
     return HostCheck(
-        name,
+        host.name,
         tuple(checks.items),
         unknown_flags=found.unknown,
-        exec_start=service.exec_start,
+        exec_start=reached.service.exec_start,
         gpus=reached.gpus,
         suggestions=found.suggestions,
         model_mismatch=model_mismatch,
@@ -715,7 +763,7 @@ async def check_host(
         gpu_reader=access.gpu_reader,
         warnings=() if metrics_warning is None else (metrics_warning,),
         parser=found.parser,
-        rejected={**unfit_files, **found.refused},  # the argv is read before the file
+        rejected=found.refused,
     )
 
 
