@@ -457,41 +457,69 @@ class SearchTrialSource:
             host_type, observed, confirm_left + min(race_left, screened // 2)
         )
         candidates = self._candidates(host_type, everything, observed)
-        reason = None
-        if not candidates:
-            reason = "every config of the space was tried"
-        elif left - 1 < reserve:
-            reason = "only the confirmation reserve of max_restarts is left"
-        elif timing is not None and not timing.may_explore(self._exploration_cost(timing)):
-            reason = "only the confirmation reserve of the time to finish_by is left"
+        reason = self._no_exploring(candidates, left, reserve, timing)
         if reason is None:
             return await self._explore(host, host_type, observed, candidates)
         await self._stop_exploring(host_type, reason, observed, capped)
         if reserve > 0 and (timing is None or timing.may_confirm()):
-            # The race never takes a confirmation's restart (a retry may have spent one).
-            if (
-                race_left > 0
-                and left > confirm_left
-                and (
-                    timing is None
-                    or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
-                        timing.times.full_s
-                    )
+            return await self._spend_reserve(
+                host, host_type, observed, left=left, confirm_left=confirm_left,
+                race_left=race_left, confirmed=len(confirms), timing=timing,
+            )  # fmt: skip
+        return None
+
+    def _no_exploring(
+        self, candidates: Sequence[int], left: float, reserve: int, timing: TimeBudget | None
+    ) -> str | None:
+        """Why a type explores no further (``left``: its restarts left; ``reserve``: those
+        held for the race and the confirmations), or None while it may."""
+        if not candidates:
+            return "every config of the space was tried"
+        if left - 1 < reserve:
+            return "only the confirmation reserve of max_restarts is left"
+        if timing is not None and not timing.may_explore(self._exploration_cost(timing)):
+            return "only the confirmation reserve of the time to finish_by is left"
+        return None
+
+    async def _spend_reserve(
+        self,
+        host: str,
+        host_type: str,
+        observed: Sequence[Observation],
+        *,
+        left: float,
+        confirm_left: int,
+        race_left: int,
+        confirmed: int,
+        timing: TimeBudget | None,
+    ) -> SourcedTrial | None:
+        """Once a type explores no further, its reserve: a race trial of a leader while the
+        race has restarts (and time) that no confirmation needs, else the leaders confirmed
+        in turn (``confirmed``: the confirmations so far); None when neither is due."""
+        # The race never takes a confirmation's restart (a retry may have spent one).
+        if (
+            race_left > 0
+            and left > confirm_left
+            and (
+                timing is None
+                or dataclasses.replace(timing, reserve_restarts=confirm_left).may_explore(
+                    timing.times.full_s
                 )
-            ):
-                # The race: the pick must rest on more than one restart of each leader, or a
-                # 2 % restart noise picks whichever got lucky among configs 1 % apart.
-                config = race_pick(smoothed(self._standings(observed), self.space.axes))
-                if config is not None:
-                    return await self._store_trial(
-                        host, config, self._again(observed, config, host_type, "measure")
-                    )
-            leaders = self._leaders(observed)
-            if leaders and confirm_left > 0:
-                config = leaders[len(confirms) % len(leaders)]
+            )
+        ):
+            # The race: the pick must rest on more than one restart of each leader, or a
+            # 2 % restart noise picks whichever got lucky among configs 1 % apart.
+            config = race_pick(smoothed(self._standings(observed), self.space.axes))
+            if config is not None:
                 return await self._store_trial(
-                    host, config, self._again(observed, config, host_type, "confirm")
+                    host, config, self._again(observed, config, host_type, "measure")
                 )
+        leaders = self._leaders(observed)
+        if leaders and confirm_left > 0:
+            config = leaders[confirmed % len(leaders)]
+            return await self._store_trial(
+                host, config, self._again(observed, config, host_type, "confirm")
+            )
         return None
 
     def reserve(self, host_type: str) -> Reserve:
