@@ -28,6 +28,7 @@ from orchestrator.bench.http1 import (
     ConnectionPolicy,
     ConnectTimeoutError,
     Http1Pool,
+    Http1Response,
     HttpConnectionError,
 )
 from orchestrator.bench.stats import spread_gaps
@@ -253,6 +254,22 @@ def parse_exchange(raw: RawExchange, reader: Dialect) -> RequestRecord:
 # --------------------------------------------------------------------------- I/O
 
 
+def _record_answer(raw: RawExchange, response: Http1Response) -> None:
+    """A complete answer's stamps and blocks into ``raw``, or its status as the error."""
+    # The send itself on an open connection, a fresh stamp when resent (see the client's
+    # class doc); the stamp the caller made when a connection had to be opened first.
+    raw.send_time = response.started
+    raw.http_status = response.status
+    if response.status != 200:
+        text = response.body().decode("utf-8", errors="replace")
+        raw.end_time = response.completed
+        raw.error = ErrorKind.HTTP_STATUS
+        raw.error_detail = f"HTTP {response.status}: {text[:_ERROR_BODY_LIMIT]}"
+    else:
+        raw.blocks = response.blocks
+        raw.end_time = response.blocks[-1][0] if response.blocks else response.completed
+
+
 class BenchClient:
     """One server's streaming client: a connection pool sized to the concurrency, its
     connections kept alive (the default) or, with ``connections="per-request"``, one fresh
@@ -386,18 +403,7 @@ class BenchClient:
         try:
             async with asyncio.timeout(self.request_timeout):
                 response = await self._pool.post(path, payload, started=raw.send_time)
-            # The send itself on an open connection, a fresh stamp when resent (see the
-            # class doc); the stamp above when a connection had to be opened first.
-            raw.send_time = response.started
-            raw.http_status = response.status
-            if response.status != 200:
-                text = response.body().decode("utf-8", errors="replace")
-                raw.end_time = response.completed
-                raw.error = ErrorKind.HTTP_STATUS
-                raw.error_detail = f"HTTP {response.status}: {text[:_ERROR_BODY_LIMIT]}"
-            else:
-                raw.blocks = response.blocks
-                raw.end_time = response.blocks[-1][0] if response.blocks else response.completed
+            _record_answer(raw, response)
         except ConnectTimeoutError as exc:
             raw.end_time = clock()
             raw.error = ErrorKind.TIMEOUT
