@@ -291,12 +291,62 @@ class Schedule:
     native: NativeSchedule | None
     no_native: str | None
     """Why the engine takes no schedule for these bands; None when :attr:`native` is set."""
+    verdict: ScheduleVerdict | None = None
+    """The schedule measured against the best fixed config at every load; None until a
+    schedule trial of this type has been measured."""
 
     def to_json(self) -> JsonObject:
         return {
             "bands": [band.to_json() for band in self.bands],
             "native": None if self.native is None else self.native.to_json(),
             "no_native": self.no_native,
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadComparison:
+    """The measured schedule against the best fixed config at one load: the relative
+    difference (positive = the schedule is better, whichever way the metric goes) with its
+    95 % interval, and what it says: ``better`` or ``worse`` beyond the noise, else ``tie``."""
+
+    cell: MatrixCell
+    fixed: Contender
+    """The best fixed config at this load (its per-load answer's named config)."""
+    schedule: Estimate
+    """The schedule trial's value at this load."""
+    margin: Margin
+    verdict: Literal["better", "worse", "tie"]
+
+    def to_json(self) -> JsonObject:
+        return {
+            "concurrency": self.cell.concurrency,
+            "rate": self.cell.rate,
+            "fixed": self.fixed.to_json(),
+            "schedule": self.schedule.to_json(),
+            "margin": self.margin.to_json(),
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleVerdict:
+    """Whether the measured schedule is recommended: not worse than the best fixed config at
+    any load beyond the noise and better at one (``recommended``); ``words`` says why, or what
+    the schedule lost where."""
+
+    recommended: bool
+    comparisons: tuple[LoadComparison, ...]
+    words: str
+    restarts: int
+    """Schedule trials measured (each a restart)."""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "recommended": self.recommended,
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "words": self.words,
+            "restarts": self.restarts,
         }
 
 
