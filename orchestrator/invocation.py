@@ -20,7 +20,7 @@ from orchestrator.engines.base import Engine, file_flags
 from orchestrator.host import systemd
 from orchestrator.host.dropin import KnobTarget, TrialInvocation, apply_knobs, dropin_path
 from orchestrator.host.launchfile import LaunchFormat
-from orchestrator.types import KnobValue
+from orchestrator.types import KnobValue, LaunchOverlay
 
 if TYPE_CHECKING:  # the lifecycle builds recipes without a sweep file: no import at run time
     from orchestrator.sweepfile import HostSpec, Sweep
@@ -78,6 +78,7 @@ class ServerRecipe:
         base: UnitBase | None = None,
         *,
         add_metrics_flags: bool = True,
+        overlay: LaunchOverlay | None = None,
     ) -> TrialInvocation:
         """``config``'s invocation on ``base`` (None: the representative command line, else
         :data:`PLACEHOLDER`). The metrics flags are added only to a real command line: the
@@ -99,4 +100,5 @@ class ServerRecipe:
             ensure_flags=self.metrics_flags if real and add_metrics_flags else (),
             file_flags=self.file_flags,
             dropin=self.dropin,
+            overlay=overlay,
         )

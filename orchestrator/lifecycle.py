@@ -53,7 +53,7 @@ from orchestrator.host.transport import HostUnreachable, Transport
 from orchestrator.host.unitcontrol import JobFailed, UnitControl
 from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.log import get_logger
-from orchestrator.types import ApiKind, FailureCause, MetricsMode, RestorePolicy
+from orchestrator.types import ApiKind, FailureCause, LaunchOverlay, MetricsMode, RestorePolicy
 
 EXCERPT_LINES = 60
 STREAM_GRACE_S = 2.0
@@ -203,6 +203,9 @@ class Readiness:
     """Knobs the sweep marks ``overridden_by_server``: a differing value is a warning."""
     invocation: TrialInvocation | None = None
     """What the unit was asked to run, for the server's provenance (None: as found)."""
+    refused_line: str = ""
+    """The start of the log line with which the engine says it ignored the trial's schedule
+    and runs static settings (:class:`~orchestrator.types.LaunchOverlay`); "" for none."""
 
 
 AS_FOUND = Readiness()
@@ -243,13 +246,15 @@ def trial_config(
     engine: Engine,
     adopted: bool = False,
     metrics: MetricsMode = "auto",
+    overlay: LaunchOverlay | None = None,
 ) -> TrialDropin:
     """A trial's drop-in and proofs, derived from the unit AS FOUND: its merged ExecStart and
     Environment with every knob removed, then the trial's knobs added; ``engine`` says how a
     flag knob shows in the running server's config;
     ``metrics`` ``auto`` adds the engine's metrics flag where the unit lacks it
     (``Engine.metrics_flags``). ``adopted``: the same config as the unit's lasting one, in
-    adopt's own drop-in (proven like a trial's)."""
+    adopt's own drop-in (proven like a trial's). ``overlay``: a schedule trial's launch
+    beyond its knobs; a server that logs its ``refused_line`` fails ``invalid-config``."""
     service = systemd.merged_service(
         systemd.UnitFile(f.path, f.data.decode("utf-8", errors="replace")) for f in found.files
     )
@@ -262,14 +267,17 @@ def trial_config(
         file_flags=file_flags(engine),
         dropin=dropin,
     )
-    invocation = recipe.invocation(config, UnitBase.of(service))
+    invocation = recipe.invocation(config, UnitBase.of(service), overlay=overlay)
+    readiness = _readiness(engine, knobs, config, invocation)
+    if overlay is not None:
+        readiness = dataclasses.replace(readiness, refused_line=overlay.refused_line)
     return TrialDropin(
         sweep=sweep,
         key=key,
         invocation=invocation,
         dropin_text=render_dropin(sweep, key, invocation, adopted=adopted),
         dropin_path=str(adopted_dropin_path(found.unit)) if adopted else None,
-        readiness=_readiness(engine, knobs, config, invocation),
+        readiness=readiness,
     )
 
 
@@ -661,6 +669,7 @@ async def _await_ready(
             )
             if probe_task in done:
                 server_info, check = probe_task.result()
+                _refuse_ignored_overlay(readiness, watch, started.invocation_id)
                 return await _server(
                     session, readiness, started, cursor, server_info, check, timeline,
                     tuple(watch.init_events),
@@ -682,6 +691,22 @@ async def _await_ready(
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
     raise await _exited(session, cursor, started.invocation_id, ended)
+
+
+def _refuse_ignored_overlay(readiness: Readiness, watch: _Watch, invocation_id: str) -> None:
+    """A server that said it ignored the trial's schedule (and runs its static settings)
+    serves, but not what the trial asks: ``invalid-config``, with the engine's line."""
+    if not readiness.refused_line:
+        return
+    said = next((line for line in watch.lines if readiness.refused_line in line), None)
+    if said is not None:
+        raise TrialFailed(
+            "invalid-config",
+            f"the engine ignored the schedule and runs static settings: {said}",
+            excerpt=excerpt(watch.lines),
+            invocation_id=invocation_id,
+            evidence={"refused_line": said},
+        )
 
 
 async def _exited(

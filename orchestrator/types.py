@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Final, Literal, get_args, get_type_hints
 
@@ -325,3 +325,37 @@ class MatrixCell:
             rate=None if rate is None else float(rate),
             workload=str(item.get("workload") or SYNTHETIC_WORKLOAD),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOverlay:
+    """What a trial's launch adds beyond its knobs: a speculative schedule in the engine's own
+    form. ``json`` adds keys to a JSON-valued flag (vLLM's ``--speculative-config`` gains
+    ``num_speculative_tokens_per_batch_size``), ``flags`` adds flags (None: a bare switch),
+    ``files`` adds launch files by the flag that names each (SGLang's
+    ``--speculative-adaptive-config``), and ``refused_line`` is the start of the log line with
+    which the engine says it ignored them and runs its static settings (the trial then fails
+    ``invalid-config``: a static run is never measured as the schedule)."""
+
+    json: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    flags: Mapping[str, str | None] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    refused_line: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "json": {flag: dict(keys) for flag, keys in self.json.items()},
+            "flags": dict(self.flags),
+            "files": dict(self.files),
+            "refused_line": self.refused_line,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchOverlay:
+        return cls(
+            json={str(flag): dict(keys) for flag, keys in (data.get("json") or {}).items()},
+            flags={str(flag): None if v is None else str(v)
+                   for flag, v in (data.get("flags") or {}).items()},
+            files={str(flag): str(text) for flag, text in (data.get("files") or {}).items()},
+            refused_line=str(data.get("refused_line") or ""),
+        )  # fmt: skip

@@ -69,7 +69,6 @@ from orchestrator.answers.verdict import (
     rank,
     violations,
 )
-from orchestrator.engines.schedule import KnobTarget
 from orchestrator.plan import expand_configs, normalize_config
 from orchestrator.store.results import SweepResults, TrialOutcome, config_label
 from orchestrator.sweepfile import Sweep
@@ -141,10 +140,7 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
 
 def _schedule(answer: Answer, sweep: Sweep) -> Schedule | None:
     """The schedule ``answer``'s per-load answers propose on the sweep's engine."""
-    knobs = {
-        name: KnobTarget(knob.flag, knob.json_key) for name, knob in sweep.server.knobs.items()
-    }
-    return propose_schedule(answer, engines.get(sweep.engine), knobs)
+    return propose_schedule(answer, engines.get(sweep.engine), sweep.server.knobs)
 
 
 @dataclass(frozen=True, slots=True)

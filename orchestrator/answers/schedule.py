@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from orchestrator.answers.model import Answer, Band, Schedule, named
 from orchestrator.engines.base import Engine
 from orchestrator.engines.schedule import (
-    KnobTarget,
     NoNativeSchedule,
     ScheduleBand,
     ScheduleForm,
 )
+from orchestrator.host.dropin import KnobTarget
 
 
 def band_starts(loads: Sequence[int]) -> list[int]:

@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from orchestrator.types import JsonObject, KnobValue
-
-
-@dataclass(frozen=True, slots=True)
-class KnobTarget:
-    """Where a knob lands on the command line: its flag and, for a JSON-valued flag, its key
-    (the sweep file's ``server.knobs`` entry, as the engine reads it)."""
-
-    flag: str | None
-    json_key: str | None = None
+from orchestrator.host.dropin import KnobTarget
+from orchestrator.types import JsonObject, KnobValue, LaunchOverlay
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,27 +28,16 @@ class ScheduleBand:
 
 @dataclass(frozen=True, slots=True)
 class NativeSchedule:
-    """What the engine takes for a schedule: the fixed config it starts from, the flags whose
-    values the schedule sets (a JSON-valued flag by its whole value) and the files it reads
-    (by the flag that names each, with their content)."""
+    """What the engine takes for a schedule: the fixed config it starts from (the settings
+    that do not vary by batch size, the varying one at its largest) and what the launch adds
+    beyond those knobs (:class:`~orchestrator.types.LaunchOverlay`: keys of a JSON-valued
+    flag, flags, files, and the line with which the engine says it ignored them)."""
 
     config: Mapping[str, KnobValue]
-    """The knobs the server starts with (the settings that do not vary by batch size)."""
-    flags: Mapping[str, str | None] = field(default_factory=dict)
-    """Flags the schedule adds or replaces (None: a bare switch)."""
-    files: Mapping[str, str] = field(default_factory=dict)
-    """Launch files by the flag that names them, with their content."""
-    fallback_line: str = ""
-    """The log line prefix with which the engine says it ignored the schedule and runs its
-    static settings (a schedule trial that logs it failed, never measured)."""
+    overlay: LaunchOverlay
 
     def to_json(self) -> JsonObject:
-        return {
-            "config": dict(self.config),
-            "flags": dict(self.flags),
-            "files": dict(self.files),
-            "fallback_line": self.fallback_line,
-        }
+        return {"config": dict(self.config), "overlay": self.overlay.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +75,6 @@ def check_bands(bands: Sequence[ScheduleBand]) -> None:
 
 
 __all__ = [
-    "KnobTarget",
     "NativeSchedule",
     "NoNativeSchedule",
     "ScheduleBand",

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.host.launchfile import (
     LaunchFile,
@@ -26,7 +26,7 @@ from orchestrator.host.launchfile import (
     launch_file_path,
     render_launch_content,
 )
-from orchestrator.types import KnobValue
+from orchestrator.types import KnobValue, LaunchOverlay
 
 DROPIN_NAME = "90-orchestrator.conf"
 ADOPTED_DROPIN_NAME = "80-orchestrator-adopted.conf"
@@ -328,6 +328,7 @@ def apply_knobs(
     ensure_flags: Sequence[str] = (),
     file_flags: Mapping[str, LaunchFormat] | None = None,
     dropin: str | None = None,
+    overlay: LaunchOverlay | None = None,
 ) -> TrialInvocation:
     """The trial's invocation: every knob removed from the base, then the trial's knobs added.
 
@@ -341,6 +342,8 @@ def apply_knobs(
     no knob owns them; what was added is ``added_flags``. A flag of ``file_flags`` (the
     engine's flags that take a file) whose keys the knobs fill is given the path of a launch
     file beside ``dropin`` holding them, in the flag's format, instead of a JSON value.
+       ``overlay`` (a speculative schedule in the engine's form) adds its JSON keys to their
+    flags' objects, its flags, and its files as launch files beside ``dropin``.
     """
     unknown = [name for name in config if name not in knob_map]
     if unknown:
@@ -356,7 +359,11 @@ def apply_knobs(
     env = {key: value for key, value in base_environment.items() if key not in knob_envs}
     env.update(environment or {})
     unset, objects = _apply_values(knob_map, config, argv, env)
+    overlay = overlay or LaunchOverlay()
+    for flag, keys in overlay.json.items():
+        objects.setdefault(flag, {}).update(keys)
     launch = _object_flags(objects, argv, file_flags or {}, dropin)
+    launch.extend(_overlay_flags(overlay, argv, dropin))
     return TrialInvocation(
         argv=tuple(argv),
         environment=env,
@@ -385,11 +392,11 @@ def _apply_values(
     config: Mapping[str, KnobValue],
     argv: list[str],
     env: dict[str, str],
-) -> tuple[list[str], dict[str, dict[str, KnobValue]]]:
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """Each knob's value onto ``argv`` (a flag) or ``env`` (a variable), in the knob map's
     order. Returns the variables left unset and, per JSON-valued flag, its keys' values."""
     unset: list[str] = []
-    objects: dict[str, dict[str, KnobValue]] = {}
+    objects: dict[str, dict[str, Any]] = {}
     for name, target in knob_map.items():
         value = config.get(name)
         if target.flag and target.json_key:
@@ -410,7 +417,7 @@ def _apply_values(
 
 
 def _object_flags(
-    objects: Mapping[str, Mapping[str, KnobValue]],
+    objects: Mapping[str, Mapping[str, Any]],
     argv: list[str],
     file_flags: Mapping[str, LaunchFormat],
     dropin: str | None,
@@ -430,6 +437,22 @@ def _object_flags(
         launch.append(
             LaunchFile(launch_file_path(dropin, flag, fmt), render_launch_content(entries, fmt))
         )
+        argv.extend((flag, launch[-1].path))
+    return launch
+
+
+def _overlay_flags(
+    overlay: LaunchOverlay, argv: list[str], dropin: str | None
+) -> list[LaunchFile]:
+    """An overlay's flags onto ``argv`` (None: a bare switch) and its files as launch files
+    beside ``dropin``, each flag given its file's path (returned)."""
+    for flag, value in overlay.flags.items():
+        argv.extend((flag,) if value is None else (flag, value))
+    launch: list[LaunchFile] = []
+    for flag, content in overlay.files.items():
+        if dropin is None:
+            raise ValueError(f"{flag} takes a launch file, but no drop-in path to put it beside")
+        launch.append(LaunchFile(launch_file_path(dropin, flag, "json"), content.encode()))
         argv.extend((flag, launch[-1].path))
     return launch
 

@@ -19,7 +19,7 @@ from orchestrator.points import PointKind as PointKind
 from orchestrator.points import StoredRequest as StoredRequest
 from orchestrator.points import cell_point_key as cell_point_key
 from orchestrator.points import point_key as point_key
-from orchestrator.types import JsonObject, MatrixCell
+from orchestrator.types import JsonObject, LaunchOverlay, MatrixCell
 
 SweepState = Literal["queued", "running", "interrupted", "done", "failed", "cancelled"]
 """docs/operator-guide.md has the table of states and their transitions: ``interrupted`` is a
@@ -84,7 +84,7 @@ class HostRecord:
     set_aside_reason: str | None
 
 
-TrialPurpose = Literal["measure", "screen", "confirm"]
+TrialPurpose = Literal["measure", "screen", "confirm", "schedule"]
 TRIAL_PURPOSES: tuple[TrialPurpose, ...] = get_args(TrialPurpose)
 
 
@@ -106,9 +106,13 @@ class TrialPlan:
     purpose: TrialPurpose = "measure"
     """Why the trial runs: ``measure`` (a grid or random trial, or a repeat of one), ``screen``
     (a search's cheap first look, on the objective's cells), ``confirm`` (a restart that
-    measures a chosen config again, so its estimate is not the one it was picked on)."""
+    measures a chosen config again, so its estimate is not the one it was picked on),
+    ``schedule`` (the proposed speculative schedule, :attr:`overlay`, measured as a trial)."""
     repeat: int = 1
     """Which measurement of this config on its host type (1 = the first)."""
+    overlay: LaunchOverlay | None = None
+    """A ``schedule`` trial's launch beyond its knobs: the speculative schedule the answers
+    proposed, in the engine's own form, measured against the best fixed config."""
 
     @property
     def total_points(self) -> int:
@@ -123,6 +127,7 @@ class TrialPlan:
             "model": self.model,
             "purpose": self.purpose,
             "repeat": self.repeat,
+            **({} if self.overlay is None else {"overlay": self.overlay.to_json()}),
         }
 
     @classmethod
@@ -131,6 +136,7 @@ class TrialPlan:
         temperature = data.get("coding_temperature")
         model = data.get("model")
         purpose = data.get("purpose")
+        overlay = data.get("overlay")
         return cls(
             cells=tuple(MatrixCell.from_json(c) for c in cells),
             rounds=int(data.get("rounds") or 0),
@@ -139,6 +145,7 @@ class TrialPlan:
             model=model if isinstance(model, str) else None,
             purpose=purpose if purpose in TRIAL_PURPOSES else "measure",
             repeat=int(data.get("repeat") or 1),
+            overlay=LaunchOverlay.from_json(overlay) if isinstance(overlay, Mapping) else None,
         )
 
 

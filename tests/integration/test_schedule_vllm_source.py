@@ -10,7 +10,6 @@ fixture); the test skips, saying why, when the registry cannot be reached.
 
 from __future__ import annotations
 
-import json
 import runpy
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from orchestrator.engines.schedule import NativeSchedule, ScheduleBand
 from orchestrator.engines.vllm.schedule import SCHEDULE_KEY, TOKENS_KEY, native_schedule
 from tests.integration.test_vllm_real_parser import vllm_source  # noqa: F401 (the fixture)
-from tests.unit.test_schedules import VLLM_KNOBS
+from tests.unit.test_schedules import VLLM_KNOBS, speculative_config
 
 
 def _dynamic(source: Path) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def test_vllms_own_schedule_code_reads_the_rendered_ranges(vllm_source: Path) ->
     ]
     form = native_schedule(bands, VLLM_KNOBS)
     assert isinstance(form, NativeSchedule)
-    body = json.loads(form.flags["--speculative-config"])
+    body = speculative_config(form)
     code = _dynamic(vllm_source)
     normalized = code["validate_and_normalize_dynamic_sd_schedule"](body[SCHEDULE_KEY])
     assert normalized == [(1, 2, 15), (3, 15, 7), (16, 47, 3), (48, 48, 0)]

@@ -14,23 +14,43 @@ import numpy as np
 
 from orchestrator.answers import answer_sweep
 from orchestrator.answers.schedule import band_starts
-from orchestrator.engines.schedule import KnobTarget, NativeSchedule, NoNativeSchedule, ScheduleBand
+from orchestrator.engines.schedule import NativeSchedule, NoNativeSchedule, ScheduleBand
 from orchestrator.engines.sglang.schedule import native_schedule as sglang_schedule
+from orchestrator.engines.shared import last_flag_value
 from orchestrator.engines.vllm.schedule import native_schedule as vllm_schedule
+from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.sweepfile import parse_sweep
+from orchestrator.sweepfile.schema import KnobMapping
 from tests.unit.test_answers import Bench, only
 from tests.unit.test_answers_across_load import measured, sweep_text
 
 VLLM_KNOBS = {
-    "method": KnobTarget("--speculative-config", "method"),
-    "tokens": KnobTarget("--speculative-config", "num_speculative_tokens"),
+    "method": KnobMapping(flag="--speculative-config", json_key="method"),
+    "tokens": KnobMapping(flag="--speculative-config", json_key="num_speculative_tokens"),
 }
 SGLANG_KNOBS = {
-    "algorithm": KnobTarget("--speculative-algorithm"),
-    "steps": KnobTarget("--speculative-num-steps"),
-    "topk": KnobTarget("--speculative-eagle-topk"),
-    "drafts": KnobTarget("--speculative-num-draft-tokens"),
+    "algorithm": KnobMapping(flag="--speculative-algorithm"),
+    "steps": KnobMapping(flag="--speculative-num-steps"),
+    "topk": KnobMapping(flag="--speculative-eagle-topk"),
+    "drafts": KnobMapping(flag="--speculative-num-draft-tokens"),
 }
+UNIT = UnitBase(("/opt/vllm/bin/vllm", "serve", "/models/m", "--port", "8000"))
+DROPIN = "/etc/systemd/system/sglang.service.d/90-orchestrator.conf"
+
+
+def flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    found = last_flag_value(argv, (flag,))
+    return None if found is None else found[1]
+
+
+def launched(form: NativeSchedule, knobs: dict[str, KnobMapping]) -> tuple[str, ...]:
+    """The argv a schedule trial runs, built by the invocation builder every trial uses."""
+    recipe = ServerRecipe(knobs, dropin=DROPIN)
+    return recipe.invocation(form.config, UNIT, overlay=form.overlay).argv
+
+
+def speculative_config(form: NativeSchedule) -> Any:
+    return json.loads(flag_value(launched(form, VLLM_KNOBS), "--speculative-config") or "null")
 
 
 def test_bands_start_at_one_and_at_the_geometric_midpoints() -> None:
@@ -47,14 +67,14 @@ def test_vllm_takes_the_draft_length_by_batch_size_capped_by_the_largest() -> No
     ]
     form = vllm_schedule(bands, VLLM_KNOBS)
     assert isinstance(form, NativeSchedule)
-    body = json.loads(form.flags["--speculative-config"])
+    body = speculative_config(form)
     assert body == {
         "method": "eagle3",
         "num_speculative_tokens": 7,
         "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 15, 5], [16, 16, 3]],
     }
     assert form.config == {"method": "eagle3", "tokens": 7}
-    assert form.fallback_line.startswith("Dynamic speculative decoding is not supported")
+    assert form.overlay.refused_line.startswith("Dynamic speculative decoding is not supported")
 
 
 def test_vllm_merges_equal_neighbours_and_drafts_nothing_where_the_baseline_won() -> None:
@@ -65,7 +85,7 @@ def test_vllm_merges_equal_neighbours_and_drafts_nothing_where_the_baseline_won(
     ]
     form = vllm_schedule(bands, VLLM_KNOBS)
     assert isinstance(form, NativeSchedule)
-    body = json.loads(form.flags["--speculative-config"])
+    body = speculative_config(form)
     assert body["num_speculative_tokens_per_batch_size"] == [[1, 15, 4], [16, 16, 0]]
 
 
@@ -91,8 +111,12 @@ def test_sglang_pins_each_slot_to_the_steps_measured_best_there() -> None:
     ]
     form = sglang_schedule(bands, SGLANG_KNOBS)
     assert isinstance(form, NativeSchedule)
-    assert form.flags == {"--speculative-adaptive": None}
-    slots = json.loads(form.files["--speculative-adaptive-config"])
+    assert form.overlay.flags == {"--speculative-adaptive": None}
+    argv = launched(form, SGLANG_KNOBS)
+    path = flag_value(argv, "--speculative-adaptive-config")
+    assert path == DROPIN.replace(".conf", ".speculative-adaptive-config.json")
+    assert "--speculative-adaptive" in argv and flag_value(argv, "--speculative-num-steps") == "7"
+    slots = json.loads(form.overlay.files["--speculative-adaptive-config"])
     assert slots == {
         "1": {"candidate_steps": [7], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
               "ceiling_coeff": 0},
@@ -106,7 +130,7 @@ def test_sglang_pins_each_slot_to_the_steps_measured_best_there() -> None:
     assert all(all(isinstance(s, int) and s >= 0 for s in v["candidate_steps"])
                for v in slots.values())  # fmt: skip
     assert form.config["steps"] == 7 and form.config["drafts"] == 8
-    assert form.fallback_line == "speculative_adaptive disabled:"
+    assert form.overlay.refused_line == "speculative_adaptive disabled:"
 
 
 def test_sglang_adapts_only_eagle_with_top_k_one() -> None:
@@ -151,8 +175,11 @@ def test_an_across_load_answer_proposes_the_engines_schedule() -> None:
     document = json.loads(json.dumps(answer.to_json(), allow_nan=False))["schedule"]
     assert document["bands"][0]["from"] == 1 and document["bands"][2]["to"] is None
     assert len(document["bands"][1]["ci95"]) == 2
-    body = json.loads(document["native"]["flags"]["--speculative-config"])
-    assert body["num_speculative_tokens_per_batch_size"] == [[1, 2, 7], [3, 15, 5], [16, 16, 3]]
+    overlay = document["native"]["overlay"]
+    assert overlay["json"]["--speculative-config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 2, 7], [3, 15, 5], [16, 16, 3]
+    ]  # fmt: skip
+    assert document["native"]["config"] == {"method": "ngram", "tokens": 7}
 
 
 def test_a_load_list_on_an_engine_without_a_schedule_gives_the_bands_as_they_are() -> None:

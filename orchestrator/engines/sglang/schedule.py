@@ -17,7 +17,6 @@ import json
 from collections.abc import Mapping, Sequence
 
 from orchestrator.engines.schedule import (
-    KnobTarget,
     NativeSchedule,
     NoNativeSchedule,
     ScheduleBand,
@@ -30,7 +29,8 @@ from orchestrator.engines.sglang.forcing import (
     STEPS_FLAG,
     TOPK_FLAG,
 )
-from orchestrator.types import KnobValue
+from orchestrator.host.dropin import KnobTarget
+from orchestrator.types import KnobValue, LaunchOverlay
 
 ADAPTIVE_FLAG = "--speculative-adaptive"
 ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
@@ -88,9 +88,11 @@ def native_schedule(
         config[drafts] = max(counts) + 1
     return NativeSchedule(
         config=config,
-        flags={ADAPTIVE_FLAG: None},
-        files={ADAPTIVE_CONFIG_FLAG: adaptive_file([band.start for band in bands], counts)},
-        fallback_line=FALLBACK_LINE,
+        overlay=LaunchOverlay(
+            flags={ADAPTIVE_FLAG: None},
+            files={ADAPTIVE_CONFIG_FLAG: adaptive_file([band.start for band in bands], counts)},
+            refused_line=FALLBACK_LINE,
+        ),
     )
 
 

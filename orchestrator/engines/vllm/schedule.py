@@ -16,19 +16,18 @@ with data parallelism for every method, logging the warning that starts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 import orchestrator.engines.vllm.facts as facts
 from orchestrator.engines.schedule import (
-    KnobTarget,
     NativeSchedule,
     NoNativeSchedule,
     ScheduleBand,
     check_bands,
     varying_knobs,
 )
-from orchestrator.types import KnobValue
+from orchestrator.host.dropin import KnobTarget
+from orchestrator.types import KnobValue, LaunchOverlay
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 TOKENS_KEY = "num_speculative_tokens"
@@ -89,15 +88,11 @@ def native_schedule(
             "to its static draft length"
         )
     counts = [_count(band.config.get(tokens)) if band in speculative else 0 for band in bands]
-    config: dict[str, KnobValue] = {**common, tokens: max(counts)}
-    body: dict[str, object] = {
-        key: config[name] for name, key in spec.items() if config.get(name) is not None
-    }
-    body[SCHEDULE_KEY] = _ranges([band.start for band in bands], counts)
+    ranges = _ranges([band.start for band in bands], counts)
+    flag = knobs[tokens].flag or facts.SPEC_FLAG
     return NativeSchedule(
-        config=config,
-        flags={facts.SPEC_FLAG: json.dumps(body, separators=(",", ":"))},
-        fallback_line=FALLBACK_LINE,
+        config={**common, tokens: max(counts)},
+        overlay=LaunchOverlay(json={flag: {SCHEDULE_KEY: ranges}}, refused_line=FALLBACK_LINE),
     )
 
 
