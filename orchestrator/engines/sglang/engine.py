@@ -73,6 +73,7 @@ from orchestrator.engines.shared import (
     program_help_argv,
 )
 from orchestrator.host.gpu import GpuIdentity
+from orchestrator.host.launchfile import LaunchFormat
 from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
 
@@ -753,6 +754,9 @@ class Sglang:
     read_answers = staticmethod(argv_parser.read_answers)
     help_argv = staticmethod(program_help_argv)
     native_schedule = staticmethod(schedule.native_schedule)
+    file_flags: Mapping[str, LaunchFormat] = {schedule.ADAPTIVE_CONFIG_FLAG: "json"}
+    """``--speculative-adaptive-config`` names a JSON file (a schedule's, written beside the
+    drop-in as a launch file)."""
     dialect = staticmethod(dialect)
     parse_log_line = staticmethod(parse_log_line)
     classify_failure = staticmethod(classify_failure)
