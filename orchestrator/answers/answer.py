@@ -41,6 +41,7 @@ from orchestrator.answers.model import (
 )
 from orchestrator.answers.pooling import PoolCheck, check_pool
 from orchestrator.answers.runs import (
+    SCHEDULE_ID,
     ConfigRuns,
     Run,
     config_id,
@@ -59,7 +60,7 @@ from orchestrator.answers.saturation import (
     measured_load,
     offered_cap,
 )
-from orchestrator.answers.schedule import propose_schedule
+from orchestrator.answers.schedule import judge_schedule, propose_schedule
 from orchestrator.answers.smooth import PRIOR_RESTART_CV, Axes, smooth_picks
 from orchestrator.answers.verdict import (
     Constraints,
@@ -133,14 +134,36 @@ def answer_sweep(results: SweepResults, sweep: Sweep) -> tuple[Answer, ...]:
                     for at_load in view.per_load()
                 )
                 answer = dataclasses.replace(answer, per_load=per_load)
-                answer = dataclasses.replace(answer, schedule=_schedule(answer, sweep))
+                scheduled = runs_of_type(results, sweep, host_type, schedules=True)
+                answer = dataclasses.replace(
+                    answer, schedule=_schedule(answer, sweep, runs, scheduled, hosts, axes)
+                )
             answers.append(answer)
     return tuple(answers)
 
 
-def _schedule(answer: Answer, sweep: Sweep) -> Schedule | None:
-    """The schedule ``answer``'s per-load answers propose on the sweep's engine."""
-    return propose_schedule(answer, engines.get(sweep.engine), sweep.server.knobs)
+def _schedule(
+    answer: Answer,
+    sweep: Sweep,
+    runs: Sequence[Run],
+    scheduled: Sequence[Run],
+    hosts: Sequence[str],
+    axes: Axes,
+) -> Schedule | None:
+    """The schedule ``answer``'s per-load answers propose on the sweep's engine, with its
+    verdict against the best fixed config at each load once schedule trials (``scheduled``)
+    of this proposal have run."""
+    proposed = propose_schedule(answer, engines.get(sweep.engine), sweep.server.knobs)
+    if proposed is None or proposed.native is None or not scheduled:
+        return proposed
+
+    def ranked(view: ObjectiveView, both: Sequence[Run]) -> list[RankedConfig]:
+        pool = check_pool(answer.host_type, _host_values(both, view), hosts)
+        grouped = group_runs(both, view, pool.excluded)
+        scope = _Scope(answer.host_type, view, pool, _variance(grouped, view))
+        return _standings(grouped, scope, sweep, axes)
+
+    return judge_schedule(proposed, answer, runs, scheduled, ranked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +206,7 @@ def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
     (the baseline, outside the space, stands on its own), each restart weighted by the spread
     the search picked with (:func:`~orchestrator.answers.smooth.smooth_picks` of the same
     selection restarts), so the answer names the config the search raced and confirmed."""
-    keys = [key for key in grouped if key != BASELINE_ID]
+    keys = [key for key in grouped if key not in (BASELINE_ID, SCHEDULE_ID)]
     if not keys:
         return {}
     selections = [[s.value for s in _samples(grouped[key].selection)] for key in keys]

@@ -312,7 +312,7 @@ class LoadComparison:
 
     cell: MatrixCell
     fixed: Contender
-    """The best fixed config at this load (its per-load answer's named config)."""
+    """The best fixed config (the one the answer names over every load) at this load."""
     schedule: Estimate
     """The schedule trial's value at this load."""
     margin: Margin

@@ -79,9 +79,23 @@ def _failed_before_start(outcome: TrialOutcome) -> bool:
     return (outcome.evidence or {}).get("found_by") == "preflight"
 
 
-def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Run]:
+SCHEDULE_ID = "schedule"
+"""The group of a ``schedule`` trial's restarts: a schedule is no fixed config, whatever
+config its server starts from."""
+
+
+def is_schedule(outcome: TrialOutcome) -> bool:
+    """A trial that ran a proposed speculative schedule (its plan's overlay)."""
+    return outcome.plan is not None and outcome.plan.purpose == "schedule"
+
+
+def runs_of_type(
+    results: SweepResults, sweep: Sweep, host_type: str, *, schedules: bool = False
+) -> list[Run]:
     """Every unit start on hosts of ``host_type`` (attempts, failed and retried included; a
-    trial never attempted, or set aside before its start, is none), in finishing order."""
+    trial never attempted, or set aside before its start, is none), in finishing order: the
+    fixed configs' (``schedules`` False) or the schedule trials' (True, grouped as
+    :data:`SCHEDULE_ID`)."""
     types = host_types(results, sweep)
     attempts = [
         (index, outcome)
@@ -92,9 +106,13 @@ def runs_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[Ru
         and outcome.state != "skipped"  # the runner skips only before a start
         and outcome.state != "cancelled"  # a cancel records the trials it kept from starting
         and not _failed_before_start(outcome)
+        and is_schedule(outcome) == schedules
     ]
     ordered = sorted(attempts, key=_finish_key)
-    return [Run(outcome, config_id(outcome.config), n) for n, (_, outcome) in enumerate(ordered)]
+    return [
+        Run(outcome, SCHEDULE_ID if schedules else config_id(outcome.config), n)
+        for n, (_, outcome) in enumerate(ordered)
+    ]
 
 
 def refused_of_type(results: SweepResults, sweep: Sweep, host_type: str) -> list[TrialOutcome]:

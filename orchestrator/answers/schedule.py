@@ -11,11 +11,26 @@ against the best fixed config at every load before the answer may name it (issue
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
-from orchestrator.answers.model import Answer, Band, Schedule, named
+from orchestrator.answers.estimate import improvement
+from orchestrator.answers.model import (
+    Answer,
+    Band,
+    Contender,
+    LoadComparison,
+    Margin,
+    ObjectiveView,
+    Schedule,
+    ScheduleVerdict,
+    named,
+)
+from orchestrator.answers.runs import SCHEDULE_ID, Run, config_id
+from orchestrator.answers.verdict import RankedConfig
 from orchestrator.engines.base import Engine
 from orchestrator.engines.schedule import (
     NoNativeSchedule,
@@ -67,4 +82,97 @@ def propose_schedule(
     return Schedule(bands, form, None)
 
 
-__all__ = ["band_starts", "propose_schedule"]
+
+
+Ranker = Callable[[ObjectiveView, Sequence[Run]], list[RankedConfig]]
+"""The answers' ranking of the runs given at one view (the type's variance model and pool)."""
+
+
+def _measured(proposed: Schedule, scheduled: Sequence[Run]) -> list[Run]:
+    """The schedule trials that ran this proposal (its config and overlay)."""
+    native = proposed.native
+    assert native is not None
+    return [
+        run
+        for run in scheduled
+        if run.outcome.plan is not None
+        and run.outcome.plan.overlay == native.overlay
+        and dict(run.outcome.config) == dict(native.config)
+    ]
+
+
+def _comparison(
+    at: Answer, fixed: Contender, ranked: list[RankedConfig]
+) -> LoadComparison | None:
+    """The schedule against ``fixed`` (the config the answer names over every load) at
+    ``at``'s load, as the answers rank both there."""
+    by_key = {standing.key: standing for standing in ranked}
+    schedule, best = by_key.get(SCHEDULE_ID), by_key.get(config_id(fixed.config))
+    if schedule is None or best is None:
+        return None
+    factor, ci = improvement(schedule.reported, best.reported, minimized=at.objective.minimized)
+    margin = Margin(factor - 1.0, None if ci is None else (ci[0] - 1.0, ci[1] - 1.0))
+    verdict: Literal["better", "worse", "tie"] = "tie"
+    if margin.ci95 is not None and margin.ci95[0] > 0:
+        verdict = "better"
+    elif margin.ci95 is not None and margin.ci95[1] < 0:
+        verdict = "worse"
+    here = next((c for c in at.contenders if c.config == fixed.config), fixed)
+    return LoadComparison(at.load_cell, here, schedule.reported.estimate(), margin, verdict)
+
+
+def _words(comparisons: Sequence[LoadComparison], recommended: bool) -> str:
+    def said(c: LoadComparison) -> str:
+        ci = "" if c.margin.ci95 is None else (
+            f" [{c.margin.ci95[0]:+.0%}, {c.margin.ci95[1]:+.0%}]"
+        )  # fmt: skip
+        return f"{c.cell.load} {c.margin.relative:+.0%}{ci} vs {c.fixed.label}"
+
+    better = [said(c) for c in comparisons if c.verdict == "better"]
+    worse = [said(c) for c in comparisons if c.verdict == "worse"]
+    if recommended:
+        return f"deploy the schedule: better at {'; '.join(better)}, and no worse elsewhere"
+    if worse:
+        return f"keep the best fixed config: the schedule lost at {'; '.join(worse)}"
+    return "keep the best fixed config: the schedule is better at no load beyond the noise"
+
+
+def judge_schedule(
+    proposed: Schedule,
+    answer: Answer,
+    runs: Sequence[Run],
+    scheduled: Sequence[Run],
+    ranked: Ranker,
+) -> Schedule:
+    """``proposed`` with its verdict once trials of it ran: at each load the schedule's
+    restarts ranked beside the fixed configs' (one variance model), against the best fixed
+    config (the one the answer names over every load, what would be deployed instead).
+    Recommended only when it is worse at no load beyond the noise and better at one;
+    a schedule trial that never measured (e.g. the engine ignored the schedule) is no
+    recommendation either, and the words say why."""
+    measured = _measured(proposed, scheduled)
+    fixed = named(answer)
+    if not measured or fixed is None:
+        return proposed
+    done = [run for run in measured if run.done]
+    if not done:
+        last = measured[-1].outcome
+        words = f"keep the best fixed config: the schedule's trial failed ({last.cause})"
+        return dataclasses.replace(
+            proposed, verdict=ScheduleVerdict(False, (), words, len(measured))
+        )
+    comparisons = tuple(
+        found
+        for at in answer.per_load
+        if (found := _comparison(at, fixed, ranked(at.objective, [*runs, *done]))) is not None
+    )
+    recommended = bool(comparisons) and all(c.verdict != "worse" for c in comparisons) and any(
+        c.verdict == "better" for c in comparisons
+    )
+    verdict = ScheduleVerdict(
+        recommended, comparisons, _words(comparisons, recommended), len(measured)
+    )
+    return dataclasses.replace(proposed, verdict=verdict)
+
+
+__all__ = ["Ranker", "band_starts", "judge_schedule", "propose_schedule"]

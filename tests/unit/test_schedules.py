@@ -7,6 +7,7 @@ The per-load answers come from synthetic results whose best draft length falls w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -19,6 +20,7 @@ from orchestrator.engines.sglang.schedule import native_schedule as sglang_sched
 from orchestrator.engines.shared import last_flag_value
 from orchestrator.engines.vllm.schedule import native_schedule as vllm_schedule
 from orchestrator.invocation import ServerRecipe, UnitBase
+from orchestrator.store import MatrixCell, ThroughputMetrics, ThroughputPoint
 from orchestrator.sweepfile import parse_sweep
 from orchestrator.sweepfile.schema import KnobMapping
 from tests.unit.test_answers import Bench, only
@@ -144,7 +146,15 @@ def test_sglang_adapts_only_eagle_with_top_k_one() -> None:
     assert isinstance(form, NoNativeSchedule) and "top-k 4" in form.reason
 
 
-def _vllm_answer(objective: str) -> Any:
+NGRAM: dict[str, dict[str, Any]] = {
+    "{}": {},
+    "3": {"method": "ngram", "tokens": 3},
+    "5": {"method": "ngram", "tokens": 5},
+    "7": {"method": "ngram", "tokens": 7},
+}
+
+
+def _vllm_text(objective: str) -> str:
     text = sweep_text(objective).replace(
         "  knobs: {tokens: {flag: --num-speculative-tokens}}\n",
         "  knobs:\n"
@@ -156,11 +166,13 @@ def _vllm_answer(objective: str) -> Any:
         "configs: [{method: ngram, tokens: 3}, {method: ngram, tokens: 5},"
         " {method: ngram, tokens: 7}]",
     )
+    return text
+
+
+def _vllm_answer(objective: str) -> Any:
     bench = Bench()
-    measured(bench, np.random.default_rng(3), 3, configs={
-        "{}": {}, "3": {"method": "ngram", "tokens": 3}, "5": {"method": "ngram", "tokens": 5},
-        "7": {"method": "ngram", "tokens": 7}})  # fmt: skip
-    return only(answer_sweep(bench.results(), parse_sweep(text, "s.yaml")))
+    measured(bench, np.random.default_rng(3), 3, configs=NGRAM)
+    return only(answer_sweep(bench.results(), parse_sweep(_vllm_text(objective), "s.yaml")))
 
 
 def test_an_across_load_answer_proposes_the_engines_schedule() -> None:
@@ -191,3 +203,62 @@ def test_a_load_list_on_an_engine_without_a_schedule_gives_the_bands_as_they_are
     assert schedule is not None and schedule.native is None
     assert schedule.no_native is not None and "--speculative-num-steps" in schedule.no_native
     assert [b.best.config for b in schedule.bands] == [{"tokens": 7}, {"tokens": 5}, {"tokens": 3}]
+
+
+def _with_schedule_trials(values: dict[int, float], repeats: int = 3, seed: int = 5) -> Any:
+    """The vLLM sweep's results plus ``repeats`` restarts of the proposed schedule, measuring
+    ``values`` per concurrency (each restart's speed drawn like the fixed configs')."""
+    objective = "{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}"
+    first = _vllm_answer(objective)
+    native = first.schedule.native
+    bench = Bench()
+    rng = np.random.default_rng(3)
+    measured(bench, rng, 3, configs=NGRAM)
+    draws = np.random.default_rng(seed)
+    for _ in range(repeats):
+        factor = 1 + 0.01 * float(draws.standard_normal())
+        points: list[Any] = [
+            ThroughputPoint(
+                context=1024, concurrency=c, metrics=ThroughputMetrics(output_tok_s=v * factor)
+            )
+            for c, v in values.items()
+        ]
+        bench._add("a", native.config, points, cells=tuple(MatrixCell(1024, c) for c in values))
+        last = bench.trials[-1]
+        plan = dataclasses.replace(last.plan, purpose="schedule", overlay=native.overlay)
+        bench.trials[-1] = dataclasses.replace(last, plan=plan)
+    return only(answer_sweep(bench.results(), parse_sweep(_vllm_text(objective), "s.yaml")))
+
+
+def test_a_schedule_that_wins_where_the_best_fixed_config_loses_is_recommended() -> None:
+    # The per-load winners' truth (tokens 7 at c1, 5 at c8, 3 at c32) run as one schedule.
+    answer = _with_schedule_trials({1: 140.0, 8: 560.0, 32: 1100.0})
+    verdict = answer.schedule.verdict
+    assert verdict is not None and verdict.restarts == 3
+    by_load = {c.cell.concurrency: c for c in verdict.comparisons}
+    fixed = answer.best.config  # the config deployed without the schedule
+    assert all(c.fixed.config == fixed for c in verdict.comparisons)
+    assert [by_load[c].verdict for c in (1, 8, 32)].count("worse") == 0
+    assert "better" in {c.verdict for c in verdict.comparisons}
+    assert verdict.recommended and verdict.words.startswith("deploy the schedule")
+    document = json.loads(json.dumps(answer.to_json(), allow_nan=False))
+    assert document["schedule"]["verdict"]["recommended"] is True
+
+
+def test_a_schedule_that_loses_at_one_load_is_not_recommended_and_says_where() -> None:
+    # Switching costs it 15 % at c32: better at c1, worse at c32.
+    answer = _with_schedule_trials({1: 140.0, 8: 560.0, 32: 1100.0 * 0.85 * 0.85})
+    verdict = answer.schedule.verdict
+    assert verdict is not None and not verdict.recommended
+    worse = [c for c in verdict.comparisons if c.verdict == "worse"]
+    assert [c.cell.concurrency for c in worse] == [32]
+    assert "lost at c32" in verdict.words and verdict.words.startswith("keep the best fixed")
+    # The fixed answer is unchanged by the schedule's restarts.
+    assert answer.best is not None and answer.best.config != {}
+
+
+def test_schedule_trials_are_not_a_fixed_config() -> None:
+    answer = _with_schedule_trials({1: 10_000.0, 8: 10_000.0, 32: 10_000.0})
+    labels = [c.label for c in answer.contenders]
+    assert all("schedule" not in label for label in labels)
+    assert answer.best is not None and answer.best.estimate.value < 2000
