@@ -134,7 +134,15 @@ class PlanTrialSource:
             ],
         )
         planned: Mapping[tuple[str, str], Trial] = {(t.key, t.host): t for t in plan.trials}
-        return cls([SourcedTrial(planned[(row.key, row.host)], row) for row in stored])
+        # The store holds every trial of the sweep; the plan's are those it made (a schedule
+        # trial added as the sweep went is its own source's, :mod:`orchestrator.search.schedule`).
+        return cls(
+            [
+                SourcedTrial(planned[(row.key, row.host)], row)
+                for row in stored
+                if (row.key, row.host) in planned
+            ]
+        )
 
     @property
     def known(self) -> int | None:

@@ -107,6 +107,13 @@ class Reserve:
         return self.screens is None or self.screens >= self.space
 
 
+def exploring_cap(sweep: Sweep) -> int | None:
+    """What a search may spend of ``max_restarts`` per host type: all of it but the schedule
+    trials' restarts, spent last (None: no cap)."""
+    cap = sweep.search.max_restarts
+    return None if cap is None else max(0, cap - sweep.schedule_restarts())
+
+
 def reserve(sweep: Sweep, *, baselines: int, space: int) -> Reserve:
     """The race and confirmation restarts a host type with ``baselines`` baseline starts
     holds back over a space of ``space`` configs (:data:`RESERVE_SHARE`): ``search.race``
@@ -114,7 +121,7 @@ def reserve(sweep: Sweep, *, baselines: int, space: int) -> Reserve:
     screen every config once; else those the sweep file leaves to their defaults are trimmed
     to the larger of what screening the space leaves and a third of the restarts after the
     baselines (the confirmations first)."""
-    cap = sweep.search.max_restarts
+    cap = exploring_cap(sweep)
     race = race_restarts(sweep)
     confirmations = sweep.search.confirmations
     if cap is None:

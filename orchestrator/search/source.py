@@ -52,6 +52,7 @@ from orchestrator.points import Point, ThroughputPoint
 from orchestrator.search.budget import (
     RESTART_EVENT,
     Reserve,
+    exploring_cap,
     host_types,
     reserve,
     restarts_used,
@@ -64,6 +65,7 @@ from orchestrator.search.deadline import (
     local_deadline,
 )
 from orchestrator.search.propose import Seen, Strategy, propose, startup_trials
+from orchestrator.search.schedule import with_schedule_trials
 from orchestrator.search.score import (
     Objective,
     TrialScore,
@@ -389,8 +391,10 @@ class SearchTrialSource:
         latest = {(o.key, o.host): o for o in results.latest()}
         out = []
         for record in await self.store.trials(self.record.id):
-            if record.host not in self.type_of:
-                continue
+            if record.host not in self.type_of or (
+                record.plan is not None and record.plan.purpose == "schedule"
+            ):
+                continue  # a schedule is no config of the space: its trials are not observed
             host_type = self.type_of[record.host]
             if record.plan is None:
                 record = dataclasses.replace(record, plan=self.full)
@@ -429,7 +433,7 @@ class SearchTrialSource:
         host_type = self.type_of[host]
         everything = await self.observe()
         observed = [o for o in everything if o.host_type == host_type]
-        cap = self.sweep.search.max_restarts
+        cap = exploring_cap(self.sweep)
         events = await self.store.events(self.record.id, kinds=(RESTART_EVENT,))
         used = restarts_used(events, self.type_of).get(host_type, 0)
         left = math.inf if cap is None else cap - used
@@ -751,7 +755,7 @@ def search_trial_source(clock: Callable[[], float] = time.time) -> TrialSourceFa
 
 
 def trial_source_for(sweep: Sweep, *, clock: Callable[[], float] = time.time) -> TrialSourceFactory:
-    """Where ``sweep``'s trials come from: the plan for ``grid``, else the search."""
-    if sweep.search.strategy == "grid":
-        return plan_trial_source
-    return search_trial_source(clock)
+    """Where ``sweep``'s trials come from: the plan for ``grid``, else the search; then, when
+    the sweep asks for them, each host type's schedule trials (:mod:`.schedule`)."""
+    factory = plan_trial_source if sweep.search.strategy == "grid" else search_trial_source(clock)
+    return with_schedule_trials(factory) if sweep.schedule_restarts() else factory

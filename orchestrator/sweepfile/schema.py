@@ -722,6 +722,19 @@ class SearchSpec(_Model):
         description="a screened config continues to the full matrix when its screening score "
         "is in this top fraction of the type's screened configs (successive halving's rung)",
     )
+    schedule_trials: Annotated[int, Field(ge=0, le=1000)] | None = Field(
+        default=None,
+        description="restarts per host type spent last, measuring the speculative schedule an "
+        "across-load objective proposes against the best fixed config (default: 2 for random "
+        "and adaptive with such an objective, else 0)",
+    )
+
+    def schedule_restarts(self, across_concurrency: bool) -> int:
+        """The restarts per host type kept for schedule trials: as set, else 2 for a search
+        whose objective asks across concurrencies, else none."""
+        if self.schedule_trials is not None:
+            return self.schedule_trials
+        return 2 if across_concurrency and self.strategy != "grid" else 0
 
     @model_validator(mode="after")
     def _needs_a_budget(self) -> SearchSpec:
@@ -848,6 +861,26 @@ class Sweep(_Model):
             if name != "lossless" and not isinstance(value, Bound):
                 raise ValueError(f"{name} takes a bound such as '<= 2.0' or '>= baseline'")
         return constraints
+
+    @model_validator(mode="after")
+    def _schedules_need_loads(self) -> Sweep:
+        wanted = self.search.schedule_trials
+        if wanted and not self.schedules_across_load:
+            raise ValueError(
+                "search.schedule_trials measures a schedule across concurrencies: give "
+                "objective.concurrency as a list"
+            )
+        return self
+
+    @property
+    def schedules_across_load(self) -> bool:
+        """Whether the objective asks across concurrencies (a schedule's batch sizes)."""
+        objective = self.objective
+        return objective is not None and isinstance(objective.concurrency, list)
+
+    def schedule_restarts(self) -> int:
+        """Restarts per host type spent on schedule trials (``search.schedule_trials``)."""
+        return self.search.schedule_restarts(self.schedules_across_load)
 
     def objective_cells(self) -> tuple[MatrixCell, ...]:
         """The objective's cells, an unnamed workload read as the sweep's own (a sweep that
