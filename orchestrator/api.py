@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
+from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.log import get_logger
 from orchestrator.report import FORMATS, MEDIA_TYPES, ReportFormat
 
@@ -211,19 +212,24 @@ class Adoption:
     sweep_id: int
     host_type: str
     contender: Contender
+    """The best fixed config the answer names."""
     hosts: tuple[AdoptOutcome, ...]
+    schedule: NativeSchedule | None = None
+    """The measured, recommended schedule installed instead of ``contender``, if any."""
 
     @property
     def ok(self) -> bool:
         return bool(self.hosts) and all(h.ok for h in self.hosts)
 
     def to_json(self) -> JsonObject:
+        schedule = self.schedule
         return {
             "sweep": self.sweep,
             "sweep_id": self.sweep_id,
             "host_type": self.host_type,
-            "config": self.contender.config,
-            "label": self.contender.label,
+            "config": self.contender.config if schedule is None else dict(schedule.config),
+            "label": self.contender.label if schedule is None else "schedule",
+            "schedule": None if schedule is None else schedule.to_json(),
             "hosts": [h.to_json() for h in self.hosts],
             "ok": self.ok,
         }

@@ -21,6 +21,7 @@ from orchestrator.answers.model import named, standing_words
 from orchestrator.api import Adoption, AdoptOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import host_keys
+from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
 from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dropin_path
@@ -43,6 +44,7 @@ from orchestrator.sessions import host_session, snapshot_to_backup
 from orchestrator.store import BackupPending, Store, SweepRecord
 from orchestrator.store.results import config_label
 from orchestrator.sweepfile import HostSpec, Sweep
+from orchestrator.types import LaunchOverlay
 
 """Set in an adopt's backup state (to the adopted config's label): its undo restores the unit
 as found and running as found, whatever the sweep's own restore policy says."""
@@ -103,9 +105,11 @@ async def adopt_host(
     config: Mapping[str, Any],
     *,
     controller: Controller | None = None,
+    overlay: LaunchOverlay | None = None,
 ) -> AdoptOutcome:
-    """Install ``config`` as ``host``'s lasting configuration, holding the host's lease
-    meanwhile (refused, naming the holder, while another controller's live lease holds it)."""
+    """Install ``config`` (with ``overlay``, a measured schedule's launch) as ``host``'s
+    lasting configuration, holding the host's lease meanwhile (refused, naming the holder,
+    while another controller's live lease holds it)."""
     controller = controller or Controller("adopt", str(store.path))
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
     try:
@@ -124,7 +128,9 @@ async def adopt_host(
             return AdoptOutcome(host.name, ok=False, error=f"{mapped.cause}: {mapped.message}")
         assert lease is not None
         async with held(lease, handle) as fenced_handle:
-            outcome = await _adopt_held(store, record, sweep, host, config, fenced_handle)
+            outcome = await _adopt_held(
+                store, record, sweep, host, config, fenced_handle, overlay
+            )
         await lease.release()
         return outcome
     finally:
@@ -138,6 +144,7 @@ async def _adopt_held(
     host: HostSpec,
     config: Mapping[str, Any],
     handle: HostHandle,
+    overlay: LaunchOverlay | None = None,
 ) -> AdoptOutcome:
     """Adopt on a host whose lease is held: never leaves it worse: a failed start puts the
     unit back as found, and a host error is reported, the backup kept."""
@@ -162,7 +169,7 @@ async def _adopt_held(
             )
             session.found = found
             key = trial_key(host.name, unit, config)
-            trial = _adopted_trial(found, sweep, host, config, key, session)
+            trial = _adopted_trial(found, sweep, host, config, key, session, overlay)
             stored = snapshot_to_backup(found)
             await store.rearm_unit_backup(
                 record.id, host.name, unit, stored.files, stored.state, dropin=stored.dropin,
@@ -186,6 +193,7 @@ def _adopted_trial(
     config: Mapping[str, Any],
     key: str,
     session: HostSession,
+    overlay: LaunchOverlay | None = None,
 ) -> TrialDropin:
     """The lasting drop-in of ``config`` on the unit as found (raises :class:`AdoptRefused`
     where an extra flag conflicts with the unit's command line)."""
@@ -201,6 +209,7 @@ def _adopted_trial(
             metrics=sweep.server.metrics,
             engine=session.engine,
             adopted=True,
+            overlay=overlay,
         )
     except ExtraFlagConflict as conflict:
         raise AdoptRefused(f"{host.name}: {conflict}") from conflict
@@ -259,11 +268,27 @@ async def adopt_type(
     answer = choose(answers, host_type, allow_tie=allow_tie, allow_unexplored=allow_unexplored)
     chosen = named(answer)
     assert chosen is not None
+    schedule = recommended_schedule(answer)
+    config = chosen.config if schedule is None else dict(schedule.config)
+    overlay = None if schedule is None else schedule.overlay
     hosts = [h for h in sweep.hosts if h.host_type == host_type]
     outcomes = []
     for host in hosts:
-        outcomes.append(await adopt_host(store, record, sweep, host, chosen.config))
-    return Adoption(record.name, record.id, host_type, chosen, tuple(outcomes))
+        outcomes.append(
+            await adopt_host(store, record, sweep, host, config, overlay=overlay)
+        )
+    return Adoption(
+        record.name, record.id, host_type, chosen, tuple(outcomes), schedule=schedule
+    )
+
+
+def recommended_schedule(answer: Answer) -> NativeSchedule | None:
+    """The schedule ``adopt`` installs instead of the best fixed config: one measured against
+    it at every load and recommended (:func:`~orchestrator.answers.schedule.judge_schedule`)."""
+    schedule = answer.schedule
+    if schedule is None or schedule.native is None or schedule.verdict is None:
+        return None
+    return schedule.native if schedule.verdict.recommended else None
 
 
 class HostsBusy(RuntimeError):
