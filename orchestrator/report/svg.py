@@ -128,6 +128,8 @@ class Series:
     marks: tuple[Mark, ...]
     dashed: bool = False
     connect: bool = True
+    ordered: bool = False
+    """Connect the marks in the order given (a config's curve through its loads), not by x."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +354,7 @@ def _series_parts(
     if series.connect:
         segment: list[str] = []
         runs: list[list[str]] = []
-        for mark in sorted(series.marks, key=lambda m: m.x):
+        for mark in series.marks if series.ordered else sorted(series.marks, key=lambda m: m.x):
             if mark.y is None:
                 if segment:
                     runs.append(segment)
@@ -406,10 +408,13 @@ def xy_panel(
     frame: Frame | None = None,
     x_zero: bool = False,
     x_integer: bool = False,
+    front: Sequence[Mark] = (),
 ) -> str:
     """A line or scatter panel. ``x_categories`` puts exactly those x values on the axis
     (evenly spaced), e.g. the concurrencies measured; ``x_zero`` starts a linear x axis at 0
-    (counts, such as restarts spent); ``x_integer`` ticks it at whole numbers only."""
+    (counts, such as restarts spent); ``x_integer`` ticks it at whole numbers only;
+    ``front`` marks are highlighted (a broad line through them and a ring on each: a Pareto
+    front among the series' marks)."""
     frame = _fit(frame or Frame(), title)
     values = [m.y for s in series for m in s.marks if m.y is not None]
     has_failed = any(m.y is None for s in series for m in s.marks)
@@ -436,16 +441,54 @@ def xy_panel(
         y_label=y_label,
     )
     if has_failed:
-        parts.append(
-            f'<rect x="{frame.plot_left + 1}" y="{frame.plot_bottom - strip}" '
-            f'width="{frame.plot_right - frame.plot_left - 1}" height="{strip}" fill="#fef2f2"/>'
-        )
-        parts.append(_no_result_label(frame, frame.plot_bottom - strip / 2))
+        parts += _no_result_strip(frame, strip)
+    parts += _front_line(front, xmap, ys)
     for one in series:
         parts += _series_parts(one, xmap, ys)
+    parts += _front_rings(front, xmap, ys)
     parts += _failed_crosses(series, xmap, frame.plot_bottom - strip / 2)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _no_result_strip(frame: Frame, strip: float) -> list[str]:
+    """The pale red strip under a panel's plotting area where marks without a value go."""
+    return [
+        f'<rect x="{frame.plot_left + 1}" y="{frame.plot_bottom - strip}" '
+        f'width="{frame.plot_right - frame.plot_left - 1}" height="{strip}" fill="#fef2f2"/>',
+        _no_result_label(frame, frame.plot_bottom - strip / 2),
+    ]
+
+
+FRONT_COLOR = "#111827"
+
+
+def _front_line(
+    front: Sequence[Mark], xmap: Callable[[float], float], ys: Callable[[float], float]
+) -> list[str]:
+    """A broad pale line through the front's marks, left to right, under the series."""
+    marks = sorted((m for m in front if m.y is not None), key=lambda m: m.x)
+    if len(marks) < 2:
+        return []
+    points = " ".join(f"{xmap(m.x):.1f},{ys(m.y):.1f}" for m in marks if m.y is not None)
+    return [
+        f'<polyline class="front" points="{points}" fill="none" stroke="{FRONT_COLOR}" '
+        f'stroke-opacity="0.16" stroke-width="9" stroke-linejoin="round" '
+        f'stroke-linecap="round"><title>Pareto front</title></polyline>'
+    ]
+
+
+def _front_rings(
+    front: Sequence[Mark], xmap: Callable[[float], float], ys: Callable[[float], float]
+) -> list[str]:
+    """A ring around each mark of the front, over the series' own marks."""
+    return [
+        f'<circle class="front-point" cx="{xmap(m.x):.1f}" cy="{ys(m.y):.1f}" r="7.5" '
+        f'fill="none" stroke="{FRONT_COLOR}" stroke-width="1.5">'
+        f"<title>{esc(m.title)}</title></circle>"
+        for m in front
+        if m.y is not None
+    ]
 
 
 def heat_color(value: float, center: float = 1.0, span: float = 1.5) -> str:
@@ -692,5 +735,160 @@ def box_panel(
                 parts.append(_cross(x + box_w / 2, cross_y, box.title or f"{box.name}: no result"))
     if has_failed:
         parts.append(_no_result_label(frame, frame.plot_bottom - strip / 2))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# --- the band chart: which config wins where along the load ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBand:
+    """One load of a band chart: the stretch of the load axis its config is named for, from
+    ``start`` up to ``end`` (None: from the axis' start, to its end), the load it was measured
+    at, and there the config's estimate with its 95 % interval."""
+
+    at: float
+    start: float | None
+    end: float | None
+    label: str
+    color: str
+    value: float | None
+    """None: no valid config at this load (a cross, never a zero)."""
+    ci95: tuple[float, float] | None
+    value_text: str
+    tick: str
+    """The load's name on the axis (``c8``)."""
+    range_text: str = ""
+    """The stretch in words (``batch 3–15``), under the label in the strip."""
+    tie: bool = False
+    title: str = ""
+
+
+BAND_STRIP = 34
+"""Height (px) of the strip under a band chart's plot where each band's config is named."""
+
+
+@dataclass(frozen=True, slots=True)
+class _BandGeometry:
+    frame: Frame
+    xs: Scale
+    ys: Scale
+
+    @property
+    def strip_top(self) -> float:
+        return self.frame.plot_bottom - BAND_STRIP
+
+    def span(self, band: LoadBand) -> tuple[float, float]:
+        left = self.xs(band.start) if band.start is not None else self.frame.plot_left
+        right = self.xs(band.end) if band.end is not None else self.frame.plot_right
+        return max(left, self.frame.plot_left), min(right, self.frame.plot_right)
+
+
+def _fitted(text: str, width: float, size: float, *, bold: bool) -> str:
+    """``text``, cut with an ellipsis where it would run past ``width`` px."""
+    room = int(width / (size * EM_PER_CHAR[bold]))
+    return text if len(text) <= room else text[: max(room - 1, 1)] + "…"
+
+
+def _band_region(band: LoadBand, at: _BandGeometry) -> list[str]:
+    """The band's stretch: a tint over the plot, and in the strip its config and range."""
+    left, right = at.span(band)
+    top, width = at.frame.plot_top, right - left
+    middle = (left + right) / 2
+    fill = FAIL_COLOR if band.value is None else band.color
+    dash = ' stroke-dasharray="4 3"' if band.tie else ""
+    label_color = FAIL_COLOR if band.value is None else "#111827"
+    parts = [
+        f'<rect class="region" x="{left:.1f}" y="{top}" width="{width:.1f}" '
+        f'height="{at.strip_top - top:.1f}" fill="{fill}" fill-opacity="0.08"/>',
+        f'<rect class="strip" x="{left + 1:.1f}" y="{at.strip_top + 1:.1f}" '
+        f'width="{max(width - 2, 1):.1f}" height="{BAND_STRIP - 2}" fill="{fill}" '
+        f'fill-opacity="0.30" stroke="{fill}" stroke-width="1.5"{dash}/>',
+        f'<text class="label" x="{middle:.1f}" y="{at.strip_top + 15:.1f}" text-anchor="middle" '
+        f'font-size="11" font-weight="600" fill="{label_color}">'
+        f"{esc(_fitted(band.label, width - 6, 11, bold=True))}</text>",
+    ]
+    if band.range_text:
+        parts.append(
+            f'<text class="range" x="{middle:.1f}" y="{at.strip_top + 28:.1f}" '
+            f'text-anchor="middle" font-size="10" fill="#374151">'
+            f"{esc(_fitted(band.range_text, width - 6, 10, bold=False))}</text>"
+        )
+    return parts
+
+
+def _band_estimate(band: LoadBand, at: _BandGeometry) -> list[str]:
+    """The estimate at the measured load: a mark (hollow and ringed on a tie), its 95 %
+    whiskers, and its value above them; a cross where no config is valid."""
+    x = at.xs(band.at)
+    if band.value is None:
+        return [_cross(x, at.strip_top - 12, band.title or f"{band.label}: no result")]
+    low, high = band.ci95 if band.ci95 is not None else (band.value, band.value)
+    status: MarkStatus = "flagged" if band.tie else "ok"
+    top, bottom = at.ys(high), at.ys(low)
+    parts = [
+        f'<g class="whisker" stroke="{band.color}" stroke-width="1.8">'
+        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top:.1f}" y2="{bottom:.1f}"/>'
+        f'<line x1="{x - 6:.1f}" x2="{x + 6:.1f}" y1="{top:.1f}" y2="{top:.1f}"/>'
+        f'<line x1="{x - 6:.1f}" x2="{x + 6:.1f}" y1="{bottom:.1f}" y2="{bottom:.1f}"/></g>',
+        _mark(x, at.ys(band.value), Mark(band.at, band.value, status), band.color),
+        f'<text class="value" x="{x:.1f}" y="{top - 8:.1f}" text-anchor="middle" '
+        f'font-size="10.5" fill="#111827">{esc(band.value_text)}</text>',
+    ]
+    if band.tie:
+        parts.append(
+            f'<text class="tie" x="{x + 10:.1f}" y="{at.ys(band.value) + 4:.1f}" '
+            f'font-size="10.5" font-weight="600" fill="{FLAG_COLOR}">tie</text>'
+        )
+    return parts
+
+
+def _band_scales(bands: Sequence[LoadBand], frame: Frame) -> tuple[_BandGeometry, list[float]]:
+    """The log load axis over the measured loads, and the estimate axis (log where the
+    estimates span more than a factor of 6) above the strip, with its ticks."""
+    ats = [b.at for b in bands]
+    xs = Scale(min(ats) / 1.7, max(ats) * 1.7, frame.plot_left, frame.plot_right, log=True)
+    values = [v for b in bands for v in (b.value, *(b.ci95 or ())) if v is not None]
+    log = bool(values) and min(values) > 0 and max(values) / min(values) > 6
+    ticks, low, high = _y_range(values, log=log, zero=False)
+    ys = Scale(low, high, frame.plot_bottom - BAND_STRIP - 10, frame.plot_top + 22, log=log)
+    return _BandGeometry(frame, xs, ys), [t for t in ticks if low <= t <= high]
+
+
+def band_chart(
+    bands: Sequence[LoadBand], *, title: str, x_label: str, y_label: str
+) -> str:
+    """Which config wins where along the load: per load, its stretch of the (log) load axis
+    tinted in its config's colour and named in the strip under the plot, and at the load it
+    was measured at, the config's estimate with its 95 % interval; a tie is drawn hollow,
+    ringed and dashed, a load without a valid config as a cross."""
+    frame = _fit(Frame(width=max(600, 165 * len(bands)), height=360, left=64, bottom=46), title)
+    at, y_ticks = _band_scales(bands, frame)
+    parts = [_svg_open(frame, title)]
+    parts += _axes(
+        frame,
+        at.xs,
+        at.ys,
+        [b.at for b in bands],
+        y_ticks,
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+        x_tick_labels=[b.tick for b in bands],
+    )
+    for band in bands:
+        kind = " tie" if band.tie else (" none" if band.value is None else "")
+        parts.append(f'<g class="band{kind}"><title>{esc(band.title)}</title>')
+        parts += _band_region(band, at)
+        parts += _band_estimate(band, at)
+        parts.append("</g>")
+    for band in bands[1:]:
+        if band.start is not None:
+            x = at.xs(band.start)
+            parts.append(
+                f'<line class="boundary" x1="{x:.1f}" x2="{x:.1f}" y1="{frame.plot_top}" '
+                f'y2="{frame.plot_bottom}" stroke="{AXIS}" stroke-dasharray="3 3"/>'
+            )
     parts.append("</svg>")
     return "".join(parts)
