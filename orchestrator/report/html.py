@@ -15,6 +15,8 @@ import orchestrator.report.fmt as fmt
 import orchestrator.report.svg as svg
 import orchestrator.report.tables as tables
 from orchestrator.answers import Answer
+from orchestrator.answers.model import named
+from orchestrator.report.across import FrontPoint, LoadRow, config_key, front_points, load_rows
 from orchestrator.report.compare import compare
 from orchestrator.report.model import (
     FLAGS,
@@ -27,7 +29,16 @@ from orchestrator.report.model import (
 )
 from orchestrator.report.space import SpaceCell, estimates, explored_space
 from orchestrator.report.svg import esc
-from orchestrator.report.words import answer_words, readable, where
+from orchestrator.report.tables import schedule_verdict_table
+from orchestrator.report.words import (
+    AcrossLoadWords,
+    across_load_words,
+    answer_words,
+    load_line,
+    native_form,
+    readable,
+    where,
+)
 from orchestrator.types import plural
 
 CSS = """
@@ -550,6 +561,203 @@ def space_figure(answer: Answer) -> str | None:
     return _figure([chart], tables.space_note(grid, answer))
 
 
+# --- the answer across load ----------------------------------------------------------------
+
+
+def config_colors(answer: Answer) -> dict[str, str]:
+    """One colour per config across the across-load pictures: the configs named at some load
+    first (the band chart's few get the most distinct colours), then the other contenders;
+    the baseline its usual grey."""
+    configs = [c.config for each in answer.per_load if (c := named(each)) is not None]
+    configs += [c.config for each in answer.per_load for c in each.contenders]
+    configs += [c.config for c in answer.contenders]
+    colors: dict[str, str] = {}
+    for config in configs:
+        key = config_key(config)
+        if key not in colors:
+            colors[key] = svg.BASELINE_COLOR if not config else svg.color_for(len(colors))
+    return colors
+
+
+def _load_band(row: LoadRow, colors: dict[str, str]) -> svg.LoadBand:
+    answer = row.answer
+    best = row.named
+    metric = answer.objective.metric
+    words_at = load_line(answer)
+    if best is None:
+        return svg.LoadBand(
+            row.at,
+            row.start,
+            row.end,
+            "no valid config",
+            svg.FAIL_COLOR,
+            None,
+            None,
+            "",
+            row.cell.load,
+            row.range_words(),
+            title=words_at,
+        )
+    value = fmt.metric_number(metric, best.estimate.value) + fmt.interval(
+        best.estimate.ci95, lambda v: fmt.metric_number(metric, v)
+    )
+    return svg.LoadBand(
+        row.at,
+        row.start,
+        row.end,
+        best.label,
+        colors.get(config_key(best.config), svg.color_for(0)),
+        best.estimate.value,
+        best.estimate.ci95,
+        value,
+        row.cell.load,
+        row.range_words(),
+        tie=answer.verdict == "tie",
+        title=words_at + (f" ({row.range_words()} in the schedule)" if row.band else ""),
+    )
+
+
+def band_figure(answer: Answer, colors: dict[str, str]) -> str:
+    """Which config the answer names at each load, with its estimate and 95% interval, over
+    the stretch of load it is named for (the schedule's band where there is one)."""
+    rows = load_rows(answer)
+    metric = answer.objective.metric
+    unit = fmt.metric_unit(metric).strip()
+    rate = any(row.cell.rate is not None for row in rows)
+    chart = svg.band_chart(
+        [_load_band(row, colors) for row in rows],
+        title=f"The config named at each load, {answer.host_type}",
+        x_label="offered rate (req/s, log)" if rate else "concurrency: running batch size (log)",
+        y_label=f"{metric} of the config named" + (f" ({unit})" if unit else ""),
+    )
+    stretch = (
+        "its schedule band (the running batch sizes it covers)"
+        if answer.schedule is not None
+        else "halfway (geometrically) to the neighbouring loads"
+    )
+    return _figure(
+        [chart],
+        f"Per load: the config named (its colour, named in the strip) over {stretch}; the "
+        f"mark is its {metric} estimate at the load it was measured at, the whiskers its 95% "
+        "interval. A hollow ringed mark and a dashed strip: a tie at that load (the strip names "
+        "the first by rank).",
+    )
+
+
+def front_figure(points: Sequence[FrontPoint], colors: dict[str, str]) -> str | None:
+    """Total output tok/s against tok/s per user: one curve per config through its loads, the
+    Pareto front highlighted."""
+    if not points:
+        return None
+    by_config: dict[str, list[FrontPoint]] = {}
+    for point in points:
+        by_config.setdefault(point.key, []).append(point)
+
+    def mark(point: FrontPoint) -> svg.Mark:
+        front = ", on the Pareto front" if point.on_front else ""
+        return svg.Mark(
+            point.per_user,
+            point.total,
+            title=f"{point.label} at {point.cell.load}: {fmt.rate(point.total)} tok/s total, "
+            f"{fmt.rate(point.per_user)} tok/s per user ({point.source}){front}",
+        )
+
+    series = [
+        svg.Series(
+            group[0].label,
+            colors.get(key, svg.color_for(0)),
+            tuple(mark(p) for p in group),
+            dashed=key == config_key({}),
+            ordered=True,
+        )
+        for key, group in by_config.items()
+    ]
+    users = [p.per_user for p in points]
+    totals = [p.total for p in points]
+    panel = svg.xy_panel(
+        series,
+        title="Total vs per-user throughput",
+        x_label="tok/s per user",
+        y_label="total output tok/s",
+        x_log=min(users) > 0 and max(users) / min(users) > 8,
+        y_log=min(totals) > 0 and max(totals) / min(totals) > 8,
+        front=[mark(p) for p in points if p.on_front],
+        frame=svg.Frame(width=520, height=340),
+    )
+    return _figure(
+        [panel],
+        "Every measured config at each load: total output tokens/s against tokens/s per user "
+        "(the median per-request decode rate, else the total over the concurrency); each curve "
+        "runs through a config's loads. Ringed on a broad line: the Pareto front, where no "
+        "other point gives more of both.",
+    )
+
+
+def _schedule_html(answer: Answer, said: AcrossLoadWords, sub: str) -> str:
+    """The schedule: its words, its native form in the engine's terms, and its verdict table
+    once measured."""
+    parts = [f"<{sub}>The schedule</{sub}>"]
+    parts += [f"<p>{esc(line)}</p>" for line in said.schedule]
+    schedule = answer.schedule
+    if schedule is not None and schedule.native is not None:
+        for what, text in native_form(schedule.native):
+            parts.append(f'<p class="note">{esc(what)}:</p><pre class="native">{esc(text)}</pre>')
+    parts += [f"<p>{esc(line)}</p>" for line in said.verdict]
+    verdict = schedule_verdict_table(answer)
+    if verdict is not None:
+        parts.append(table_html(verdict, heading=_deeper(sub)))
+    return "".join(parts)
+
+
+def _deeper(heading: str) -> str:
+    return f"h{min(int(heading[1]) + 1, 6)}"
+
+
+def across_load_html(report: SweepReport, answer: Answer, heading: str) -> str:
+    """An across-load answer's opening: the answer at each load in words and as a band chart,
+    where the winner changes, the schedule, and the front of the measured configs."""
+    said = across_load_words(answer)
+    if said is None:
+        return ""
+    colors = config_colors(answer)
+    group = next((g for g in report.groups if g.host_type == answer.host_type), None)
+    points = front_points(group, answer) if group is not None else ()
+    legend = "".join(
+        f'<span><span class="swatch{" dashed" if key == config_key({}) else ""}" '
+        f'style="background:{color}"></span>{esc(label)}</span>'
+        for key, color, label in _legend_items(answer, colors, points)
+    )
+    figures = [band_figure(answer, colors), front_figure(points, colors)]
+    loads = "".join(f"<li>{esc(line)}</li>" for line in said.loads)
+    return (
+        f'<div class="across"><{heading}>The answer across load on {esc(answer.host_type)}'
+        f"</{heading}><ul>{loads}</ul><p>{esc(said.changes)}</p>"
+        f'<div class="legend">{legend}</div>'
+        f'<div class="figures">{"".join(f for f in figures if f)}</div>'
+        + table_html(tables.per_load_table(answer), heading=_deeper(heading))
+        + _schedule_html(answer, said, _deeper(heading))
+        + "</div>"
+    )
+
+
+def _across_opening(report: SweepReport, answer: Answer, heading: str) -> str:
+    """The across-load block, then the heading of the answer over all loads (its details
+    follow); empty for an answer at one load."""
+    block = across_load_html(report, answer, heading)
+    if not block:
+        return ""
+    return f"{block}<{heading}>Over all loads on {esc(answer.host_type)}</{heading}>"
+
+
+def _legend_items(
+    answer: Answer, colors: dict[str, str], points: Sequence[FrontPoint]
+) -> list[tuple[str, str, str]]:
+    """(config key, colour, name) of every config the across-load pictures draw."""
+    names = {config_key(c.config): c.label for each in answer.per_load for c in each.contenders}
+    names.update((p.key, p.label) for p in points if p.key not in names)
+    return [(key, color, names[key]) for key, color in colors.items() if key in names]
+
+
 def answers_html(report: SweepReport, heading: str) -> str:
     """The answer in words per host type (per cell without an objective), with its
     convergence and explored-space pictures; empty without answers."""
@@ -559,13 +767,14 @@ def answers_html(report: SweepReport, heading: str) -> str:
     shown = [readable(a) for a in report.answers]
     if len(shown) > 1:
         parts.append(table_html(tables.answers_table(shown)))
+    sub = _deeper(heading)
     for answer in shown:
         said = answer_words(answer)
         details = "".join(f"<li>{esc(d)}</li>" for d in said.details)
         figures = [convergence_figure(answer), space_figure(answer)]
         parts.append(
             f'<div class="answer {esc(answer.verdict)}"><p class="headline">'
-            f"{esc(said.headline)}</p><ul>{details}</ul>"
+            f"{esc(said.headline)}</p>{_across_opening(report, answer, sub)}<ul>{details}</ul>"
             f'<div class="figures">{"".join(f for f in figures if f)}</div></div>'
         )
     parts.append("</section>")

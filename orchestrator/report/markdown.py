@@ -10,10 +10,12 @@ from collections.abc import Iterable, Sequence
 
 import orchestrator.report.fmt as fmt
 import orchestrator.report.tables as tables
+from orchestrator.answers import Answer
+from orchestrator.report.across import front_points
 from orchestrator.report.compare import Comparison, compare
 from orchestrator.report.model import FLAGS, SweepReport, flag_codes, flag_info
 from orchestrator.report.space import explored_space
-from orchestrator.report.words import answer_words, readable
+from orchestrator.report.words import across_load_words, answer_words, native_form, readable
 from orchestrator.types import plural
 
 
@@ -73,6 +75,38 @@ def _sweep_header(report: SweepReport) -> list[str]:
     ]
 
 
+def across_load_lines(report: SweepReport, answer: Answer, h: str) -> list[str]:
+    """An across-load answer's opening in text: the answer at each load, where the winner
+    changes, the per-load table, the schedule (its native form, its verdict once measured)
+    and the front of the measured configs as a table; nothing for an answer at one load."""
+    said = across_load_words(answer)
+    if said is None:
+        return []
+    lines = [f"{h} The answer across load on {answer.host_type}", ""]
+    lines += [f"- {_escape(line)}" for line in said.loads]
+    lines += ["", _escape(said.changes), ""]
+    per_load = tables.per_load_table(answer)
+    lines += [f"{h}# {per_load.title}", "", *table(per_load), ""]
+    lines += [f"{h}# The schedule", ""]
+    for line in said.schedule:
+        lines += [_escape(line), ""]
+    schedule = answer.schedule
+    if schedule is not None and schedule.native is not None:
+        for what, text in native_form(schedule.native):
+            lines += [f"{what[0].upper()}{what[1:]}:", "", "```", text, "```", ""]
+    for line in said.verdict:
+        lines += [_escape(line), ""]
+    verdict = tables.schedule_verdict_table(answer)
+    if verdict is not None:
+        lines += [f"{h}# {verdict.title}", "", *table(verdict), ""]
+    group = next((g for g in report.groups if g.host_type == answer.host_type), None)
+    points = front_points(group, answer) if group is not None else ()
+    if points:
+        front = tables.front_table(points, answer)
+        lines += [f"{h}# {front.title}", "", *table(front), ""]
+    return lines
+
+
 def answer_sections(report: SweepReport, level: int = 2) -> list[str]:
     """The answer first: per host type (per cell without an objective) the decision in
     words, how best-so-far moved with restarts, and the explored space as a table (Markdown
@@ -88,6 +122,10 @@ def answer_sections(report: SweepReport, level: int = 2) -> list[str]:
     for answer in shown:
         said = answer_words(answer)
         lines += [f"**{_escape(said.headline)}**", ""]
+        across = across_load_lines(report, answer, f"{h}#")
+        if across:
+            across += [f"{h}# Over all loads on {answer.host_type}", ""]
+        lines += across
         lines += [f"- {_escape(detail)}" for detail in said.details]
         lines.append("")
         if answer.convergence:

@@ -15,12 +15,14 @@ from typing import Any, Literal
 
 import orchestrator.report.fmt as fmt
 import orchestrator.report.words as words
-from orchestrator.answers import Answer, Contender
+from orchestrator.answers import Answer, Contender, Estimate
+from orchestrator.answers.model import named
+from orchestrator.report.across import FrontPoint, LoadRow, load_rows
 from orchestrator.report.compare import Comparison
 from orchestrator.report.model import UNTRUSTED_FLAGS, HostTypeGroup, PointView, TrialView
 from orchestrator.report.space import SpaceGrid
 from orchestrator.store.results import config_label, format_knob
-from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate
+from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell, format_rate, plural
 
 CellKind = Literal["", "failed", "best", "missing", "good", "bad", "baseline", "flagged"]
 
@@ -897,4 +899,159 @@ def answers_table(answers: Sequence[Answer]) -> Table:
         note="margin: the answer's config's relative lead over the runner-up, with its 95% "
         "interval; cut short: the sweep ended before its plan or search did (not a deploy "
         "advice).",
+    )
+
+
+# --- the answer across load ------------------------------------------------------------------
+
+
+def _named_cell(answer: Answer) -> Cell:
+    best = named(answer)
+    if best is None:
+        return Cell("no valid config", kind="failed")
+    tied = ", ".join(c.label for c in answer.tied)
+    return Cell(best.label + (f" (tied: {tied})" if tied else ""), title=config_label(best.config))
+
+
+_VERDICT_KINDS: dict[str, CellKind] = {
+    "better": "good",
+    "tie": "flagged",
+    "no-valid-config": "failed",
+}
+
+
+def _load_row(row: LoadRow) -> tuple[Cell, ...]:
+    answer = row.answer
+    metric = answer.objective.metric
+    best = named(answer)
+    margin = answer.margin
+    if best is None:
+        numbers = (Cell(fmt.MISSING, kind="missing"),) * 3
+    else:
+        numbers = (
+            Cell(fmt.metric_number(metric, best.estimate.value)),
+            Cell(
+                fmt.interval(best.estimate.ci95, lambda v: fmt.metric_number(metric, v)).strip()
+                or fmt.MISSING,
+                title=words.basis_words(best.estimate.basis, best.estimate.restarts),
+            ),
+            Cell(fmt.ratio(best.speedup_vs_baseline) + fmt.interval(best.speedup_ci95, fmt.factor)),
+        )
+    runner = answer.runner_up
+    return (
+        Cell(row.cell.measured_load(answer.objective.load(row.cell))),
+        Cell(answer.verdict, kind=_VERDICT_KINDS[answer.verdict]),
+        _named_cell(answer),
+        *numbers,
+        Cell(runner.label if runner is not None else fmt.MISSING),
+        Cell(
+            fmt.percent(margin.relative) + fmt.interval(margin.ci95, fmt.percent)
+            if margin is not None
+            else fmt.MISSING
+        ),
+        Cell(row.range_words() or fmt.MISSING, kind="" if row.band else "missing"),
+    )
+
+
+def per_load_table(answer: Answer) -> Table:
+    """An across-load answer's answer at each load: the config named, its verdict, estimate
+    and interval, its lead over the runner-up, and the schedule band it stands for."""
+    metric = answer.objective.metric
+    unit = fmt.metric_unit(metric).strip()
+    return Table(
+        f"The answer at each load on {answer.host_type}: {metric}",
+        (
+            "load",
+            "verdict",
+            "config",
+            f"estimate{f' ({unit})' if unit else ''}",
+            "95% interval",
+            "vs baseline",
+            "runner-up",
+            "ahead by",
+            "schedule band",
+        ),
+        tuple(_load_row(row) for row in load_rows(answer)),
+        note="Each load answered alone, with the same interval model and tie rule as any "
+        "answer; ahead by: the named config's lead over the runner-up with its 95% interval "
+        "(a tie when it holds 0). Schedule band: the running batch sizes the schedule gives "
+        "that load's config.",
+    )
+
+
+def schedule_verdict_table(answer: Answer) -> Table | None:
+    """The measured schedule against the best fixed config at each load; None until the
+    schedule was measured."""
+    schedule = answer.schedule
+    verdict = schedule.verdict if schedule is not None else None
+    if verdict is None:
+        return None
+    metric = answer.objective.metric
+
+    def value(estimate: Estimate) -> str:
+        return fmt.metric_number(metric, estimate.value) + fmt.interval(
+            estimate.ci95, lambda v: fmt.metric_number(metric, v)
+        )
+
+    kinds: dict[str, CellKind] = {"better": "good", "worse": "bad", "tie": ""}
+    rows = tuple(
+        (
+            Cell(c.cell.load),
+            Cell(c.fixed.label, title=config_label(c.fixed.config)),
+            Cell(value(c.fixed.estimate)),
+            Cell(value(c.schedule)),
+            Cell(fmt.percent(c.margin.relative) + fmt.interval(c.margin.ci95, fmt.percent)),
+            Cell(c.verdict, kind=kinds[c.verdict]),
+        )
+        for c in verdict.comparisons
+    )
+    unit = fmt.metric_unit(metric).strip()
+    return Table(
+        f"The schedule against the best fixed config at each load on {answer.host_type}",
+        (
+            "load",
+            "best fixed config",
+            f"fixed{f' ({unit})' if unit else ''}",
+            f"schedule{f' ({unit})' if unit else ''}",
+            "schedule vs fixed",
+            "verdict",
+        ),
+        rows,
+        note=f"{plural(verdict.restarts, 'restart')} of the schedule. schedule vs fixed: the "
+        "relative difference (positive = the schedule is better) with its 95% interval; a tie "
+        "when it holds 0. "
+        + ("Recommended." if verdict.recommended else "Not recommended."),
+    )
+
+
+def front_table(points: Sequence[FrontPoint], answer: Answer) -> Table:
+    """Total output tok/s and tok/s per user of every measured config at each load, the
+    points on the Pareto front marked."""
+    cells = [row.cell for row in load_rows(answer)]
+    labels = list(dict.fromkeys(p.label for p in points))
+    at = {(p.label, p.cell): p for p in points}
+    rows = []
+    for label in labels:
+        row = [Cell(label)]
+        for cell in cells:
+            point = at.get((label, cell))
+            if point is None:
+                row.append(Cell(fmt.MISSING, kind="missing"))
+                continue
+            star = "*" if point.source == "total / concurrency" else ""
+            row.append(
+                Cell(
+                    f"{fmt.rate(point.total)} / {fmt.rate(point.per_user)}{star}",
+                    kind="best" if point.on_front else "",
+                    title=f"per user: {point.source}",
+                )
+            )
+        rows.append(tuple(row))
+    return Table(
+        f"Total vs per-user throughput on {answer.host_type}",
+        ("config", *(f"{cell.load} total / per user" for cell in cells)),
+        tuple(rows),
+        note="tok/s: total output tokens per second / tokens per second per user (the median "
+        "per-request decode rate; * where the total over the concurrency stands in). Marked: on "
+        "the Pareto front, where no other config at any load gives more of both.",
     )

@@ -9,17 +9,21 @@ by :mod:`orchestrator.report.fmt` so they read as in the tables.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import orchestrator.report.fmt as fmt
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
-from orchestrator.answers.model import Exploration, named
+from orchestrator.answers.model import Exploration, Schedule, named
 from orchestrator.answers.smooth import PRIOR_RESTART_CV
+from orchestrator.engines.schedule import NativeSchedule
+from orchestrator.report.across import batch_range, load_value
 from orchestrator.report.model import flag_info, shared_knobs, short_labels
 from orchestrator.store.results import config_label
-from orchestrator.types import plural
+from orchestrator.types import SYNTHETIC_WORKLOAD, JsonObject, plural
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,54 +34,107 @@ class AnswerWords:
     details: tuple[str, ...]
 
 
-def readable(answer: Answer) -> Answer:
-    """The answer with its configs named as the report's tables name them: without the knob
-    values most of its configs share (``budget=16 topk=4``, not four knobs of which two never
-    change). The configs themselves are kept whole; the answers layer's notes get the same
-    names, so a config reads the same everywhere on the page. For rendering only: the JSON
-    keeps the answers layer's labels."""
+def _named_pairs(answer: Answer) -> list[tuple[str, JsonObject]]:
+    """Every (label, config) an answer shows: its contenders, failed configs, best, runner-up
+    and tied, those of each of its per-load answers, and its schedule's."""
     pairs = [(c.label, c.config) for c in answer.contenders]
     pairs += [(f.label, f.config) for f in answer.failed]
     for contender in (answer.best, answer.runner_up, *answer.tied):
         if contender is not None:
             pairs.append((contender.label, contender.config))
-    names: dict[str, str] = {}
-    unique = list({label: config for label, config in pairs}.items())
-    for (label, _), short in zip(
-        unique, short_labels([config for _, config in unique]), strict=True
-    ):
-        names[label] = short
-    if all(label == short for label, short in names.items()):
-        return answer
+    for each in answer.per_load:
+        pairs += _named_pairs(each)
+    schedule = answer.schedule
+    if schedule is not None:
+        pairs += [(band.best.label, band.best.config) for band in schedule.bands]
+        if schedule.verdict is not None:
+            pairs += [(c.fixed.label, c.fixed.config) for c in schedule.verdict.comparisons]
+    return pairs
 
-    def rename(contender: Contender | None) -> Contender | None:
-        if contender is None:
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """Labels as the answers layer wrote them -> as the report names them, and the pattern
+    that finds a whole label in free text (longest first, in one pass: a label is never
+    rewritten inside another one, ``budget=1`` in ``budget=16``, nor twice)."""
+
+    names: dict[str, str]
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def of(cls, answer: Answer) -> _Names:
+        unique = list(dict(_named_pairs(answer)).items())
+        shorts = short_labels([config for _, config in unique])
+        names = {label: short for (label, _), short in zip(unique, shorts, strict=True)}
+        spelled = [label for label in sorted(names, key=len, reverse=True) if label != names[label]]
+        alternatives = "|".join(re.escape(label) for label in spelled)
+        pattern = re.compile(rf"(?<![\w.=])(?:{alternatives})(?![\w.])" if spelled else r"(?!)")
+        return cls(names, pattern)
+
+    def label(self, label: str) -> str:
+        return self.names.get(label, label)
+
+    def one(self, contender: Contender | None) -> Contender | None:
+        return None if contender is None else replace(contender, label=self.label(contender.label))
+
+    def all(self, contenders: Sequence[Contender]) -> tuple[Contender, ...]:
+        return tuple(replace(c, label=self.label(c.label)) for c in contenders)
+
+    def text(self, text: str) -> str:
+        return self.pattern.sub(lambda m: self.names[m.group(0)], text)
+
+    def schedule(self, schedule: Schedule | None) -> Schedule | None:
+        if schedule is None:
             return None
-        return replace(contender, label=names.get(contender.label, contender.label))
+        verdict = schedule.verdict
+        if verdict is not None:
+            verdict = replace(
+                verdict,
+                comparisons=tuple(
+                    replace(c, fixed=replace(c.fixed, label=self.label(c.fixed.label)))
+                    for c in verdict.comparisons
+                ),
+                words=self.text(verdict.words),
+            )
+        bands = tuple(
+            replace(band, best=replace(band.best, label=self.label(band.best.label)))
+            for band in schedule.bands
+        )
+        return replace(
+            schedule,
+            bands=bands,
+            no_native=None if schedule.no_native is None else self.text(schedule.no_native),
+            verdict=verdict,
+        )
 
-    def renamed(contenders: Sequence[Contender]) -> tuple[Contender, ...]:
-        return tuple(replace(c, label=names.get(c.label, c.label)) for c in contenders)
+    def answer(self, answer: Answer) -> Answer:
+        return replace(
+            answer,
+            best=self.one(answer.best),
+            runner_up=self.one(answer.runner_up),
+            tied=self.all(answer.tied),
+            contenders=self.all(answer.contenders),
+            failed=tuple(replace(f, label=self.label(f.label)) for f in answer.failed),
+            convergence=tuple(
+                replace(step, label=self.label(step.label)) if step.label is not None else step
+                for step in answer.convergence
+            ),
+            notes=tuple(self.text(note) for note in answer.notes),
+            per_load=tuple(self.answer(each) for each in answer.per_load),
+            schedule=self.schedule(answer.schedule),
+        )
 
-    spelled = [label for label in sorted(names, key=len, reverse=True) if label != names[label]]
-    # Whole labels only, longest first, in one pass: a label is never rewritten inside
-    # another one (``budget=1`` in ``budget=16``) nor twice.
-    alternatives = "|".join(re.escape(label) for label in spelled)
-    pattern = re.compile(rf"(?<![\w.=])(?:{alternatives})(?![\w.])" if spelled else r"(?!)")
-    return replace(
-        answer,
-        best=rename(answer.best),
-        runner_up=rename(answer.runner_up),
-        tied=renamed(answer.tied),
-        contenders=renamed(answer.contenders),
-        failed=tuple(replace(f, label=names.get(f.label, f.label)) for f in answer.failed),
-        convergence=tuple(
-            replace(step, label=names.get(step.label, step.label))
-            if step.label is not None
-            else step
-            for step in answer.convergence
-        ),
-        notes=tuple(pattern.sub(lambda m: names[m.group(0)], note) for note in answer.notes),
-    )
+
+def readable(answer: Answer) -> Answer:
+    """The answer with its configs named as the report's tables name them: without the knob
+    values most of its configs share (``budget=16 topk=4``, not four knobs of which two never
+    change). The configs themselves are kept whole; the answers layer's notes get the same
+    names, and so do its per-load answers and its schedule, so a config reads the same
+    everywhere on the page. For rendering only: the JSON keeps the answers layer's labels."""
+    names = _Names.of(answer)
+    if all(label == short for label, short in names.names.items()):
+        return answer
+    return names.answer(answer)
 
 
 def where(objective: ObjectiveView) -> str:
@@ -87,8 +144,25 @@ def where(objective: ObjectiveView) -> str:
     cells = objective.cells
     if len(cells) == 1:
         return cells[0].measured_words(objective.load(cells[0]))
+    if objective.across_load and len({(c.context, c.workload) for c in cells}) == 1:
+        first = cells[0]
+        loads = ", ".join(cell.measured_load(objective.load(cell)) for cell in cells)
+        workload = "" if first.workload == SYNTHETIC_WORKLOAD else f", workload {first.workload}"
+        return (
+            f"context {first.context}{workload} across {loads} (the {objective.combine}, "
+            f"{_weighting(objective)})"
+        )
     names = ", ".join(fmt.measured_cell_label(cell, objective.load(cell)) for cell in cells)
     return f"the {objective.combine} of {len(cells)} cells ({names})"
+
+
+def _weighting(objective: ObjectiveView) -> str:
+    """``each load weighing the same``, or ``weighted c1 5.0%, c8 15%, c32 80%``."""
+    weights = objective.weights
+    if weights is None or max(weights) - min(weights) < 1e-9:
+        return "each load weighing the same"
+    shares = zip(objective.cells, weights, strict=False)
+    return "weighted " + ", ".join(f"{cell.load} {fmt.percent(w)}" for cell, w in shares)
 
 
 def value_text(objective: ObjectiveView, contender: Contender) -> str:
@@ -209,6 +283,9 @@ def exploration_words(exploration: Exploration) -> str:
 
 
 def _headline(answer: Answer) -> str:
+    scheduled = _schedule_headline(answer)
+    if scheduled is not None:
+        return scheduled
     objective = answer.objective
     at = where(objective)
     best = named(answer)
@@ -387,6 +464,185 @@ def _coverage(answer: Answer) -> str:
     return text
 
 
+# --- the answer across load -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AcrossLoadWords:
+    """An across-load answer in words: a line per load, where the winner changes, and the
+    schedule (its bands, its form, whether it was measured and what that found)."""
+
+    loads: tuple[str, ...]
+    changes: str
+    schedule: tuple[str, ...]
+    """The schedule proposed: its bands, and its native form or why it has none."""
+    verdict: tuple[str, ...]
+    """Whether the schedule was measured and, if so, what that found."""
+
+
+def load_line(answer: Answer) -> str:
+    """One load's answer: ``c8: tokens=5, 560 tok/s [550, 570] (1.85× the baseline [...]);
+    beats tokens=3 by 5.1% [2.0%, 8.3%]``; a tie names its tied configs, a load without a
+    valid config says why."""
+    objective = answer.objective
+    cell = answer.load_cell
+    at = cell.measured_load(objective.load(cell))
+    best = named(answer)
+    if best is None:
+        return f"{at}: no valid config ({_no_valid_reason(answer)})"
+    value = value_text(objective, best)
+    versus = _versus_baseline(objective, best)
+    value += f" ({versus})" if versus else ""
+    flagged = _flag_words([best])
+    value += f", on flagged measurements ({flagged})" if flagged else ""
+    margin = _margin(answer)
+    lead = f"; lead {margin}, within the uncertainty" if margin else ""
+    if answer.verdict == "tie":
+        tied = _names(answer.tied)
+        return f"{at}: a tie, {best.label} first by rank ({value}), with {tied}{lead}"
+    if answer.runner_up is None:
+        return f"{at}: {best.label}, {value}; the only config measured validly"
+    ahead = f" by {margin}" if margin else ""
+    return f"{at}: {best.label}, {value}; beats {answer.runner_up.label}{ahead}"
+
+
+def _changes(answer: Answer) -> str:
+    changes = answer.winner_changes()
+    if changes:
+        return "Where the winner changes: " + "; ".join(c.words() for c in changes) + "."
+    names = {n.label for each in answer.per_load if (n := named(each)) is not None}
+    if len(names) == 1:
+        return f"{names.pop()} is named at every load: the winner does not change with load."
+    return "No change of winner between neighbouring loads that have a named config."
+
+
+def bands_text(schedule: Schedule) -> str:
+    """``tokens=7 at batch 1–2, tokens=5 at batch 3–15, tokens=3 at batch 16 and up``."""
+    return ", ".join(f"{band.best.label} at {batch_range(band)}" for band in schedule.bands)
+
+
+def _fixed_advice(answer: Answer) -> str:
+    best = named(answer)
+    if best is None:
+        return "no fixed config is named either"
+    return f"the advice is the best fixed config over the loads, {best.label}"
+
+
+def _verdict_lines(answer: Answer, schedule: Schedule) -> list[str]:
+    """Whether the schedule was measured, and against the best fixed config, how it did."""
+    verdict = schedule.verdict
+    if verdict is None:
+        if schedule.native is None:
+            return [f"Nothing to measure: {_fixed_advice(answer)}."]
+        return [
+            "Not measured yet: the schedule has not run as a trial of its own against the best "
+            f"fixed config at every load, so it is a proposal and {_fixed_advice(answer)}."
+        ]
+    by = {v: [c.cell.load for c in verdict.comparisons if c.verdict == v]
+          for v in ("better", "tie", "worse")}  # fmt: skip
+    found = "; ".join(f"{v} at {', '.join(loads)}" for v, loads in by.items() if loads)
+    runs = plural(verdict.restarts, "restart")
+    lines = [
+        f"Measured ({runs} of the schedule) against the best fixed config at each load: "
+        f"{found or 'no load compared'}. "
+        + (
+            "Recommended: not worse at any load beyond the noise, and better at one."
+            if verdict.recommended
+            else f"Not recommended: {_fixed_advice(answer)}."
+        )
+    ]
+    return lines + ([verdict.words] if verdict.words else [])
+
+
+def _schedule_lines(answer: Answer) -> tuple[str, ...]:
+    schedule = answer.schedule
+    if schedule is None:
+        if any(each.load_cell.rate is not None for each in answer.per_load):
+            return (
+                "No schedule: the loads are request rates, and an engine's schedule is keyed "
+                "by its running batch size.",
+            )
+        return ("No schedule proposed: a load has no named config.",)
+    lines = [
+        f"Schedule proposed from the per-load answers: {bands_text(schedule)}. Each band's "
+        "number is its config's at that load as a fixed config, not the schedule's."
+    ]
+    native = schedule.native
+    if native is not None:
+        lines.append(
+            f"The engine's own form (below) starts the server from "
+            f"{config_label(native.config)}"
+            + (
+                f"; a log line starting {native.overlay.refused_line!r} means the engine "
+                "ignored the schedule and ran static settings: the schedule's trial then fails "
+                "as invalid-config, never a measurement."
+                if native.overlay.refused_line
+                else "."
+            )
+        )
+    else:
+        lines.append(f"No native schedule: {schedule.no_native or 'the engine takes none'}.")
+    return tuple(lines)
+
+
+def across_load_words(answer: Answer) -> AcrossLoadWords | None:
+    """The answer at each load, where its winner changes, and its schedule, in words; None
+    for an answer at one load."""
+    if not answer.per_load:
+        return None
+    rows = sorted(answer.per_load, key=lambda each: load_value(each.load_cell))
+    schedule = answer.schedule
+    return AcrossLoadWords(
+        tuple(load_line(each) for each in rows),
+        _changes(answer),
+        _schedule_lines(answer),
+        tuple(_verdict_lines(answer, schedule)) if schedule is not None else (),
+    )
+
+
+def native_form(native: NativeSchedule) -> tuple[tuple[str, str], ...]:
+    """What the schedule adds to the launch of its fixed config, as (what it is, its text)
+    blocks: the keys merged into a JSON-valued flag, the flags added (as a command line's
+    tail), each launch file by the flag that names it (JSON indented)."""
+    overlay = native.overlay
+    blocks = [
+        (f"keys added to {flag}'s JSON", json.dumps(dict(keys)))
+        for flag, keys in overlay.json.items()
+    ]
+    if overlay.flags:
+        flags = " ".join(
+            flag if value is None else f"{flag} {shlex.quote(value)}"
+            for flag, value in overlay.flags.items()
+        )
+        blocks.append(("flags added", flags))
+    blocks += [(f"the file {flag} names", _indented(text)) for flag, text in overlay.files.items()]
+    return tuple(blocks)
+
+
+def _indented(text: str) -> str:
+    """A JSON file's text indented; any other text as the engine reads it."""
+    try:
+        return json.dumps(json.loads(text), indent=2)
+    except ValueError:
+        return text
+
+
+def _schedule_headline(answer: Answer) -> str | None:
+    """The headline when a measured schedule is recommended over every fixed config."""
+    schedule = answer.schedule
+    verdict = schedule.verdict if schedule is not None else None
+    if schedule is None or verdict is None or not verdict.recommended or answer.stopped:
+        return None
+    better = [c.cell.load for c in verdict.comparisons if c.verdict == "better"]
+    tied = [c.cell.load for c in verdict.comparisons if c.verdict == "tie"]
+    return (
+        f"Deploy the schedule on {answer.host_type}: {bands_text(schedule)}; measured against "
+        f"the best fixed config at every load, better at {', '.join(better) or 'no load'}"
+        + (f", tied at {', '.join(tied)}" if tied else "")
+        + ", worse nowhere."
+    )
+
+
 def answer_words(answer: Answer) -> AnswerWords:
     """The answer as a headline and its supporting bullets (configs named as given: pass
     :func:`readable` of it for the report's short names)."""
@@ -394,10 +650,15 @@ def answer_words(answer: Answer) -> AnswerWords:
 
 
 __all__ = [
+    "AcrossLoadWords",
     "AnswerWords",
+    "across_load_words",
     "answer_words",
+    "bands_text",
     "basis_words",
     "exploration_words",
+    "load_line",
+    "native_form",
     "readable",
     "value_text",
     "where",
