@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.report import FORMATS, render_report
+from orchestrator.report import FORMATS, render, render_report
 from orchestrator.store import Store
 from tests.integration.test_report_support import (
     chromium_binary,
@@ -25,6 +25,7 @@ from tests.integration.test_report_support import (
     inspect_page,
     screenshot,
 )
+from tests.unit.test_report_across import across_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,6 +66,38 @@ async def test_html_report_renders_in_chromium_without_errors(
     assert shot.returncode == 0, shot.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 50_000  # a blank page is a few kB; plots make it larger
+
+
+BAND_CHART = """(() => {
+  const chart = [...document.querySelectorAll('svg')].find(
+    s => (s.getAttribute('aria-label') || '').startsWith('The config named at each load'));
+  chart.scrollIntoView();
+  const box = chart.getBoundingClientRect();
+  const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+  const strips = [...chart.querySelectorAll('g.band rect.strip')]
+    .map(r => r.getBoundingClientRect());
+  return JSON.stringify({width: box.width, height: box.height, on_top: chart.contains(hit),
+    bands: chart.querySelectorAll('g.band').length,
+    strips: strips.filter(r => r.width > 0 && r.height > 0).length});
+})()"""
+
+
+async def test_an_across_load_report_shows_its_band_chart(chromium: str, tmp_path: Path) -> None:
+    """The answer across load in a real browser: the band chart is laid out, on top, with a
+    band per load; the screenshot (one launch with the checks) is where the probe scrolled."""
+    page = tmp_path / "across.html"
+    page.write_text(render([across_report()], "html"), "utf-8")
+    png = tmp_path / "across.png"
+    check = await inspect_page(
+        chromium, page, tmp_path / "profile-across", probe=BAND_CHART, shot=png
+    )
+    assert check.console_errors == [] and check.exceptions == []
+    assert check.empty_svgs == 0
+    chart = check.probe
+    assert chart["width"] >= 600 and chart["height"] >= 300 and chart["on_top"]
+    assert chart["bands"] == 3 and chart["strips"] == 3
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000  # a blank viewport is a few kB
 
 
 # --- the real path: simulated host, `orchestrator run`, then `orchestrator report` ---------

@@ -13,6 +13,7 @@ config that fails at startup, outputs that drift from the baseline.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import random
@@ -585,18 +586,29 @@ class PageCheck:
     failed_marks: int
     flagged_marks: int
     failed_cells: int
+    probe: Any = None
+    """What the caller's ``probe`` expression returned (a JSON string, decoded)."""
 
 
 async def inspect_page(
-    binary: str, html: Path, profile: Path, *, timeout_s: float = 60.0
+    binary: str,
+    html: Path,
+    profile: Path,
+    *,
+    timeout_s: float = 60.0,
+    probe: str | None = None,
+    shot: Path | None = None,
 ) -> PageCheck:
     """Load ``html`` in headless Chromium under the DevTools protocol and report what the page
-    logged (console errors, uncaught exceptions, failed loads) and how many SVGs drew marks."""
+    logged (console errors, uncaught exceptions, failed loads) and how many SVGs drew marks;
+    ``probe`` (a JavaScript expression giving a JSON string) is evaluated after them, and
+    ``shot`` receives a PNG of the viewport as the probe left it: one launch for all."""
     port = _free_port()
     process = await asyncio.create_subprocess_exec(
         binary,
         *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
+        "--window-size=1300,1000",
         "--remote-debugging-address=127.0.0.1",
         f"--remote-debugging-port={port}",
         "about:blank",
@@ -605,7 +617,7 @@ async def inspect_page(
     )
     try:
         async with asyncio.timeout(timeout_s):
-            return await _drive(port, html)
+            return await _drive(port, html, probe, shot)
     finally:
         process.terminate()
         try:
@@ -615,76 +627,96 @@ async def inspect_page(
             await process.wait()
 
 
-async def _drive(port: int, html: Path) -> PageCheck:
+class _Session:
+    """One page's DevTools connection: commands by id, and what the page logs meanwhile."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.next_id = 0
+        self.console: list[str] = []
+        self.exceptions: list[str] = []
+        self.failed: list[str] = []
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        mine = self.next_id
+        await self.ws.send_json({"id": mine, "method": method, "params": params})
+        while True:
+            message = await self.ws.receive_json()
+            if message.get("id") == mine:
+                return dict(message.get("result", {}))
+            self.collect(message)
+
+    def collect(self, message: dict[str, Any]) -> None:
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            self.console.append(json.dumps(params.get("args")))
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            self.console.append(params["entry"].get("text", ""))
+        elif method == "Runtime.exceptionThrown":
+            self.exceptions.append(json.dumps(params.get("exceptionDetails")))
+        elif method == "Network.loadingFailed":
+            self.failed.append(json.dumps(params))
+
+    async def load(self, html: Path) -> None:
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            await self.call(f"{domain}.enable")
+        await self.call("Page.navigate", url=html.as_uri())
+        while True:
+            message = await self.ws.receive_json()
+            self.collect(message)
+            if message.get("method") == "Page.loadEventFired":
+                return
+
+    async def evaluate(self, expression: str) -> Any:
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return json.loads(result["result"]["value"])
+
+
+_FACTS = (
+    "JSON.stringify({svgs: document.querySelectorAll('svg').length, "
+    "empty: [...document.querySelectorAll('svg')].filter(s => "
+    "s.querySelectorAll('path,circle,rect,line,polyline,text').length === 0 "
+    "|| s.getBoundingClientRect().width === 0).length, title: document.title, "
+    "failedMarks: document.querySelectorAll('svg .mark.failed').length, "
+    "flaggedMarks: document.querySelectorAll('svg .mark.flagged').length, "
+    "failedCells: document.querySelectorAll('td.failed').length})"
+)
+
+
+async def _page_socket(http: aiohttp.ClientSession, port: int) -> str:
+    """The DevTools websocket of the browser's page, once it listens."""
+    while True:
+        try:
+            async with http.get(f"http://127.0.0.1:{port}/json/list") as response:
+                targets = [t for t in await response.json() if t.get("type") == "page"]
+        except aiohttp.ClientError:
+            targets = []
+        if targets:
+            return str(targets[0]["webSocketDebuggerUrl"])
+        await asyncio.sleep(0.2)
+
+
+async def _drive(port: int, html: Path, probe: str | None, shot: Path | None) -> PageCheck:
     async with aiohttp.ClientSession() as http:
-        targets: list[dict[str, Any]] = []
-        while not targets:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/json/list") as response:
-                    targets = [t for t in await response.json() if t.get("type") == "page"]
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.2)
-        async with http.ws_connect(targets[0]["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            next_id = 0
-            console: list[str] = []
-            exceptions: list[str] = []
-            failed: list[str] = []
-
-            async def call(method: str, **params: Any) -> dict[str, Any]:
-                nonlocal next_id
-                next_id += 1
-                mine = next_id
-                await ws.send_json({"id": mine, "method": method, "params": params})
-                while True:
-                    message = await ws.receive_json()
-                    if message.get("id") == mine:
-                        return dict(message.get("result", {}))
-                    _collect(message)
-
-            def _collect(message: dict[str, Any]) -> None:
-                method, params = message.get("method"), message.get("params", {})
-                if method == "Runtime.consoleAPICalled" and params.get("type") in (
-                    "error",
-                    "assert",
-                ):
-                    console.append(json.dumps(params.get("args")))
-                elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                    console.append(params["entry"].get("text", ""))
-                elif method == "Runtime.exceptionThrown":
-                    exceptions.append(json.dumps(params.get("exceptionDetails")))
-                elif method == "Network.loadingFailed":
-                    failed.append(json.dumps(params))
-
-            for domain in ("Runtime", "Log", "Network", "Page"):
-                await call(f"{domain}.enable")
-            await call("Page.navigate", url=html.as_uri())
-            while True:
-                message = await ws.receive_json()
-                _collect(message)
-                if message.get("method") == "Page.loadEventFired":
-                    break
-            result = await call(
-                "Runtime.evaluate",
-                expression=(
-                    "JSON.stringify({svgs: document.querySelectorAll('svg').length, "
-                    "empty: [...document.querySelectorAll('svg')].filter(s => "
-                    "s.querySelectorAll('path,circle,rect,line,polyline,text').length === 0 "
-                    "|| s.getBoundingClientRect().width === 0).length, title: document.title, "
-                    "failedMarks: document.querySelectorAll('svg .mark.failed').length, "
-                    "flaggedMarks: document.querySelectorAll('svg .mark.flagged').length, "
-                    "failedCells: document.querySelectorAll('td.failed').length})"
-                ),
-                returnByValue=True,
-            )
-            facts = json.loads(result["result"]["value"])
+        url = await _page_socket(http, port)
+        async with http.ws_connect(url, max_msg_size=0) as ws:
+            session = _Session(ws)
+            await session.load(html)
+            facts = await session.evaluate(_FACTS)
+            probed = await session.evaluate(probe) if probe is not None else None
+            if shot is not None:
+                picture = await session.call("Page.captureScreenshot", format="png")
+                shot.write_bytes(base64.b64decode(picture["data"]))
             return PageCheck(
-                console_errors=console,
-                exceptions=exceptions,
-                failed_requests=failed,
+                console_errors=session.console,
+                exceptions=session.exceptions,
+                failed_requests=session.failed,
                 svg_count=int(facts["svgs"]),
                 empty_svgs=int(facts["empty"]),
                 title=str(facts["title"]),
                 failed_marks=int(facts["failedMarks"]),
                 flagged_marks=int(facts["flaggedMarks"]),
                 failed_cells=int(facts["failedCells"]),
+                probe=probed,
             )
