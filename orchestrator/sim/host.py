@@ -319,7 +319,7 @@ class SimHost:
             manager=self.manager,
             journal=self.journal,
             gpu=self.gpu,
-            program_env={CONFIG_ENV: str(self.server_config_path)},
+            program_env={CONFIG_ENV: str(self.server_config_path), ROOT_ENV: str(self.root)},
             shell_groups=self._shell_groups,
             refusal=self._refusal,
         )

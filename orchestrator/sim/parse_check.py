@@ -109,6 +109,8 @@ def _answer_one(index: int, argv: Sequence[str], environ: Mapping[str, str]) -> 
         return _line(
             index=index, ok=False, kind="resolution", error=f"{type(exc).__name__}: {exc}"
         )
+    except (OSError, AttributeError) as exc:  # the script's catch-all (an unreadable file)
+        return _line(index=index, ok=None, kind="unchecked", error=f"{type(exc).__name__}: {exc}")
     speculative = {k: v for k, v in resolved.values.items() if k.startswith("speculative_")}
     return _line(index=index, ok=True, speculative=speculative)
 

@@ -5,23 +5,31 @@ anything else (``error: unrecognized arguments: ...``, exit 2). Which spelling o
 flag exists depends on the SGLang version the sim pretends to be; DDTree flags exist only when
 the settings say the build has the fork. :func:`resolve` then applies SGLang's post-parse rules
 (DFLASH forcing steps = topk = 1, the EAGLE auto-choice and topk-1 adjustment, the window >= block
-check, unknown algorithm names) and raises the exception type SGLang raises.
+check, unknown algorithm names, ``--speculative-adaptive`` with its file and its fallback) and
+raises the exception type SGLang raises.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.sim import sglang_adaptive
+from orchestrator.sim.drafting import AdaptiveDraft, DraftSchedule, FixedDraft, SlotRule
 from orchestrator.sim.perfmodel import BASELINE, SpecKind, SpecShape
+from orchestrator.sim.settings import ROOT_ENV
 
 OLD_WINDOW_FLAG = "--speculative-dflash-draft-window-size"
 NEW_WINDOW_FLAG = "--speculative-draft-window-size"
 HIDDEN_ALIAS_AFTER = (0, 5, 23)
 """Builds newer than this accept OLD_WINDOW_FLAG again, hidden from --help."""
+ADAPTIVE_SINCE = (0, 5, 23)
+"""The build the adaptive flags were read from (``--speculative-adaptive`` and
+``--speculative-adaptive-config``); older builds are not modelled with them."""
 
 BUILTIN_ALGORITHMS: tuple[str, ...] = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
@@ -131,6 +139,9 @@ def build_parser(version: str, ddtree: bool) -> argparse.ArgumentParser:
         # Newer builds re-register the old spelling as a deprecated alias that --help hides.
         p.add_argument(OLD_WINDOW_FLAG, dest=window_dest(version), type=int, default=None,
                        help=argparse.SUPPRESS)
+    if parse_version(version) >= ADAPTIVE_SINCE:
+        p.add_argument("--speculative-adaptive", action="store_true")
+        p.add_argument("--speculative-adaptive-config", default=None)
     if ddtree:
         p.add_argument("--speculative-ddtree-budget", type=int, default=None)
     return p
@@ -145,6 +156,8 @@ class ServerArgs:
     shape: SpecShape
     warnings: tuple[str, ...]
     deprecated_window_flag: bool
+    draft: DraftSchedule | None = None
+    """How the server drafts step by step (None: ``shape`` at every step)."""
 
     @property
     def model_path(self) -> str:
@@ -165,6 +178,28 @@ class ServerArgs:
     def get(self, key: str) -> Any:
         return self.values.get(key)
 
+    @property
+    def drafting(self) -> DraftSchedule:
+        """What the server drafts by: its schedule, else ``shape`` at every step."""
+        return self.draft if self.draft is not None else FixedDraft(self.shape)
+
+
+FileReader = Callable[[str], str]
+"""Reads a file the command line names, by its path on the server's host."""
+
+
+def host_file_reader(environ: Mapping[str, str]) -> FileReader:
+    """How the server opens a path its flags name: below the simulated host's root when it
+    runs on one (``ORCH_SIM_ROOT``), else as it is."""
+    root = environ.get(ROOT_ENV)
+
+    def read(path: str) -> str:
+        local = os.path.join(root, path.lstrip("/")) if root else path
+        with open(local, encoding="utf-8") as handle:
+            return handle.read()
+
+    return read
+
 
 def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
     raw = environ.get(name)
@@ -180,8 +215,11 @@ def resolve(
     version: str,
     ddtree: bool,
     environ: Mapping[str, str],
+    read_file: FileReader | None = None,
 ) -> ServerArgs:
-    """Apply SGLang's post-parse rules. Raises ValueError / AssertionError as SGLang does."""
+    """Apply SGLang's post-parse rules. Raises ValueError / AssertionError as SGLang does, and
+    ``OSError`` for an adaptive config file it cannot open (``read_file``: how the server opens
+    it, by default :func:`host_file_reader`)."""
     values: dict[str, Any] = dict(vars(ns))
     warnings: list[str] = []
     _check_parallelism(values)
@@ -199,6 +237,9 @@ def resolve(
         if algo == "NEXTN":
             algo = "EAGLE"
         values["speculative_algorithm"] = algo
+    adaptive = _adaptive(values, warnings, read_file or host_file_reader(environ))
+    if raw_algo is not None:
+        algo = values["speculative_algorithm"]
         if algo in DFLASH_FAMILY:
             shape = _resolve_dflash(values, algo, wkey, warnings, environ)
         elif algo == "NGRAM":
@@ -212,7 +253,45 @@ def resolve(
     if values["max_running_requests"] is None:
         values["max_running_requests"] = 1024
     deprecated = OLD_WINDOW_FLAG in argv and NEW_WINDOW_FLAG in window_flag_spellings(version)
-    return ServerArgs(values, shape, tuple(warnings), deprecated)
+    draft = None
+    if adaptive is not None:
+        keys, slots, candidates = adaptive
+        shapes = {steps: eagle_chain(str(values["speculative_algorithm"]), steps)
+                  for steps in candidates}  # fmt: skip
+        draft = AdaptiveDraft(keys, slots, int(values["speculative_num_steps"]), shapes)
+    return ServerArgs(values, shape, tuple(warnings), deprecated, draft)
+
+
+def _adaptive(
+    values: dict[str, Any], warnings: list[str], read_file: FileReader
+) -> tuple[tuple[int, ...], tuple[SlotRule, ...], list[int]] | None:
+    """``--speculative-adaptive``: SGLang's fallback (its warning, then static params) or its
+    slots, with the steps and top-k it sets (before the algorithm's own rules run)."""
+    if not values.get("speculative_adaptive"):
+        return None
+    reason = sglang_adaptive.unsupported_reason(values)
+    if reason is not None:
+        warnings.append(sglang_adaptive.FALLBACK.format(reason=reason))
+        values["speculative_adaptive"] = False
+        return None
+    path = values.get("speculative_adaptive_config")
+    slots = sglang_adaptive.load_config(None if path is None else read_file(str(path)))
+    candidates = sglang_adaptive.candidate_steps(slots)
+    if values["speculative_eagle_topk"] is None:
+        values["speculative_eagle_topk"] = 1
+    values["speculative_num_steps"] = sglang_adaptive.initial_steps(
+        values["speculative_num_steps"], candidates
+    )
+    values["speculative_num_draft_tokens"] = values["speculative_num_steps"] + 1
+    return tuple(slots), tuple(slots.values()), candidates
+
+
+def eagle_chain(algorithm: str, steps: int) -> SpecShape:
+    """An EAGLE chain of ``steps`` draft steps (top-k 1: ``steps + 1`` verified tokens); 0
+    steps drafts nothing and verifies one token, as a server without speculation."""
+    if steps <= 0:
+        return BASELINE
+    return SpecShape(SpecKind.CHAIN, algorithm, steps + 1, steps, 1, None, steps)
 
 
 def _check_parallelism(values: Mapping[str, Any]) -> None:

@@ -3,8 +3,11 @@
 Each loop iteration either prefills newly arrived requests (one prefill batch, first token each)
 or runs one decode step for every running request. A step lasts what the performance model says
 for the CURRENT batch (so concurrency really changes step time), then each request gains the
-tokens its verify step accepted, delivered as one chunk. Requests learn of their chunks through
-a per-request queue; the HTTP layer writes them and stamps the ground-truth emission times.
+tokens its verify step accepted, delivered as one chunk. The step's shape is what the server's
+draft policy gives for the batch's size (:mod:`orchestrator.sim.drafting`: one shape, or a
+speculative schedule's), told after each step what its requests accepted. Requests learn of
+their chunks through a per-request queue; the HTTP layer writes them and stamps the
+ground-truth emission times.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.sim.content import ContentClass
+from orchestrator.sim.drafting import DraftPolicy, FixedDraft
 from orchestrator.sim.perfmodel import (
     PerfParams,
     SpecShape,
@@ -187,10 +191,14 @@ class Scheduler:
         log: SglangLog,
         on_completed: Callable[[int], None] | None = None,
         speed_factor: float = 1.0,
-        on_step: Callable[[Sequence[int]], None] | None = None,
+        on_step: Callable[[Sequence[int], int], None] | None = None,
         batch_lines: bool = True,
+        draft: DraftPolicy | None = None,
     ) -> None:
         self.shape = shape
+        """The server's speculative settings as it reports them (speculative or not)."""
+        self.draft: DraftPolicy = draft if draft is not None else FixedDraft(shape)
+        """The shape of each step by the running batch's size."""
         self.perf = perf
         self.time_scale = time_scale
         self.speed_factor = speed_factor
@@ -203,8 +211,9 @@ class Scheduler:
         self.log = log
         self.on_completed = on_completed
         self.on_step = on_step
-        """Told each decode step's accepted draft tokens per client request (the bonus token
-        not counted): how an engine that counts drafts (vLLM) keeps its statistics."""
+        """Told each drafting decode step's accepted draft tokens per client request (the
+        bonus token not counted) and the step's draft length: how an engine that counts
+        drafts (vLLM) keeps its statistics."""
         self.batch_lines = batch_lines
         """Whether SGLang's ``Prefill batch`` / ``Decode batch`` lines are written."""
         self.waiting: deque[Request] = deque()
@@ -219,6 +228,10 @@ class Scheduler:
         self._interval_tokens = 0
         self._interval_spec_tokens = 0
         self._interval_steps = 0
+        self._interval_correct = 0
+        self._interval_proposed = 0
+        self._interval_correct = 0
+        self._interval_proposed = 0
         self._interval_start = time.monotonic()
         self._step_end = self._interval_start
         """When the current (or last) step is due to end on the model's clock."""
@@ -359,18 +372,23 @@ class Scheduler:
 
     async def _decode_step(self) -> None:
         batch = list(self.running)
-        await self._sleep_ms(step_time_ms(self.shape, [r.context for r in batch], self.perf))
+        step = self.draft.shape(len(batch))
+        await self._sleep_ms(step_time_ms(step, [r.context for r in batch], self.perf))
         accepted: list[int] = []
+        correct: list[int] = []
         for req in batch:
             if req.aborted or req.finish is not None:
                 continue
-            gained = sample_accepted(self.rng, self.shape, req.context, self.perf, req.content)
+            gained = sample_accepted(self.rng, step, req.context, self.perf, req.content)
             n = min(gained, req.remaining)
             req.verify_steps += 1
             req.truth.verify_steps = req.verify_steps
             req.correct_drafts += n - 1
+            correct.append(n - 1)
             self._interval_steps += 1
             self._interval_spec_tokens += n
+            self._interval_correct += n - 1
+            self._interval_proposed += step.verify_width - 1
             self.counters.avg_since_flush_steps += 1
             self.counters.avg_since_flush_tokens += n
             if not req.internal:
@@ -379,8 +397,12 @@ class Scheduler:
                 accepted.append(n - 1)
             self._emit(req, n, verify_step=True)
         self.running = [r for r in self.running if r.finish is None and not r.aborted]
-        if self.on_step is not None and self.shape.speculative:
-            self.on_step(accepted)
+        if self.shape.speculative:
+            said = self.draft.observe(len(batch), correct)
+            if said is not None:
+                self.log.tp0(said)
+        if self.on_step is not None and step.speculative:
+            self.on_step(accepted, step.verify_width - 1)
         self._decode_iter += 1
         if self._decode_iter % self.decode_log_interval == 0 and self.batch_lines:
             self._log_decode()
@@ -410,8 +432,7 @@ class Scheduler:
         accept_rate: float | None = None
         if self.shape.speculative and self._interval_steps:
             accept_len = self._interval_spec_tokens / self._interval_steps
-            proposed = max(1, self.shape.verify_width - 1)
-            accept_rate = (accept_len - 1.0) / proposed
+            accept_rate = self._interval_correct / max(1, self._interval_proposed)
             self.counters.last_accept_len = accept_len
         self.counters.last_gen_throughput = throughput
         self.log.rank(
@@ -430,3 +451,5 @@ class Scheduler:
         self._interval_tokens = 0
         self._interval_spec_tokens = 0
         self._interval_steps = 0
+        self._interval_correct = 0
+        self._interval_proposed = 0

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import h11
 
 from orchestrator.sim import server_faults, stamped
+from orchestrator.sim.drafting import AdaptiveSteps, DraftPolicy
 from orchestrator.sim.http_server import HttpServer
 from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.server_args import (
@@ -62,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = resolve(ns, argv, version=settings.sglang_version, ddtree=settings.ddtree,
                        environ=os.environ)
-    except (ValueError, AssertionError) as exc:
+    except (ValueError, AssertionError, AttributeError, OSError) as exc:
         server_faults.log_startup_exception(early_log, exc)
         return 1
     layout = RankLayout.from_args(args.values, os.environ)
@@ -206,13 +207,16 @@ async def _start_up(state: ServerState, crash: str | None, http: _Http) -> int |
         if args.shape.algorithm == "DDTREE":
             log.tp0(ddtree_init_line(block_size=block,
                                      tree_budget=int(args.get("speculative_ddtree_budget"))))
+    draft = args.drafting.policy()
+    if isinstance(draft, AdaptiveSteps):
+        log.tp0(draft.init_line())
     log.rank(
         f"max_total_num_tokens={settings.max_total_tokens}, "
         f"chunked_prefill_size={args.get('chunked_prefill_size') or 8192}, "
         f"max_prefill_tokens=16384, max_running_requests={args.get('max_running_requests')}, "
         f"context_len={args.get('context_length') or 262144}"
     )
-    scheduler = _make_scheduler(state)
+    scheduler = _make_scheduler(state, draft)
     state.scheduler = scheduler
     state.phase = Phase.WARMING
     loop_task = asyncio.create_task(scheduler.run())
@@ -231,7 +235,7 @@ async def _start_up(state: ServerState, crash: str | None, http: _Http) -> int |
     return None
 
 
-def _make_scheduler(state: ServerState) -> Scheduler:
+def _make_scheduler(state: ServerState, draft: DraftPolicy) -> Scheduler:
     settings = state.settings
     args = state.args
     crash_after = settings.faults.crash_after_requests.active(state.argv)
@@ -256,6 +260,7 @@ def _make_scheduler(state: ServerState) -> Scheduler:
         speed_factor=restart_speed_factor(
             settings.seed, os.environ.get("INVOCATION_ID", ""), settings.restart_jitter
         ),
+        draft=draft,
     )
 
 

@@ -6,7 +6,10 @@ flag is ``vllm serve: error: unrecognized arguments: ...``, exit 2), flag names 
 (``--speculative-config.method dflash``) gathered into one JSON appended last, and the shortcut
 flags ``--spec-method``, ``--spec-model``, ``--spec-tokens``. :func:`resolve` then applies what
 ``create_speculative_config`` and ``SpeculativeConfig`` check before a model loads, raising the
-``ValueError`` vLLM raises, and gives the speculative shape the performance model runs.
+``ValueError`` vLLM raises, and gives the speculative shape the performance model runs; a
+``num_speculative_tokens_per_batch_size`` schedule is typed as ``SpeculativeConfig`` types it,
+dropped where vLLM drops it (:mod:`orchestrator.sim.vllm_schedule`), and becomes the engine's
+draft length by batch size at its start (:func:`engine_draft`).
 
 The simulator is a separate host: it keeps its own copy of these facts and imports nothing of
 the orchestrator's control code.
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from orchestrator.sim import vllm_schedule
+from orchestrator.sim.drafting import BatchDraft, DraftSchedule, FixedDraft
 from orchestrator.sim.perfmodel import BASELINE, SpecKind, SpecShape
 from orchestrator.sim.server_args import ServerArgs
 
@@ -166,7 +171,53 @@ def _speculative(ns: argparse.Namespace) -> dict[str, Any] | None:
             "'tensor_parallel_size' is not a valid argument in the speculative_config. "
             "Please pass 'draft_tensor_parallel_size' instead."
         )
+    if spec.get(vllm_schedule.SCHEDULE_KEY) is not None:
+        spec[vllm_schedule.SCHEDULE_KEY] = _typed_schedule(spec[vllm_schedule.SCHEDULE_KEY])
     return spec
+
+
+def _typed_schedule(value: Any) -> list[list[int]]:
+    """``SpeculativeConfig``'s pydantic check of ``list[tuple[int, int, int]]`` (lax: an
+    integral float or a string of digits is an int), with its message for what it refuses."""
+    key = vllm_schedule.SCHEDULE_KEY
+
+    def refuse(where: str, message: str, kind: str, item: Any) -> ValueError:
+        return ValueError(
+            f"1 validation error for SpeculativeConfig\n{where}\n  {message} "
+            f"[type={kind}, input_value={item!r}, input_type={type(item).__name__}]"
+        )
+
+    if not isinstance(value, list):
+        raise refuse(key, "Input should be a valid list", "list_type", value)
+    typed: list[list[int]] = []
+    for index, entry in enumerate(value):
+        where = f"{key}.{index}"
+        if not isinstance(entry, list):
+            raise refuse(where, "Input should be a valid tuple", "tuple_type", entry)
+        if len(entry) > 3:
+            raise refuse(where, f"Tuple should have at most 3 items after validation, not "
+                         f"{len(entry)}", "too_long", entry)  # fmt: skip
+        if len(entry) < 3:
+            raise refuse(f"{where}.{len(entry)}", "Field required", "missing", entry)
+        typed.append([_lax_int(f"{where}.{i}", item, refuse) for i, item in enumerate(entry)])
+    return typed
+
+
+def _lax_int(where: str, item: Any, refuse: Callable[[str, str, str, Any], ValueError]) -> int:
+    if isinstance(item, bool | int):
+        return int(item)
+    if isinstance(item, float):
+        if item.is_integer():
+            return int(item)
+        raise refuse(where, "Input should be a valid integer, got a number with a fractional "
+                     "part", "int_from_float", item)  # fmt: skip
+    if isinstance(item, str):
+        try:
+            return int(item.strip())
+        except ValueError:
+            raise refuse(where, "Input should be a valid integer, unable to parse string as an "
+                         "integer", "int_parsing", item) from None  # fmt: skip
+    raise refuse(where, "Input should be a valid integer", "int_type", item)
 
 
 def _method(spec: Mapping[str, Any]) -> str:
@@ -185,7 +236,10 @@ def _method(spec: Mapping[str, Any]) -> str:
 
 def _shape(method: str, tokens: int) -> SpecShape:
     """What a method means to the performance model: DFlash drafts a block in one pass; EAGLE
-    and MTP draft step by step; n-gram and suffix look the context up."""
+    and MTP draft step by step; n-gram and suffix look the context up. 0 tokens drafts
+    nothing (a schedule's step at a batch size it gives 0)."""
+    if tokens <= 0:
+        return BASELINE
     if method in ("dflash", "dspark"):
         return SpecShape(SpecKind.CHAIN, "DFLASH", tokens + 1, tokens, 1, None, 1)
     if method in ("ngram", "ngram_gpu", "suffix"):
@@ -194,9 +248,11 @@ def _shape(method: str, tokens: int) -> SpecShape:
     return SpecShape(SpecKind.CHAIN, algorithm, tokens + 1, tokens, 1, None, tokens)
 
 
-def resolve(ns: argparse.Namespace) -> ServerArgs:
+def resolve(ns: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerArgs:
     """vLLM's checks before a model loads, and the resolved values the server reports.
-    Raises ``ValueError`` with vLLM's text."""
+    Raises ``ValueError`` with vLLM's text. A schedule vLLM would drop (for the method on the
+    model runner ``environ`` selects, or for data parallelism) is dropped, its warning in
+    ``warnings``: :func:`vllm_schedule.fallback_warning` says where vLLM logs it."""
     values: dict[str, Any] = dict(vars(ns))
     model = values.pop("model_tag") or values["model"] or "Qwen/Qwen3-0.6B"
     values["model"] = model
@@ -219,9 +275,32 @@ def resolve(ns: argparse.Namespace) -> ServerArgs:
             raise ValueError(f"Expected num_speculative_tokens to be greater than zero ({tokens}).")
         spec["method"] = method
         shape = _shape(method, tokens)
+    warnings: tuple[str, ...] = ()
+    if spec is not None:
+        fallback = vllm_schedule.fallback_warning(
+            spec, int(values["data_parallel_size"]), environ or {}
+        )
+        if fallback is not None:
+            warnings = (fallback[0],)
+            spec[vllm_schedule.SCHEDULE_KEY] = None
     values["speculative_config"] = spec
     values["max_running_requests"] = values["max_num_seqs"] or (48 if spec else 1024)
-    return ServerArgs(values, shape, (), False)
+    return ServerArgs(values, shape, warnings, False)
+
+
+def engine_draft(args: ServerArgs) -> DraftSchedule:
+    """What the engine core's scheduler drafts by: with a schedule, the dense lookup up to
+    ``max_num_seqs`` (raising vLLM's ``ValueError`` for a schedule it refuses), else the
+    static shape. An empty schedule builds no lookup, as vLLM's truthiness test skips it."""
+    spec = args.values["speculative_config"]
+    schedule = spec.get(vllm_schedule.SCHEDULE_KEY) if spec else None
+    if not schedule:
+        return FixedDraft(args.shape)
+    method = str(spec["method"])
+    dense = vllm_schedule.dense_lookup(
+        schedule, int(args.values["max_running_requests"]), int(spec["num_speculative_tokens"])
+    )
+    return BatchDraft.from_dense([_shape(method, tokens) for tokens in dense])
 
 
 def check_engine_config(args: ServerArgs) -> None:

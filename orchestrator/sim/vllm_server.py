@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from orchestrator.sim import server_faults
+from orchestrator.sim import server_faults, vllm_schedule
+from orchestrator.sim.drafting import DraftSchedule
 from orchestrator.sim.http_server import HttpRequest, HttpResponse, Router
 from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.server_args import ServerArgs
@@ -42,6 +43,7 @@ from orchestrator.sim.vllm_args import (
     VERSION,
     ArgparseExit,
     check_engine_config,
+    engine_draft,
     parse,
     resolve,
 )
@@ -94,13 +96,14 @@ class SpecStats:
     def __post_init__(self) -> None:
         self.per_pos = [0] * self.num_spec_tokens
 
-    def observe(self, accepted: Sequence[int]) -> None:
-        """One scheduler step: each request's draft and its accepted tokens."""
+    def observe(self, accepted: Sequence[int], draft_length: int) -> None:
+        """One scheduler step that drafted ``draft_length`` tokens a request (a schedule's
+        length for the batch, else ``num_spec_tokens``): each request's accepted tokens."""
         step_pos = [0] * self.num_spec_tokens
         for count in accepted:
-            for pos in range(min(count, self.num_spec_tokens)):
+            for pos in range(min(count, draft_length, self.num_spec_tokens)):
                 step_pos[pos] += 1
-        drafts, drafted, taken = len(accepted), len(accepted) * self.num_spec_tokens, sum(accepted)
+        drafts, drafted, taken = len(accepted), len(accepted) * draft_length, sum(accepted)
         self.drafts += drafts
         self.draft_tokens += drafted
         self.accepted += taken
@@ -305,12 +308,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.line(f"vLLM server version {VERSION}, serving model {ns.model_tag or ns.model}",
              where="startup.py:36")  # fmt: skip
     try:
-        args = resolve(ns)
+        args = resolve(ns, os.environ)
         check_engine_config(args)
     except ValueError as exc:
         _engine_core_failure(log, exc)
         return 1
     log.line(f"non-default args: {_non_default(args, argv)!r}", where="startup.py:102")
+    draft = _engine_draft(args, log)
+    if draft is None:
+        return 1
     crash = settings.faults.crash_at_start.active(argv)
     gpus = gpu_indices(int(args.values["tensor_parallel_size"]), settings.gpu_count,
                        os.environ.get("CUDA_VISIBLE_DEVICES"))  # fmt: skip
@@ -324,13 +330,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = ServerState(args=args, settings=settings, argv=tuple(argv), launch_command=launch,
                         log=log)  # type: ignore[arg-type]  # fmt: skip
     try:
-        return asyncio.run(_serve(state, log, crash))
+        return asyncio.run(_serve(state, log, crash, draft))
     except KeyboardInterrupt:
         return 0
 
 
-async def _start(state: ServerState, log: VllmLog, crash: str | None,
-                 stats: SpecStats | None) -> tuple[int | None, Any]:  # fmt: skip
+def _engine_draft(args: ServerArgs, log: VllmLog) -> DraftSchedule | None:
+    """The API server's config logs the warning with which vLLM drops a schedule it cannot
+    honour; the engine core's scheduler then builds its lookup, refusing a schedule vLLM
+    refuses (None: it did, and said so as the engine core does)."""
+    for warning in args.warnings:
+        log.line(warning, level="WARNING", where=vllm_schedule.logged_at(warning))
+    try:
+        return engine_draft(args)
+    except ValueError as exc:
+        _engine_core_failure(log, exc)
+        return None
+
+
+async def _start(
+    state: ServerState, log: VllmLog, crash: str | None, stats: SpecStats | None,
+    draft: DraftSchedule,
+) -> tuple[int | None, Any]:  # fmt: skip
     """Load, then serve HTTP: an exit code on a startup failure, else the HTTP server."""
     from orchestrator.sim.http_server import HttpServer
 
@@ -364,6 +385,7 @@ async def _start(state: ServerState, log: VllmLog, crash: str | None,
         radix_cache=args.get("enable_prefix_caching") is not False,
         log=log,  # type: ignore[arg-type]
         on_step=stats.observe if stats is not None else None, batch_lines=False,
+        draft=draft.policy(),
         speed_factor=restart_speed_factor(
             settings.seed, os.environ.get("INVOCATION_ID", ""), settings.restart_jitter),
     )  # fmt: skip
@@ -394,7 +416,8 @@ async def _start(state: ServerState, log: VllmLog, crash: str | None,
     return None, server
 
 
-async def _serve(state: ServerState, log: VllmLog, crash: str | None) -> int:
+async def _serve(state: ServerState, log: VllmLog, crash: str | None,
+                 draft: DraftSchedule) -> int:  # fmt: skip
     settings = state.settings
     spec = state.args.values.get("speculative_config")
     stats = SpecStats(int(spec["num_speculative_tokens"])) if spec else None
@@ -403,7 +426,7 @@ async def _serve(state: ServerState, log: VllmLog, crash: str | None) -> int:
     ignore_term = bool(settings.faults.ignore_sigterm.active(state.argv))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: None if ignore_term else stop.set())
-    starting = asyncio.create_task(_start(state, log, crash, stats))
+    starting = asyncio.create_task(_start(state, log, crash, stats, draft))
     stopping = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     server = None
