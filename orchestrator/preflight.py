@@ -43,6 +43,7 @@ from orchestrator.engines.base import (
     ParseVerdict,
     file_flags,
 )
+from orchestrator.engines.schedule import PROBE_KEY, NativeSchedule, probe_schedule
 from orchestrator.host import systemd
 from orchestrator.host.dropin import (
     ExtraFlagConflict,
@@ -59,7 +60,7 @@ from orchestrator.host.launchfile import content_problem
 from orchestrator.host.transport import TransportError
 from orchestrator.host.unitcommand import unit_env_prefix, working_directory
 from orchestrator.invocation import ServerRecipe, UnitBase
-from orchestrator.plan import first_key, space_trials
+from orchestrator.plan import expand_configs, first_key, space_trials
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.types import ApiKind, KnobValue, MetricsMode
 
@@ -259,14 +260,19 @@ def _trial_invocations(
     service: systemd.ServiceConfig,
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
     recipe: ServerRecipe,
+    schedule: NativeSchedule | None = None,
 ) -> dict[str, TrialInvocation]:
     """Each trial's invocation as its drop-in will have it (a conflicting extra flag is the
-    drop-in's own failure, reported when the trial runs)."""
+    drop-in's own failure, reported when the trial runs), and the representative schedule's
+    under :data:`~orchestrator.engines.schedule.PROBE_KEY`."""
     base = UnitBase.of(service)
     out: dict[str, TrialInvocation] = {}
     for key, config in trials:
         with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
             out[key] = recipe.invocation(config, base)
+    if schedule is not None:
+        with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
+            out[PROBE_KEY] = recipe.invocation(schedule.config, base, overlay=schedule.overlay)
     return out
 
 
@@ -613,9 +619,11 @@ async def check_sweep_host(
     handle: HostHandle, sweep: Sweep, host: HostSpec, *, engine: Engine | None = None
 ) -> HostCheck:
     """:func:`check_host` with everything ``sweep`` says of ``host``: its knobs and flags,
-    its model and API, every config of the space, the sweep's engine (``check`` and the
-    runner's preflight ask the same)."""
+    its model and API, every config of the space and a representative schedule when the
+    sweep will measure schedules, the sweep's engine (``check`` and the runner's preflight
+    ask the same)."""
     knobs = host.effective_knobs(sweep.server.knobs)
+    engine = engine or engines.get(sweep.engine)
     return await check_host(
         handle,
         unit=sweep.unit,
@@ -630,8 +638,17 @@ async def check_sweep_host(
         trials=space_trials(sweep, host.name),
         knobs=knobs,
         environment=sweep.server.environment,
-        engine=engine or engines.get(sweep.engine),
+        engine=engine,
+        schedule=_probe(sweep, engine, knobs),
     )
+
+
+def _probe(sweep: Sweep, engine: Engine, knobs: Mapping[str, KnobTarget]) -> NativeSchedule | None:
+    """The schedule the preflight asks the host's engine about, when the sweep will measure
+    schedules (``search.schedule_trials``)."""
+    if not sweep.schedule_restarts():
+        return None
+    return probe_schedule(engine, expand_configs(sweep), knobs)
 
 
 async def check_host(
@@ -651,6 +668,7 @@ async def check_host(
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]] = (),
     knobs: Mapping[str, KnobTarget] | None = None,
     environment: Mapping[str, str] | None = None,
+    schedule: NativeSchedule | None = None,
 ) -> HostCheck:
     """Run every check on one host; never changes anything on it.
 
@@ -662,7 +680,10 @@ async def check_host(
     (``knobs``, ``extra_flags``, ``environment``, ``metrics`` as the trial's drop-in has them),
     in one process per batch: a rejected argv fails its trial before anything restarts. Where
     that parser cannot be asked (its import fails), ``flags`` are checked against ``--help``
-    instead; the ``sglang_parser`` check says which."""
+    instead; the ``sglang_parser`` check says which. ``schedule`` (a representative schedule
+    in the engine's form) is parsed and its files checked the same way, under
+    :data:`~orchestrator.engines.schedule.PROBE_KEY`: a build that refuses it refuses every
+    schedule trial before any restart."""
     name = host.name
     checks = _Checks()
     model_mismatch: str | None = None
@@ -674,7 +695,7 @@ async def check_host(
         )  # fmt: skip
         await _check_disk(host, checks, timeout=command_timeout)
         recipe = _trial_recipe(unit, knobs, extra_flags, environment, metrics, engine)
-        invocations = _trial_invocations(reached.service, trials, recipe)
+        invocations = _trial_invocations(reached.service, trials, recipe, schedule)
         found = await _check_flags(
             host, checks, reached.service, invocations, recipe, flags, timeout=help_timeout,
             engine=engine,

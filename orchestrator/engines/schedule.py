@@ -74,11 +74,39 @@ def check_bands(bands: Sequence[ScheduleBand]) -> None:
             raise ValueError("a schedule's bands start at rising batch sizes")
 
 
+PROBE_KEY = "schedule-probe"
+"""The preflight's key for a sweep's representative schedule (:func:`probe_schedule`)."""
+
+
+def probe_schedule(
+    engine: object, configs: Sequence[Mapping[str, KnobValue]], knobs: Mapping[str, KnobTarget]
+) -> NativeSchedule | None:
+    """A schedule of two of ``configs`` (the first that the engine takes as one, from batch 1
+    and from batch 8) in ``engine``'s own form: what the preflight asks the host's engine to
+    parse before a sweep that will measure schedules runs one; None when no two configs make
+    one (or the engine takes no schedule)."""
+    if not isinstance(engine, ScheduleForm):
+        return None
+    speculative = [c for c in configs if any(v is not None for v in c.values())]
+    for first in speculative:
+        for second in speculative:
+            if first == second:
+                continue
+            form = engine.native_schedule(
+                [ScheduleBand(1, first), ScheduleBand(8, second)], knobs
+            )
+            if isinstance(form, NativeSchedule):
+                return form
+    return None
+
+
 __all__ = [
+    "PROBE_KEY",
     "NativeSchedule",
     "NoNativeSchedule",
     "ScheduleBand",
     "ScheduleForm",
     "check_bands",
+    "probe_schedule",
     "varying_knobs",
 ]

@@ -70,10 +70,12 @@ import pytest
 import yaml
 
 from orchestrator import engines
+from orchestrator.engines.schedule import NativeSchedule, ScheduleBand, probe_schedule
 from orchestrator.engines.vllm import facts
 from orchestrator.engines.vllm.argv import MARKER, batch_command, read_answers
+from orchestrator.engines.vllm.schedule import native_schedule as vllm_schedule
 from orchestrator.invocation import ServerRecipe
-from orchestrator.plan import plan_sweep
+from orchestrator.plan import expand_configs, plan_sweep
 from orchestrator.sim.cli import render_vllm_sweep
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.sweepfile.problems import SweepFileError
@@ -424,10 +426,38 @@ def _typod_recipe(sweep: Sweep, host: Any) -> ServerRecipe:
     return dataclasses.replace(recipe, knobs=knobs)
 
 
+def render_schedules(sweep: Sweep) -> list[Rendered]:
+    """The sweep's representative schedule (what the preflight asks) and a three-band one of
+    its configs, each rendered with its overlay as a schedule trial runs it."""
+    vllm = engines.get("vllm")
+    host = sweep.hosts[0]
+    recipe = ServerRecipe.of(sweep, host)
+    configs = [c for c in expand_configs(sweep) if c]
+    forms = [probe_schedule(vllm, configs, recipe.knobs)]
+    same = [c for c in configs if c.get("method") == configs[0].get("method")]
+    if len(same) >= 3:
+        bands = [ScheduleBand(1, same[-1]), ScheduleBand(4, same[1]), ScheduleBand(32, same[0])]
+        forms.append(vllm_schedule(bands, recipe.knobs))  # type: ignore[arg-type]
+    out = []
+    for form in forms:
+        if not isinstance(form, NativeSchedule):
+            continue
+        invocation = recipe.invocation(form.config, overlay=form.overlay)
+        command = vllm.parse_command(sweep.server.exec_start or (), invocation, None)
+        assert command is not None, invocation.argv
+        meant = {
+            **(_meant(sweep, form.config) or {}),
+            **form.overlay.json.get("--speculative-config", {}),
+        }
+        out.append(Rendered(sweep.name, form.config, command.prefix[:-1], command.argv, meant))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Asked:
     rendered: list[Rendered]
     typod: list[Rendered]
+    schedules: list[Rendered]
     answers: dict[tuple[str, ...], tuple[Any, dict[str, Any], dict[str, Any]]]
     """Each argv's (preflight verdict, vLLM's own answer, what vLLM's source says)."""
 
@@ -439,15 +469,16 @@ def asked(vllm_source: Path) -> Asked:
     sweeps = vllm_sweeps()
     rendered = [r for sweep in sweeps for r in render(sweep)]
     typod = [r for r in render(sweeps[0], _typod_recipe) if r.meant][:2]
+    schedules = [r for sweep in sweeps for r in render_schedules(sweep)]
     groups: dict[tuple[str, ...], list[Rendered]] = {}
-    for one in [*rendered, *typod]:
+    for one in [*rendered, *typod, *schedules]:
         groups.setdefault(one.env_prefix, []).append(one)
     answers = {}
     for prefix, group in groups.items():
         got = ask_vllm(vllm_source, prefix, [r.argv for r in group])
         for one, verdict, real in zip(group, got.preflight, got.real, strict=True):
             answers[(*one.env_prefix, *one.argv)] = (verdict, real, got.facts)
-    return Asked(rendered, typod, answers)
+    return Asked(rendered, typod, schedules, answers)
 
 
 def test_every_rendered_vllm_argv_parses_under_vllms_own_parser(asked: Asked) -> None:
@@ -477,6 +508,21 @@ def test_every_rendered_vllm_argv_parses_under_vllms_own_parser(asked: Asked) ->
     # every speculative config of the three sweeps reached a real SpeculativeConfig
     assert checked == len([r for r in asked.rendered if r.meant]) >= 9 + 4 + 9
     assert any(one.config == BUDGET for one in asked.rendered)  # parsed: refused only later
+
+
+def test_every_rendered_schedule_builds_a_real_speculative_config(asked: Asked) -> None:
+    """A schedule trial's argv (its overlay's num_speculative_tokens_per_batch_size inside
+    --speculative-config) parses under vLLM's own parser and builds a real SpeculativeConfig,
+    and the preflight's script says ok for it."""
+    assert len(asked.schedules) >= 3
+    for one in asked.schedules:
+        verdict, real, _source = asked.answers[(*one.env_prefix, *one.argv)]
+        where = f"{one.sweep} {dict(one.config)}: {' '.join(one.argv)}"
+        assert real["exit"] is None and "error" not in real, (where, real)
+        assert verdict.ok is True, (where, verdict)
+        assert real["asked"] == one.meant, (where, real)
+        assert one.meant is not None and "num_speculative_tokens_per_batch_size" in one.meant
+        assert real["built"] is True and real["tokens"] == one.meant["num_speculative_tokens"]
 
 
 def test_a_typod_key_is_refused_by_validate_and_by_vllm(asked: Asked) -> None:
