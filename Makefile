@@ -38,17 +38,17 @@ $(STAMP_RUN): pyproject.toml $(LOCK) | $(UV)
 	touch $@
 
 $(STAMP_DEV): pyproject.toml $(LOCK) | $(UV)
-	$(PIP_INSTALL) -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev,postgres]'
 	touch $@ $(STAMP_RUN)
 
 $(STAMP_REAL): pyproject.toml $(LOCK) | $(UV)
-	$(PIP_INSTALL) -e '.[dev,realengine]'
+	$(PIP_INSTALL) -e '.[dev,postgres,realengine]'
 	touch $@ $(STAMP_DEV) $(STAMP_RUN)
 
 # Re-resolve the lock from pyproject.toml and the caps (all extras, every platform), on purpose.
 lock: | $(UV)
-	$(BIN)/python -m uv pip compile pyproject.toml --extra dev --extra realengine --universal \
-		--python-version 3.11 --constraint requirements/constraints.in --no-header \
+	$(BIN)/python -m uv pip compile pyproject.toml --extra dev --extra postgres --extra realengine \
+		--universal --python-version 3.11 --constraint requirements/constraints.in --no-header \
 		--annotation-style line --output-file $(LOCK)
 
 install: $(STAMP_RUN)
