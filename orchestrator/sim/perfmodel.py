@@ -4,7 +4,10 @@ A sweep needs something real to find, so the model reproduces the shapes that ma
 hardware (see docs/simulator.md for the equations):
 
 - a decode step costs a fixed time plus terms that grow with the tokens the target model verifies
-  (batch x verify width), with the context held in the KV cache, and with tree size;
+  (batch x verify width), with the context held in the KV cache, and with tree size; the fixed
+  time is the weights streamed once, until the tokens a step verifies make it compute-bound
+  (a smooth roofline), so a long draft that is nearly free at batch 1 costs its full compute at
+  batch 32 and the best draft length falls with load;
 - speculative acceptance grows with tree budget / top-k and saturates (never above the DFLASH
   block size), while verify cost keeps growing, so throughput peaks at an INTERIOR budget;
 - DFLASH's gain over the baseline shrinks with concurrency (verify work becomes compute-bound);
@@ -52,6 +55,10 @@ class PerfParams:
 
     step_base_ms: float = 15.0
     """Fixed cost of one target forward pass (weights streamed once per step)."""
+    compute_token_ms: float = 0.2
+    """Compute per token the target verifies once the step is compute-bound: the forward
+    costs sqrt(step_base^2 + (this x tokens)^2), a smooth roofline whose knee is at
+    step_base / this tokens (75 by default). 0: never compute-bound (a compute-rich host)."""
     verify_token_ms: float = 0.032
     """Cost per token the target processes in a step (batch size x verify width)."""
     context_ms_per_ktok: float = 0.05
@@ -67,7 +74,7 @@ class PerfParams:
     """Drafter cost per drafted token in the batch."""
     draft_context_ms_per_ktok: float = 0.02
     """Drafter attention per 1000 tokens of context it reads (capped by the draft window)."""
-    eagle_step_ms: float = 1.6
+    eagle_step_ms: float = 0.6
     """Cost of one sequential EAGLE draft step."""
     prefill_base_ms: float = 10.0
     prefill_token_ms: float = 0.08
@@ -75,6 +82,9 @@ class PerfParams:
     alpha_dflash: float = 0.78
     """Per-position acceptance of the DFLASH drafter at short context."""
     alpha_eagle: float = 0.70
+    alpha_eagle3: float = 0.80
+    """EAGLE-3's drafter (trained on the target's own features, several layers fused) accepts
+    more per position than EAGLE's; vLLM's ``eagle3`` and MTP heads run at this rate."""
     alpha_ngram: float = 0.45
     topk_gain: float = 0.8
     """Top-k k lifts per-depth acceptance to 1 - (1 - alpha) * k ** -topk_gain."""
@@ -131,6 +141,8 @@ def base_alpha(shape: SpecShape, params: PerfParams) -> float:
         return params.alpha_ngram
     if shape.algorithm in ("DFLASH", "DDTREE", "DSPARK"):
         return params.alpha_dflash
+    if shape.algorithm == "EAGLE3":
+        return params.alpha_eagle3
     return params.alpha_eagle
 
 
@@ -281,7 +293,7 @@ def restart_speed_factor(seed: int, invocation: str, relative_sd: float) -> floa
 def step_time_ms(shape: SpecShape, contexts: Sequence[int], params: PerfParams) -> float:
     """Duration of one decode (draft + verify) step for a running batch with these contexts.
 
-    t = base + verify_token * B * W + ctx * sum(ctx_i)/1000
+    t = sqrt(base^2 + (compute_token * B * W)^2) + verify_token * B * W + ctx * sum(ctx_i)/1000
         + [tree] tree_node * W^2 * (1 + B / ref)
         + [spec] draft_steps * (draft_base or eagle_step) + draft_token * B * W
                  + draft_ctx * sum(min(ctx_i, window))/1000
@@ -302,7 +314,9 @@ def batch_step_time_ms(
     if batch == 0:
         return 0.0
     width = shape.verify_width
-    t = params.step_base_ms + params.verify_token_ms * batch * width
+    tokens = batch * width
+    t = math.hypot(params.step_base_ms, params.compute_token_ms * tokens)
+    t += params.verify_token_ms * tokens
     t += params.context_ms_per_ktok * total_context / 1000.0
     if not shape.speculative:
         return t

@@ -136,7 +136,9 @@ def test_the_budget_keeps_an_interior_optimum_on_every_content(content: ContentC
         rates = {n: steady_throughput(ddtree(n), 1024, concurrency, P, content)
                  for n in range(2, 41)}
         best = max(rates, key=lambda n: rates[n])
-        assert 4 <= best <= 20, (content, concurrency, best)
+        # Interior: neither the smallest budget nor the largest (the optimum falls with load:
+        # 3 on prose at C=32).
+        assert 2 < best <= 20, (content, concurrency, best)
 
 
 def _natural_lengths(texts: list[str]) -> list[int]:
