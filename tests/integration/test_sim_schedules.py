@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from orchestrator.sim import vllm_schedule
 from orchestrator.sim.server_args import build_parser
 from orchestrator.sim.server_args import resolve as resolve_sglang
 from tests.integration.sim_server_proc import FAST, SimServer, free_port, start_server
 from tests.integration.test_sglang_adaptive_source import sglang_module as sglang_module
 from tests.integration.test_sglang_adaptive_source import sglang_reader
+from tests.integration.test_vllm_real_parser import vllm_source as vllm_source
 
 SCHEDULE = [[1, 1, 7], [2, 64, 1]]
 """Seven draft tokens for a request alone, one for any batch of two or more."""
@@ -250,3 +253,33 @@ def test_the_simulated_adaptive_steps_move_as_sglang_0_5_23s_own(
 def _parsed(flags: list[str]) -> tuple[Any, list[str]]:
     argv = ["--model-path", "m", *flags]
     return build_parser("0.5.23", True).parse_args(argv), argv
+
+
+def test_the_simulated_lookup_is_vllm_0_33s_own(vllm_source: Path) -> None:
+    """Random schedules, well formed or not, through vLLM's own
+    ``build_dynamic_sd_schedule_lookup`` and the simulator's port: the same table or the same
+    error."""
+    utils = vllm_source / "vllm" / "v1" / "spec_decode" / "dynamic" / "utils.py"
+    real = runpy.run_path(str(utils))["build_dynamic_sd_schedule_lookup"]
+    rng = random.Random(3)
+    agreed = failed = 0
+    for _ in range(400):
+        ranges = [[rng.randint(-1, 40), rng.randint(0, 70), rng.randint(-1, 9)]
+                  for _ in range(rng.randint(1, 4))]  # fmt: skip
+        if rng.random() < 0.6:  # mostly well formed: sorted, adjacent or with gaps, from 1
+            start, ranges = 1, []
+            for _ in range(rng.randint(1, 4)):
+                end = start + rng.randint(0, 20)
+                ranges.append([start, end, rng.randint(0, 9)])
+                start = end + 1 + rng.choice([0, 0, 3])
+        size, tokens = rng.randint(1, 64), rng.randint(1, 8)
+        outcomes = []
+        for build in (real, vllm_schedule.dense_lookup):
+            try:
+                outcomes.append(build(ranges, size, tokens))
+            except ValueError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1], (ranges, size, tokens)
+        failed += isinstance(outcomes[0], str)
+        agreed += 1
+    assert agreed == 400 and 40 < failed < 360
