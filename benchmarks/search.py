@@ -19,12 +19,13 @@ the simulator's truth (the real runner's driver reconfigures a unit over SSH ins
 - the type's cap is checked before the source is asked; the attempt is started, then the
   restart is counted (``restart.counted`` event, before the start) or refused (``skipped``);
 - a config the simulated server refuses (truth has no cells) fails ``invalid-config``;
-- each planned cell is a committed point whose ``output_tok_s`` is the truth's, divided by the
+- each planned cell is a point whose ``output_tok_s`` is the truth's, divided by the
   process's speed factor (:func:`orchestrator.sim.perfmodel.restart_speed_factor`, lognormal,
   relative sd ``restart_jitter``, one draw per attempt) and with request noise (normal, the
   truth's ``output_tok_s_sd``, scaled by sqrt(full rounds / the plan's rounds) for a screen);
   its within-run error ``output_tok_s_se`` is that sd, over ``rounds`` batches, as the real
-  point stores batch means;
+  point stores batch means; the host loop skips, records and shows the points as it does a
+  real server's;
 - after the plan is measured the source's ``extend`` is asked with the attempt's stored points;
   a new plan is stored (``set_trial_plan``, ``trial.extended``) and what it adds is measured on
   the same "server" (same speed factor, no restart); then ``finish_attempt`` and ``tell``.
@@ -71,7 +72,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,13 @@ from orchestrator.hostloop import NoProgress, Refusal, StopSignal, SweepContext,
 from orchestrator.lifecycle import TrialFailed
 from orchestrator.log import configure_logging
 from orchestrator.plan import Trial
+from orchestrator.points import (
+    Point,
+    PointProvenance,
+    ThroughputMetrics,
+    ThroughputPoint,
+    cell_point_key,
+)
 from orchestrator.runner import run_sweep
 from orchestrator.search.budget import RestartBudget
 from orchestrator.search.source import trial_source_for
@@ -105,17 +113,12 @@ from orchestrator.sim.perfmodel import restart_speed_factor
 from orchestrator.sim.settings import ServerSimSettings
 from orchestrator.sim.truth import CellTruth, SweepTruth, sweep_truth
 from orchestrator.store import (
-    Attempt,
     HostEntry,
-    PointProvenance,
     Store,
     SweepRecord,
     SweepResults,
-    ThroughputMetrics,
-    ThroughputPoint,
     TrialPlan,
     TrialRecord,
-    point_key,
 )
 from orchestrator.sweepfile import Sweep, parse_sweep
 from orchestrator.trialsource import TrialSource
@@ -299,24 +302,27 @@ class InvocationEvidence:
 
 class TruthServer:
     """A "server" of the model runner: the truth at each cell over one process's speed factor,
-    with request noise; each point committed as the real measurement commits it."""
+    with request noise; the host loop records its points as it records a real server's."""
 
-    def __init__(
-        self, store: Store, entry: Any, invocation: str, speed: float, full_rounds: int
-    ) -> None:
-        self.store, self.entry, self.invocation_id = store, entry, invocation
+    def __init__(self, entry: Any, invocation: str, speed: float, full_rounds: int) -> None:
+        self.entry, self.invocation_id = entry, invocation
         self.speed, self.full_rounds = speed, full_rounds
         self.noise = _rng(invocation)
 
-    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
-        committed = await self.store.committed_point_keys(attempt.id)
+    def planned(self, plan: TrialPlan) -> list[str]:
+        return [cell_point_key(cell) for cell in plan.cells]
+
+    async def points(self, plan: TrialPlan, skip: frozenset[str]) -> AsyncGenerator[Point, None]:
         for cell in plan.cells:
             truth = self.entry.cell(cell.context, cell.concurrency)
+            # Drawn for every cell, skipped or not: a resumed attempt's noise is the same.
             value, sd = measured_output_tok_s(
                 truth, self.speed, self.noise, plan.rounds, self.full_rounds
             )
+            if cell_point_key(cell) in skip:
+                continue
             now = time.time()
-            point = ThroughputPoint(
+            yield ThroughputPoint(
                 context=cell.context,
                 concurrency=cell.concurrency,
                 metrics=ThroughputMetrics(
@@ -326,9 +332,9 @@ class TruthServer:
                     invocation_id=self.invocation_id, started_at=now, finished_at=now
                 ),
             )
-            key = point_key("throughput", context=cell.context, concurrency=cell.concurrency)
-            if key not in committed:
-                await self.store.record_point(attempt.id, point, [])
+
+    async def check_alive(self) -> None:
+        """The truth never crashes."""
 
     def evidence(self) -> InvocationEvidence:
         return InvocationEvidence(self.invocation_id)
@@ -362,7 +368,7 @@ class TruthDriver:
         invocation = f"s{self.seed}/{trial.key}/a{number}"
         settings = self.world.settings
         speed = restart_speed_factor(settings.seed, invocation, settings.restart_jitter)
-        yield TruthServer(self.run.store, entry, invocation, speed, self.run.sweep.benchmark.rounds)
+        yield TruthServer(entry, invocation, speed, self.run.sweep.benchmark.rounds)
 
 
 async def model_host(

@@ -3,15 +3,19 @@ a stop, the extension of a promising screen, and what is recorded of each attemp
 
 The driver owns the host and its servers (:class:`Driver`): whether a trial is refused before
 any restart, and ``async with driver.serve(planned, trial) as server`` (the drop-in, the clean
-restart, proven readiness) then ``await server.measure(attempt, plan)``. The runner drives real
-hosts (:mod:`orchestrator.runner`); ``benchmarks/search.py`` drives the simulator's truth with
-the same loop; the tests drive a fake in milliseconds (tests/unit/test_hostloop.py).
+restart, proven readiness). The server measures (:class:`Served`: ``async for point in
+server.points(plan, skip)``) and knows no store, stop signal or progress; this loop alone
+reads what the attempt committed, stops between points, records each point, tells the
+progress and asks the server whether it still serves. The runner drives real hosts
+(:mod:`orchestrator.driver`); ``benchmarks/search.py`` drives the simulator's truth with the
+same loop; the tests drive a fake in milliseconds (tests/unit/test_hostloop.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncGenerator, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,6 +27,7 @@ from orchestrator.evidence import CANCELLED, Evidence, RefusalEvidence, StopEvid
 from orchestrator.lifecycle import failure_from
 from orchestrator.log import get_logger
 from orchestrator.plan import Trial
+from orchestrator.points import Point, ThroughputPoint, cell_point_key
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.store import (
     Attempt,
@@ -34,7 +39,8 @@ from orchestrator.store import (
 )
 from orchestrator.store.results import config_label
 from orchestrator.sweepfile import Sweep
-from orchestrator.trialsource import TrialSource, trial_plan
+from orchestrator.trialsource import SourcedTrial, TrialSource, trial_plan
+from orchestrator.types import SYNTHETIC_WORKLOAD
 
 
 class Progress(Protocol):
@@ -72,6 +78,11 @@ class StopSignal:
     def abort(self, reason: str) -> None:
         self.stop(reason)
         self.aborted.set()
+
+    async def at(self, seconds: float, reason: str) -> None:
+        """Stop with ``reason`` in ``seconds`` (a sweep's ``schedule.finish_by``)."""
+        await asyncio.sleep(max(seconds, 0.0))
+        self.stop(reason)
 
     @property
     def stopping(self) -> bool:
@@ -128,10 +139,19 @@ class Served(Protocol):
     @property
     def invocation_id(self) -> str: ...
 
-    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
-        """Measure ``plan`` on this server, each point committed as measured (points a
-        resumed attempt committed before are skipped); raise :class:`Stopped` between points
-        when the sweep is stopping."""
+    def planned(self, plan: TrialPlan) -> Sequence[str]:
+        """The keys of the points ``plan`` measures on this server, in the order
+        :meth:`points` yields them."""
+        ...
+
+    def points(self, plan: TrialPlan, skip: frozenset[str]) -> AsyncGenerator[Point, None]:
+        """Measure ``plan``'s points but those whose key is in ``skip``, each yielded as it
+        is made (its provenance attached)."""
+        ...
+
+    async def check_alive(self) -> None:
+        """Raise (``crashed``, with the server's log as evidence) unless the process that
+        measured the last point still serves."""
         ...
 
     def evidence(self) -> Evidence:
@@ -180,6 +200,24 @@ class Stopped(Exception):
 
 RESTORE_ATTEMPTS_AFTER_LOSS = 1
 """A host just lost gets one restore try: each further one would spend the reconnect budget."""
+
+
+async def until_aborted(run: SweepContext, host: str, trials: Coroutine[Any, Any, bool]) -> bool:
+    """The host's trials, unless the sweep is aborted (a second Ctrl-C): then the current
+    step ends at once (the attempt in flight stays resumable) and the restore follows."""
+    task = asyncio.create_task(trials)
+    aborted = asyncio.create_task(run.stop.aborted.wait())
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await run.event("host.aborted", {"reason": run.stop.reason}, host=host)
+        return True
+    return task.result()
 
 
 async def run_host_trials(run: SweepContext, driver: Driver) -> bool:
@@ -262,7 +300,7 @@ async def _measure_trial(
     stored with the trial before it is measured, so a resumed attempt measures the same."""
     plan = trial.plan or trial_plan(run.sweep)
     while True:
-        await server.measure(attempt, plan)
+        await measure_plan(run, driver.host, server, attempt, plan)
         stored = await run.store.points(attempt_id=attempt.id)
         extended = await run.source.extend(trial, [point_from_record(p) for p in stored])
         if extended is None or extended == plan:
@@ -276,6 +314,50 @@ async def _measure_trial(
             problems=len(extended.problems),
         )
         plan = extended
+
+
+async def measure_plan(
+    run: SweepContext, host: str, server: Served, attempt: Attempt, plan: TrialPlan
+) -> None:
+    """``plan`` on ``server``, one point at a time: what the attempt committed before is
+    skipped, the sweep's stop is checked before each point (:class:`Stopped`: the attempt stays
+    resumable, its points kept), each point is committed as it comes and shown, and the server
+    must still serve after it: checked once the point's journal window has settled, not beside
+    it (a server that crashed at the point's end exits a little later; tests/faults caught the
+    race)."""
+    committed = await run.store.committed_point_keys(attempt.id)
+    planned = server.planned(plan)
+    pending = [key for key in planned if key not in committed]
+    done, total = len(committed), len(planned)
+    if not pending:
+        return
+    async with contextlib.aclosing(server.points(plan, committed)) as points:
+        for key in pending:
+            if run.stop.stopping:
+                raise Stopped
+            run.progress.update(host, step=point_step(key, plan), done=done, total=total)
+            point = await anext(points, None)
+            if point is None or point.key != key:
+                found = None if point is None else point.key
+                raise RuntimeError(f"the server measured {found}, the plan's next is {key}")
+            await run.store.record_point(attempt.id, point, point.requests)
+            done += 1
+            if isinstance(point, ThroughputPoint):
+                last = point.metrics.measured_json()
+                run.progress.update(host, done=done, total=total, last_point=last, point=point)
+            else:
+                run.progress.update(host, done=done, total=total)
+            await server.check_alive()
+
+
+def point_step(key: str, plan: TrialPlan) -> str:
+    """The live display's step while the point ``key`` of ``plan`` is measured: ``ctx 4096 x
+    c32``, ``ctx 4096 x 8 req/s`` (``, chat`` on a workload), ``coding gcd``."""
+    for cell in plan.cells:
+        if cell_point_key(cell) == key:
+            step = f"ctx {cell.context} x {cell.load}"
+            return step if cell.workload == SYNTHETIC_WORKLOAD else f"{step}, {cell.workload}"
+    return f"coding {key.removeprefix('coding/')}"
 
 
 async def _fail_attempt(
@@ -338,6 +420,43 @@ async def _retry_after(
             raise HostLost(failed.message, failed.cause) from failed
         return False
     return True
+
+
+async def withdraw(run: SweepContext, host: str, reason: str) -> None:
+    """A host that failed before this sweep changed anything on it: its trials withdrawn and
+    skipped (cancelled under a cancel; left queued for an interrupted sweep to continue)."""
+    withdrawn = run.source.withdraw(host)
+    if run.stop.reason == "cancel":
+        await cancel_trials(run.store, run.record.id, [t.record for t in withdrawn])
+        return
+    if run.stop.resumable:
+        return
+    await set_aside(run, host, withdrawn, reason)
+
+
+async def set_aside(
+    run: SweepContext, host: str, trials: Sequence[SourcedTrial], reason: str
+) -> None:
+    """``host`` set aside for ``reason``, ``trials`` (withdrawn from it) skipped."""
+    await run.store.set_host_aside(run.record.id, host, reason)
+    for trial in trials:
+        await run.store.skip_trial(trial.record.id, "host-set-aside", {"reason": reason})
+    get_logger(host=host).warning("host.set_aside", reason=reason)
+
+
+async def cancel_trials(store: Store, sweep_id: int, trials: Sequence[TrialRecord]) -> None:
+    """``trials`` will not run because their sweep was cancelled: one never attempted gets a
+    cancelled attempt, one left running (in flight, or interrupted earlier) ends cancelled;
+    finished ones stay as they ended."""
+    latest: dict[int, Attempt] = {}
+    for attempt in await store.attempts(sweep_id):
+        latest[attempt.trial_id] = attempt  # by number within a trial: the last one wins
+    for trial in trials:
+        last = latest.get(trial.id)
+        if last is None:
+            await store.skip_trial(trial.id, None, CANCELLED.to_json(), state="cancelled")
+        elif last.state == "running":
+            await store.finish_attempt(last.id, "cancelled", evidence=CANCELLED.to_json())
 
 
 def cap_reached(run: SweepContext, host: str) -> bool:
@@ -411,7 +530,13 @@ __all__ = [
     "StopSignal",
     "Stopped",
     "SweepContext",
+    "cancel_trials",
     "cap_reached",
+    "measure_plan",
+    "point_step",
     "run_host_trials",
     "run_trial",
+    "set_aside",
+    "until_aborted",
+    "withdraw",
 ]

@@ -107,8 +107,8 @@ class StoredRequest:
     """One benchmark request as kept: times in seconds, ``sent_at`` as Unix time.
 
     Distinct from ``bench.client.RequestRecord`` (what the client observed, chunk by chunk);
-    the benchmark maps one onto the other (``bench.point.stored_request``). ``extra`` holds what not every request has (chunk
-    times, per-request accept length, ...).
+    the benchmark maps one onto the other (``bench.point.stored_request``). ``extra`` holds
+    what not every request has (chunk times, per-request accept length, ...).
     """
 
     sent_at: float

@@ -20,9 +20,9 @@ from orchestrator.api import (
 from orchestrator.daemon.adopt import HostsBusy, adopt_sweep
 from orchestrator.daemon.restore import Restorer
 from orchestrator.daemon.scheduler import ActiveSweep, Scheduler
+from orchestrator.hostloop import cancel_trials
 from orchestrator.log import get_logger
 from orchestrator.report import ReportFormat, render_report
-from orchestrator.runner import cancel_trials
 from orchestrator.store import Store, SweepRecord
 from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
 

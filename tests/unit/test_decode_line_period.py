@@ -23,7 +23,7 @@ from orchestrator.store.results import AcceptEstimate
 def _running(engine: Engine, environment: dict[str, str] | None = None) -> RunningServer:
     session = SimpleNamespace(engine=engine)
     server = SimpleNamespace(provenance=SimpleNamespace(environment=environment or {}))
-    return RunningServer(cast(Any, session), cast(Any, server))
+    return RunningServer(cast(Any, session), cast(Any, server), cast(Any, None), cast(Any, None))
 
 
 def _flags(running: RunningServer, wall_s: float | None) -> tuple[str, ...]:

@@ -1,44 +1,48 @@
 """The host loop's policy over a fake driver: retries, the restart budget, refusals, a cancel,
-a lost host. A real store (SQLite in a temporary file) and the plan's own trial source; the
-driver is scripted, so each test runs in milliseconds."""
+a lost host, and per point what is skipped, recorded, shown and checked. A real store (SQLite
+in a temporary file) and the plan's own trial source; the driver is scripted, so each test
+runs in milliseconds."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from orchestrator.evidence import RefusalEvidence
 from orchestrator.hostloop import (
     INTERRUPT,
     NoProgress,
+    Progress,
     Refusal,
-    Stopped,
     StopSignal,
     SweepContext,
+    point_step,
     run_host_trials,
 )
 from orchestrator.lifecycle import TrialFailed
 from orchestrator.plan import Trial
-from orchestrator.search.budget import RESTART_EVENT, RestartBudget
-from orchestrator.store import (
-    Attempt,
-    HostEntry,
-    Store,
+from orchestrator.points import (
+    Point,
+    PointProvenance,
     ThroughputMetrics,
     ThroughputPoint,
-    TrialPlan,
-    TrialRecord,
+    cell_point_key,
 )
+from orchestrator.search.budget import RESTART_EVENT, RestartBudget
+from orchestrator.store import HostEntry, Store, TrialPlan, TrialRecord
 from orchestrator.sweepfile import parse_sweep
 from orchestrator.trialsource import plan_trial_source
+from orchestrator.types import MatrixCell
 
 HOST = "a"
 
 
-def sweep_text(*, retries: int = 0, extra: str = "") -> str:
+def sweep_text(*, retries: int = 0, extra: str = "", contexts: str = "[64]") -> str:
     return (
         "name: loop\n"
         "hosts:\n"
@@ -48,13 +52,16 @@ def sweep_text(*, retries: int = 0, extra: str = "") -> str:
         "  model: m\n"
         "  knobs: {budget: {flag: --speculative-ddtree-budget}}\n"
         "configs: [{budget: 4}, {budget: 8}, {budget: 16}]\n"
-        "benchmark: {contexts: [64], concurrency: [1]}\n"
+        f"benchmark: {{contexts: {contexts}, concurrency: [1]}}\n"
         f"policy: {{trial_retries: {retries}}}\n" + extra
     )
 
 
 Script = Callable[[int], str]
-"""A config's behaviour on its n-th start: ``ok``, a failure cause, or ``cancel``."""
+"""A config's behaviour on its n-th start: ``ok``, a failure cause, ``cancel`` or ``interrupt``
+(the stop arrives while its first point is measured), or ``dies`` (its server is gone after
+its first point)."""
+SERVING = ("ok", "cancel", INTERRUPT, "dies")
 
 
 @dataclass
@@ -66,6 +73,8 @@ class FakeDriver:
     refused: Mapping[int, str] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)
     events_seen: list[str] = field(default_factory=list)
+    measured: list[tuple[str, str]] = field(default_factory=list)
+    """(invocation id, point key) of every point a server measured, in order."""
 
     @property
     def host(self) -> str:
@@ -84,9 +93,9 @@ class FakeDriver:
         budget = int(planned.config["budget"])  # type: ignore[arg-type]
         self.starts.append(budget)
         behaviour = self.scripts.get(budget, lambda n: "ok")(self.starts.count(budget))
-        if behaviour not in ("ok", "cancel", INTERRUPT):
+        if behaviour not in SERVING:
             raise TrialFailed(behaviour, f"scripted {behaviour}")  # type: ignore[arg-type]
-        yield FakeServer(self.run, f"inv-{budget}-{len(self.starts)}", behaviour)
+        yield FakeServer(self.run, f"inv-{budget}-{len(self.starts)}", behaviour, self.measured)
 
 
 @dataclass(frozen=True)
@@ -101,35 +110,56 @@ class InvocationEvidence:
 
 @dataclass
 class FakeServer:
+    """A server that measures each cell at once; it knows no store, stop or progress (the
+    stop it sets stands for an operator's, arriving while a point is measured)."""
+
     run: SweepContext
     invocation_id: str
     behaviour: str
+    measured: list[tuple[str, str]]
+    points_made: int = 0
 
-    async def measure(self, attempt: Attempt, plan: TrialPlan) -> None:
-        if self.behaviour in ("cancel", INTERRUPT):
-            self.run.stop.stop(self.behaviour)
-            raise Stopped
+    def planned(self, plan: TrialPlan) -> list[str]:
+        return [cell_point_key(cell) for cell in plan.cells]
+
+    async def points(self, plan: TrialPlan, skip: frozenset[str]) -> AsyncGenerator[Point, None]:
         for cell in plan.cells:
-            point = ThroughputPoint(
+            if cell_point_key(cell) in skip:
+                continue
+            self.measured.append((self.invocation_id, cell_point_key(cell)))
+            if self.behaviour in ("cancel", INTERRUPT):
+                self.run.stop.stop(self.behaviour)
+            self.points_made += 1
+            yield ThroughputPoint(
                 context=cell.context,
                 concurrency=cell.concurrency,
                 metrics=ThroughputMetrics(output_tok_s=100.0),
+                provenance=PointProvenance(invocation_id=self.invocation_id),
             )
-            await self.run.store.record_point(attempt.id, point, [])
+
+    async def check_alive(self) -> None:
+        if self.behaviour == "dies" and self.points_made:
+            raise TrialFailed("crashed", "scripted: the server died during the benchmark")
 
     def evidence(self) -> InvocationEvidence:
         return InvocationEvidence(self.invocation_id)
 
 
 @contextlib.asynccontextmanager
-async def context(tmp_path: Path, text: str) -> AsyncIterator[SweepContext]:
+async def context(
+    tmp_path: Path, text: str, progress: Progress | None = None
+) -> AsyncIterator[SweepContext]:
+    """The sweep of ``text`` in ``tmp_path``'s store (submitted again, the same sweep: a
+    second context over one store is the sweep run again, resuming it)."""
     sweep = parse_sweep(text, "loop.yaml")
     async with await Store.open(tmp_path / "loop.db") as store:
         record = (await store.submit_sweep(sweep.name, text)).sweep
         await store.add_hosts(record.id, [HostEntry(h.name, h.host_type) for h in sweep.hosts])
         source = await plan_trial_source(store, record, sweep)
         budget = await RestartBudget.load(store, record.id, sweep)
-        yield SweepContext(sweep, record, store, NoProgress(), StopSignal(), source, budget)
+        yield SweepContext(
+            sweep, record, store, progress or NoProgress(), StopSignal(), source, budget
+        )
 
 
 async def attempts_by_budget(run: SweepContext) -> dict[int, list[tuple[str, str | None]]]:
@@ -188,13 +218,18 @@ async def test_the_restart_budget_stops_the_host(tmp_path: Path) -> None:
         assert driver.starts == [4, 4] and await restarts(run) == 2
 
 
+TWO_CELLS = "[64, 128]"
+
+
 async def test_a_cancel_mid_measurement_ends_the_attempt_cancelled(tmp_path: Path) -> None:
-    async with context(tmp_path, sweep_text()) as run:
+    async with context(tmp_path, sweep_text(contexts=TWO_CELLS)) as run:
         driver = FakeDriver(run, {8: lambda n: "cancel"})
         assert await run_host_trials(run, driver)
         found = await attempts_by_budget(run)
         assert found == {4: [("done", None)], 8: [("cancelled", None)]}
         assert driver.starts == [4, 8] and run.failures == 0
+        # The point measured when the cancel came is kept; the next one was never started.
+        assert [inv for inv, _ in driver.measured].count("inv-8-2") == 1
 
 
 async def test_a_lost_host_skips_its_remaining_trials(tmp_path: Path) -> None:
@@ -242,10 +277,95 @@ async def test_an_interrupt_leaves_the_attempt_resumable_and_the_rest_queued(
 ) -> None:
     """Ctrl-C mid-measurement: the attempt stays running (the next run resumes it, its points
     kept), the trials after it are not touched, and nothing counts as failed."""
-    async with context(tmp_path, sweep_text()) as run:
+    async with context(tmp_path, sweep_text(contexts=TWO_CELLS)) as run:
         driver = FakeDriver(run, {8: lambda n: INTERRUPT})
         assert await run_host_trials(run, driver)
         found = await attempts_by_budget(run)
         assert run.stop.resumable and run.failures == 0
+        attempt = (await run.store.attempts(run.record.id))[-1]
+        kept = await run.store.points(attempt_id=attempt.id)
     assert found == {4: [("done", None)], 8: [("running", None)]}
     assert driver.starts == [4, 8]
+    # The stop came while the first point was measured: it is kept, the second never began.
+    assert [p.key for p in kept] == ["throughput/context=64/concurrency=1"]
+    assert driver.measured[-1] == ("inv-8-2", "throughput/context=64/concurrency=1")
+
+
+async def test_a_resumed_attempt_measures_only_what_it_has_not_committed(tmp_path: Path) -> None:
+    """The sweep run again after an interrupt: the attempt left running is resumed on a new
+    server, which is asked for the missing point only; the committed one stays as measured."""
+    text = sweep_text(contexts=TWO_CELLS)
+    async with context(tmp_path, text) as run:
+        assert await run_host_trials(run, FakeDriver(run, {8: lambda n: INTERRUPT}))
+    async with context(tmp_path, text) as run:
+        driver = FakeDriver(run, {})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        attempt = next(a for a in await run.store.attempts(run.record.id) if a.resumes)
+        points = await run.store.points(attempt_id=attempt.id)
+    assert found == {4: [("done", None)], 8: [("done", None)], 16: [("done", None)]}
+    assert driver.starts == [8, 16]  # 4 was done: never started again
+    assert driver.measured[0] == ("inv-8-1", "throughput/context=128/concurrency=1")
+    assert [(p.key, p.invocation_id) for p in points] == [
+        ("throughput/context=64/concurrency=1", "inv-8-2"),
+        ("throughput/context=128/concurrency=1", "inv-8-1"),
+    ]
+
+
+async def test_a_server_that_died_after_a_point_fails_crashed_with_its_points(
+    tmp_path: Path,
+) -> None:
+    """The server is checked after each point: gone after the first, the attempt fails
+    ``crashed`` (retried per policy), and the point it measured stays with it."""
+    async with context(tmp_path, sweep_text(contexts=TWO_CELLS)) as run:
+        driver = FakeDriver(run, {8: lambda n: "dies"})
+        assert await run_host_trials(run, driver)
+        found = await attempts_by_budget(run)
+        failed = next(a for a in await run.store.attempts(run.record.id) if a.state == "failed")
+        kept = await run.store.points(attempt_id=failed.id)
+    assert found[8] == [("failed", "crashed")] and found[16] == [("done", None)]
+    assert [p.key for p in kept] == ["throughput/context=64/concurrency=1"]
+    assert ("inv-8-2", "throughput/context=128/concurrency=1") not in driver.measured
+
+
+@dataclass
+class RecordedProgress:
+    updates: list[dict[str, Any]] = field(default_factory=list)
+
+    def update(self, host: str, **fields: Any) -> None:
+        self.updates.append(fields)
+
+
+async def test_progress_shows_each_point_as_it_starts_and_as_it_is_recorded(
+    tmp_path: Path,
+) -> None:
+    progress = RecordedProgress()
+    text = sweep_text(contexts=TWO_CELLS).replace("[{budget: 4}, {budget: 8}, {budget: 16}]",
+                                                  "[{budget: 4}]")  # fmt: skip
+    async with context(tmp_path, text, progress) as run:
+        assert await run_host_trials(run, FakeDriver(run, {}))
+    per_point = [u for u in progress.updates if "done" in u]
+    assert [(u.get("step"), u["done"], u["total"]) for u in per_point] == [
+        ("ctx 64 x c1", 0, 2),
+        (None, 1, 2),
+        ("ctx 128 x c1", 1, 2),
+        (None, 2, 2),
+    ]
+    recorded = [u for u in per_point if "point" in u]
+    assert [u["point"].context for u in recorded] == [64, 128]
+    assert all(u["last_point"]["output_tok_s"] == 100.0 for u in recorded)
+
+
+@pytest.mark.parametrize(
+    ("key", "step"),
+    [
+        ("throughput/context=4096/concurrency=32", "ctx 4096 x c32"),
+        ("throughput/workload=chat/context=4096/rate=8", "ctx 4096 x 8 req/s, chat"),
+        ("coding/gcd", "coding gcd"),
+    ],
+)
+def test_the_step_names_the_point_being_measured(key: str, step: str) -> None:
+    plan = TrialPlan(
+        cells=(MatrixCell(4096, 32), MatrixCell(4096, rate=8.0, workload="chat")), rounds=1
+    )
+    assert point_step(key, plan) == step
