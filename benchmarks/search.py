@@ -774,70 +774,26 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
     ``schedule.finish_by``."""
     configure_logging("warning")
     settings = {"*": {"time_scale": E2E_TIME_SCALE, "server": E2E_SERVER}}
-    truth_settings = {"time_scale": E2E_TIME_SCALE, **E2E_SERVER}
     out: dict[str, Any] = {
         "address": E2E_BASE, "time_scale": E2E_TIME_SCALE, "server": E2E_SERVER,
         "benchmark": E2E_BENCHMARK,
     }
     async with sim_fleet(1, base_address=E2E_BASE, port=2296, settings=settings,
                          time_scale=E2E_TIME_SCALE, keep=keep) as fleet:
-        probe = e2e_document(fleet.sweep, "bench-search-e2e", seed, 1)
-        truth_path = fleet.state_dir / "truth.yaml"
-        truth_path.write_text(yaml.safe_dump(probe, sort_keys=False))
-        t0 = time.monotonic()
-        truth = await sim_truth(truth_path, truth_settings)
-        values = truth_values(truth)
-        grid_n = len(truth["configs"])
+        out["truth"], values = await e2e_truth(fleet, seed)
+        grid_n = out["truth"]["configs"]
         budget = math.floor(BUDGET_FRACTION * grid_n)
-        best_key = max(values, key=lambda k: values[k])
-        optimum = next(
-            _label(e["config"]) for e in truth["configs"] if config_key(e["config"]) == best_key
-        )
-        out["truth"] = {
-            "s": round(time.monotonic() - t0, 1),
-            "configs": grid_n,
-            "optimum": optimum,
-            "optimum_output_tok_s": round(values[best_key], 1),
-            "errors": [e["config"] for e in truth["configs"] if e.get("error")],
-        }
-        note(f"e2e truth: {grid_n} configs, optimum {optimum} ({values[best_key]:.1f}); "
-             f"budget {budget} restarts")
-        runs: list[tuple[str, Mapping[str, Any] | None]] = [("full", None)]
-        runs.append(("cut", {}))
-        for label, schedule in runs:
-            if schedule is not None:
-                # 180 s: after the baseline (a full trial, ~40 s at this time scale) the
-                # next screen, the 2 confirmations and the restore must fit, or the cut sweep
-                # answers with the baseline alone (as it did with 90 s); exactly 180 s, or a
-                # deadline rounded up to the minute may not cut the sweep at all.
-                finish_by, away = await finish_by_in(E2E_CUT_S)
-                schedule = {"finish_by": finish_by}
-                out["cut_finish_by_s"] = round(away, 1)
-            document = e2e_document(
-                fleet.sweep, f"bench-search-e2e-{label}", seed, budget, schedule
-            )
-            sweep, text = parsed(document)
-            t0 = time.monotonic()
-            note(f"e2e {label}: adaptive sweep, max_restarts {budget}"
-                 + (f", finish_by {schedule['finish_by']}" if schedule else ""))
-            async with await Store.open(fleet.state_dir / f"{label}.db") as store:
-                outcome = await run_sweep(sweep, text, store, trials=trial_source_for(sweep))
-                stopped = await store.events(
-                    outcome.sweep_id, kinds=("search.exploration_stopped",)
-                )
-                finished = await store.events(outcome.sweep_id, kinds=("sweep.finished",))
-            answers = answer_sweep(outcome.sweep_results, sweep)
-            row: dict[str, Any] = (
-                e2e_answer(answers[0], values, grid_n) if answers else {"answers": 0}
-            )
-            row["state"] = outcome.state
-            row["wall_s"] = round(time.monotonic() - t0, 1)
-            row["trials"] = len(outcome.sweep_results.trials)
-            row["exploration_stopped"] = [e.fields.get("reason") for e in stopped]
-            row["stopped"] = finished[-1].fields.get("stopped") if finished else None
-            out[label] = row
-            note(f"e2e {label}: {row.get('verdict')} {row.get('best')} regret "
-                 f"{row.get('regret')} restarts {row.get('restarts_used')} in {row['wall_s']} s")
+        note(f"e2e truth: {grid_n} configs, optimum {out['truth']['optimum']} "
+             f"({out['truth']['optimum_output_tok_s']:.1f}); budget {budget} restarts")
+        out["full"] = await e2e_run(fleet, "full", seed, budget, None, values, grid_n)
+        # 180 s: after the baseline (a full trial, ~40 s at this time scale) the next screen,
+        # the 2 confirmations and the restore must fit, or the cut sweep answers with the
+        # baseline alone (as it did with 90 s); exactly 180 s, or a deadline rounded up to the
+        # minute may not cut the sweep at all.
+        finish_by, away = await finish_by_in(E2E_CUT_S)
+        out["cut_finish_by_s"] = round(away, 1)
+        schedule = {"finish_by": finish_by}
+        out["cut"] = await e2e_run(fleet, "cut", seed, budget, schedule, values, grid_n)
     full = out["full"]
     out["goals"] = {
         "within_3pct": bool(full.get("within_3pct")),
@@ -850,6 +806,60 @@ async def e2e(seed: int, keep: bool) -> dict[str, Any]:
         ),
     }
     return out
+
+
+async def e2e_truth(fleet: Any, seed: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """``sim truth`` of the e2e space on the fleet's server settings: its summary and each
+    config's value."""
+    probe = e2e_document(fleet.sweep, "bench-search-e2e", seed, 1)
+    truth_path = fleet.state_dir / "truth.yaml"
+    truth_path.write_text(yaml.safe_dump(probe, sort_keys=False))
+    t0 = time.monotonic()
+    truth = await sim_truth(truth_path, {"time_scale": E2E_TIME_SCALE, **E2E_SERVER})
+    values = truth_values(truth)
+    best_key = max(values, key=lambda k: values[k])
+    optimum = next(
+        _label(e["config"]) for e in truth["configs"] if config_key(e["config"]) == best_key
+    )
+    summary = {
+        "s": round(time.monotonic() - t0, 1),
+        "configs": len(truth["configs"]),
+        "optimum": optimum,
+        "optimum_output_tok_s": round(values[best_key], 1),
+        "errors": [e["config"] for e in truth["configs"] if e.get("error")],
+    }
+    return summary, values
+
+
+async def e2e_run(
+    fleet: Any,
+    label: str,
+    seed: int,
+    budget: int,
+    schedule: Mapping[str, Any] | None,
+    values: Mapping[str, float],
+    grid_n: int,
+) -> dict[str, Any]:
+    """One adaptive sweep of the e2e space by the real runner, its answer scored."""
+    document = e2e_document(fleet.sweep, f"bench-search-e2e-{label}", seed, budget, schedule)
+    sweep, text = parsed(document)
+    t0 = time.monotonic()
+    note(f"e2e {label}: adaptive sweep, max_restarts {budget}"
+         + (f", finish_by {schedule['finish_by']}" if schedule else ""))
+    async with await Store.open(fleet.state_dir / f"{label}.db") as store:
+        outcome = await run_sweep(sweep, text, store, trials=trial_source_for(sweep))
+        stopped = await store.events(outcome.sweep_id, kinds=("search.exploration_stopped",))
+        finished = await store.events(outcome.sweep_id, kinds=("sweep.finished",))
+    answers = answer_sweep(outcome.sweep_results, sweep)
+    row: dict[str, Any] = e2e_answer(answers[0], values, grid_n) if answers else {"answers": 0}
+    row["state"] = outcome.state
+    row["wall_s"] = round(time.monotonic() - t0, 1)
+    row["trials"] = len(outcome.sweep_results.trials)
+    row["exploration_stopped"] = [e.fields.get("reason") for e in stopped]
+    row["stopped"] = finished[-1].fields.get("stopped") if finished else None
+    note(f"e2e {label}: {row.get('verdict')} {row.get('best')} regret "
+         f"{row.get('regret')} restarts {row.get('restarts_used')} in {row['wall_s']} s")
+    return row
 
 
 async def main() -> None:
