@@ -55,6 +55,9 @@ T = TypeVar("T")
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
+StoreObserver = Callable[[str, float], None]
+"""What a :class:`Store` tells of each operation: its name (``record_point``) and seconds."""
+
 
 def _create_private(path: Path) -> None:
     """Create the file 0600 before SQLite does: backups hold unit files, which may hold secrets.
@@ -144,6 +147,9 @@ class Store:
         self._conn: sqlite3.Connection | None = conn
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
+        self.observer: StoreObserver | None = None
+        """Told each operation's name and seconds, from the call to its answer (the wait for
+        the store's thread included): the daemon's metrics time the writes with it."""
 
     @classmethod
     async def open(
@@ -206,12 +212,16 @@ class Store:
             raise StoreClosed(f"{self.path}: store is closed")
         loop = asyncio.get_running_loop()
         call = functools.partial(fn, conn, *args, **kwargs)
+        began = time.perf_counter()
         try:
             return await loop.run_in_executor(self._executor, call)
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 raise StoreBusy(self.path, self._busy_timeout_s, str(exc)) from exc
             raise
+        finally:
+            if self.observer is not None:
+                self.observer(fn.__name__, time.perf_counter() - began)
 
     # --- sweeps -----------------------------------------------------------------------------
 
