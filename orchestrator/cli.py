@@ -51,6 +51,7 @@ VERBS: dict[str, str] = {
     "restore": "orchestrator.verbs.restore",
     "adopt": "orchestrator.verbs.adopt",
     "report": "orchestrator.verbs.report",
+    "export": "orchestrator.verbs.export",
     "bench": "orchestrator.bench.cli",
 }
 """verb -> the dotted name of a module with configure_parser and run."""
