@@ -310,6 +310,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     """Add the bench options to ``parser`` (the ``bench`` subcommand or a standalone one)."""
     _server_options(parser)
     _load_options(parser)
+    _rate_options(parser)
+    _traffic_options(parser)
     _request_options(parser)
     _coding_and_output_options(parser)
     return parser
@@ -340,7 +342,7 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_options(parser: argparse.ArgumentParser) -> None:
-    """The points: contexts, loads, rates, workload, rounds and warm-up."""
+    """The points: contexts, and their loads (concurrencies, rates)."""
     parser.add_argument(
         "--contexts",
         type=_positive_int,
@@ -363,6 +365,10 @@ def _load_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="open-loop points: requests per second (space-separated), measured for --duration",
     )
+
+
+def _rate_options(parser: argparse.ArgumentParser) -> None:
+    """How a rate point's arrivals come, and the bounds goodput counts against."""
     parser.add_argument(
         "--arrivals",
         choices=get_args(Arrivals),
@@ -388,6 +394,10 @@ def _load_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="per-request bounds for goodput: ttft_ms=..,tpot_ms=..,e2e_ms=.. (any of them)",
     )
+
+
+def _traffic_options(parser: argparse.ArgumentParser) -> None:
+    """What each point sends: its workload, output lengths, rounds and warm-up."""
     parser.add_argument(
         "--workload",
         type=parse_workload,
@@ -765,17 +775,13 @@ async def run_async(
     log = get_logger(component="bench.cli", url=args.url)
     engine = engine if engine is not None else engines.get(args.engine)
     plan = planned_points(args)
-    pool = max(
-        [1, *(p.concurrency for p in plan if p.concurrency is not None)]
-        + ([args.max_concurrency] if any(p.rate is not None for p in plan) else [])
-    )
     document = run_document(args, engine)
     points: list[Measurement] = []
     client = ObservedClient(
         args.url,
         api=args.api,
         model=args.model,
-        concurrency=pool,
+        concurrency=client_pool(args, plan),
         request_timeout=args.request_timeout,
         continuous_usage_stats=args.continuous_usage,
         connections=args.connections,
@@ -783,96 +789,139 @@ async def run_async(
     )
     async with client:
         prompts = prompt_source(client, args, sample)
-        progress = RequestProgress(sum(p.requests for p in plan), stream=sys.stderr)
         try:
-            with progress:
-                client.progress = progress
-                for planned in plan:
-                    progress.start_point(planned.label)
-                    client.prompts = {} if args.output_prompts else None
-                    point = await measure_point(
-                        client, prompts, point_spec(planned, args),
-                        scrape_metrics=args.scrape_metrics,
-                    )  # fmt: skip
-                    points.append(point)
-                    if output is not None:
-                        line = point_line(
-                            point, url=args.url, model=args.model, api=args.api,
-                            connections=args.connections, prompts=client.prompts,
-                        )  # fmt: skip
-                        output.write(json.dumps(line, default=str) + "\n")
-                        output.flush()
-                    progress.end_point()
+            await _measure_all(client, args, plan, prompts, output, points)
         except CalibrationError as exc:
             log.error("bench.calibration_failed", error=str(exc))
             document["error"] = f"calibration failed: {exc}"
-        finally:
-            client.progress = None
-            client.prompts = None
         document["points"] = [_point_summary(p, include_requests=args.raw) for p in points]
         if args.coding and document["error"] is None:
-            # Imported here, after the entry point configured logging: the module binds its
-            # logger at import time.
-            from orchestrator.bench.coding import run_coding
-
-            results = await run_coding(
-                client,
-                problems,
-                max_tokens=args.coding_max_tokens,
-                temperature=0.0,
-                timeout_s=args.request_timeout,
-            )
-            document["coding"] = _coding_document(results)
+            document["coding"] = await _run_coding(client, args, problems)
     failed = document["error"] is not None or any(FLAG_ERRORS in p.flags for p in points)
     return (EXIT_FAILED if failed else EXIT_OK), document, points
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``orchestrator bench``: exit 0 ok, 1 failed, 2 bad input."""
+def client_pool(args: argparse.Namespace, plan: list[PlannedPoint]) -> int:
+    """Connections the client needs: the largest concurrency, and ``--max-concurrency`` when
+    a rate point is planned."""
+    closed = [p.concurrency for p in plan if p.concurrency is not None]
+    rates: list[int] = [args.max_concurrency] if any(p.rate is not None for p in plan) else []
+    return max([1, *closed, *rates])
+
+
+async def _measure_all(
+    client: ObservedClient,
+    args: argparse.Namespace,
+    plan: list[PlannedPoint],
+    prompts: PromptSource,
+    output: IO[str] | None,
+    points: list[Measurement],
+) -> None:
+    """Each planned point in turn, appended to ``points`` and written to ``output`` as soon as
+    it is measured (what was measured stays when a later point's calibration fails)."""
+    progress = RequestProgress(sum(p.requests for p in plan), stream=sys.stderr)
+    try:
+        with progress:
+            client.progress = progress
+            for planned in plan:
+                progress.start_point(planned.label)
+                client.prompts = {} if args.output_prompts else None
+                point = await measure_point(
+                    client, prompts, point_spec(planned, args), scrape_metrics=args.scrape_metrics
+                )
+                points.append(point)
+                if output is not None:
+                    line = point_line(
+                        point, url=args.url, model=args.model, api=args.api,
+                        connections=args.connections, prompts=client.prompts,
+                    )  # fmt: skip
+                    output.write(json.dumps(line, default=str) + "\n")
+                    output.flush()
+                progress.end_point()
+    finally:
+        client.progress = None
+        client.prompts = None
+
+
+async def _run_coding(
+    client: BenchClient, args: argparse.Namespace, problems: list[CodingProblem] | None
+) -> dict[str, Any]:
+    """The coding anchor's problems on ``client``, at temperature 0, as the document holds
+    them."""
+    # Imported here, after the entry point configured logging: the module binds its logger
+    # at import time.
+    from orchestrator.bench.coding import run_coding
+
+    results = await run_coding(
+        client,
+        problems,
+        max_tokens=args.coding_max_tokens,
+        temperature=0.0,
+        timeout_s=args.request_timeout,
+    )
+    return _coding_document(results)
+
+
+class BadInput(Exception):
+    """What ``orchestrator bench`` refuses before any request, line by line (exit 2)."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def checked_inputs(
+    args: argparse.Namespace,
+) -> tuple[Engine, list[CodingProblem] | None, WorkloadSample | None]:
+    """The run's engine, coding problems and workload sample, each read and checked before any
+    request (:class:`BadInput` with what is wrong otherwise); ``args.url`` normalized."""
     if args.temperature < 0 or args.request_timeout <= 0:
-        print("bench: --temperature must be >= 0 and --request-timeout > 0", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput("--temperature must be >= 0 and --request-timeout > 0")
     if args.output_prompts and args.output is None:
-        print("bench: --output-prompts needs --output FILE", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput("--output-prompts needs --output FILE")
     try:
         output_lengths(args)
     except ValueError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput(str(exc)) from exc
     try:
         args.url = base_url_from_user(args.url)
     except ValueError as exc:
-        print(f"bench: --url: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput(f"--url: {exc}") from exc
     try:
         engine = engines.get(args.engine)
     except engines.UnknownEngine as exc:
-        print(f"bench: --engine: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput(f"--engine: {exc}") from exc
     problems: list[CodingProblem] | None = None
     if args.coding and (args.problems is not None or args.problem_ids):
         try:
             problems = _load_problems(args.problems, args.problem_ids)
         except (OSError, ProblemFileError) as exc:
-            print(f"bench: problems: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise BadInput(f"problems: {exc}") from exc
+    return engine, problems, _checked_workload(args.workload)
+
+
+def _checked_workload(option: WorkloadOption) -> WorkloadSample | None:
     try:
-        sample = load_workload(args.workload)
+        return load_workload(option)
     except OSError as exc:
-        print(f"bench: --workload: {exc.strerror or exc}: {args.workload.name}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except UnicodeDecodeError:
-        print(f"bench: --workload: {args.workload.name}: not UTF-8 text", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput(f"--workload: {exc.strerror or exc}: {option.name}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--workload: {option.name}: not UTF-8 text") from exc
     except WorkloadFileError as exc:
-        for problem in exc.problems:
-            print(f"bench: --workload: {problem}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadInput(*(f"--workload: {problem}" for problem in exc.problems)) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``orchestrator bench``: exit 0 ok, 1 failed, 2 bad input."""
     try:
-        output = None if args.output is None else args.output.open("w", encoding="utf-8")
-    except OSError as exc:
-        print(f"bench: --output: {exc.strerror or exc}: {args.output}", file=sys.stderr)
+        engine, problems, sample = checked_inputs(args)
+        try:
+            output = None if args.output is None else args.output.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"--output: {exc.strerror or exc}: {args.output}") from exc
+    except BadInput as bad:
+        for line in bad.lines:
+            print(f"bench: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         code, document, points = asyncio.run(run_async(args, problems, output, sample, engine))
