@@ -20,8 +20,9 @@ from orchestrator.answers.model import ObjectiveView
 from orchestrator.answers.saturation import share_bound
 from orchestrator.causes import NEVER_STARTED
 from orchestrator.plan import normalize_config
+from orchestrator.points import ThroughputPoint
 from orchestrator.store.records import TrialPurpose
-from orchestrator.store.results import SweepResults, ThroughputPoint, TrialOutcome
+from orchestrator.store.results import SweepResults, TrialOutcome
 from orchestrator.sweepfile import Sweep
 from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, JsonObject, MatrixCell
 

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 
 from orchestrator.answers.estimate import Scale, weighted_geomean
-from orchestrator.store.results import ThroughputPoint
+from orchestrator.points import ThroughputPoint
 from orchestrator.types import MatrixCell, OfferedLoad
 
 CAP_TOLERANCE = 0.03

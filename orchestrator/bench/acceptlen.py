@@ -13,8 +13,8 @@
 
 Inputs are plain numbers so this module stays independent of the log parser; the estimate
 logic is pure, and the only I/O helper (``decode_samples_from_messages``) parses text. Each
-source is the store's :class:`~orchestrator.store.results.AcceptEstimate` and the point's
-sources together its :class:`~orchestrator.store.results.AcceptLength`: the value the bench
+source is the point's :class:`~orchestrator.points.AcceptEstimate` and the point's sources
+together its :class:`~orchestrator.points.AcceptLength`: the value the bench
 measures is the value stored, exact counts included.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.engines.base import AcceptanceCounters, DecodeEvent, LogEvent
-from orchestrator.store.results import AcceptEstimate, AcceptLength
+from orchestrator.points import AcceptEstimate, AcceptLength
 
 DISAGREE_TOLERANCE = 0.05
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from orchestrator.answers.answer import default_metric
 from orchestrator.answers.estimate import weighted_geomean
 from orchestrator.answers.runs import point_metric
-from orchestrator.store import CodingPoint, Point, ThroughputPoint
+from orchestrator.points import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepfile.schema import Bound
 from orchestrator.types import MatrixCell, metric_is_minimized
