@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,3 +65,18 @@ def add_db_argument(parser: Any) -> None:
         metavar="PATH",
         help="the store (default: $XDG_STATE_HOME/orchestrator/orchestrator.db)",
     )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """A reader (a browser refreshing, a CI artefact upload, a tool watching a directory)
+    never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

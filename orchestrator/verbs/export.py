@@ -29,8 +29,8 @@ from orchestrator.verbs.common import (
     BadInput,
     add_db_argument,
     db_path,
+    write_atomically,
 )
-from orchestrator.verbs.report import write_atomically
 
 FORMATS = ("benchmark-report",)
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import cast
 
@@ -29,6 +27,7 @@ from orchestrator.verbs.common import (
     BadInput,
     add_db_argument,
     db_path,
+    write_atomically,
 )
 
 _SUFFIXES: dict[str, ReportFormat] = {".md": "md", ".html": "html", ".htm": "html", ".csv": "csv"}
@@ -59,20 +58,6 @@ def _format(args: argparse.Namespace) -> ReportFormat:
     if args.output:
         return _SUFFIXES.get(Path(args.output).suffix.lower(), "md")
     return "md"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """A reader (a browser refreshing, a CI artefact upload) never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 async def _render(args: argparse.Namespace, fmt: ReportFormat) -> str:
