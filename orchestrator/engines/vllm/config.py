@@ -306,8 +306,11 @@ def _model_path(
     for key in ("model_tag", "model"):
         if args.get(key):
             return str(args[key])
-    served = worker_init.get("vllm_version", {}).get("model")
-    return str(served) if served else None
+    for kind in ("vllm_version", "vllm_model"):  # the one-line form, the logo's line
+        served = worker_init.get(kind, {}).get("model")
+        if served:
+            return str(served)
+    return None
 
 
 __all__ = [

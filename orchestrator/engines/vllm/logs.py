@@ -12,8 +12,11 @@ position, and fields are read by name:
   length (``nan``, or an old line that had none) the line says nothing the orchestrator reads.
 - ``Engine 000: Avg prompt throughput: ..., Running: N reqs, Waiting: N reqs, ...``: the
   interval's load, a decode event without an accept length.
-- ``non-default args: {...}`` (a Python dict repr) and the version line: the record of what
-  the process was started with, kept in the provenance.
+- ``non-default args: {...}`` (a Python dict repr) and the version: the record of what the
+  process was started with, kept in the provenance. By default vLLM writes the version and
+  the model in a logo, one line each (``... █ ▀▄▀ █  version 0.32.0``, ``... █  model
+  PATH``: kinds ``vllm_version`` and ``vllm_model``); with ``VLLM_DISABLE_LOG_LOGO=1`` as
+  one line, ``vLLM server version V, serving model M``.
 - startup failures, by vLLM's exact texts (:data:`FAILURES`).
 """
 
@@ -54,6 +57,8 @@ _NUMBER = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+|nan|inf)(?:[eE][-+]?\d+)?", 
 _NON_DEFAULT = re.compile(r"non-default args:\s*(?P<args>\{.*\})\s*$")
 _VERSION = re.compile(r"\bversion\s+(?P<version>\d+\.\d+[0-9A-Za-z.+-]*)")
 _SERVING = re.compile(r"serving model\s+(?P<model>\S+)")
+# The logo's third line (``log_version_and_model``, the default form): the model after the art
+_LOGO_MODEL = re.compile(r"[█▀▄]\s+model\s+(?P<model>\S+)\s*$")
 _READY = re.compile(r"Application startup complete\.")
 
 FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
@@ -64,7 +69,10 @@ FAILURES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
             r"Free memory on device \S+ \([^)]*\) on startup is less than .*"
             r"|No available memory for the cache blocks\..*"
             r"|To serve at least one request with the model's max seq len .*"
-            r"|CUDA out of memory.*|torch\.OutOfMemoryError.*|CUDA error: out of memory.*",
+            r"|CUDA out of memory.*|torch\.OutOfMemoryError.*|CUDA error: out of memory.*"
+            # the CPU backend's KV cache (VLLM_CPU_KVCACHE_SPACE) past the node's free RAM
+            r"|Available memory on node \S+ \([^)]*\) on kv cache allocation is less than "
+            r"requested memory for kv.*",
         ),
     ),
     (
@@ -257,6 +265,9 @@ def parse_log_line(message: str) -> LogEvent | None:
         if serving is not None:
             fields["model"] = serving.group("model")
         return InitEvent(prefix=prefix, fields=fields, kind="vllm_version")
+    logo_model = _LOGO_MODEL.search(body)
+    if logo_model is not None:
+        return InitEvent(prefix=prefix, fields={"model": logo_model["model"]}, kind="vllm_model")
     return failure_event(FAILURES, prefix, body)
 
 
