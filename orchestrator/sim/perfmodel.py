@@ -55,10 +55,10 @@ class PerfParams:
 
     step_base_ms: float = 15.0
     """Fixed cost of one target forward pass (weights streamed once per step)."""
-    compute_token_ms: float = 0.2
+    compute_token_ms: float = 0.25
     """Compute per token the target verifies once the step is compute-bound: the forward
     costs sqrt(step_base^2 + (this x tokens)^2), a smooth roofline whose knee is at
-    step_base / this tokens (75 by default). 0: never compute-bound (a compute-rich host)."""
+    step_base / this tokens (60 by default). 0: never compute-bound (a compute-rich host)."""
     verify_token_ms: float = 0.032
     """Cost per token the target processes in a step (batch size x verify width)."""
     context_ms_per_ktok: float = 0.05
@@ -74,7 +74,7 @@ class PerfParams:
     """Drafter cost per drafted token in the batch."""
     draft_context_ms_per_ktok: float = 0.02
     """Drafter attention per 1000 tokens of context it reads (capped by the draft window)."""
-    eagle_step_ms: float = 0.6
+    eagle_step_ms: float = 0.5
     """Cost of one sequential EAGLE draft step."""
     prefill_base_ms: float = 10.0
     prefill_token_ms: float = 0.08

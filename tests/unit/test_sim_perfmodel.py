@@ -62,12 +62,12 @@ def test_step_time_grows_with_batch_and_context() -> None:
 def test_throughput_has_an_interior_optimum_in_budget() -> None:
     for concurrency in (1, 8, 32):
         best = best_budget(4, concurrency)
-        assert 4 <= best <= 16, (concurrency, best)
+        assert 2 < best <= 16, (concurrency, best)  # 3 at C=32: the best falls with load
         at_best = steady_throughput(ddtree(best), 1024, concurrency, P)
         assert steady_throughput(ddtree(2), 1024, concurrency, P) < at_best
         assert steady_throughput(ddtree(64), 1024, concurrency, P) < at_best
     assert 8 <= best_budget(4, 1) <= 12
-    assert best_budget(4, 32) <= best_budget(4, 1)
+    assert best_budget(4, 32) < best_budget(4, 8) < best_budget(4, 1)
 
 
 def test_accept_len_grows_with_budget_and_topk_and_saturates_below_block() -> None:
@@ -87,7 +87,7 @@ def dflash_gains(params: PerfParams) -> list[float]:
 
 def test_dflash_gain_shrinks_with_concurrency() -> None:
     """A 16-token block is nearly free to verify at C=1 and costs its full compute at C=32,
-    where 512 tokens a step are far past the roofline's knee (75)."""
+    where 512 tokens a step are far past the roofline's knee (60)."""
     gains = dflash_gains(P)
     assert gains == sorted(gains, reverse=True)
     assert 2.8 <= gains[0] <= 4.0
@@ -113,7 +113,7 @@ def _winners(shapes: dict[int, SpecShape]) -> dict[int, dict[int, float]]:
     ("name", "shapes", "expected"),
     [
         ("vLLM dflash", {k: SpecShape(SpecKind.CHAIN, "DFLASH", k + 1, k, 1, None, 1)
-                         for k in range(1, 16)}, {1: 15, 8: 6, 32: 3}),
+                         for k in range(1, 16)}, {1: 15, 8: 6, 32: 2}),
         ("EAGLE3", {k: eagle_chain("EAGLE3", k) for k in range(0, 9)}, {1: 8, 8: 5, 32: 2}),
     ],
 )  # fmt: skip
