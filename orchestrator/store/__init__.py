@@ -1,8 +1,9 @@
-"""The durable record of sweeps: SQLite in WAL mode behind an async API.
+"""The durable record of sweeps: SQLite in WAL mode (or, for a team, PostgreSQL) behind an
+async API.
 
 Everything the orchestrator learns is committed here the moment it is known (a point with its
 requests, an attempt's end, a unit's backup), so a restart after SIGKILL or power loss resumes
-from the file alone. ``Store`` is the entry point; the records are its vocabulary.
+from the store alone. ``Store`` is the entry point; the records are its vocabulary.
 """
 
 from orchestrator.store.db import DEFAULT_BUSY_TIMEOUT_S, Store, default_db_path, open_connection
@@ -16,10 +17,12 @@ from orchestrator.store.errors import (
     StoreClosed,
     StoreError,
     StoreOpenError,
+    StoreUnavailable,
     SweepNameConflict,
     SweepNotFound,
     TrialNotFound,
 )
+from orchestrator.store.postgres import is_postgres_url
 from orchestrator.store.protocol import TrialStore
 from orchestrator.store.records import (
     ATTEMPT_STATES,
@@ -27,6 +30,8 @@ from orchestrator.store.records import (
     SWEEP_STATES,
     Attempt,
     AttemptState,
+    ClaimOutcome,
+    DaemonIdentity,
     DropinSlot,
     EventRecord,
     HostEntry,
@@ -37,6 +42,7 @@ from orchestrator.store.records import (
     PointRecord,
     StoredRequest,
     SubmitResult,
+    SweepClaim,
     SweepRecord,
     SweepState,
     TrialPlan,
@@ -86,7 +92,9 @@ __all__ = [
     "AttemptNotRunning",
     "AttemptState",
     "BackupPending",
+    "ClaimOutcome",
     "CodingPoint",
+    "DaemonIdentity",
     "DropinSlot",
     "EventRecord",
     "ExplorationStop",
@@ -110,9 +118,11 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "StoreOpenError",
+    "StoreUnavailable",
     "StoredRequest",
     "StoredWorkload",
     "SubmitResult",
+    "SweepClaim",
     "SweepNameConflict",
     "SweepNotFound",
     "SweepRecord",
@@ -132,6 +142,7 @@ __all__ = [
     "count_states",
     "default_db_path",
     "format_rate",
+    "is_postgres_url",
     "latest_outcomes",
     "open_connection",
     "point_from_record",

@@ -1,10 +1,15 @@
-"""The async Store: one SQLite connection owned by one worker thread.
+"""The async Store: one connection to the store's database, owned by one worker thread.
 
-SQLite calls block (a ``synchronous=FULL`` commit waits for fsync), so none of them runs on the
-event loop: every operation is handed to a single-thread executor that owns the connection,
-which also serialises this process's writers without a lock. Many asyncio tasks may share one
-Store. Several processes may open the same file: WAL lets readers run beside the writer, and
-each write takes the lock up front (``BEGIN IMMEDIATE``) and waits up to the busy timeout.
+The database is a SQLite file (the embedded default, that needs nothing) or, given a
+``postgresql://`` URL, a PostgreSQL database that several daemons share
+(:mod:`orchestrator.store.postgres`); the operations and records are the same for both
+(:mod:`orchestrator.store.connection` says what differs).
+
+Database calls block (a durable commit waits for fsync), so none of them runs on the event
+loop: every operation is handed to a single-thread executor that owns the connection, which
+also serialises this process's writers without a lock. Many asyncio tasks may share one Store.
+Several processes may open the same store: each write takes its locks as it begins and waits up
+to the busy timeout.
 
 A write whose awaiting task is cancelled still completes or rolls back as a whole on the
 worker; it is never left half-done.
@@ -23,12 +28,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
+import orchestrator.store.claims as claims
 import orchestrator.store.ops as ops
-from orchestrator.store.errors import StoreBusy, StoreClosed, StoreOpenError
+from orchestrator.store.connection import Connection, open_sqlite
+from orchestrator.store.errors import StoreClosed
+from orchestrator.store.postgres import is_postgres_url, open_postgres
 from orchestrator.store.protocol import TrialStore
 from orchestrator.store.records import (
     Attempt,
     AttemptState,
+    ClaimOutcome,
+    DaemonIdentity,
     DropinSlot,
     EventRecord,
     HostEntry,
@@ -38,6 +48,7 @@ from orchestrator.store.records import (
     PointRecord,
     StoredRequest,
     SubmitResult,
+    SweepClaim,
     SweepRecord,
     SweepState,
     TrialPlan,
@@ -46,7 +57,7 @@ from orchestrator.store.records import (
     UnitBackup,
 )
 from orchestrator.store.results import Point, SweepResults, TrialState
-from orchestrator.store.schema import MIGRATIONS, Migration, check_not_newer, migrate
+from orchestrator.store.schema import MIGRATIONS, Migration
 from orchestrator.store.workloads import StoredWorkload, sweep_workloads
 from orchestrator.types import JsonObject
 
@@ -59,63 +70,28 @@ StoreObserver = Callable[[str, float], None]
 """What a :class:`Store` tells of each operation: its name (``record_point``) and seconds."""
 
 
-def _create_private(path: Path) -> None:
-    """Create the file 0600 before SQLite does: backups hold unit files, which may hold secrets.
-
-    SQLite gives the -wal and -shm files the database file's mode.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    """Another connection held the lock past the busy timeout ("database is locked")."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
 def open_connection(
     path: Path,
     *,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
     migrations: Sequence[Migration] = MIGRATIONS,
 ) -> sqlite3.Connection:
-    """Open ``path`` in WAL mode with durable commits and bring its schema up to date."""
-    try:
-        _create_private(path)
-        conn = sqlite3.connect(
-            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=True
-        )
-    except (OSError, sqlite3.Error) as exc:
-        raise StoreOpenError(path, str(exc)) from exc
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        check_not_newer(conn, path, migrations)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreOpenError(path, f"journal_mode is {mode!r}, WAL is required")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn, path, migrations)
-    except sqlite3.Error as exc:
-        conn.close()
-        if _is_busy(exc):
-            raise StoreBusy(path, busy_timeout_s, str(exc)) from exc
-        raise StoreOpenError(path, str(exc)) from exc
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    """The sqlite3 connection of a store file (WAL, durable commits, schema up to date), for
+    tools and tests that read the file with plain SQL."""
+    return open_sqlite(path, busy_timeout_s=busy_timeout_s, migrations=migrations).raw
 
 
-def _resolve_and_open(
-    path: str | os.PathLike[str], *, busy_timeout_s: float, migrations: Sequence[Migration]
-) -> tuple[Path, sqlite3.Connection]:
-    resolved = Path(path).expanduser().absolute()
-    conn = open_connection(resolved, busy_timeout_s=busy_timeout_s, migrations=migrations)
-    return resolved, conn
+def open_store_connection(
+    target: str | os.PathLike[str],
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> Connection:
+    """A ``postgresql://`` URL's database, else the SQLite file at the path, migrated."""
+    if is_postgres_url(target):
+        return open_postgres(str(target), busy_timeout_s=busy_timeout_s, migrations=migrations)
+    path = Path(target).expanduser().absolute()
+    return open_sqlite(path, busy_timeout_s=busy_timeout_s, migrations=migrations)
 
 
 def default_db_path() -> Path:
@@ -131,20 +107,23 @@ def default_db_path() -> Path:
 
 
 class Store:
-    """The orchestrator's durable record. Open with ``await Store.open(path)``; close it."""
+    """The orchestrator's durable record. Open with ``await Store.open(path_or_url)``; close it."""
 
     def __init__(
         self,
-        path: Path,
         executor: ThreadPoolExecutor,
-        conn: sqlite3.Connection,
+        conn: Connection,
         *,
         busy_timeout_s: float,
         clock: Callable[[], float],
     ) -> None:
-        self.path = path
+        self.path: Path | str = conn.location
+        """Where the store is, as a person reads it: the file's path, or a PostgreSQL store's
+        URL without its user, password and query (what errors, logs and host leases show)."""
+        self.shared = conn.shared
+        """Several daemons may run this store's sweeps (PostgreSQL): they claim each one."""
         self._executor = executor
-        self._conn: sqlite3.Connection | None = conn
+        self._conn: Connection | None = conn
         self._busy_timeout_s = busy_timeout_s
         self._clock = clock
         self.observer: StoreObserver | None = None
@@ -160,23 +139,27 @@ class Store:
         clock: Callable[[], float] = time.time,
         migrations: Sequence[Migration] = MIGRATIONS,
     ) -> Store:
-        """Open (creating and migrating as needed); raises StoreOpenError or SchemaTooNew."""
+        """Open a SQLite file, or the PostgreSQL database a ``postgresql://`` URL names
+        (creating and migrating as needed); raises StoreOpenError or SchemaTooNew."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         loop = asyncio.get_running_loop()
         try:
-            resolved, conn = await loop.run_in_executor(
+            conn = await loop.run_in_executor(
                 executor,
                 functools.partial(
-                    _resolve_and_open, path, busy_timeout_s=busy_timeout_s, migrations=migrations
+                    open_store_connection,
+                    path,
+                    busy_timeout_s=busy_timeout_s,
+                    migrations=migrations,
                 ),
             )
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(resolved, executor, conn, busy_timeout_s=busy_timeout_s, clock=clock)
+        return cls(executor, conn, busy_timeout_s=busy_timeout_s, clock=clock)
 
     async def close(self) -> None:
-        """Finish queued work, close the connection (checkpointing the WAL), stop the thread."""
+        """Finish queued work, close the connection (a file's WAL checkpointed), stop the thread."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -203,7 +186,7 @@ class Store:
 
     async def _run(
         self,
-        fn: Callable[Concatenate[sqlite3.Connection, P], T],
+        fn: Callable[Concatenate[Connection, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -215,9 +198,10 @@ class Store:
         began = time.perf_counter()
         try:
             return await loop.run_in_executor(self._executor, call)
-        except sqlite3.OperationalError as exc:
-            if _is_busy(exc):
-                raise StoreBusy(self.path, self._busy_timeout_s, str(exc)) from exc
+        except Exception as exc:
+            mapped = conn.store_error(exc)
+            if mapped is not None:
+                raise mapped from exc
             raise
         finally:
             if self.observer is not None:
@@ -493,6 +477,32 @@ class Store:
     async def trial_states(self, sweep_id: int) -> dict[tuple[str, str], TrialState]:
         """Each (key, host)'s latest state, read without any point (cheap enough to poll)."""
         return await self._run(ops.trial_states, sweep_id)
+
+
+    # --- claims: which daemon runs which sweep of a shared store ----------------------------
+
+    async def claim_sweep(
+        self, sweep_id: int, daemon: DaemonIdentity, *, expiry_s: float, wait: bool = False
+    ) -> ClaimOutcome:
+        """Claim the sweep for ``daemon`` (see :func:`orchestrator.store.claims.claim_sweep`)."""
+        return await self._run(
+            claims.claim_sweep, sweep_id, daemon, self._clock(), expiry_s, wait=wait
+        )
+
+    async def renew_claims(self, daemon_id: str, *, expiry_s: float) -> list[SweepClaim]:
+        """The heartbeat: ``daemon_id``'s claims pushed on; the ones it still holds."""
+        return await self._run(claims.renew_claims, daemon_id, self._clock(), expiry_s)
+
+    async def release_claim(self, sweep_id: int, daemon_id: str) -> bool:
+        return await self._run(claims.release_claim, sweep_id, daemon_id, self._clock())
+
+    async def request_stop(self, sweep_id: int, reason: str) -> SweepClaim | None:
+        """Ask the daemon whose live claim holds the sweep to stop it; None when none does."""
+        return await self._run(claims.request_stop, sweep_id, reason, self._clock())
+
+    async def sweep_claims(self) -> list[SweepClaim]:
+        """Every sweep's claim, live or not."""
+        return await self._run(claims.sweep_claims)
 
 
 _STORE_RUNS_TRIALS: type[TrialStore] = Store

@@ -18,9 +18,10 @@ class StoreError(Exception):
 
 
 class StoreOpenError(StoreError):
-    """The file could not be opened as an orchestrator store (not SQLite, no WAL, no access)."""
+    """The store could not be opened (a file that is not SQLite, no WAL, no access; a database
+    server that refused the connection)."""
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path | str, reason: str) -> None:
         super().__init__(f"{path}: cannot open the store: {reason}")
         self.path = path
         self.reason = reason
@@ -29,7 +30,7 @@ class StoreOpenError(StoreError):
 class SchemaTooNew(StoreError):
     """The file was written by a newer orchestrator; opening it here could corrupt it."""
 
-    def __init__(self, path: Path, found: int, known: int) -> None:
+    def __init__(self, path: Path | str, found: int, known: int) -> None:
         super().__init__(
             f"{path}: store schema version {found} is newer than this orchestrator knows "
             f"({known}); upgrade the orchestrator or use another --db"
@@ -42,12 +43,23 @@ class SchemaTooNew(StoreError):
 class StoreBusy(StoreError):
     """Another process held the database lock longer than the busy timeout."""
 
-    def __init__(self, path: Path, timeout_s: float, detail: str) -> None:
+    def __init__(self, path: Path | str, timeout_s: float, detail: str) -> None:
         super().__init__(
             f"{path}: store locked by another writer for over {timeout_s:g}s ({detail})"
         )
         self.path = path
         self.timeout_s = timeout_s
+        self.detail = detail
+
+
+class StoreUnavailable(StoreError):
+    """The database server could not be reached, or the connection to it broke during an
+    operation (whose outcome is then unknown: a write may or may not have committed). The
+    next operation connects again."""
+
+    def __init__(self, path: Path | str, detail: str) -> None:
+        super().__init__(f"{path}: the store's database is unavailable: {detail}")
+        self.path = path
         self.detail = detail
 
 

@@ -1,20 +1,22 @@
-"""The store's operations as plain functions on one sqlite3 connection.
+"""The store's operations as plain functions on one connection, SQLite's or PostgreSQL's.
 
-Each write is exactly one ``BEGIN IMMEDIATE`` ... ``COMMIT``: taking the write lock up front
-means a writer waits (busy timeout) instead of failing when another process committed in
-between, and a crash leaves either all of a write or none of it. Reads of several tables run in
-one read transaction so they see one snapshot. Callers pass ``now`` so the logic has no clock.
-A row becomes a record, and a record its row, only through :mod:`orchestrator.store.rows`.
-These functions run only on the store's worker thread (see :mod:`orchestrator.store.db`).
+Each write is exactly one write transaction (SQLite's ``BEGIN IMMEDIATE`` ... ``COMMIT``, which
+takes the write lock up front so a writer waits, up to the busy timeout, instead of failing when
+another process committed in between; PostgreSQL's ``BEGIN``, with the rows a write reads
+before changing them locked, :attr:`Connection.for_update`), and a crash leaves either all of a
+write or none of it. Reads of several tables run in one read transaction so they see one
+snapshot. Callers pass ``now`` so the logic has no clock. A row becomes a record, and a record
+its row, only through :mod:`orchestrator.store.rows`; a row is read by column name only. These
+functions run only on the store's worker thread (see :mod:`orchestrator.store.db`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
+from orchestrator.store.connection import Connection
 from orchestrator.store.errors import (
     AttemptNotFound,
     AttemptNotRunning,
@@ -76,31 +78,33 @@ from orchestrator.types import content_hash
 
 
 @contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
+def write_transaction(conn: Connection) -> Iterator[None]:
+    conn.begin_write()
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK")
+        conn.rollback()
         raise
-    conn.execute("COMMIT")
+    conn.commit()
 
 
 @contextmanager
-def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+def read_transaction(conn: Connection) -> Iterator[None]:
     """One snapshot for several reads; inside an open transaction it simply joins it."""
     if conn.in_transaction:
         yield
         return
-    conn.execute("BEGIN")
+    conn.begin_read()
     try:
         yield
-    finally:
-        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
 
 
 def _select(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: Table[R],
     tail: str,
     params: Sequence[Any] = (),
@@ -114,7 +118,7 @@ def _select(
 
 
 def _select_one(
-    conn: sqlite3.Connection, table: Table[R], tail: str, params: Sequence[Any]
+    conn: Connection, table: Table[R], tail: str, params: Sequence[Any]
 ) -> R | None:
     found = _select(conn, table, tail, params)
     return found[0] if found else None
@@ -126,15 +130,24 @@ def _insert_sql(table: str, columns: Collection[str], tail: str) -> str:
 
 
 def _insert(
-    conn: sqlite3.Connection, table: str, values: Mapping[str, Any], tail: str = ""
-) -> int:
-    """One row (column -> stored value, as :meth:`Table.dump` writes it); returns its id."""
-    cursor = conn.execute(_insert_sql(table, values.keys(), tail), tuple(values.values()))
-    return cast(int, cursor.lastrowid)
+    conn: Connection, table: str, values: Mapping[str, Any], tail: str = ""
+) -> int | None:
+    """One row (column -> stored value, as :meth:`Table.dump` writes it); returns its id (None
+    when ``tail``'s ``ON CONFLICT ... DO NOTHING`` kept the row that was there)."""
+    sql = _insert_sql(table, values.keys(), tail) + " RETURNING id"
+    row = conn.execute(sql, tuple(values.values())).fetchone()
+    return None if row is None else int(row["id"])
+
+
+def _insert_new(conn: Connection, table: str, values: Mapping[str, Any]) -> int:
+    """One row that no conflict can keep out; returns its id."""
+    new_id = _insert(conn, table, values)
+    assert new_id is not None
+    return new_id
 
 
 def _insert_many(
-    conn: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, Any]], tail: str = ""
+    conn: Connection, table: str, rows: Sequence[Mapping[str, Any]], tail: str = ""
 ) -> None:
     """Rows that name the same columns, in one statement."""
     if rows:
@@ -145,16 +158,16 @@ def _insert_many(
 # --- sweeps ---------------------------------------------------------------------------------
 
 
-def _current_sweep_named(conn: sqlite3.Connection, name: str) -> SweepRecord | None:
+def _current_sweep_named(conn: Connection, name: str) -> SweepRecord | None:
     return _select_one(conn, SWEEPS, "WHERE name = ? AND replaced_at IS NULL", (name,))
 
 
-def _sweep_by_id(conn: sqlite3.Connection, sweep_id: int) -> SweepRecord | None:
+def _sweep_by_id(conn: Connection, sweep_id: int) -> SweepRecord | None:
     return _select_one(conn, SWEEPS, "WHERE id = ?", (sweep_id,))
 
 
 def submit_sweep(
-    conn: sqlite3.Connection,
+    conn: Connection,
     name: str,
     yaml_text: str,
     *,
@@ -169,6 +182,7 @@ def submit_sweep(
     digest = content_hash(yaml_text)
     files = dict(workloads or {})
     with write_transaction(conn):
+        conn.lock(f"sweep-name:{name}")  # two submits of one name: one after the other
         existing = _current_sweep_named(conn, name)
         if existing is not None:
             same_files = stored_hashes(conn, existing.id) == workload_hashes(files)
@@ -186,7 +200,7 @@ def submit_sweep(
             priority=priority,
             submitted_at=now,
         )
-        new_id = _insert(conn, "sweeps", new)
+        new_id = _insert_new(conn, "sweeps", new)
         insert_workloads(conn, new_id, files)
         if existing is not None:
             conn.execute("UPDATE sweeps SET replaced_by = ? WHERE id = ?", (new_id, existing.id))
@@ -195,7 +209,7 @@ def submit_sweep(
     return SubmitResult(sweep=created, created=True)
 
 
-def find_sweep(conn: sqlite3.Connection, ref: str | int) -> SweepRecord | None:
+def find_sweep(conn: Connection, ref: str | int) -> SweepRecord | None:
     """An int is an id; a string is a name (its current run), else an id written in digits."""
     if isinstance(ref, int):
         return _sweep_by_id(conn, ref)
@@ -208,7 +222,7 @@ def find_sweep(conn: sqlite3.Connection, ref: str | int) -> SweepRecord | None:
         return _sweep_by_id(conn, int(ref)) if ref.isdigit() else None
 
 
-def get_sweep(conn: sqlite3.Connection, ref: str | int) -> SweepRecord:
+def get_sweep(conn: Connection, ref: str | int) -> SweepRecord:
     sweep = find_sweep(conn, ref)
     if sweep is None:
         raise SweepNotFound(ref)
@@ -216,7 +230,7 @@ def get_sweep(conn: sqlite3.Connection, ref: str | int) -> SweepRecord:
 
 
 def list_sweeps(
-    conn: sqlite3.Connection,
+    conn: Connection,
     states: Collection[SweepState] | None,
     include_replaced: bool,
 ) -> list[SweepRecord]:
@@ -235,7 +249,7 @@ def list_sweeps(
 
 
 def set_sweep_state(
-    conn: sqlite3.Connection,
+    conn: Connection,
     sweep_id: int,
     state: SweepState,
     summary: Mapping[str, Any] | None,
@@ -264,12 +278,12 @@ def set_sweep_state(
 
 
 def _add_to_sweep(
-    conn: sqlite3.Connection,
+    conn: Connection,
     sweep_id: int,
     table: Table[R],
     items: Sequence[object],
     on_conflict: str,
-    all_of: Callable[[sqlite3.Connection, int], list[R]],
+    all_of: Callable[[Connection, int], list[R]],
 ) -> list[R]:
     """Insert ``items`` as rows of the sweep (which must exist); then all of the sweep's."""
     with write_transaction(conn):
@@ -281,7 +295,7 @@ def _add_to_sweep(
 
 
 def add_hosts(
-    conn: sqlite3.Connection, sweep_id: int, hosts: Sequence[HostEntry]
+    conn: Connection, sweep_id: int, hosts: Sequence[HostEntry]
 ) -> list[HostRecord]:
     return _add_to_sweep(
         conn,
@@ -293,7 +307,7 @@ def add_hosts(
     )
 
 
-def set_host_aside(conn: sqlite3.Connection, sweep_id: int, host: str, reason: str | None) -> None:
+def set_host_aside(conn: Connection, sweep_id: int, host: str, reason: str | None) -> None:
     with write_transaction(conn):
         cursor = conn.execute(
             "UPDATE sweep_hosts SET set_aside_reason = ? WHERE sweep_id = ? AND name = ?",
@@ -303,12 +317,12 @@ def set_host_aside(conn: sqlite3.Connection, sweep_id: int, host: str, reason: s
             raise KeyError(f"sweep {sweep_id} has no host {host!r}")
 
 
-def hosts_of(conn: sqlite3.Connection, sweep_id: int) -> list[HostRecord]:
+def hosts_of(conn: Connection, sweep_id: int) -> list[HostRecord]:
     return _select(conn, HOSTS, "WHERE sweep_id = ? ORDER BY name", (sweep_id,))
 
 
 def add_trials(
-    conn: sqlite3.Connection, sweep_id: int, trials: Sequence[NewTrial]
+    conn: Connection, sweep_id: int, trials: Sequence[NewTrial]
 ) -> list[TrialRecord]:
     """Insert the plan's trials; ones already present (same key and host) are kept as they are."""
     return _add_to_sweep(
@@ -316,62 +330,68 @@ def add_trials(
     )
 
 
-def set_trial_plan(conn: sqlite3.Connection, trial_id: int, plan: TrialPlan) -> TrialRecord:
+def set_trial_plan(conn: Connection, trial_id: int, plan: TrialPlan) -> TrialRecord:
     """Replace what a trial measures (a screen promoted to the full matrix on its server)."""
     with write_transaction(conn):
         conn.execute("UPDATE trials SET plan = ? WHERE id = ?", (PLAN.dump(plan), trial_id))
         return _trial_by_id(conn, trial_id)
 
 
-def _trial_by_id(conn: sqlite3.Connection, trial_id: int) -> TrialRecord:
+def _trial_by_id(conn: Connection, trial_id: int) -> TrialRecord:
     trial = _select_one(conn, TRIALS, "WHERE id = ?", (trial_id,))
     if trial is None:
         raise TrialNotFound(trial_id)
     return trial
 
 
-def trials_of(conn: sqlite3.Connection, sweep_id: int) -> list[TrialRecord]:
+def trials_of(conn: Connection, sweep_id: int) -> list[TrialRecord]:
     return _select(conn, TRIALS, "WHERE sweep_id = ? ORDER BY ordinal, host, id", (sweep_id,))
 
 
 # --- attempts -------------------------------------------------------------------------------
 
 
-def _attempt_by_id(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
-    attempt = _select_one(conn, ATTEMPTS, "WHERE id = ?", (attempt_id,))
+def _attempt_by_id(conn: Connection, attempt_id: int, *, lock: bool = False) -> Attempt:
+    """``lock``: the row stays this write's until it commits (the running attempt a point,
+    an invocation or the attempt's end is written to)."""
+    tail = "WHERE id = ?" + (conn.for_update if lock else "")
+    attempt = _select_one(conn, ATTEMPTS, tail, (attempt_id,))
     if attempt is None:
         raise AttemptNotFound(attempt_id)
     return attempt
 
 
-def _running_attempt(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
-    attempt = _attempt_by_id(conn, attempt_id)
+def _running_attempt(conn: Connection, attempt_id: int) -> Attempt:
+    attempt = _attempt_by_id(conn, attempt_id, lock=True)
     if attempt.state != "running":
         raise AttemptNotRunning(attempt_id, attempt.state)
     return attempt
 
 
 def _new_attempt(
-    conn: sqlite3.Connection,
+    conn: Connection,
     trial_id: int,
     state: AttemptState,
     cause: str | None,
     evidence: Mapping[str, Any] | None,
     now: float,
 ) -> Attempt:
-    if conn.execute("SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
+    # The trial's row, locked: its attempts are numbered one at a time.
+    found = conn.execute("SELECT id FROM trials WHERE id = ?" + conn.for_update, (trial_id,))
+    if found.fetchone() is None:
         raise TrialNotFound(trial_id)
     finished = now if state in FINISHED_ATTEMPT_STATES else None
-    cursor = conn.execute(
+    row = conn.execute(
         "INSERT INTO attempts (trial_id, number, state, cause, evidence, started_at, finished_at) "
-        "SELECT ?, COALESCE(MAX(number), 0) + 1, ?, ?, ?, ?, ? FROM attempts WHERE trial_id = ?",
-        (trial_id, state, cause, to_json_or_null(evidence), now, finished, trial_id),
-    )
-    return _attempt_by_id(conn, cast(int, cursor.lastrowid))
+        "VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE trial_id = ?), "
+        "?, ?, ?, ?, ?) RETURNING id",
+        (trial_id, trial_id, state, cause, to_json_or_null(evidence), now, finished),
+    ).fetchone()
+    return _attempt_by_id(conn, int(row["id"]))
 
 
 def start_attempt(
-    conn: sqlite3.Connection, trial_id: int, invocation_id: str | None, now: float
+    conn: Connection, trial_id: int, invocation_id: str | None, now: float
 ) -> Attempt:
     """A new running attempt numbered after the trial's last one; earlier ones stay as they were."""
     with write_transaction(conn):
@@ -385,7 +405,7 @@ def start_attempt(
 
 
 def skip_trial(
-    conn: sqlite3.Connection,
+    conn: Connection,
     trial_id: int,
     cause: str | None,
     evidence: Mapping[str, Any] | None,
@@ -399,7 +419,7 @@ def skip_trial(
 
 
 def set_attempt_invocation(
-    conn: sqlite3.Connection, attempt_id: int, invocation_id: str
+    conn: Connection, attempt_id: int, invocation_id: str
 ) -> Attempt:
     """The server process now serving this attempt (systemd's InvocationID)."""
     with write_transaction(conn):
@@ -410,7 +430,7 @@ def set_attempt_invocation(
         return _attempt_by_id(conn, attempt_id)
 
 
-def resume_attempt(conn: sqlite3.Connection, attempt_id: int, invocation_id: str | None) -> Attempt:
+def resume_attempt(conn: Connection, attempt_id: int, invocation_id: str | None) -> Attempt:
     """Take over a running attempt after a restart: its committed points stay, ``resumes`` += 1."""
     with write_transaction(conn):
         _running_attempt(conn, attempt_id)
@@ -423,7 +443,7 @@ def resume_attempt(conn: sqlite3.Connection, attempt_id: int, invocation_id: str
 
 
 def finish_attempt(
-    conn: sqlite3.Connection,
+    conn: Connection,
     attempt_id: int,
     state: AttemptState,
     cause: str | None,
@@ -441,11 +461,11 @@ def finish_attempt(
         return _attempt_by_id(conn, attempt_id)
 
 
-def get_attempt(conn: sqlite3.Connection, attempt_id: int) -> Attempt:
+def get_attempt(conn: Connection, attempt_id: int) -> Attempt:
     return _attempt_by_id(conn, attempt_id)
 
 
-def attempts_of(conn: sqlite3.Connection, sweep_id: int) -> list[Attempt]:
+def attempts_of(conn: Connection, sweep_id: int) -> list[Attempt]:
     return _select(
         conn,
         ATTEMPTS,
@@ -456,18 +476,18 @@ def attempts_of(conn: sqlite3.Connection, sweep_id: int) -> list[Attempt]:
     )
 
 
-def _committed_keys(conn: sqlite3.Connection, attempt_id: int) -> frozenset[str]:
+def _committed_keys(conn: Connection, attempt_id: int) -> frozenset[str]:
     rows = conn.execute(
         "SELECT point_key FROM points WHERE attempt_id = ?", (attempt_id,)
     ).fetchall()
-    return frozenset(row[0] for row in rows)
+    return frozenset(row["point_key"] for row in rows)
 
 
-def committed_point_keys(conn: sqlite3.Connection, attempt_id: int) -> frozenset[str]:
+def committed_point_keys(conn: Connection, attempt_id: int) -> frozenset[str]:
     return _committed_keys(conn, attempt_id)
 
 
-def running_attempts(conn: sqlite3.Connection, sweep_id: int) -> list[UnfinishedAttempt]:
+def running_attempts(conn: Connection, sweep_id: int) -> list[UnfinishedAttempt]:
     """Attempts a crash left running, in plan order, each with the points it committed."""
     with read_transaction(conn):
         rows = conn.execute(
@@ -490,7 +510,7 @@ def running_attempts(conn: sqlite3.Connection, sweep_id: int) -> list[Unfinished
 
 
 def record_point(
-    conn: sqlite3.Connection,
+    conn: Connection,
     attempt_id: int,
     point: NewPoint | Point,
     requests: Sequence[StoredRequest],
@@ -506,8 +526,8 @@ def record_point(
             "SELECT id FROM points WHERE attempt_id = ? AND point_key = ?", (attempt_id, key)
         ).fetchone()
         if existing is not None:
-            raise PointAlreadyRecorded(attempt_id, key, existing[0])
-        point_id = _insert(
+            raise PointAlreadyRecorded(attempt_id, key, existing["id"])
+        point_id = _insert_new(
             conn, "points", POINTS.dump(point, attempt_id=attempt_id, committed_at=now)
         )
         _insert_many(
@@ -519,7 +539,7 @@ def record_point(
 
 
 def points_of(
-    conn: sqlite3.Connection, *, attempt_id: int | None = None, sweep_id: int | None = None
+    conn: Connection, *, attempt_id: int | None = None, sweep_id: int | None = None
 ) -> list[PointRecord]:
     """Points of one attempt or of a whole sweep, in the order they were committed."""
     if (attempt_id is None) == (sweep_id is None):
@@ -536,7 +556,7 @@ def points_of(
     )
 
 
-def requests_of(conn: sqlite3.Connection, point_id: int) -> list[StoredRequest]:
+def requests_of(conn: Connection, point_id: int) -> list[StoredRequest]:
     return _select(conn, REQUESTS, "WHERE point_id = ? ORDER BY seq", (point_id,))
 
 
@@ -544,7 +564,7 @@ def requests_of(conn: sqlite3.Connection, point_id: int) -> list[StoredRequest]:
 
 
 def add_event(
-    conn: sqlite3.Connection,
+    conn: Connection,
     sweep_id: int,
     kind: str,
     *,
@@ -557,13 +577,13 @@ def add_event(
         sweep_id=sweep_id, attempt_id=attempt_id, host=host, kind=kind, ts=ts, fields=fields or {}
     )
     with write_transaction(conn):
-        event = _select_one(conn, EVENTS, "WHERE id = ?", (_insert(conn, "events", new),))
+        event = _select_one(conn, EVENTS, "WHERE id = ?", (_insert_new(conn, "events", new),))
     assert event is not None
     return event
 
 
 def events_of(
-    conn: sqlite3.Connection,
+    conn: Connection,
     sweep_id: int,
     *,
     host: str | None,
@@ -590,7 +610,7 @@ def events_of(
 # --- unit backups ---------------------------------------------------------------------------
 
 
-def _backup(conn: sqlite3.Connection, sweep_id: int, host: str, unit: str) -> UnitBackup | None:
+def _backup(conn: Connection, sweep_id: int, host: str, unit: str) -> UnitBackup | None:
     return _select_one(
         conn, UNIT_BACKUPS, "WHERE sweep_id = ? AND host = ? AND unit = ?", (sweep_id, host, unit)
     )
@@ -605,7 +625,7 @@ _REARM = (
 
 
 def save_unit_backup(
-    conn: sqlite3.Connection,
+    conn: Connection,
     sweep_id: int,
     host: str,
     unit: str,
@@ -636,11 +656,12 @@ def save_unit_backup(
     )
     with write_transaction(conn):
         if rearm:
+            conn.lock(f"backup-host:{host}")  # two rearms of one host: one after the other
             pending = conn.execute(
                 "SELECT sweep_id FROM unit_backups WHERE host = ? AND restored_at IS NULL", (host,)
             ).fetchone()
             if pending is not None:
-                raise BackupPending(host, int(pending[0]))
+                raise BackupPending(host, int(pending["sweep_id"]))
         _insert(conn, "unit_backups", new, _REARM if rearm else _KEEP_FIRST)
         backup = _backup(conn, sweep_id, host, unit)
     assert backup is not None
@@ -648,13 +669,13 @@ def save_unit_backup(
 
 
 def get_unit_backup(
-    conn: sqlite3.Connection, sweep_id: int, host: str, unit: str
+    conn: Connection, sweep_id: int, host: str, unit: str
 ) -> UnitBackup | None:
     return _backup(conn, sweep_id, host, unit)
 
 
 def pending_restores(
-    conn: sqlite3.Connection, sweep_id: int | None, host: str | None
+    conn: Connection, sweep_id: int | None, host: str | None
 ) -> list[UnitBackup]:
     """Backups whose host has not been put back yet, oldest first."""
     clauses: list[str] = ["restored_at IS NULL"]
@@ -670,7 +691,7 @@ def pending_restores(
     )
 
 
-def mark_restored(conn: sqlite3.Connection, sweep_id: int, host: str, now: float) -> int:
+def mark_restored(conn: Connection, sweep_id: int, host: str, now: float) -> int:
     """Mark every backed-up unit of ``host`` in the sweep restored; returns how many."""
     with write_transaction(conn):
         cursor = conn.execute(
@@ -684,7 +705,7 @@ def mark_restored(conn: sqlite3.Connection, sweep_id: int, host: str, now: float
 # --- results --------------------------------------------------------------------------------
 
 
-def sweep_results(conn: sqlite3.Connection, ref: str | int) -> SweepResults:
+def sweep_results(conn: Connection, ref: str | int) -> SweepResults:
     with read_transaction(conn):
         sweep = get_sweep(conn, ref)
         trials = trials_of(conn, sweep.id)
@@ -703,7 +724,7 @@ def sweep_results(conn: sqlite3.Connection, ref: str | int) -> SweepResults:
     return build_results(sweep, trials, attempts, points, hosts, exploration)
 
 
-def trial_states(conn: sqlite3.Connection, sweep_id: int) -> dict[tuple[str, str], TrialState]:
+def trial_states(conn: Connection, sweep_id: int) -> dict[tuple[str, str], TrialState]:
     """Each trial's latest state without reading a point (status asks this every refresh)."""
     with read_transaction(conn):
         sweep = _sweep_by_id(conn, sweep_id)

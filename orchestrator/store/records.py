@@ -268,3 +268,58 @@ class UnitBackup:
     adopted: str | None = None
     """The trial key ``adopt`` installed as the unit's lasting config, when the backup was
     re-armed by adopt (a restore then puts the unit back as found, whatever the policy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonIdentity:
+    """A daemon as the claims of a shared store name it: ``id`` is this process's alone (a
+    restarted daemon is a new one), ``name`` what a person reads (``ctl-2 (pid 4411)``)."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SweepClaim:
+    """Which daemon runs a sweep of a shared store, until when (renewed by its heartbeat).
+
+    A claim that expired, or was released, may be taken by another daemon: the generation then
+    rises by one and ``took_over_from`` names the daemon whose unreleased claim expired.
+    ``stop_requested`` is another daemon's ask (a cancel through it) that the holder stop it.
+    """
+
+    sweep_id: int
+    daemon_id: str
+    daemon: str
+    generation: int
+    claimed_at: float
+    renewed_at: float
+    expires_at: float
+    released_at: float | None = None
+    stop_requested: str | None = None
+    took_over_from: str | None = None
+
+    def live(self, now: float) -> bool:
+        """Held now: neither released nor expired."""
+        return self.released_at is None and now < self.expires_at
+
+    def to_json(self) -> JsonObject:
+        return {
+            "daemon": self.daemon,
+            "daemon_id": self.daemon_id,
+            "generation": self.generation,
+            "claimed_at": self.claimed_at,
+            "renewed_at": self.renewed_at,
+            "expires_at": self.expires_at,
+            "took_over_from": self.took_over_from,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """A try to claim a sweep: ``claim`` when it is now this daemon's; else ``holder`` when
+    another daemon's live claim holds it, or neither when the sweep cannot run (ended,
+    interrupted, replaced) or another daemon is claiming it this very moment."""
+
+    claim: SweepClaim | None = None
+    holder: SweepClaim | None = None

@@ -25,6 +25,7 @@ from orchestrator.store.records import (
     HostRecord,
     PointRecord,
     StoredRequest,
+    SweepClaim,
     SweepRecord,
     TrialPlan,
     TrialRecord,
@@ -229,3 +230,4 @@ UNIT_BACKUPS = table(
     codecs={"files": FILES, "state": JSON, "dropin": DROPIN},
     tidy=_without_legacy_keys,
 )
+CLAIMS = table("sweep_claims", SweepClaim)

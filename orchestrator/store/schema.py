@@ -1,19 +1,27 @@
-"""The store's schema as forward migrations keyed by ``PRAGMA user_version``.
+"""The store's schema as forward migrations, one list for both databases.
 
-A file at version N gets migrations N+1.. applied in one write transaction, so two processes
-opening the same empty file at once cannot both migrate it, and a crash mid-migration leaves
-the file at N. A file newer than :data:`MIGRATIONS` knows is refused before anything is written.
+A store at version N gets migrations N+1.. applied in one write transaction, so two processes
+opening the same empty store at once cannot both migrate it, and a crash mid-migration leaves
+it at N. A store newer than :data:`MIGRATIONS` knows is refused before anything is written.
 Migrations are append-only: a released step is never edited, a change is a new step.
+
+The statements are SQLite's; PostgreSQL runs the same schema, each statement spelled its way by
+:func:`orchestrator.store.postgres.postgres_statement` (identity ids, ``DOUBLE PRECISION``,
+JSON checked by a cast), or by a step's own ``postgres`` statements where SQLite needed a
+procedure of its own (widening a CHECK). Where the version is kept (``PRAGMA user_version``, a
+one-row table) is the connection's business (:mod:`orchestrator.store.connection`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.store.errors import SchemaTooNew
+
+if TYPE_CHECKING:
+    from orchestrator.store.connection import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +31,8 @@ class Migration:
     version: int
     summary: str
     statements: tuple[str, ...]
+    postgres: tuple[str, ...] | None = None
+    """PostgreSQL's statements for this step, where they are not ``statements`` respelled."""
 
 
 _V1 = Migration(
@@ -178,6 +188,12 @@ _V3 = Migration(
         "'''skipped'', ''cancelled'')') WHERE type = 'table' AND name = 'attempts'",
         "PRAGMA writable_schema = RESET",
     ),
+    # PostgreSQL names a column's CHECK <table>_<column>_check, and alters it in place.
+    postgres=(
+        "ALTER TABLE attempts DROP CONSTRAINT attempts_state_check",
+        "ALTER TABLE attempts ADD CONSTRAINT attempts_state_check CHECK (state IN "
+        "('queued', 'running', 'done', 'failed', 'skipped', 'cancelled'))",
+    ),
 )
 
 _V4 = Migration(
@@ -228,50 +244,71 @@ _V7 = Migration(
         "'''running'', ''interrupted'', ''done''') WHERE type = 'table' AND name = 'sweeps'",
         "PRAGMA writable_schema = RESET",
     ),
+    postgres=(
+        "ALTER TABLE sweeps DROP CONSTRAINT sweeps_state_check",
+        "ALTER TABLE sweeps ADD CONSTRAINT sweeps_state_check CHECK (state IN "
+        "('queued', 'running', 'interrupted', 'done', 'failed', 'cancelled'))",
+    ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8 = Migration(
+    version=8,
+    summary="which daemon runs each sweep: its claim, renewed by a heartbeat (a team's service)",
+    # One row per sweep ever claimed; a released or expired claim may be taken by another
+    # daemon, which raises the generation (how many daemons have run the sweep, in turn).
+    statements=(
+        """
+        CREATE TABLE sweep_claims (
+            sweep_id        INTEGER NOT NULL REFERENCES sweeps(id),
+            daemon_id       TEXT NOT NULL,
+            daemon          TEXT NOT NULL,
+            generation      INTEGER NOT NULL CHECK (generation >= 1),
+            claimed_at      REAL NOT NULL,
+            renewed_at      REAL NOT NULL,
+            expires_at      REAL NOT NULL,
+            released_at     REAL,
+            stop_requested  TEXT,
+            took_over_from  TEXT,
+            PRIMARY KEY (sweep_id)
+        ) STRICT
+        """,
+        "CREATE INDEX sweep_claims_daemon ON sweep_claims(daemon_id) WHERE released_at IS NULL",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 
 def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
     return migrations[-1].version if migrations else 0
 
 
-def user_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
-
-
-def check_not_newer(
-    conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS
-) -> None:
-    found, known = user_version(conn), latest_version(migrations)
+def check_not_newer(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+    found, known = conn.schema_version(), latest_version(migrations)
     if found > known:
-        raise SchemaTooNew(path, found, known)
+        raise SchemaTooNew(conn.location, found, known)
 
 
-def migrate(
-    conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS
-) -> int:
-    """Bring the file to the latest version in one transaction; returns the version reached.
+def migrate(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the store to the latest version in one transaction; returns the version reached.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``): the transaction is ours.
-    The version is re-read under the write lock, so a concurrent opener's work is not redone.
+    The transaction is ours (the connection is in autocommit mode between operations). The
+    version is re-read under the write lock, so a concurrent opener's work is not redone.
     """
     for index, step in enumerate(migrations, start=1):
         if step.version != index:
             raise ValueError(f"migration {index} is numbered {step.version}")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        check_not_newer(conn, path, migrations)
-        current = user_version(conn)
-        for step in migrations[current:]:
-            for statement in step.statements:
-                conn.execute(statement)
-            # PRAGMA takes no parameters; the version is an int from our own table.
-            conn.execute(f"PRAGMA user_version = {int(step.version)}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return user_version(conn)
+    with conn.schema_lock():
+        conn.begin_write()
+        try:
+            check_not_newer(conn, migrations)
+            current = conn.schema_version()
+            for step in migrations[current:]:
+                for statement in conn.migration_statements(step):
+                    conn.execute(statement)
+                conn.set_schema_version(step.version)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+    return conn.schema_version()

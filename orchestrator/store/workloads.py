@@ -9,11 +9,14 @@ is other content (replace it to run it).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from orchestrator.types import content_hash
+
+if TYPE_CHECKING:
+    from orchestrator.store.connection import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,7 @@ def workload_hashes(workloads: Mapping[str, str]) -> dict[str, str]:
     return {path: content_hash(text) for path, text in workloads.items()}
 
 
-def insert_workloads(conn: sqlite3.Connection, sweep_id: int, workloads: Mapping[str, str]) -> None:
+def insert_workloads(conn: Connection, sweep_id: int, workloads: Mapping[str, str]) -> None:
     """Inside the caller's write transaction: the new sweep's workload files."""
     if not workloads:
         return
@@ -40,14 +43,14 @@ def insert_workloads(conn: sqlite3.Connection, sweep_id: int, workloads: Mapping
     )
 
 
-def stored_hashes(conn: sqlite3.Connection, sweep_id: int) -> dict[str, str]:
+def stored_hashes(conn: Connection, sweep_id: int) -> dict[str, str]:
     rows = conn.execute(
         "SELECT path, content_hash FROM sweep_workloads WHERE sweep_id = ?", (sweep_id,)
     ).fetchall()
     return {row["path"]: row["content_hash"] for row in rows}
 
 
-def sweep_workloads(conn: sqlite3.Connection, sweep_id: int) -> list[StoredWorkload]:
+def sweep_workloads(conn: Connection, sweep_id: int) -> list[StoredWorkload]:
     """The sweep's workload files, by path."""
     rows = conn.execute(
         "SELECT path, content, content_hash FROM sweep_workloads WHERE sweep_id = ? ORDER BY path",

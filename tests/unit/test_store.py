@@ -1,16 +1,22 @@
-"""The store on real SQLite files: schema versions, sweeps, attempts, points, backups, results."""
+"""The store on both its backends, a real SQLite file and a real PostgreSQL database (one server
+per session, one new database per test): schema versions, sweeps, attempts, points, backups,
+results, and which daemon runs which sweep. What only one backend has (a file's mode and WAL,
+SQLite's pragmas, a server that refuses the connection) is tested on that one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 import orchestrator
@@ -21,7 +27,9 @@ from orchestrator.store import (
     AcceptEstimate,
     AcceptLength,
     AttemptNotRunning,
+    ClaimOutcome,
     CodingPoint,
+    DaemonIdentity,
     HostEntry,
     LatencySummary,
     MatrixCell,
@@ -36,6 +44,7 @@ from orchestrator.store import (
     StoreClosed,
     StoredRequest,
     StoreOpenError,
+    StoreUnavailable,
     SweepNameConflict,
     SweepNotFound,
     SweepResults,
@@ -48,23 +57,108 @@ from orchestrator.store import (
     open_connection,
     point_key,
 )
+from orchestrator.store.db import open_store_connection
 from orchestrator.sweepfile import parse_sweep
 from orchestrator.trialsource import trial_plan
 
+pytest_plugins = ["tests.postgres_fixture"]
+
 LATEST = MIGRATIONS[-1].version
 SWEEP_YAML = "name: demo\nconfigs:\n  - {budget: 8}\n"
+TABLES = {
+    "sweeps",
+    "sweep_hosts",
+    "trials",
+    "attempts",
+    "points",
+    "requests",
+    "events",
+    "unit_backups",
+    "sweep_workloads",
+    "sweep_claims",
+}
 
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
+    """A SQLite store file (for what only a file has)."""
     return tmp_path / "store.db"
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """What ``--db`` takes: the SQLite file's path, or a new PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return str(db_path)
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(db_path)
+async def store(target: str) -> AsyncIterator[Store]:
+    opened = await Store.open(target)
     yield opened
     await opened.close()
+
+
+class Raw:
+    """Plain SQL on the store's database beside the Store: the tests' own look at what is
+    stored, through the database's own driver."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.postgres = target.startswith("postgresql://")
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        if self.postgres:
+            with psycopg.connect(self.target, autocommit=True) as conn:
+                return list(conn.execute(sql).fetchall())
+        conn = sqlite3.connect(self.target)
+        try:
+            return list(conn.execute(sql).fetchall())
+        finally:
+            conn.close()
+
+    def execute(self, *statements: str) -> None:
+        if self.postgres:
+            with psycopg.connect(self.target, autocommit=True) as conn:
+                for statement in statements:
+                    conn.execute(statement)
+            return
+        conn = sqlite3.connect(self.target, isolation_level=None)
+        try:
+            for statement in statements:
+                conn.execute(statement)
+        finally:
+            conn.close()
+
+    def version(self) -> int:
+        if self.postgres:
+            if not self.rows("SELECT 1 FROM pg_tables WHERE tablename = 'store_schema'"):
+                return 0
+            return int(self.rows("SELECT version FROM store_schema")[0][0])
+        return int(self.rows("PRAGMA user_version")[0][0])
+
+    def set_version(self, version: int) -> None:
+        if self.postgres:
+            self.execute(
+                "CREATE TABLE store_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)",
+                f"INSERT INTO store_schema VALUES (1, {version})",
+            )
+        else:
+            self.execute(f"PRAGMA user_version = {version}")
+
+    def tables(self) -> set[str]:
+        if self.postgres:
+            found = self.rows("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        else:
+            found = self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in found}
+
+
+@pytest.fixture
+def raw(target: str) -> Raw:
+    return Raw(target)
 
 
 def _requests(count: int, *, warmup: int = 0) -> list[StoredRequest]:
@@ -115,34 +209,35 @@ async def _sweep_with_trials(store: Store, name: str = "demo") -> tuple[int, lis
 # --- schema and opening ---------------------------------------------------------------------
 
 
-async def test_empty_file_is_migrated_to_latest_in_wal_mode(db_path: Path) -> None:
-    async with await Store.open(db_path) as store:
+async def test_an_empty_store_is_migrated_to_latest(target: str, raw: Raw) -> None:
+    async with await Store.open(target) as store:
         assert not store.closed
+    assert raw.version() == LATEST
+    assert raw.tables() >= TABLES
+
+
+async def test_an_empty_file_is_private_and_in_wal_mode(db_path: Path) -> None:
+    async with await Store.open(db_path):
+        pass
     raw = sqlite3.connect(db_path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {
-        "sweeps",
-        "sweep_hosts",
-        "trials",
-        "attempts",
-        "points",
-        "requests",
-        "events",
-        "unit_backups",
-    } <= tables
     raw.close()
     assert stat.S_IMODE(os.stat(db_path).st_mode) == 0o600
 
 
-def test_connection_is_durable_and_enforces_foreign_keys(db_path: Path) -> None:
-    conn = open_connection(db_path, busy_timeout_s=2.5)
+def test_connection_is_durable_and_enforces_foreign_keys(target: str) -> None:
+    conn = open_store_connection(target, busy_timeout_s=2.5)
     try:
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
-        with pytest.raises(sqlite3.IntegrityError):
+        if conn.shared:
+            assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+            assert conn.execute("SHOW lock_timeout").fetchone()["lock_timeout"] == "2500ms"
+            error: type[Exception] = psycopg.errors.ForeignKeyViolation
+        else:
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+            assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+            error = sqlite3.IntegrityError
+        with pytest.raises(error):
             conn.execute(
                 "INSERT INTO trials (sweep_id, key, host, config, ordinal) "
                 "VALUES (99, 'k', 'h', '{}', 0)"
@@ -151,51 +246,46 @@ def test_connection_is_durable_and_enforces_foreign_keys(db_path: Path) -> None:
         conn.close()
 
 
-async def test_reopening_keeps_data_and_version(db_path: Path) -> None:
-    async with await Store.open(db_path) as store:
+async def test_reopening_keeps_data_and_version(target: str) -> None:
+    async with await Store.open(target) as store:
         await store.submit_sweep("demo", SWEEP_YAML)
-    async with await Store.open(db_path) as store:
+    async with await Store.open(target) as store:
         assert (await store.get_sweep("demo")).yaml_text == SWEEP_YAML
 
 
-async def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
-    raw = sqlite3.connect(db_path)
-    raw.execute("CREATE TABLE future (x)")
-    raw.execute(f"PRAGMA user_version = {LATEST + 3}")
-    raw.commit()
-    raw.close()
+async def test_newer_schema_is_refused_untouched(target: str, raw: Raw) -> None:
+    raw.execute("CREATE TABLE future (x INTEGER)")
+    raw.set_version(LATEST + 3)
     with pytest.raises(SchemaTooNew) as caught:
-        await Store.open(db_path)
+        await Store.open(target)
     assert (caught.value.found, caught.value.known) == (LATEST + 3, LATEST)
-    assert "newer" in str(caught.value) and str(db_path) in str(caught.value)
-    raw = sqlite3.connect(db_path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST + 3
-    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-    assert raw.execute("SELECT name FROM sqlite_master WHERE name = 'sweeps'").fetchall() == []
-    raw.close()
+    assert "newer" in str(caught.value)
+    assert raw.version() == LATEST + 3
+    assert "sweeps" not in raw.tables()
+    if not raw.postgres:
+        assert str(caught.value.path) == target
+        assert raw.rows("PRAGMA journal_mode")[0][0] == "delete"
 
 
-async def test_older_file_migrates_forward_keeping_rows(db_path: Path) -> None:
-    async with await Store.open(db_path) as store:
+async def test_older_store_migrates_forward_keeping_rows(target: str, raw: Raw) -> None:
+    async with await Store.open(target) as store:
         await store.submit_sweep("demo", SWEEP_YAML)
     step = Migration(
         version=LATEST + 1,
         summary="a note per sweep",
         statements=("ALTER TABLE sweeps ADD COLUMN note TEXT NOT NULL DEFAULT 'none'",),
     )
-    async with await Store.open(db_path, migrations=(*MIGRATIONS, step)) as store:
+    async with await Store.open(target, migrations=(*MIGRATIONS, step)) as store:
         assert (await store.get_sweep("demo")).yaml_text == SWEEP_YAML
-    raw = sqlite3.connect(db_path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST + 1
-    assert raw.execute("SELECT note FROM sweeps").fetchall() == [("none",)]
-    raw.close()
-    # The original code now refuses the upgraded file instead of misreading it.
+    assert raw.version() == LATEST + 1
+    assert raw.rows("SELECT note FROM sweeps") == [("none",)]
+    # The original code now refuses the upgraded store instead of misreading it.
     with pytest.raises(SchemaTooNew):
-        await Store.open(db_path)
+        await Store.open(target)
 
 
-async def test_failed_migration_leaves_file_at_previous_version(db_path: Path) -> None:
-    async with await Store.open(db_path):
+async def test_failed_migration_leaves_store_at_previous_version(target: str, raw: Raw) -> None:
+    async with await Store.open(target):
         pass
     broken = Migration(
         version=LATEST + 1,
@@ -203,11 +293,18 @@ async def test_failed_migration_leaves_file_at_previous_version(db_path: Path) -
         statements=("CREATE TABLE half (x INTEGER)", "THIS IS NOT SQL"),
     )
     with pytest.raises(StoreOpenError):
-        await Store.open(db_path, migrations=(*MIGRATIONS, broken))
-    raw = sqlite3.connect(db_path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == LATEST
-    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'").fetchone()[0] == 0
-    raw.close()
+        await Store.open(target, migrations=(*MIGRATIONS, broken))
+    assert raw.version() == LATEST
+    assert "half" not in raw.tables()
+
+
+async def test_two_stores_opening_one_empty_database_at_once_migrate_it_once(
+    target: str, raw: Raw
+) -> None:
+    first, second = await asyncio.gather(Store.open(target), Store.open(target))
+    await first.close()
+    await second.close()
+    assert raw.version() == LATEST
 
 
 def _write_garbage(path: Path) -> None:
@@ -221,12 +318,53 @@ async def test_a_file_that_is_not_sqlite_is_refused(db_path: Path) -> None:
     assert caught.value.path == db_path
 
 
-async def test_closed_store_refuses_work(db_path: Path) -> None:
-    store = await Store.open(db_path)
+async def test_a_refused_connection_is_an_open_error_that_keeps_the_password(
+    postgres_url: str,
+) -> None:
+    password = postgres_url.split(":")[2].split("@")[0]
+    wrong = postgres_url.replace(password, "not-the-password")
+    with pytest.raises(StoreOpenError) as caught:
+        await Store.open(wrong)
+    assert "password authentication failed" in str(caught.value)
+    assert "not-the-password" not in str(caught.value) and password not in str(caught.value)
+    assert str(caught.value.path).startswith("postgresql://127.0.0.1:")
+    nobody = postgres_url.rsplit(":", 1)[0] + ":1/none"  # no server on port 1
+    with pytest.raises(StoreOpenError) as caught:
+        await Store.open(nobody)
+    assert password not in str(caught.value)
+
+
+async def test_a_lost_database_connection_fails_one_operation_and_the_next_reconnects(
+    postgres_url: str,
+) -> None:
+    async with await Store.open(postgres_url) as store:
+        await store.submit_sweep("demo", SWEEP_YAML)
+        Raw(postgres_url).rows(  # what a server restart or a dropped network does to it
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'orchestrator' AND pid != pg_backend_pid()"
+        )
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.list_sweeps()
+        assert str(caught.value).startswith(str(store.path))
+        assert [s.name for s in await store.list_sweeps()] == ["demo"]
+
+
+async def test_closed_store_refuses_work(target: str) -> None:
+    store = await Store.open(target)
     await store.close()
     await store.close()  # idempotent
     with pytest.raises(StoreClosed):
         await store.list_sweeps()
+
+
+async def test_the_store_names_itself_without_the_password(target: str) -> None:
+    async with await Store.open(target) as store:
+        shown = str(store.path)
+    if target.startswith("postgresql://"):
+        port, database = target.rsplit(":", 1)[1].split("/")
+        assert shown == f"postgresql://127.0.0.1:{port}/{database}"
+    else:
+        assert shown == target
 
 
 def test_default_db_path_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -609,21 +747,36 @@ async def test_event_loop_stays_responsive_while_writing(store: Store) -> None:
     assert ticks_during_writes > 3 * writes, ticks_during_writes
 
 
-async def test_lock_held_elsewhere_surfaces_as_store_busy(db_path: Path) -> None:
-    async with await Store.open(db_path, busy_timeout_s=0.2) as store:
-        holder = sqlite3.connect(db_path, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        try:
+@contextlib.contextmanager
+def _write_lock_held(target: str) -> Iterator[None]:
+    """Another connection holding what a write and an opening must wait for: SQLite's one
+    write lock; PostgreSQL's sweeps table and the schema's migration lock."""
+    if target.startswith("postgresql://"):
+        with psycopg.connect(target) as holder:  # a transaction, open until the block ends
+            holder.execute("LOCK TABLE sweeps IN EXCLUSIVE MODE")
+            holder.execute("SELECT pg_advisory_xact_lock(hashtext('orchestrator:schema'))")
+            yield
+            holder.rollback()
+        return
+    holder = sqlite3.connect(target, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+async def test_lock_held_elsewhere_surfaces_as_store_busy(target: str) -> None:
+    async with await Store.open(target, busy_timeout_s=0.2) as store:
+        with _write_lock_held(target):
             started = time.monotonic()
             with pytest.raises(StoreBusy) as caught:
                 await store.submit_sweep("demo", SWEEP_YAML)
             assert time.monotonic() - started >= 0.15
-            assert caught.value.path == db_path and caught.value.timeout_s == 0.2
+            assert caught.value.path == store.path and caught.value.timeout_s == 0.2
             with pytest.raises(StoreBusy):  # opening migrates under the same lock
-                await Store.open(db_path, busy_timeout_s=0.2)
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
+                await Store.open(target, busy_timeout_s=0.2)
         assert (await store.submit_sweep("demo", SWEEP_YAML)).created
 
 
@@ -746,9 +899,9 @@ async def test_typed_points_and_plan_round_trip_through_sqlite_and_json(store: S
     assert row.accept_len is not None and row.accept_len["accept_len_meta_info"] == 3.2
 
 
-async def test_trial_plan_column_is_added_to_an_older_file(db_path: Path) -> None:
-    """A version-1 file gains the plan column; its trials read back with no plan."""
-    conn = open_connection(db_path, migrations=MIGRATIONS[:1])
+async def test_trial_plan_column_is_added_to_an_older_store(target: str) -> None:
+    """A version-1 store gains the plan column; its trials read back with no plan."""
+    conn = open_store_connection(target, migrations=MIGRATIONS[:1])
     conn.execute(
         "INSERT INTO sweeps (name, content_hash, yaml_text, submitted_at) "
         "VALUES ('old', 'h', 'name: old', 1.0)"
@@ -757,7 +910,7 @@ async def test_trial_plan_column_is_added_to_an_older_file(db_path: Path) -> Non
         "INSERT INTO trials (sweep_id, key, host, config, ordinal) VALUES (1, 'k', 'h1', '{}', 0)"
     )
     conn.close()
-    async with await Store.open(db_path) as store:
+    async with await Store.open(target) as store:
         (trial,) = await store.trials(1)
         assert trial.plan is None
         assert [t.state for t in (await store.results("old")).trials] == ["queued"]
@@ -807,7 +960,7 @@ async def test_never_started_trials_of_a_cancelled_sweep_are_cancelled(store: St
 
 
 async def test_results_shows_coding_passes_per_attempt_by_config(
-    store: Store, capsys: pytest.CaptureFixture[str]
+    store: Store, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The store holds outcomes as ``pass``; the table counted ``PASS`` and showed 0/N."""
     _, (_, b8, _) = await _sweep_with_trials(store)
@@ -820,7 +973,7 @@ async def test_results_shows_coding_passes_per_attempt_by_config(
     await store.finish_attempt(second.id, "done")
     await store.close()
 
-    assert await asyncio.to_thread(main, ["results", "demo", "--db", str(store.path)]) == 0
+    assert await asyncio.to_thread(main, ["results", "demo", "--db", target]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "budget=8" in line]
     assert len(rows) == 2  # one row per attempt
@@ -840,3 +993,101 @@ def test_trial_plan_is_what_the_sweep_file_asks_each_trial_to_measure(tmp_path: 
     # A problem file that cannot be read: the trials fail on it when they measure, as before.
     missing = text.replace("problems: builtin", f"problems: {tmp_path / 'gone.jsonl'}")
     assert trial_plan(parse_sweep(missing, "demo.yaml")).problems == ()
+
+
+# --- claims: which daemon runs which sweep --------------------------------------------------
+
+D1 = DaemonIdentity("d1", "ctl-1 (pid 11)")
+D2 = DaemonIdentity("d2", "ctl-2 (pid 22)")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_sweep_is_claimed_by_one_daemon_until_its_claim_expires(target: str) -> None:
+    clock = Clock()
+    async with await Store.open(target, clock=clock) as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        first = await store.claim_sweep(sweep.id, D1, expiry_s=10)
+        assert first.claim is not None and first.holder is None
+        assert (first.claim.daemon, first.claim.generation) == ("ctl-1 (pid 11)", 1)
+        refused = await store.claim_sweep(sweep.id, D2, expiry_s=10)
+        assert refused.claim is None and refused.holder == first.claim
+        clock.now += 8
+        (renewed,) = await store.renew_claims("d1", expiry_s=10)
+        assert renewed.expires_at == clock.now + 10 and renewed.claimed_at == 1000.0
+        clock.now += 9  # within the renewed expiry
+        assert (await store.claim_sweep(sweep.id, D2, expiry_s=10)).holder is not None
+        clock.now += 2  # past it: d1 died, or lost the store
+        taken = await store.claim_sweep(sweep.id, D2, expiry_s=10)
+        assert taken.claim is not None and taken.claim.daemon_id == "d2"
+        assert (taken.claim.generation, taken.claim.took_over_from) == (2, "ctl-1 (pid 11)")
+        assert await store.renew_claims("d1", expiry_s=10) == []  # d1 must stop it
+        (again,) = await store.renew_claims("d2", expiry_s=10)
+        assert again.generation == 2
+
+
+async def test_a_released_claim_is_free_at_once(target: str) -> None:
+    clock = Clock()
+    async with await Store.open(target, clock=clock) as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        await store.claim_sweep(sweep.id, D1, expiry_s=60)
+        assert await store.release_claim(sweep.id, "d1")
+        assert not await store.release_claim(sweep.id, "d1")
+        taken = await store.claim_sweep(sweep.id, D2, expiry_s=60)
+        assert taken.claim is not None
+        assert (taken.claim.generation, taken.claim.took_over_from) == (2, None)
+        (claim,) = await store.sweep_claims()
+        assert claim.daemon_id == "d2" and claim.live(clock.now)
+
+
+async def test_only_a_queued_or_running_sweep_is_claimed(target: str) -> None:
+    async with await Store.open(target) as store:
+        done = (await store.submit_sweep("done", "a: 1\n")).sweep
+        await store.set_sweep_state(done.id, "done")
+        paused = (await store.submit_sweep("paused", "a: 2\n")).sweep
+        await store.set_sweep_state(paused.id, "interrupted")
+        old = (await store.submit_sweep("old", "a: 3\n")).sweep
+        await store.submit_sweep("old", "a: 4\n", replace=True)
+        for sweep_id in (done.id, paused.id, old.id, 999):
+            assert await store.claim_sweep(sweep_id, D1, expiry_s=60) == ClaimOutcome()
+        running = (await store.submit_sweep("running", "a: 5\n")).sweep
+        await store.set_sweep_state(running.id, "running")  # its daemon gone: continued
+        assert (await store.claim_sweep(running.id, D1, expiry_s=60)).claim is not None
+
+
+async def test_a_stop_is_asked_of_the_daemon_that_holds_the_sweep(target: str) -> None:
+    clock = Clock()
+    async with await Store.open(target, clock=clock) as store:
+        sweep = (await store.submit_sweep("demo", SWEEP_YAML)).sweep
+        assert await store.request_stop(sweep.id, "cancel") is None  # nobody runs it
+        await store.claim_sweep(sweep.id, D1, expiry_s=10)
+        asked = await store.request_stop(sweep.id, "cancel")
+        assert asked is not None and asked.daemon_id == "d1"
+        (mine,) = await store.renew_claims("d1", expiry_s=10)
+        assert mine.stop_requested == "cancel"
+        clock.now += 11
+        assert await store.request_stop(sweep.id, "cancel") is None  # expired: nobody
+
+
+async def test_daemons_racing_for_the_queue_claim_each_sweep_once(target: str) -> None:
+    """Two daemons, each its own connection, claim the same sweeps at the same moments."""
+    async with await Store.open(target) as one, await Store.open(target) as two:
+        sweeps = [(await one.submit_sweep(f"s{i}", f"a: {i}\n")).sweep.id for i in range(12)]
+
+        async def claims(store: Store, daemon: DaemonIdentity) -> list[int]:
+            won = []
+            for sweep_id in sweeps:
+                if (await store.claim_sweep(sweep_id, daemon, expiry_s=60)).claim is not None:
+                    won.append(sweep_id)
+            return won
+
+        first, second = await asyncio.gather(claims(one, D1), claims(two, D2))
+        assert sorted(first + second) == sweeps
+        held = {claim.sweep_id: claim.daemon_id for claim in await one.sweep_claims()}
+        assert held == {**dict.fromkeys(first, "d1"), **dict.fromkeys(second, "d2")}

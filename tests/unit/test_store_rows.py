@@ -17,6 +17,7 @@ from orchestrator.store import (
 )
 from orchestrator.store.rows import (
     ATTEMPTS,
+    CLAIMS,
     EVENTS,
     HOSTS,
     POINTS,
@@ -35,6 +36,7 @@ TABLES = (
     REQUESTS,
     EVENTS,
     UNIT_BACKUPS,
+    CLAIMS,
 )
 
 
