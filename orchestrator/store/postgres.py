@@ -61,6 +61,15 @@ def location_of(url: str) -> str:
     return f"postgresql://{host}{parts.path}"
 
 
+def without_password(url: str) -> str:
+    """``url`` with its password (in the user part or the query) shown as ``***``: a command a
+    person may copy, once they put their password back (or keep it in ``~/.pgpass``)."""
+    parts = urlsplit(url)
+    if parts.password:
+        url = url.replace(f":{parts.password}@", ":***@", 1)
+    return re.sub(r"(password=)[^&\s]+", r"\1***", url)
+
+
 def redact(text: str, url: str) -> str:
     """``text`` (a driver's message) with ``url``, and any password it carries, taken out."""
     parts = urlsplit(url)

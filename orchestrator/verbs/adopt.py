@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator.daemon import HostClaims, ParsedSweeps, daemon_holds
 from orchestrator.daemon.adopt import AdoptRefused, adopt_sweep
-from orchestrator.store import Store, StoreError, SweepNotFound
+from orchestrator.store import Store, StoreError, SweepNotFound, is_postgres_url
 from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import (
     DaemonUnreachable,
@@ -50,11 +50,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     source = parser.add_mutually_exclusive_group()
     add_socket_argument(source)
-    source.add_argument("--db", metavar="PATH", help="adopt from this store file, no daemon")
+    source.add_argument(
+        "--db", metavar="PATH", help="adopt from this store (a file or postgresql://...), no daemon"
+    )
 
 
 async def _from_store(
-    path: Path, ref: str, host_type: str, allow_tie: bool, allow_unexplored: bool
+    path: Path | str, ref: str, host_type: str, allow_tie: bool, allow_unexplored: bool
 ) -> dict[str, Any]:
     async with await Store.open(path) as store:
         record = await store.get_sweep(ref)
@@ -72,10 +74,12 @@ async def _from_store(
 
 
 def _adopt_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    path = Path(args.db).expanduser().absolute()
-    if not path.is_file():
+    # A PostgreSQL store is the daemons' own, shared: each host's lease arbitrates there.
+    db = args.db
+    path: Path | str = db if is_postgres_url(db) else Path(db).expanduser().absolute()
+    if isinstance(path, Path) and not path.is_file():
         return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
-    if daemon_holds(path.parent):
+    if isinstance(path, Path) and daemon_holds(path.parent):
         return EXIT_BAD_INPUT, {
             "error": f"a daemon runs on {path.parent}: adopt through it (without --db)"
         }

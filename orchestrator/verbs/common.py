@@ -1,4 +1,5 @@
-"""What every verb shares: exit codes, JSON on stdout, problems on stderr, the store's path."""
+"""What every verb shares: exit codes, JSON on stdout, problems on stderr, the store's path
+(or a PostgreSQL store's URL)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.store import default_db_path
+from orchestrator.store import default_db_path, is_postgres_url
+from orchestrator.store.postgres import without_password
 from orchestrator.types import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -54,16 +56,37 @@ def load_sweep_or_raise(path: str) -> tuple[Sweep, str]:
         raise BadInput(f"{path}: {error.strerror or error}") from error
 
 
-def db_path(value: str | None) -> Path:
-    """``--db PATH``, else ``$XDG_STATE_HOME/orchestrator/orchestrator.db``."""
+def db_path(value: str | None) -> Path | str:
+    """``--db PATH`` (a SQLite file) or ``--db postgresql://...`` (a PostgreSQL store, as
+    given), else ``$XDG_STATE_HOME/orchestrator/orchestrator.db``."""
+    if value and is_postgres_url(value):
+        return value
     return Path(value).expanduser() if value else default_db_path()
+
+
+def missing_store(target: Path | str) -> str | None:
+    """Why there is no store to read at ``target`` (a file that does not exist), else None; a
+    PostgreSQL store is tried when it is opened."""
+    if isinstance(target, Path) and not target.exists():
+        return (
+            f"{target}: no such store (run a sweep first, pass --db, or --socket for the "
+            "daemon's)"
+        )
+    return None
+
+
+def shown_db(value: str) -> str:
+    """``--db``'s value as a verb may print it (in a command to run next): a URL's password
+    shown as ``***``."""
+    return without_password(value) if is_postgres_url(value) else value
 
 
 def add_db_argument(parser: Any) -> None:
     parser.add_argument(
         "--db",
         metavar="PATH",
-        help="the store (default: $XDG_STATE_HOME/orchestrator/orchestrator.db)",
+        help="the store: a file, or postgresql://... for a team's PostgreSQL store "
+        "(default: $XDG_STATE_HOME/orchestrator/orchestrator.db)",
     )
 
 

@@ -29,6 +29,7 @@ from orchestrator.verbs.common import (
     BadInput,
     add_db_argument,
     db_path,
+    missing_store,
     write_atomically,
 )
 
@@ -55,10 +56,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 async def _from_store(value: str | None, ref: str) -> SweepResults:
     path = db_path(value)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path}: no such store (run a sweep first, pass --db, or --socket for the daemon's)"
-        )
+    missing = missing_store(path)
+    if missing is not None:
+        raise FileNotFoundError(missing)
     async with await Store.open(path) as store:
         return await store.results(ref)
 

@@ -27,6 +27,7 @@ from orchestrator.verbs.common import (
     BadInput,
     add_db_argument,
     db_path,
+    missing_store,
     write_atomically,
 )
 
@@ -62,10 +63,9 @@ def _format(args: argparse.Namespace) -> ReportFormat:
 
 async def _render(args: argparse.Namespace, fmt: ReportFormat) -> str:
     path = db_path(args.db)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path}: no such store (run a sweep first, pass --db, or --socket for the daemon's)"
-        )
+    missing = missing_store(path)
+    if missing is not None:
+        raise FileNotFoundError(missing)
     async with await Store.open(path) as store:
         refs: list[str | int] = list(args.sweeps)
         return await render_report(store, refs, fmt, include_requests=args.requests)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store import Store, StoreError
+from orchestrator.store import Store, StoreError, is_postgres_url
 from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
@@ -36,11 +36,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     add_socket_argument(source)
     source.add_argument(
-        "--db", metavar="PATH", help="restore from this store file, with no daemon running"
+        "--db",
+        metavar="PATH",
+        help="restore from this store (a file or postgresql://...), not through a daemon",
     )
 
 
-async def _from_store(path: Path, host: str | None, force: bool) -> dict[str, Any]:
+async def _from_store(path: Path | str, host: str | None, force: bool) -> dict[str, Any]:
     """The restore without a daemon: each host's lease says whether another controller holds
     it (then it is refused, naming the holder)."""
     from orchestrator.daemon import HostClaims, ParsedSweeps, Restorer
@@ -56,10 +58,11 @@ def _restore_from_store(db: str, host: str | None, force: bool) -> tuple[int, di
     # second to load, and a restore through a running daemon is only an API call.
     from orchestrator.daemon import UnknownHost, daemon_holds
 
-    path = Path(db).expanduser().absolute()
-    if not path.is_file():
+    # A PostgreSQL store is the daemons' own, shared: each host's lease arbitrates there.
+    path: Path | str = db if is_postgres_url(db) else Path(db).expanduser().absolute()
+    if isinstance(path, Path) and not path.is_file():
         return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
-    if daemon_holds(path.parent):
+    if isinstance(path, Path) and daemon_holds(path.parent):
         return EXIT_BAD_INPUT, {
             "error": f"a daemon runs on {path.parent}: restore through it (without --db)"
         }

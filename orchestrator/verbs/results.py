@@ -32,7 +32,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     source = parser.add_mutually_exclusive_group()
     add_socket_argument(source)
-    source.add_argument("--db", metavar="PATH", help="read this store file instead of a daemon")
+    source.add_argument(
+        "--db", metavar="PATH", help="read this store (a file or postgresql://...), not a daemon"
+    )
 
 
 async def _from_store(path: str, ref: str) -> AnsweredResults:

@@ -25,6 +25,7 @@ from orchestrator.verbs.common import (
     db_path,
     emit_json,
     load_sweep_or_raise,
+    shown_db,
 )
 from orchestrator.verbs.outcome import print_outcome
 
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         why = summary.get("error")
         if why:
             print(f"  {why}", file=sys.stderr)
-        store = f" --db {args.db}" if args.db else ""
+        store = f" --db {shown_db(args.db)}" if args.db else ""
         for host in summary.get("unrestored_hosts") or []:
             print(
                 f"  NOT restored: {host} (its backup is kept: orchestrator restore {host}{store})",
