@@ -183,7 +183,7 @@ async def test_bench_measures_with_the_named_engines_dialect_and_counters(
         # Read from the toy's counters: the default engine's, frozen, show no verify call.
         assert point["accept_len_metrics"] == pytest.approx(STEP)
         assert point["accept_len_metrics_verify_calls"] == 2 * point["requests"]
-    assert all(r.token_source is TokenSource.USAGE_PER_CHUNK for p in points for r in p.requests)
+    assert all(r.token_source is TokenSource.USAGE_PER_CHUNK for p in points for r in p.records)
 
 
 def test_an_unknown_engine_is_a_usage_error_naming_the_known_ones(
