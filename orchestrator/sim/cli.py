@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 import yaml
@@ -41,6 +41,10 @@ from orchestrator.sim.host import (
     vllm_argv,
 )
 from orchestrator.sim.settings import ServerSimSettings, SimSettingsError
+
+if TYPE_CHECKING:  # the truth is imported only by the verb that runs it (see _truth)
+    from orchestrator.sim.truth import ScheduleTruth, SweepTruth
+    from orchestrator.types import KnobValue, LaunchOverlay
 
 CLIENT_KEY_NAME = "id_ed25519"
 READY_TIMEOUT_S = 30.0
@@ -87,6 +91,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help=f"what the sweep's prompts are, as the simulated server classifies them: a class "
         f"({', '.join(CONTENT_CLASSES)}; default plain: the synthetic filler prompts), or a "
         "workload sample (JSONL) whose requests' classes are taken in line order",
+    )
+    truth.add_argument(
+        "--schedule", type=Path, default=None, metavar="FILE",
+        help="a speculative schedule in the engine's form (an answer's schedule.native JSON "
+        "object: config and overlay): its truth in every cell beside the best fixed config's",
     )
     truth.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -393,11 +402,12 @@ def _announce(as_json: bool, hosts: list[dict[str, Any]], sweep: Path, state_dir
 
 
 def _truth(args: argparse.Namespace) -> int:
-    """``sim truth``: the sweep's space x matrix with each cell's expected measurement.
+    """``sim truth``: the sweep's space x matrix with each cell's expected measurement, and
+    with ``--schedule`` the schedule's beside the best fixed config's in each cell.
 
     The truth (and the sweep and plan code it reads) is imported here, not at the top: every
     ``orchestrator`` command builds this verb's parser, and none but this one may load it."""
-    from orchestrator.sim.truth import DEFAULT_REPLICATIONS, sweep_truth
+    from orchestrator.sim.truth import DEFAULT_REPLICATIONS, schedule_truth, sweep_truth
     from orchestrator.sweepfile import SweepFileError, load_sweep
 
     try:
@@ -414,23 +424,42 @@ def _truth(args: argparse.Namespace) -> int:
         sys.stderr.write(f"sim truth: --settings {exc}\n")
         return 2
     replications = DEFAULT_REPLICATIONS if args.replications is None else args.replications
-    if replications < 2:
-        sys.stderr.write("sim truth: --replications must be at least 2\n")
-        return 2
-    if args.turnaround_s < 0:
-        sys.stderr.write("sim truth: --turnaround-s must be >= 0\n")
-        return 2
+    problem = _truth_problem(replications, args.turnaround_s)
     content = _truth_content(args.content)
-    if isinstance(content, str):
-        sys.stderr.write(content + "\n")
-        return 2
-    truth = sweep_truth(
-        sweep, settings, replications=replications, turnaround_s=args.turnaround_s,
-        content=content,
-    )
+    schedule = _schedule_file(args.schedule)
+    for refused in (problem, content, schedule):
+        if isinstance(refused, str):
+            sys.stderr.write(refused + "\n")
+            return 2
+    assert not isinstance(content, str) and not isinstance(schedule, str)
+    options: dict[str, Any] = {
+        "replications": replications, "turnaround_s": args.turnaround_s, "content": content,
+    }  # fmt: skip
+    truth = sweep_truth(sweep, settings, **options)
+    scheduled = None
+    if schedule is not None:
+        scheduled = schedule_truth(sweep, *schedule, truth, settings, **options)
     if args.json:
-        sys.stdout.write(json.dumps(truth.to_json()) + "\n")
+        document = truth.to_json()
+        if scheduled is not None:
+            document["schedule"] = scheduled.to_json()
+        sys.stdout.write(json.dumps(document) + "\n")
         return 0
+    _print_truth(truth)
+    if scheduled is not None:
+        _print_schedule(scheduled)
+    return 0
+
+
+def _truth_problem(replications: int, turnaround_s: float) -> str | None:
+    if replications < 2:
+        return "sim truth: --replications must be at least 2"
+    if turnaround_s < 0:
+        return "sim truth: --turnaround-s must be >= 0"
+    return None
+
+
+def _print_truth(truth: SweepTruth) -> None:
     for entry in truth.configs:
         label = json.dumps(entry.config, sort_keys=True) if entry.config else "baseline"
         if entry.error is not None:
@@ -444,7 +473,39 @@ def _truth(args: argparse.Namespace) -> int:
                 f"{cell.output_tok_s:10.1f} tok/s (sd {cell.output_tok_s_sd:.1f}), "
                 f"accept len {accept}\n"
             )
-    return 0
+
+
+def _print_schedule(scheduled: ScheduleTruth) -> None:
+    label = json.dumps(scheduled.config, sort_keys=True)
+    if scheduled.error is not None:
+        sys.stdout.write(f"schedule {label}: does not run ({scheduled.error})\n")
+        return
+    sys.stdout.write(f"schedule {label}:\n")
+    for load in scheduled.loads:
+        cell = load.schedule
+        best = "no fixed config starts"
+        if load.best is not None and load.ratio is not None:
+            fixed = json.dumps(load.best_config, sort_keys=True) if load.best_config else "baseline"
+            best = (f"best fixed {fixed} {load.best.output_tok_s:.1f} tok/s, the schedule "
+                    f"{load.ratio:.1%} of it")  # fmt: skip
+        sys.stdout.write(
+            f"  context {cell.context:>7} x concurrency {cell.concurrency:>4}: "
+            f"{cell.output_tok_s:10.1f} tok/s (sd {cell.output_tok_s_sd:.1f}); {best}\n"
+        )
+
+
+def _schedule_file(path: Path | None) -> tuple[dict[str, KnobValue], LaunchOverlay] | str | None:
+    """``--schedule``: the fixed config and overlay it holds, else the error's text."""
+    from orchestrator.sim.truth import ScheduleFileError, read_schedule
+
+    if path is None:
+        return None
+    try:
+        return read_schedule(json.loads(path.read_text(encoding="utf-8")))
+    except OSError as exc:
+        return f"sim truth: --schedule {path}: {exc.strerror or exc}"
+    except (ValueError, ScheduleFileError) as exc:
+        return f"sim truth: --schedule {path}: {exc}"
 
 
 def _truth_content(raw: str) -> tuple[ContentClass, ...] | str:

@@ -22,6 +22,7 @@ import yaml
 from orchestrator import cli
 from orchestrator.plan import expand_configs
 from orchestrator.sim.content import ContentClass
+from orchestrator.sim.drafting import BatchDraft
 from orchestrator.sim.perfmodel import (
     BASELINE,
     PerfParams,
@@ -33,6 +34,7 @@ from orchestrator.sim.perfmodel import (
     sample_accepted,
     step_time_ms,
 )
+from orchestrator.sim.replay import Samplers
 from orchestrator.sim.settings import ServerSimSettings
 from orchestrator.sim.thinking import NATURAL_LENGTHS
 from orchestrator.sim.truth import CellModel, StepSampler, replay_point, sweep_truth
@@ -42,6 +44,10 @@ P = PerfParams()
 TREE = SpecShape(SpecKind.TREE, "DDTREE", 10, 15, 4, None, 1, 0.0)
 WINDOWED = SpecShape(SpecKind.TREE, "DDTREE", 10, 15, 4, 2048, 1, 0.0)
 CHAIN = SpecShape(SpecKind.CHAIN, "DFLASH", 8, 7, 1, None, 1)
+SHORT = SpecShape(SpecKind.CHAIN, "DFLASH", 3, 2, 1, None, 1)
+BY_BATCH = BatchDraft((1, 3, 5), (CHAIN, SHORT, BASELINE))
+"""Seven drafts for one or two running, two for three or four, none from five."""
+WIDE_BY_BATCH = BatchDraft((1, 3), (TREE, SHORT))
 
 
 def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float | None]:
@@ -66,10 +72,11 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
                 )
                 (finished if length <= 1 else running).append([1, length, 0, kind])
         elif running:
-            now += step_time_ms(model.shape, [model.context + r[0] for r in running], model.perf)
+            shape = model.shape if model.draft is None else model.draft.shape(len(running))
+            now += step_time_ms(shape, [model.context + r[0] for r in running], model.perf)
             for r in running:
                 gained = sample_accepted(
-                    rng, model.shape, model.context + r[0], model.perf, model.content[r[3]]
+                    rng, shape, model.context + r[0], model.perf, model.content[r[3]]
                 )
                 r[0] += min(gained, r[1] - r[0])
                 r[2] += 1
@@ -85,7 +92,8 @@ def reference_point(model: CellModel, rng: random.Random) -> tuple[float, float 
             if issued < total:
                 issued += 1
                 arrived_next += 1
-    accept = decode / steps if model.shape.speculative and steps else None
+    shapes = (model.shape,) if model.draft is None else model.draft.shapes
+    accept = decode / steps if any(x.speculative for x in shapes) and steps else None
     return 1000.0 * tokens / end, accept
 
 
@@ -94,7 +102,7 @@ def mean_and_se(values: list[float]) -> tuple[float, float]:
 
 
 def replay_many(model: CellModel, n: int) -> tuple[list[float], list[float]]:
-    sampler = StepSampler(model.shape, model.perf)
+    sampler = Samplers(model.perf)
     rates: list[float] = []
     accepts: list[float] = []
     for i in range(n):
@@ -119,10 +127,13 @@ PLAIN, CODE, PROSE = ContentClass.PLAIN, ContentClass.CODE, ContentClass.PROSE
         (CHAIN, 300, 4, 48, True, 48, (CODE,)),  # code: the drafter's law shifted up
         (TREE, 100, 2, 300, False, 48, (PROSE,)),  # prose: shifted down, and short answers
         (TREE, 100, 3, 300, False, 48, (CODE, PROSE, PLAIN)),  # a mixed workload, cycled
+        (BY_BATCH, 300, 6, 64, True, 48, (PLAIN,)),  # a schedule: the tail changes shape
+        (BY_BATCH, 100, 4, 200, False, 48, (CODE, PROSE)),  # ... ragged lengths, classes
+        (WIDE_BY_BATCH, 3000, 4, 40, True, 3, (PLAIN,)),  # ... a queue, a moving law
     ],
 )
 def test_replay_matches_a_step_by_step_replica(
-    shape: SpecShape,
+    shape: SpecShape | BatchDraft,
     context: int,
     concurrency: int,
     max_tokens: int,
@@ -130,9 +141,12 @@ def test_replay_matches_a_step_by_step_replica(
     max_running: int,
     content: tuple[ContentClass, ...],
 ) -> None:
+    draft = shape if isinstance(shape, BatchDraft) else None
+    static = shape.steps[0] if isinstance(shape, BatchDraft) else shape
     model = CellModel(
-        shape, P, context, concurrency, 2, max_tokens, ignore_eos, max_running, content=content
-    )
+        static, P, context, concurrency, 2, max_tokens, ignore_eos, max_running, content=content,
+        draft=draft,
+    )  # fmt: skip
     n = 300
     fast_rates, fast_accepts = replay_many(model, n)
     slow = [reference_point(model, random.Random(10_000 + i)) for i in range(n)]
@@ -143,6 +157,17 @@ def test_replay_matches_a_step_by_step_replica(
         # Independent draws: 4 combined standard errors, plus 0.3 % for the replay's context
         # ramp (a request's context taken as growing evenly over its own steps).
         assert abs(a - b) <= 4 * math.hypot(se_a, se_b) + 0.003 * b, (a, b, se_a, se_b)
+
+
+def test_a_schedule_of_one_shape_replays_as_the_fixed_config() -> None:
+    """The same requests (each drawn from its own stream) meet the same shape: the same
+    point, to the last bit."""
+    fixed = CellModel(CHAIN, P, 300, 6, 2, 64, True, 48)
+    scheduled = CellModel(CHAIN, P, 300, 6, 2, 64, True, 48, draft=BatchDraft((1,), (CHAIN,)))
+    for seed in range(5):
+        assert replay_point(fixed, Samplers(P), random.Random(seed)) == replay_point(
+            scheduled, Samplers(P), random.Random(seed)
+        )
 
 
 def test_baseline_replay_is_the_closed_form() -> None:
