@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from orchestrator.cells import WorkloadSamples
+from orchestrator.engines.schedule import PROBE_KEY
 from orchestrator.evidence import RefusalEvidence
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
@@ -75,7 +76,10 @@ class SessionDriver:
                 RefusalEvidence("preflight", unknown_flags=tuple(unknown)),
                 f"unknown to this build: {' '.join(unknown)}",
             )
-        refused = self.check.refusal(planned.key)
+        overlay = trial.plan.overlay if trial.plan is not None else None
+        # A schedule trial is refused as the preflight's representative schedule was: its
+        # argv differs from that one only in the values the answers chose.
+        refused = self.check.refusal(PROBE_KEY if overlay is not None else planned.key)
         if refused is not None and refused.cause is not None:
             return Refusal(refused.cause, RefusalEvidence.of(refused), refused.error or "")
         sweep, session = self.sweep, self.session
@@ -91,6 +95,7 @@ class SessionDriver:
                 environment=sweep.server.environment,
                 metrics=sweep.server.metrics,
                 engine=session.engine,
+                overlay=overlay,
             )
         except ExtraFlagConflict as conflict:
             # Only the host's real command line shows it (validate saw the sweep's
