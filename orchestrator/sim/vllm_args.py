@@ -236,15 +236,16 @@ def _method(spec: Mapping[str, Any]) -> str:
 
 def _shape(method: str, tokens: int) -> SpecShape:
     """What a method means to the performance model: DFlash drafts a block in one pass; EAGLE
-    and MTP draft step by step; n-gram and suffix look the context up. 0 tokens drafts
-    nothing (a schedule's step at a batch size it gives 0)."""
+    and MTP draft step by step (EAGLE-3's and MTP heads at EAGLE-3's acceptance, EAGLE-1/2's
+    ``eagle`` at EAGLE's); n-gram and suffix look the context up. 0 tokens drafts nothing (a
+    schedule's step at a batch size it gives 0)."""
     if tokens <= 0:
         return BASELINE
     if method in ("dflash", "dspark"):
         return SpecShape(SpecKind.CHAIN, "DFLASH", tokens + 1, tokens, 1, None, 1)
     if method in ("ngram", "ngram_gpu", "suffix"):
         return SpecShape(SpecKind.CHAIN, "NGRAM", tokens + 1, tokens, 1, None, 0)
-    algorithm = "STANDALONE" if method == "draft_model" else "EAGLE3"
+    algorithm = {"draft_model": "STANDALONE", "eagle": "EAGLE"}.get(method, "EAGLE3")
     return SpecShape(SpecKind.CHAIN, algorithm, tokens + 1, tokens, 1, None, tokens)
 
 
