@@ -5,6 +5,10 @@ ones in priority, then submission order (:func:`orchestrator.daemon.order.run_or
 starts when its hosts are free (:class:`~orchestrator.daemon.claims.HostClaims`) and a slot is.
 Each sweep's file is parsed once (:class:`~orchestrator.daemon.order.ParsedSweeps`), and each
 running sweep gets its trials from a trial source (:mod:`orchestrator.trialsource`).
+
+Over a shared store (:mod:`orchestrator.team`) a sweep starts only once this daemon has claimed
+it; the sweeps other daemons run hold their hosts as this daemon's own do (nothing overtakes
+them), and a sweep whose claim is lost stops at its next safe step, for its new daemon.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from orchestrator.runner import run_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
+from orchestrator.team import Membership, Solo
 from orchestrator.trialsource import TrialSourceFactory
 
 ABANDON_WAIT_S = 5.0
@@ -69,8 +74,11 @@ class Scheduler:
         webhook: str | None,
         webhook_timeout_s: float,
         controller: Controller | None = None,
+        team: Membership | None = None,
     ) -> None:
         self.store = store
+        self.team: Membership = team or Solo()
+        """Which sweeps are this daemon's to run (all of them, unless the store is shared)."""
         self.controller = controller or Controller("daemon", str(store.path))
         """Who runs the sweeps, as each host's lease names it."""
         self.sweeps = sweeps
@@ -112,7 +120,11 @@ class Scheduler:
             if old is not None:
                 old.stop.stop("cancel")  # replaced while running: stop it, restore its hosts
             elif previous.state in ("queued", "running"):
-                await self.store.set_sweep_state(previous.id, "cancelled")
+                async with self.team.hold(previous.id) as elsewhere:
+                    if elsewhere is not None:  # another daemon runs it: asked to cancel it
+                        await self.team.request_stop(previous.id, "cancel")
+                    else:
+                        await self.store.set_sweep_state(previous.id, "cancelled")
         self.wake.set()
         self._log.info(
             "sweep.submitted",
@@ -138,26 +150,46 @@ class Scheduler:
 
     async def schedule_once(self) -> None:
         records = await self.store.list_sweeps(["running", "queued"])
+        elsewhere = await self.team.elsewhere()
         queue: list[tuple[tuple[SweepRecord, Sweep], frozenset[str]]] = []
+        busy = self.claims.busy()
         for record in run_order(records):
             if record.id in self.active:
                 continue
             try:
                 sweep = await self.sweeps.runnable(record, self.store)
             except SweepFileError as exc:
+                if record.id in elsewhere:
+                    continue  # its daemon (another version, maybe) runs it
                 # Valid when submitted, invalid now (the schema moved on): it cannot run.
                 await self.store.set_sweep_state(
                     record.id, "failed", summary={"error": f"no longer valid: {exc}"}
                 )
+                continue
+            if record.id in elsewhere:
+                busy |= sweep_host_keys(sweep)  # another daemon's: its hosts are in use
                 continue
             queue.append(((record, sweep), sweep_host_keys(sweep)))
         self.queued = len(queue)
         slots = self.max_parallel - len(self.active)
         if self.closed:
             return
-        for record, sweep in pick_runnable(queue, self.claims.busy(), slots):
+        for record, sweep in pick_runnable(queue, busy, slots):
+            if not await self.team.claim(record.id):
+                continue  # another daemon claimed it first: it runs there
             self._start(record, sweep)
             self.queued -= 1
+
+    def stop_sweep(self, sweep_id: int, reason: str, why: str) -> None:
+        """Stop a running sweep at its next safe step (a lost claim: ``shutdown``, its hosts
+        left for the daemon that continues it; a cancel asked through another daemon)."""
+        active = self.active.get(sweep_id)
+        if active is None or active.stop.reason is not None:
+            return
+        self._log.warning(
+            "sweep.stopping", sweep=active.record.name, sweep_id=sweep_id, reason=reason, why=why
+        )
+        active.stop.stop(reason)
 
     def _start(self, record: SweepRecord, sweep: Sweep) -> None:
         progress = SweepProgress.for_sweep(sweep)
@@ -169,6 +201,8 @@ class Scheduler:
         def finished(_: asyncio.Task[None]) -> None:
             self.active.pop(record.id, None)
             self.claims.release(active.keys)  # wakes the loop: a waiting sweep may start
+            if self.team.identity is not None:  # free for any daemon (it ended, or suspended)
+                self._spawn(self.team.release(record.id), f"release {record.name}")
 
         active.task.add_done_callback(finished)
 

@@ -566,12 +566,14 @@ async def take_or_wait(
     stop: asyncio.Event | None = None,
     waiting: Callable[[str], Awaitable[None]] | None = None,
     timeout: float = 30.0,
+    directory: str = LEASE_DIR,
 ) -> Taken:
     """The host's lease for ``holder``; while someone else's live lease holds it, ``wait``
     polls (``waiting`` is told who holds it, once per holder) until ``stop`` is set, and
-    ``set-aside`` raises :class:`HostBusy` at once. Raises :class:`HostBusy` when the wait
+    ``set-aside`` raises :class:`HostBusy` at once (but for the lease of the daemon this one
+    took the sweep over from: :func:`earlier_run_of`). Raises :class:`HostBusy` when the wait
     ended by ``stop``."""
-    place = LeasePlace(handle.transport, timeout=timeout)
+    place = LeasePlace(handle.transport, directory=directory, timeout=timeout)
     seen: dict[int, float] = {}
     told: tuple[int, bool] | None = None
     poll_s = min(max(expiry_s / 4, 0.25), WAIT_POLL_MAX_S)
@@ -585,7 +587,8 @@ async def take_or_wait(
             taken = await _once_written(place, holder, expiry_s, seen)
             if taken.lease is not None:
                 return taken
-        if busy == "set-aside" or (stop is not None and stop.is_set()):
+        refuse = busy == "set-aside" and not earlier_run_of(taken.view, holder)
+        if refuse or (stop is not None and stop.is_set()):
             raise HostBusy(handle.name, taken.view, time.time())
         if told != (taken.view.token, taken.view.record is None) and waiting is not None:
             told = (taken.view.token, taken.view.record is None)
@@ -596,6 +599,18 @@ async def take_or_wait(
                     await asyncio.Event().wait()
                 else:
                     await stop.wait()
+
+
+def earlier_run_of(view: LeaseView, holder: Holder) -> bool:
+    """The live lease is the same sweep's, of the same store, held by another daemon: the
+    daemon that ran the sweep before this one took its claim over (it died, or lost the store,
+    and stops at its next safe step). Its lease is waited out, whatever ``hosts_busy`` says:
+    setting the host aside would leave the sweep's own trials there unrun."""
+    record = view.record
+    if record is None or holder.kind != "daemon" or record.holder.kind != "daemon":
+        return False
+    before = record.holder
+    return (before.store, before.sweep_id) == (holder.store, holder.sweep_id)
 
 
 async def take_at_once(
@@ -662,6 +677,7 @@ __all__ = [
     "LeaseState",
     "LeaseView",
     "Taken",
+    "earlier_run_of",
     "take_at_once",
     "take_or_wait",
     "take_over_fields",

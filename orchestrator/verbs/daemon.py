@@ -3,6 +3,10 @@
 Settings come from ``--config PATH`` (YAML, every key optional)::
 
     state_dir: /var/lib/orchestrator   # the store, inbox/, accepted/, rejected/, the socket
+    store: postgresql://orch@db.example/orchestrator   # a store several daemons share
+                                       # (default: the state directory's SQLite file)
+    name: ctl-2                        # this daemon, as status names it (default: hostname)
+    claim_expiry_s: 60                 # a shared store: a dead daemon's sweeps wait this long
     socket: /run/orchestrator.sock     # default: <state_dir>/orchestrator.sock
     tcp: 127.0.0.1:8470                # optional loopback TCP listener, needs token_file
     token_file: /etc/orchestrator/token   # mode 0600, the bearer token
@@ -11,7 +15,8 @@ Settings come from ``--config PATH`` (YAML, every key optional)::
     shutdown_grace_s: 30               # SIGTERM: wait this long for a safe point
 
 Flags override the file; without either the state directory is ``$STATE_DIRECTORY`` (set by
-systemd's ``StateDirectory=``), else ``/var/lib/orchestrator``.
+systemd's ``StateDirectory=``), else ``/var/lib/orchestrator``. A ``store`` URL's password is
+better kept in libpq's ``~/.pgpass`` than in the file (it is never logged or shown either way).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from orchestrator.daemon import (
     Daemon,
     DaemonError,
 )
+from orchestrator.store import is_postgres_url
+from orchestrator.team import DEFAULT_CLAIM_EXPIRY_S
 from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 MAX_CONFIG_BYTES = 64 * 1024
@@ -42,9 +49,13 @@ MAX_CONFIG_BYTES = 64 * 1024
 class DaemonConfig(BaseModel):
     """The daemon's config file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a store URL may hold a password, and an error never repeats it.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     state_dir: Path | None = None
+    store: str | None = Field(default=None, description="postgresql://... (a shared store)")
+    name: str | None = Field(default=None, max_length=200)
+    claim_expiry_s: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_CLAIM_EXPIRY_S
     socket: Path | None = None
     tcp: str | None = Field(default=None, description="HOST:PORT on loopback")
     token_file: Path | None = None
@@ -57,6 +68,14 @@ class DaemonConfig(BaseModel):
     def _loopback(cls, value: str | None) -> str | None:
         if value is not None:
             parse_listen(value)
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _shared(cls, value: str | None) -> str | None:
+        # The message never repeats the value: it may hold a password.
+        if value is not None and not is_postgres_url(value):
+            raise ValueError("store is a postgresql:// URL (the state directory holds a file)")
         return value
 
 
@@ -101,6 +120,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the API's unix socket (default: STATE_DIR/orchestrator.sock)",
     )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="a postgresql:// store that several daemons share (default: STATE_DIR's file)",
+    )
 
 
 def build_daemon(args: argparse.Namespace) -> Daemon:
@@ -120,10 +144,16 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         max_parallel=config.max_parallel,
         webhook=config.webhook,
         shutdown_grace_s=config.shutdown_grace_s,
+        store=args.db or config.store,
+        name=config.name,
+        claim_expiry_s=config.claim_expiry_s,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.db is not None and not is_postgres_url(args.db):
+        print("orchestrator daemon: --db is a postgresql:// URL", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         daemon = build_daemon(args)
     except (OSError, ValueError, ValidationError, yaml.YAMLError, DaemonError) as error:

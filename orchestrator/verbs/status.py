@@ -62,6 +62,8 @@ def print_sweeps(sweeps: list[dict[str, Any]], console: Console) -> None:
     indent = " " * (width + 2)
     for sweep in sweeps:
         state = sweep["state"] + (f" (stopping: {sweep['stopping']})" if sweep["stopping"] else "")
+        if sweep.get("daemon"):  # a store several daemons share: which one runs it
+            state += f" on {sweep['daemon']}"
         times = [
             f"{word} {_when(sweep[key])}"
             for word, key in (
@@ -83,7 +85,10 @@ def print_sweeps(sweeps: list[dict[str, Any]], console: Console) -> None:
 
 def print_sweep(sweep: dict[str, Any], console: Console) -> None:
     trials = ", ".join(f"{n} {s}" for s, n in sorted(sweep["trials"].items())) or "none yet"
-    console.print(f"sweep {sweep['name']} (id {sweep['id']}): {sweep['state']}; trials: {trials}")
+    runner = f" on {sweep['daemon']}" if sweep.get("daemon") else ""
+    console.print(
+        f"sweep {sweep['name']} (id {sweep['id']}): {sweep['state']}{runner}; trials: {trials}"
+    )
     why = (sweep.get("summary") or {}).get("error")
     if why:
         console.print(f"  {why}", markup=False, highlight=False)

@@ -10,17 +10,22 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from orchestrator.host.fence import FencedControl, FencedTransport, changes_host
 from orchestrator.host.lease import (
     Holder,
+    HostBusy,
     HostLease,
     LeaseLost,
     LeasePlace,
     LeaseRecord,
     LeaseView,
+    earlier_run_of,
+    take_or_wait,
     try_take,
 )
 from orchestrator.host.local import LocalTransport
@@ -285,3 +290,46 @@ async def test_a_take_whose_holder_write_fails_removes_its_own_generation(tmp_pa
     assert list((tmp_path / "lease").iterdir()) == []
     taken = await try_take(place(tmp_path), holder())  # at once, no "taking" left to wait on
     assert taken.lease is not None and taken.lease.token == 1
+
+
+def daemon_holder(sweep: str, store: str, *, pid: int) -> Holder:
+    return Holder("ctl-elsewhere", pid, None, store, "daemon", sweep, sum(map(ord, sweep)))
+
+
+async def test_a_daemon_taking_a_sweep_over_waits_out_its_earlier_daemon_s_lease(
+    tmp_path: Path,
+) -> None:
+    """Over a shared store, the daemon that took a sweep's claim over waits for the lease its
+    earlier daemon still holds on a host, even under ``hosts_busy: set-aside`` (setting the
+    host aside would leave the sweep's own trials unrun); another sweep's lease is refused."""
+    store = "postgresql://db:5432/orchestrator"
+    before = await try_take(place(tmp_path), daemon_holder("night", store, pid=1), expiry_s=60)
+    assert before.lease is not None
+    view = await place(tmp_path).read()
+    assert earlier_run_of(view, daemon_holder("night", store, pid=2))
+    assert not earlier_run_of(view, daemon_holder("other", store, pid=2))
+    assert not earlier_run_of(view, daemon_holder("night", "/var/lib/o/orchestrator.db", pid=2))
+    assert not earlier_run_of(view, holder("night"))  # a foreground run is no daemon
+
+    handle: Any = SimpleNamespace(name="gpu-a", transport=LocalTransport("gpu-a"))
+    directory = str(tmp_path / "lease")
+    with pytest.raises(HostBusy):
+        await take_or_wait(
+            handle, daemon_holder("other", store, pid=2), busy="set-aside", directory=directory
+        )
+    waiting: list[str] = []
+
+    async def told(words: str) -> None:
+        waiting.append(words)
+        assert before.lease is not None
+        await before.lease.release()  # the earlier daemon stops; its lease goes
+
+    taken = await take_or_wait(
+        handle,
+        daemon_holder("night", store, pid=2),
+        busy="set-aside",
+        waiting=told,
+        expiry_s=1.0,
+        directory=directory,
+    )
+    assert taken.lease is not None and taken.lease.token == 2 and len(waiting) == 1
