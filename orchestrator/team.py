@@ -123,9 +123,11 @@ class Team:
     def identity(self) -> DaemonIdentity:
         return self._identity
 
-    async def claim(self, sweep_id: int, *, wait: bool = False) -> bool:
+    async def claim(self, sweep_id: int, *, wait: bool = False, interrupted: bool = False) -> bool:
+        """``wait`` for a claim being written by another member; ``interrupted``: a foreground
+        run continues an interrupted sweep too (:func:`orchestrator.store.claims.claim_sweep`)."""
         outcome = await self.store.claim_sweep(
-            sweep_id, self._identity, expiry_s=self.expiry_s, wait=wait
+            sweep_id, self._identity, expiry_s=self.expiry_s, wait=wait, interrupted=interrupted
         )
         claim = outcome.claim
         if claim is None:

@@ -37,18 +37,22 @@ def claim_sweep(
     expiry_s: float,
     *,
     wait: bool,
+    interrupted: bool = False,
 ) -> ClaimOutcome:
     """Claim the sweep for ``daemon`` if it may run and no other daemon's live claim holds it.
 
     A claim already ``daemon``'s is renewed. ``wait``: wait for another transaction that holds
     the sweep's row (a cancel must know the answer), else pass the sweep over this time.
+    ``interrupted``: an interrupted sweep may be claimed too (a foreground run continues it;
+    a daemon waits for ``resume``).
     """
     lock = conn.for_update if wait else conn.skip_locked
+    states = (*CLAIMABLE_STATES, "interrupted") if interrupted else CLAIMABLE_STATES
     with write_transaction(conn):
         sweep = conn.execute(
             "SELECT state, replaced_at FROM sweeps WHERE id = ?" + lock, (sweep_id,)
         ).fetchone()
-        if sweep is None or sweep["state"] not in CLAIMABLE_STATES or sweep["replaced_at"]:
+        if sweep is None or sweep["state"] not in states or sweep["replaced_at"]:
             return ClaimOutcome()
         old = _claim_of(conn, sweep_id)
         if old is not None and old.daemon_id != daemon.id and old.live(now):

@@ -482,11 +482,23 @@ class Store:
     # --- claims: which daemon runs which sweep of a shared store ----------------------------
 
     async def claim_sweep(
-        self, sweep_id: int, daemon: DaemonIdentity, *, expiry_s: float, wait: bool = False
+        self,
+        sweep_id: int,
+        daemon: DaemonIdentity,
+        *,
+        expiry_s: float,
+        wait: bool = False,
+        interrupted: bool = False,
     ) -> ClaimOutcome:
         """Claim the sweep for ``daemon`` (see :func:`orchestrator.store.claims.claim_sweep`)."""
         return await self._run(
-            claims.claim_sweep, sweep_id, daemon, self._clock(), expiry_s, wait=wait
+            claims.claim_sweep,
+            sweep_id,
+            daemon,
+            self._clock(),
+            expiry_s,
+            wait=wait,
+            interrupted=interrupted,
         )
 
     async def renew_claims(self, daemon_id: str, *, expiry_s: float) -> list[SweepClaim]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
+from collections.abc import AsyncIterator
 
 from orchestrator.answers import answered
 from orchestrator.hostloop import INTERRUPT, StopSignal
@@ -15,6 +17,7 @@ from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, SweepNameConflict
 from orchestrator.sweepfile import Sweep
+from orchestrator.team import Team, daemon_identity
 from orchestrator.types import content_hash
 from orchestrator.verbs.common import (
     EXIT_BAD_INPUT,
@@ -70,17 +73,79 @@ async def run_in_foreground(
         first = await continuing(store, sweep, text, replace=replace)
         if first:
             print(first, file=sys.stderr)
-        with LiveProgress(SweepShape.of(sweep), sweep=sweep.name) as progress:
-            return await run_sweep(
-                sweep,
-                text,
-                store,
-                source_path=source,
-                replace=replace,
-                progress=progress,
-                stop=stop,
-                trials=trial_source_for(sweep),
+        async with claimed(store, sweep, text, source=source, replace=replace, stop=stop):
+            return await _run_live(sweep, text, store, source=source, replace=replace, stop=stop)
+
+
+async def _run_live(
+    sweep: Sweep, text: str, store: Store, *, source: str | None, replace: bool, stop: StopSignal
+) -> SweepOutcome:
+    with LiveProgress(SweepShape.of(sweep), sweep=sweep.name) as progress:
+        return await run_sweep(
+            sweep,
+            text,
+            store,
+            source_path=source,
+            replace=replace,
+            progress=progress,
+            stop=stop,
+            trials=trial_source_for(sweep),
+        )
+
+
+class RunElsewhere(Exception):
+    """The sweep is in a store several daemons share, and another of them runs it now."""
+
+
+@contextlib.asynccontextmanager
+async def claimed(
+    store: Store,
+    sweep: Sweep,
+    text: str,
+    *,
+    source: str | None,
+    replace: bool,
+    stop: StopSignal,
+) -> AsyncIterator[None]:
+    """Over a store several daemons share, the sweep claimed for this run as a daemon claims
+    it (so no daemon starts it meanwhile), its claim renewed while it runs and released after;
+    :class:`RunElsewhere` when a daemon runs it already. Killed, the run leaves its claim to
+    expire, and a daemon continues the sweep."""
+    if not store.shared:
+        yield
+        return
+    record = (
+        await store.submit_sweep(
+            sweep.name,
+            text,
+            priority=sweep.priority,
+            source_path=source,
+            replace=replace,
+            workloads=sweep.benchmark.workload_files(),
+        )
+    ).sweep
+    team = Team(store, daemon_identity(kind="run"))
+    if not await team.claim(record.id, wait=True, interrupted=True):
+        holder = (await team.elsewhere()).get(record.id)
+        if holder is not None:
+            raise RunElsewhere(
+                f"sweep {record.name} (id {record.id}) is run by {holder.daemon} now:"
+                " follow it with `orchestrator status` on a daemon"
             )
+        yield  # it ended: the runner says how
+        return
+
+    def lost(_: int, reason: str, why: str) -> None:
+        print(f"stopping: {why}", file=sys.stderr)
+        stop.stop(reason)
+
+    keeping = asyncio.create_task(team.keep(lambda: [record.id], lost), name="claim")
+    try:
+        yield
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+        await team.release(record.id)
 
 
 async def continuing(store: Store, sweep: Sweep, text: str, *, replace: bool) -> str | None:
@@ -129,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
     except SweepNameConflict as error:
         print(f"{args.file}: {error} (submit with --replace to run it anyway)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RunElsewhere as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
     answered_results = answered(outcome.sweep_results, sweep)
     if args.json:
         emit_json(answered_results.to_json())

@@ -180,3 +180,64 @@ async def test_a_sweep_whose_daemon_is_killed_is_finished_by_another(
         for daemon in daemons.values():
             assert password not in daemon.log() and "Traceback" not in daemon.log()
         assert "127.0.0.1" in survivor.events("daemon.ready")[0]["store"]
+
+
+async def test_a_foreground_run_over_the_team_s_store_claims_its_sweep_as_a_daemon_does(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """``orchestrator run --db postgresql://...`` claims the sweep before it runs it: refused
+    while a daemon runs the same sweep, and no daemon starts a sweep the run holds."""
+    password = postgres_url.split(":")[2].split("@")[0]
+    async with harness.sim_hosts(
+        tmp_path / "sim",
+        ["127.0.0.193"],
+        defaults=harness.fast_host_defaults(TIME_SCALE),
+        faults={"*": SLOW_LOADS},
+    ) as cluster:
+        as_found = HostAsFound.read(cluster.hosts[0])
+        files = {}
+        for name in ("by-daemon", "by-run"):
+            sweep = harness.tiny_sweep(cluster, name=name, baseline=False, problems=())
+            sweep["policy"].update(lease_expiry=EXPIRY_S, trial_retries=0)
+            files[name] = harness.write_sweep(tmp_path / f"{name}.yaml", sweep)
+        daemon = DaemonProcess(
+            tmp_path / "a", ["--config", str(daemon_config(tmp_path, "a", postgres_url))]
+        )
+        await asyncio.to_thread(daemon.start)
+        try:
+            status, _ = await asyncio.to_thread(daemon.submit, files["by-daemon"])
+            assert status in (200, 201), daemon.log()[-3000:]
+            await until(
+                lambda: rows(postgres_url, "SELECT 1 FROM sweep_claims WHERE released_at IS NULL"),
+                "the daemon's claim",
+                [daemon],
+            )
+            refused = await harness.RunnerProcess.start(
+                files["by-daemon"], postgres_url, tmp_path / "logs", "refused"
+            )
+            assert await refused.finish(FINISH_S) == 1
+            assert "is run by ctl-a (daemon, pid" in refused.log_tail()
+            await asyncio.to_thread(daemon.wait_for, "by-daemon", ("done",), FINISH_S)
+
+            own = await harness.RunnerProcess.start(
+                files["by-run"], postgres_url, tmp_path / "logs", "own"
+            )
+            assert await own.finish(FINISH_S) == 0, own.log_tail()
+        finally:
+            await asyncio.to_thread(daemon.terminate)
+        claims = rows(
+            postgres_url,
+            "SELECT s.name, c.daemon, c.generation, c.released_at IS NOT NULL "
+            "FROM sweep_claims c JOIN sweeps s ON s.id = c.sweep_id ORDER BY s.id",
+        )
+        assert [(name, generation, released) for name, _, generation, released in claims] == [
+            ("by-daemon", 1, True),
+            ("by-run", 1, True),
+        ]
+        assert claims[0][1].startswith("ctl-a (daemon, pid ") and "(run, pid " in claims[1][1]
+        states = rows(postgres_url, "SELECT name, state FROM sweeps ORDER BY id")
+        assert states == [("by-daemon", "done"), ("by-run", "done")]
+        assert as_found.differences(cluster.hosts[0]) == []
+        for runner in (refused, own):
+            assert password not in runner.log_tail(200_000)
+        assert password not in (tmp_path / "logs" / "own.json").read_text()

@@ -169,7 +169,10 @@ class RunnerProcess:
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    async def start(cls, sweep: Path, db: Path, log_dir: Path, label: str) -> RunnerProcess:
+    async def start(
+        cls, sweep: Path, db: Path | str, log_dir: Path, label: str
+    ) -> RunnerProcess:
+        """``db``: a store file, or a PostgreSQL store's URL."""
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{label}.log"
         with log_path.open("wb") as log, (log_dir / f"{label}.json").open("wb") as out:

@@ -1056,6 +1056,8 @@ async def test_only_a_queued_or_running_sweep_is_claimed(target: str) -> None:
         await store.submit_sweep("old", "a: 4\n", replace=True)
         for sweep_id in (done.id, paused.id, old.id, 999):
             assert await store.claim_sweep(sweep_id, D1, expiry_s=60) == ClaimOutcome()
+        # A foreground run continues an interrupted sweep: it claims one too.
+        assert (await store.claim_sweep(paused.id, D1, expiry_s=60, interrupted=True)).claim
         running = (await store.submit_sweep("running", "a: 5\n")).sweep
         await store.set_sweep_state(running.id, "running")  # its daemon gone: continued
         assert (await store.claim_sweep(running.id, D1, expiry_s=60)).claim is not None
