@@ -15,6 +15,18 @@ read against the servers' own stamps:
 - start spread: the first to the last ``unit.started`` (how long the daemon takes to fan out).
 
     python benchmarks/scale.py [--quick | --smoke --sizes 2] [--json]
+
+The team shape (``--team``): three daemons over one PostgreSQL store (Debian's, started
+durable, as deployed: commits fsynced) share one queue of eight sweeps over ``--hosts``
+simulated hosts (64; eight in ``--smoke``), each sweep a disjoint eighth of them. Once every
+unit has started, the three daemons' CPU over the window, per host; then the daemon running
+the most sweeps is SIGKILLed and the other two take its sweeps over once their claims expire
+(``claim_expiry_s``) and finish every sweep. Figures: claims and take-overs (from the
+``sweep.claimed`` events), the take-over lag (kill to new claim), the store's write latency
+(a writer beside the daemons commits one event every 0.1 s through its own Store, from the
+first submit to the last sweep's end), and that no point was stored or measured twice.
+
+    python benchmarks/scale.py --team [--hosts 64 | --smoke] [--json]
 """
 
 from __future__ import annotations
@@ -251,7 +263,17 @@ async def main() -> dict[str, Any]:
         ("--sizes", {"default": "8,32,64", "help": "host counts, comma-separated"}),
         ("--profile", {"action": "store_true",
                        "help": "py-spy the daemon in each window (its hottest functions)"}),
+        ("--team", {"action": "store_true",
+                    "help": "three daemons over one PostgreSQL store, eight sweeps"}),
+        ("--hosts", {"type": int, "default": None,
+                     "help": "--team: simulated hosts (default 64; 8 with --smoke)"}),
     ])
+    if args.team:
+        from scale_team import team_shape
+
+        result = await team_shape(args)
+        emit(result, args.json)
+        return result
     window_s = 1.0 if args.smoke else 10.0 if args.quick else 30.0
     sizes = []
     for hosts in (int(n) for n in args.sizes.split(",")):

@@ -4,11 +4,12 @@ temporary directory, started as a child process and stopped by its pid.
 ``initdb`` makes the cluster (password authentication, one superuser with a random password,
 so that every URL a test hands the orchestrator carries a password to keep secret), then
 ``postgres -D DIR -k SOCKDIR -p PORT -h 127.0.0.1`` serves it. PostgreSQL refuses to run as
-root, so as root the cluster belongs to Debian's ``postgres`` account. The server runs with
-``fsync=off``: nothing here tests the server's own durability across a power cut, and each test
-creates a database of its own (``CREATE DATABASE`` copies the template, fsynced a few hundred
-milliseconds without it). Installed when missing (``apt-get install postgresql``), as the
-other real services of the tests are.
+root, so as root the cluster belongs to Debian's ``postgres`` account. For the tests the server
+runs with ``fsync=off``: nothing there tests the server's own durability across a power cut,
+and each test creates a database of its own (``CREATE DATABASE`` copies the template, fsynced a
+few hundred milliseconds without it); the benchmarks run it ``durable``, as deployed.
+Installed when missing (``apt-get install postgresql``), as the other real services of the
+tests are.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class PostgresServer:
     port: int
     bindir: Path
     password: str = field(default_factory=lambda: secrets.token_hex(12))
+    durable: bool = False
+    """Commits fsynced, as a real deployment's (the benchmarks'); the tests' are not."""
     process: subprocess.Popen[bytes] | None = None
     _databases: int = 0
 
@@ -126,9 +129,8 @@ class PostgresServer:
                 "-k", str(self.root),
                 "-p", str(self.port),
                 "-h", "127.0.0.1",
-                "-c", "fsync=off",
-                "-c", "full_page_writes=off",
                 "-c", "max_connections=200",
+                *([] if self.durable else ["-c", "fsync=off", "-c", "full_page_writes=off"]),
             ],
             stdout=log, stderr=log, user=self._run_as(),
         )  # fmt: skip
@@ -178,12 +180,14 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def postgres_server(root: Path | None = None) -> Iterator[PostgresServer]:
+def postgres_server(
+    root: Path | None = None, *, durable: bool = False
+) -> Iterator[PostgresServer]:
     """A running cluster in ``root`` (a new temporary directory when None), removed after."""
     bindir = ensure_postgres()
     made = root is None
     directory = Path(tempfile.mkdtemp(prefix="orch-pg-")) if root is None else root
-    server = PostgresServer(directory, free_port(), bindir)
+    server = PostgresServer(directory, free_port(), bindir, durable=durable)
     try:
         server.init()
         server.start()

@@ -28,6 +28,9 @@ from typing import Any
 
 import pytest
 
+from tests.pgserver import ensure_postgres
+from tests.sysdeps import CannotInstall
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 HANG_S = 300.0
@@ -94,6 +97,23 @@ def test_scale_drives_hosts_from_one_daemon() -> None:
     assert size["hosts"] == 2 and size["trials_done"] == 2 and size["hosts_never_ready"] == []
     assert size["cpu_frac_waiting"] >= 0 and size["ready_lag_s"]["n"] == 2
     assert result["cpu_frac_64_hosts"] is None  # not measured at 2 hosts
+
+
+def test_scale_team_runs_three_daemons_over_one_postgresql() -> None:
+    """The team shape: 8 sweeps over 8 hosts, one daemon of three SIGKILLed mid-run."""
+    try:
+        ensure_postgres()
+    except CannotInstall as missing:
+        pytest.skip(str(missing))
+    result = run_benchmark("scale", "--team", "--smoke")
+    assert result["sweeps"] == {"done": 8} and result["points_measured_twice"] == 0
+    assert sum(result["first_claims_by_daemon"].values()) == 8
+    assert result["take_overs"] == result["killed_daemon_claims"] >= 1
+    assert result["claims"] == 8 + result["take_overs"]
+    assert result["take_over_lag_s"]["n"] == result["take_overs"]
+    assert set(result["store_write_s"]) == SUMMARY and result["store_write_p99_s"] > 0
+    assert set(result["daemon_cpu_frac"]) == {"ctl-1", "ctl-2", "ctl-3"}
+    assert result["daemon_cpu_frac_per_host"] >= 0
 
 
 def test_selection_scores_the_pick() -> None:
