@@ -333,18 +333,24 @@ async def sim_fleet(
         sweep = yaml.safe_load(Path(doc["sweep_file"]).read_text())
         yield SimFleet(process, hosts, sweep, state)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 60)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate(process)
         log.close()
         if not keep:
             shutil.rmtree(state, ignore_errors=True)
         else:
             note(f"kept {state}")
+
+
+async def terminate(process: asyncio.subprocess.Process, timeout: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``: what a benchmark started, stopped by its pid."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 def sweep_yaml(base: Mapping[str, Any], **overrides: Any) -> str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sqlite3
 import subprocess
 import time
@@ -59,6 +58,7 @@ from common import (
     sim_fleet,
     summary,
     sweep_yaml,
+    terminate,
 )
 
 BASE_ADDRESS = "127.0.0.160"
@@ -76,12 +76,16 @@ def host_settings(load_s: float) -> dict[str, Any]:
     }}
 
 
-def sweep_for(fleet: SimFleet) -> str:
+def sweep_for(
+    fleet: SimFleet, *, name: str = "bench-scale", hosts: list[Any] | None = None
+) -> str:
+    """One trial on each of ``hosts`` (every host of the fleet when None)."""
     server = dict(fleet.sweep["server"])
     server["environment"] = {"SGLANG_LOG_MS": "1"}
     return sweep_yaml(
         fleet.sweep,
-        name="bench-scale",
+        name=name,
+        hosts=fleet.sweep["hosts"] if hosts is None else hosts,
         baseline=False,
         configs=[{"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash",
                   "budget": 8, "topk": 4}],
@@ -205,13 +209,7 @@ async def one_size(
             }
             lags = await ready_lags(fleet, db)
         finally:
-            if daemon.returncode is None:
-                daemon.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(daemon.wait(), 60)
-                except TimeoutError:
-                    daemon.kill()
-                    await daemon.wait()
+            await terminate(daemon)
             daemon_log.close()
     cpu_frac = (cpu_after - cpu_before) / (wall_after - wall_before)
     return {

@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -29,8 +28,9 @@ from common import (
     orchestrator_env,
     sim_fleet,
     summary,
-    sweep_yaml,
+    terminate,
 )
+from scale import sweep_for
 
 sys.path.insert(0, str(REPO))  # the tests' PostgreSQL launcher
 from orchestrator.store import Store
@@ -71,15 +71,8 @@ class TeamDaemon:
         return self.state / "inbox"
 
     async def stop(self) -> None:
-        process = self.process
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), 60)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        if self.process is not None:
+            await terminate(self.process)
 
 
 @contextlib.asynccontextmanager
@@ -123,23 +116,8 @@ def sweeps_for(fleet: SimFleet) -> list[str]:
     """Eight sweeps, each over a disjoint eighth of the hosts, one trial a host."""
     hosts = fleet.sweep["hosts"]
     share = max(len(hosts) // SWEEPS, 1)
-    server = dict(fleet.sweep["server"])
     return [
-        sweep_yaml(
-            fleet.sweep,
-            name=f"team-{i + 1}",
-            hosts=hosts[i * share:(i + 1) * share],
-            baseline=False,
-            configs=[{"algorithm": "DDTREE", "draft_model": "/models/Kimi-K2.6-DFlash",
-                      "budget": 8, "topk": 4}],
-            server=server,
-            benchmark={"api": "chat", "contexts": [60], "concurrency": [1], "max_tokens": 8,
-                       "rounds": 1, "warmup_requests": 0, "temperature": 0.0},
-            coding=None,
-            timeouts={"stop": 60, "memory_release": 120, "ready": 600, "request": 120,
-                      "connect": 60},
-            policy={"on_trial_failure": "continue", "trial_retries": 0, "restore": "as-found"},
-        )
+        sweep_for(fleet, name=f"team-{i + 1}", hosts=hosts[i * share:(i + 1) * share])
         for i in range(SWEEPS)
     ]
 
