@@ -1,9 +1,11 @@
-"""The daemon's HTTP API (aiohttp): submit, list, status, cancel, results, report, restore.
+"""The daemon's HTTP API (aiohttp): submit, list, status, cancel, results, report, restore,
+and the read-only views: the dashboard and the Prometheus metrics.
 
 It listens on a unix socket whose file mode (0600) is its access control, and optionally on a
-loopback TCP port where every request must carry ``Authorization: Bearer <token>``. This module
-only maps HTTP onto the daemon's operations (:class:`DaemonOps`) and their errors onto status
-codes; it never shows a client a stack trace.
+loopback TCP port where every request must carry ``Authorization: Bearer <token>``, but for
+the dashboard's own files (HTML, CSS, JavaScript: no data; the page sends the token with each
+request it makes). This module only maps HTTP onto the daemon's operations
+(:class:`DaemonOps`) and their errors onto status codes; it never shows a client a stack trace.
 
 Endpoints (all answer JSON but a report, in its format's media type)::
 
@@ -23,6 +25,9 @@ Endpoints (all answer JSON but a report, in its format's media type)::
     POST /restore                     {"host": NAME} | {"all": true}
     POST /sweeps/{ref}/adopt          {"type": HOST_TYPE, "allow_tie": false,
                                        "allow_unexplored": false}
+    GET  /metrics                     the Prometheus text format (OpenMetrics when asked)
+    GET  /dashboard/                  the dashboard page (``/dashboard/static/``: its files)
+    GET  /dashboard/state             {"queued", "running", "ended", ...}: what the page shows
 
 ``ref`` is a sweep name (its latest run) or an id.
 """
@@ -41,11 +46,14 @@ from pydantic import ValidationError
 
 from orchestrator import __version__
 from orchestrator.answers import AnsweredResults, Contender
+from orchestrator.dashboard import STATIC_DIR
 from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.log import get_logger
 from orchestrator.report import FORMATS, MEDIA_TYPES, ReportFormat
 
 if TYPE_CHECKING:
+    from orchestrator.daemon.metrics import Exposition
+    from orchestrator.dashboard.board import Board
     from orchestrator.host.systemd import ForeignChange
 from orchestrator.progress.snapshot import ProgressSnapshot
 from orchestrator.store import (
@@ -102,9 +110,6 @@ class SweepView:
     """Why a running sweep was asked to stop (``cancel``, ``shutdown``), if it was."""
     progress: ProgressSnapshot | None = None
     """A running sweep's progress, ETA and best so far; None when it is not running."""
-    daemon: str | None = None
-    """The daemon that runs it now, over a store several daemons share (``ctl-2 (daemon, pid
-    4411)``); None over a daemon's own store, and for a sweep no daemon runs."""
 
     def to_json(self) -> JsonObject:
         r = self.record
@@ -123,7 +128,6 @@ class SweepView:
             "stopping": self.stopping,
             "summary": r.summary,
             "progress": None if self.progress is None else self.progress.to_json(),
-            "daemon": self.daemon,
         }
 
 
@@ -320,6 +324,12 @@ class DaemonOps(Protocol):
         self, ref: str, host_type: str, *, allow_tie: bool, allow_unexplored: bool = False
     ) -> Adoption: ...
 
+    async def dashboard(self) -> Board: ...
+
+    async def metrics(self, accept: str) -> Exposition:
+        """The metrics in the format ``accept`` (the scraper's ``Accept`` header) asks for."""
+        ...
+
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
@@ -378,11 +388,21 @@ def _error_middleware() -> Any:
     return errors
 
 
+PUBLIC_PATHS = ("/dashboard", "/dashboard/")
+PUBLIC_PREFIX = "/dashboard/static/"
+"""What a browser loads before it can send the token: the page and its files, which hold no
+data (the page asks for everything it shows with the token)."""
+
+
 def _auth_middleware(token: str) -> Any:
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "GET" and (
+            request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIX)
+        ):
+            return await handler(request)
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             get_logger(component="api").warning("api.unauthorized", path=request.path)
@@ -518,6 +538,24 @@ class _Handlers:
         )
         return web.json_response(adoption.to_json(), status=200 if adoption.ok else 502)
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        exposition = await self.ops.metrics(request.headers.get("Accept", ""))
+        return web.Response(
+            body=exposition.body, headers={"Content-Type": exposition.content_type}
+        )
+
+    async def dashboard_state(self, request: web.Request) -> web.Response:
+        del request
+        return web.json_response((await self.ops.dashboard()).to_json())
+
+    async def dashboard_page(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/dashboard":  # the page's relative links resolve under the slash
+            raise web.HTTPFound("/dashboard/")
+        return web.FileResponse(STATIC_DIR / "index.html", headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {"Cache-Control": "no-cache", "Referrer-Policy": "no-referrer"}
+
 
 def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     """The API over ``ops``; with ``token``, every request must present it (loopback TCP)."""
@@ -536,4 +574,9 @@ def build_app(ops: DaemonOps, *, token: str | None = None) -> web.Application:
     app.router.add_get("/sweeps/{ref}/report", handlers.report)
     app.router.add_post("/restore", handlers.restore)
     app.router.add_post("/sweeps/{ref}/adopt", handlers.adopt)
+    app.router.add_get("/metrics", handlers.metrics)
+    app.router.add_get("/dashboard", handlers.dashboard_page)
+    app.router.add_get("/dashboard/", handlers.dashboard_page)
+    app.router.add_get("/dashboard/state", handlers.dashboard_state)
+    app.router.add_static(PUBLIC_PREFIX, STATIC_DIR)
     return app
