@@ -110,6 +110,9 @@ class SweepView:
     """Why a running sweep was asked to stop (``cancel``, ``shutdown``), if it was."""
     progress: ProgressSnapshot | None = None
     """A running sweep's progress, ETA and best so far; None when it is not running."""
+    daemon: str | None = None
+    """The daemon that runs it now, over a store several daemons share (``ctl-2 (daemon, pid
+    4411)``); None over a daemon's own store, and for a sweep no daemon runs."""
 
     def to_json(self) -> JsonObject:
         r = self.record
@@ -128,6 +131,7 @@ class SweepView:
             "stopping": self.stopping,
             "summary": r.summary,
             "progress": None if self.progress is None else self.progress.to_json(),
+            "daemon": self.daemon,
         }
 
 

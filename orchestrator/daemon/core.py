@@ -31,6 +31,7 @@ from orchestrator.notify import DEFAULT_TIMEOUT_S as WEBHOOK_TIMEOUT_S
 from orchestrator.sdnotify import Notifier, watchdog_interval_s
 from orchestrator.store import Store
 from orchestrator.sweepfile import Sweep
+from orchestrator.team import DEFAULT_CLAIM_EXPIRY_S, Membership, Solo, Team, daemon_identity
 
 DEFAULT_MAX_PARALLEL = 8
 DEFAULT_SHUTDOWN_GRACE_S = 30.0
@@ -62,6 +63,9 @@ class Daemon:
         inbox_poll_s: float = 0.5,
         shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
         notifier: Notifier | None = None,
+        store: str | None = None,
+        name: str | None = None,
+        claim_expiry_s: float = DEFAULT_CLAIM_EXPIRY_S,
     ) -> None:
         if max_parallel < 1:
             raise DaemonError(f"max_parallel must be at least 1, not {max_parallel}")
@@ -76,6 +80,11 @@ class Daemon:
         self.inbox_poll_s = inbox_poll_s
         self.shutdown_grace_s = shutdown_grace_s
         self.notifier = notifier or Notifier()
+        self.store_target: Path | str = store or self.dirs.db
+        """The store: the state directory's file, or a PostgreSQL URL several daemons share
+        (the URL is handed to the driver alone: every message names ``Store.path``)."""
+        self.name = name
+        self.claim_expiry_s = claim_expiry_s
         self._log = get_logger(component="daemon")
         self._store: Store | None = None
         self._scheduler: Scheduler | None = None
@@ -121,8 +130,9 @@ class Daemon:
         loops: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
         try:
-            store = self._store = await Store.open(self.dirs.db)
-            restorer, scheduler = self._scheduler_parts(store)
+            store = self._store = await Store.open(self.store_target)
+            team = self._team(store)
+            restorer, scheduler = self._scheduler_parts(store, team)
             self._scheduler = scheduler
             metrics = ServiceMetrics(store, scheduler.claims, scheduler.active)
             store.observer = metrics.observe_store
@@ -142,6 +152,9 @@ class Daemon:
                 asyncio.create_task(inbox.loop(), name="inbox"),
                 asyncio.create_task(scheduler.loop(), name="scheduler"),
                 asyncio.create_task(self._status_loop(), name="status"),
+                asyncio.create_task(
+                    team.keep(lambda: list(scheduler.active), scheduler.stop_sweep), name="claims"
+                ),
             ]
             interval = watchdog_interval_s()
             if interval is not None:
@@ -150,6 +163,8 @@ class Daemon:
             self._log.info(
                 "daemon.ready",
                 state_dir=str(self.state_dir),
+                store=str(store.path),
+                daemon=None if team.identity is None else team.identity.name,
                 socket=str(self.socket_path),
                 tcp=f"{self.tcp[0]}:{self.tcp[1]}" if self.tcp else None,
                 max_parallel=self.max_parallel,
@@ -163,13 +178,19 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             await self._shutdown(runners, loops)
 
-    def _scheduler_parts(self, store: Store) -> tuple[Restorer, Scheduler]:
+    def _team(self, store: Store) -> Membership:
+        """The daemon's place in the queue: one of a team over a shared store, else alone."""
+        if not store.shared:
+            return Solo()
+        return Team(store, daemon_identity(self.name), expiry_s=self.claim_expiry_s)
+
+    def _scheduler_parts(self, store: Store, team: Membership) -> tuple[Restorer, Scheduler]:
         """The restorer and the scheduler over ``store``, sharing the sweeps parsed once, the
         hosts' claims, the sweeps running now and this daemon's lease identity."""
         sweeps = ParsedSweeps()
         claims = HostClaims()
         active: dict[int, ActiveSweep] = {}
-        controller = Controller("daemon", str(self.dirs.db))
+        controller = Controller("daemon", str(store.path))
         restorer = Restorer(
             store,
             sweeps,
@@ -190,6 +211,7 @@ class Daemon:
             webhook=self.webhook,
             webhook_timeout_s=self.webhook_timeout_s,
             controller=controller,
+            team=team,
         )
         claims.on_release = scheduler.wake.set  # a freed host may let a waiting sweep start
         scheduler.closed = self._stop_requested.is_set()

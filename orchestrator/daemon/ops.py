@@ -31,12 +31,18 @@ from orchestrator.store import Store, SweepRecord
 from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
 
 
-def sweep_view(record: SweepRecord, active: ActiveSweep | None) -> SweepView:
-    """One sweep as the API lists it."""
+def sweep_view(
+    record: SweepRecord, active: ActiveSweep | None, *, daemon: str | None = None
+) -> SweepView:
+    """One sweep as the API lists it; ``daemon``: which daemon runs it (a shared store)."""
     if active is None:
-        return SweepView(record)
+        return SweepView(record, daemon=daemon)
     return SweepView(
-        record, active=True, stopping=active.stop.reason, progress=active.progress.snapshot()
+        record,
+        active=True,
+        stopping=active.stop.reason,
+        progress=active.progress.snapshot(),
+        daemon=daemon,
     )
 
 
@@ -66,7 +72,8 @@ class DaemonApi:
 
     async def list_sweeps(self, *, include_replaced: bool) -> list[SweepView]:
         records = await self.store.list_sweeps(include_replaced=include_replaced)
-        return [sweep_view(r, self._active.get(r.id)) for r in records]
+        runners = await self._runners()
+        return [sweep_view(r, self._active.get(r.id), daemon=runners.get(r.id)) for r in records]
 
     async def dashboard(self) -> Board:
         """The dashboard's document: the queue, the running sweeps, the latest ended ones."""
@@ -80,7 +87,16 @@ class DaemonApi:
         record = await self.store.get_sweep(ref)
         active = self._active.get(record.id)
         live = active.progress.hosts if active is not None else {}
-        return await sweep_status(self.store, sweep_view(record, active), live)
+        view = sweep_view(record, active, daemon=(await self._runners()).get(record.id))
+        return await sweep_status(self.store, view, live)
+
+    async def _runners(self) -> dict[int, str]:
+        """Which daemon runs each running sweep, over a shared store (none over our own)."""
+        team = self._scheduler.team
+        if team.identity is None:
+            return {}
+        runners = {sweep_id: claim.daemon for sweep_id, claim in (await team.elsewhere()).items()}
+        return runners | dict.fromkeys(self._active, team.identity.name)
 
     async def cancel(self, ref: str) -> CancelOutcome:
         record = await self.store.get_sweep(ref)
@@ -91,11 +107,18 @@ class DaemonApi:
             return CancelOutcome(record, cancelling=True)
         if record.state not in ("queued", "running", "interrupted"):
             raise Conflict(f"sweep {record.name} (id {record.id}) already ended: {record.state}")
-        updated = await self.store.set_sweep_state(record.id, "cancelled")
-        self._log.info("sweep.cancelled", sweep=record.name, sweep_id=record.id)
-        if record.state in ("running", "interrupted"):  # not resumed yet: hosts may be changed
-            await cancel_trials(self.store, record.id, await self.store.trials(record.id))
-            await self._restorer.recover()
+        team = self._scheduler.team
+        async with team.hold(record.id) as elsewhere:  # no daemon starts it meanwhile
+            if elsewhere is not None and await team.request_stop(record.id, "cancel"):
+                self._log.info(
+                    "sweep.cancelling", sweep=record.name, sweep_id=record.id, by=elsewhere.daemon
+                )
+                return CancelOutcome(record, cancelling=True)
+            updated = await self.store.set_sweep_state(record.id, "cancelled")
+            self._log.info("sweep.cancelled", sweep=record.name, sweep_id=record.id)
+            if record.state in ("running", "interrupted"):  # not resumed: hosts may be changed
+                await cancel_trials(self.store, record.id, await self.store.trials(record.id))
+                await self._restorer.recover()
         return CancelOutcome(updated, cancelling=False)
 
     async def resume(self, ref: str) -> SweepRecord:
@@ -141,7 +164,7 @@ class DaemonApi:
     ) -> Adoption:
         """Install the sweep's answer for ``host_type`` on that type's hosts, one at a time."""
         record = await self.store.get_sweep(ref)
-        if record.id in self._active:
+        if record.id in self._active or record.id in await self._scheduler.team.elsewhere():
             raise Conflict(f"sweep {record.name} is running: adopt its answer once it has ended")
         sweep = self._restorer.sweeps.get(record)
         try:
