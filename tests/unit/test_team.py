@@ -7,13 +7,17 @@ heartbeat's beat is real (a few hundredths of a second), and no assertion depend
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from orchestrator.store import Store
+from orchestrator.api import SweepView
+from orchestrator.store import Store, SweepRecord
 from orchestrator.team import CLAIMED_EVENT, Solo, Team, daemon_identity
+from orchestrator.verbs.status import print_sweep, print_sweeps
 
 EXPIRY_S = 60.0
 BEAT_S = 0.02
@@ -134,3 +138,18 @@ async def test_alone_every_sweep_is_the_daemon_s_own() -> None:
     async with solo.hold(7) as elsewhere:
         assert elsewhere is None
     assert not await solo.request_stop(7, "cancel") and solo.identity is None
+
+
+def test_status_names_the_daemon_that_runs_each_sweep_of_a_shared_store() -> None:
+    record = SweepRecord(7, "night-b300", "h", "name: x\n", None, 0, 1.0, "running", 2.0, None,
+                         None, None, None)  # fmt: skip
+    runner = "ctl-2 (daemon, pid 4411)"
+    shown = SweepView(record, daemon=runner).to_json()
+    assert shown["daemon"] == runner
+    assert SweepView(record).to_json()["daemon"] is None  # a daemon's own store: nobody named
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    print_sweeps([shown], console)
+    print_sweep({**shown, "trials": {"running": 1}, "hosts": []}, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert f"night-b300: running on {runner} (priority 0)" in text
+    assert f"sweep night-b300 (id 7): running on {runner}; trials: 1 running" in text
