@@ -43,6 +43,18 @@ def free_port(address: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def tcp_config(directory: Path, token: str) -> tuple[Path, int]:
+    """A daemon config that listens on 127.0.0.1 (a free port) behind ``token``, kept in a
+    private file as the daemon requires: the config's path and the port."""
+    token_file = directory / "token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    port = free_port()
+    config = directory / "daemon.yaml"
+    config.write_text(f"tcp: 127.0.0.1:{port}\ntoken_file: {token_file}\n")
+    return config, port
+
+
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM, then SIGKILL after ``timeout``: a test stops what it started, by its pid."""
     if process.poll() is None:

@@ -30,6 +30,7 @@ from tests.integration.daemon_proc import (
     free_port,
     running_daemon,
     sweep_yaml,
+    tcp_config,
 )
 
 TOKEN = "t0ken-for-the-api-tests-0123456789"
@@ -66,12 +67,7 @@ def test_tcp_needs_the_bearer_token(tmp_path: Path) -> None:
     import urllib.error
     import urllib.request
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
-    port = free_port()
-    config = tmp_path / "daemon.yaml"
-    config.write_text(f"tcp: 127.0.0.1:{port}\ntoken_file: {token_file}\n")
+    config, port = tcp_config(tmp_path, TOKEN)
 
     def get(headers: dict[str, str]) -> tuple[int, bytes]:
         request = urllib.request.Request(f"http://127.0.0.1:{port}/sweeps", headers=headers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
 import random
@@ -21,7 +22,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -603,12 +604,25 @@ async def inspect_page(
     logged (console errors, uncaught exceptions, failed loads) and how many SVGs drew marks;
     ``probe`` (a JavaScript expression giving a JSON string) is evaluated after them, and
     ``shot`` receives a PNG of the viewport as the probe left it: one launch for all."""
+    async with devtools_page(binary, profile, timeout_s=timeout_s) as page:
+        async with asyncio.timeout(timeout_s):
+            await page.load(html.as_uri())
+            return await _check(page, probe, shot)
+
+
+@contextlib.asynccontextmanager
+async def devtools_page(
+    binary: str, profile: Path, *, timeout_s: float = 60.0, window: str = "1300,1000"
+) -> AsyncIterator[PageSession]:
+    """Headless Chromium under the DevTools protocol, as its one page's session (what the
+    page logs is collected as it comes); the browser is stopped, by its pid, on the way out.
+    ``timeout_s`` bounds the wait for the browser to listen."""
     port = _free_port()
     process = await asyncio.create_subprocess_exec(
         binary,
         *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
-        "--window-size=1300,1000",
+        f"--window-size={window}",
         "--remote-debugging-address=127.0.0.1",
         f"--remote-debugging-port={port}",
         "about:blank",
@@ -616,8 +630,11 @@ async def inspect_page(
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        async with asyncio.timeout(timeout_s):
-            return await _drive(port, html, probe, shot)
+        async with aiohttp.ClientSession() as http:
+            async with asyncio.timeout(timeout_s):
+                url = await _page_socket(http, port)
+            async with http.ws_connect(url, max_msg_size=0) as ws:
+                yield PageSession(ws)
     finally:
         process.terminate()
         try:
@@ -627,7 +644,7 @@ async def inspect_page(
             await process.wait()
 
 
-class _Session:
+class PageSession:
     """One page's DevTools connection: commands by id, and what the page logs meanwhile."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -658,10 +675,11 @@ class _Session:
         elif method == "Network.loadingFailed":
             self.failed.append(json.dumps(params))
 
-    async def load(self, html: Path) -> None:
+    async def load(self, url: str) -> None:
+        """Navigate to ``url`` and wait for its load event."""
         for domain in ("Runtime", "Log", "Network", "Page"):
             await self.call(f"{domain}.enable")
-        await self.call("Page.navigate", url=html.as_uri())
+        await self.call("Page.navigate", url=url)
         while True:
             message = await self.ws.receive_json()
             self.collect(message)
@@ -671,6 +689,11 @@ class _Session:
     async def evaluate(self, expression: str) -> Any:
         result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return json.loads(result["result"]["value"])
+
+    async def screenshot(self, png: Path) -> None:
+        """The viewport as it is now."""
+        picture = await self.call("Page.captureScreenshot", format="png")
+        png.write_bytes(base64.b64decode(picture["data"]))
 
 
 _FACTS = (
@@ -697,26 +720,20 @@ async def _page_socket(http: aiohttp.ClientSession, port: int) -> str:
         await asyncio.sleep(0.2)
 
 
-async def _drive(port: int, html: Path, probe: str | None, shot: Path | None) -> PageCheck:
-    async with aiohttp.ClientSession() as http:
-        url = await _page_socket(http, port)
-        async with http.ws_connect(url, max_msg_size=0) as ws:
-            session = _Session(ws)
-            await session.load(html)
-            facts = await session.evaluate(_FACTS)
-            probed = await session.evaluate(probe) if probe is not None else None
-            if shot is not None:
-                picture = await session.call("Page.captureScreenshot", format="png")
-                shot.write_bytes(base64.b64decode(picture["data"]))
-            return PageCheck(
-                console_errors=session.console,
-                exceptions=session.exceptions,
-                failed_requests=session.failed,
-                svg_count=int(facts["svgs"]),
-                empty_svgs=int(facts["empty"]),
-                title=str(facts["title"]),
-                failed_marks=int(facts["failedMarks"]),
-                flagged_marks=int(facts["flaggedMarks"]),
-                failed_cells=int(facts["failedCells"]),
-                probe=probed,
-            )
+async def _check(page: PageSession, probe: str | None, shot: Path | None) -> PageCheck:
+    facts = await page.evaluate(_FACTS)
+    probed = await page.evaluate(probe) if probe is not None else None
+    if shot is not None:
+        await page.screenshot(shot)
+    return PageCheck(
+        console_errors=page.console,
+        exceptions=page.exceptions,
+        failed_requests=page.failed,
+        svg_count=int(facts["svgs"]),
+        empty_svgs=int(facts["empty"]),
+        title=str(facts["title"]),
+        failed_marks=int(facts["failedMarks"]),
+        flagged_marks=int(facts["flaggedMarks"]),
+        failed_cells=int(facts["failedCells"]),
+        probe=probed,
+    )
