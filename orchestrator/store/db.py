@@ -30,7 +30,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import orchestrator.store.claims as claims
 import orchestrator.store.ops as ops
-from orchestrator.store.connection import Connection, open_sqlite
+from orchestrator.store.connection import Connection
 from orchestrator.store.errors import StoreClosed
 from orchestrator.store.postgres import is_postgres_url, open_postgres
 from orchestrator.store.protocol import TrialStore
@@ -58,6 +58,7 @@ from orchestrator.store.records import (
 )
 from orchestrator.store.results import Point, SweepResults, TrialState
 from orchestrator.store.schema import MIGRATIONS, Migration
+from orchestrator.store.sqlite import open_sqlite
 from orchestrator.store.workloads import StoredWorkload, sweep_workloads
 from orchestrator.types import JsonObject
 

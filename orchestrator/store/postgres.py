@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from orchestrator.store.connection import Cursor
-    from orchestrator.store.schema import Migration
+    from orchestrator.store.migration import Migration
 
 SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10

@@ -15,24 +15,15 @@ one-row table) is the connection's business (:mod:`orchestrator.store.connection
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.store.errors import SchemaTooNew
+from orchestrator.store.migration import Migration
 
 if TYPE_CHECKING:
     from orchestrator.store.connection import Connection
 
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """Statements that take the schema from ``version - 1`` to ``version``."""
-
-    version: int
-    summary: str
-    statements: tuple[str, ...]
-    postgres: tuple[str, ...] | None = None
-    """PostgreSQL's statements for this step, where they are not ``statements`` respelled."""
+__all__ = ["MIGRATIONS", "Migration", "check_not_newer", "latest_version", "migrate"]
 
 
 _V1 = Migration(
