@@ -147,6 +147,7 @@ RUNS: dict[str, str] = {
     "orchestrator validate night.yaml": "ok",
     "orchestrator plan night.yaml": "ok",
     "orchestrator check night.yaml": "ok",
+    "orchestrator export NAME --format benchmark-report --output reports": "export",
 }
 """Commands this test runs, in this order (the sim up ones while ``sim up`` runs), and what
 their output must show."""
@@ -202,6 +203,9 @@ def _check(what: str, command: str, done: Any, work: Path) -> None:
         assert '"trials"' in done.stdout, shown
     elif what == "html":
         assert "<svg" in (work / "report.html").read_text(), shown
+    elif what == "export":
+        # one llm-d Benchmark Report per point of the sweep `run sweep.yaml` measured
+        assert sorted(p.suffix for p in (work / "reports").iterdir()) == [".json", ".json"], shown
 
 
 def test_the_documents_commands_run_as_shown(
