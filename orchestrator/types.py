@@ -6,6 +6,7 @@ Nothing here imports from the rest of the package, so every layer may import it.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -341,6 +342,10 @@ class LaunchOverlay:
     flags: Mapping[str, str | None] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
     refused_line: str = ""
+
+    def __hash__(self) -> int:
+        """By content (its mappings are not hashable): a plan holding it keys a cache."""
+        return hash(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")))
 
     def to_json(self) -> dict[str, Any]:
         return {
