@@ -29,7 +29,7 @@ from orchestrator.host.lease import Controller
 from orchestrator.log import get_logger
 from orchestrator.notify import DEFAULT_TIMEOUT_S as WEBHOOK_TIMEOUT_S
 from orchestrator.sdnotify import Notifier, watchdog_interval_s
-from orchestrator.store import Store
+from orchestrator.store import Store, StoreError
 from orchestrator.sweepfile import Sweep
 from orchestrator.team import DEFAULT_CLAIM_EXPIRY_S, Membership, Solo, Team, daemon_identity
 
@@ -130,7 +130,10 @@ class Daemon:
         loops: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
         try:
-            store = self._store = await Store.open(self.store_target)
+            try:
+                store = self._store = await Store.open(self.store_target)
+            except StoreError as exc:  # its words name the store, never a password
+                raise DaemonError(str(exc)) from None
             team = self._team(store)
             restorer, scheduler = self._scheduler_parts(store, team)
             self._scheduler = scheduler

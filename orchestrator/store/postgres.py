@@ -136,7 +136,8 @@ class PostgresConnection:
                 application_name=APPLICATION_NAME,
             )
         except psycopg.Error as exc:
-            raise StoreOpenError(self.location, redact(str(exc), self.url)) from exc
+            # Not chained: the driver's own words may quote the URL (a bad escape in it).
+            raise StoreOpenError(self.location, redact(str(exc), self.url)) from None
         try:
             raw.execute(f"SET lock_timeout = {int(self.busy_timeout_s * 1000)}")
             raw.execute("SET synchronous_commit = on")
@@ -262,8 +263,8 @@ def open_postgres(
         conn.close()
         mapped = conn.store_error(exc)
         if isinstance(mapped, StoreBusy):
-            raise mapped from exc
-        raise StoreOpenError(conn.location, redact(str(exc), url)) from exc
+            raise mapped from None
+        raise StoreOpenError(conn.location, redact(str(exc), url)) from None
     except BaseException:
         conn.close()
         raise

@@ -15,7 +15,7 @@ from orchestrator.progress.live import LiveProgress
 from orchestrator.progress.tracker import SweepShape
 from orchestrator.runner import SweepOutcome, run_sweep
 from orchestrator.search.source import trial_source_for
-from orchestrator.store import Store, SweepNameConflict
+from orchestrator.store import Store, StoreError, SweepNameConflict
 from orchestrator.sweepfile import Sweep
 from orchestrator.team import Team, daemon_identity
 from orchestrator.types import content_hash
@@ -196,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     except RunElsewhere as error:
         print(error, file=sys.stderr)
+        return EXIT_FAILED
+    except StoreError as error:  # the store could not be opened, or failed under the run
+        print(f"orchestrator run: {error}", file=sys.stderr)
         return EXIT_FAILED
     answered_results = answered(outcome.sweep_results, sweep)
     if args.json:

@@ -3,7 +3,9 @@ statements as PostgreSQL spells them (pure functions, no server)."""
 
 from __future__ import annotations
 
-from orchestrator.store import MIGRATIONS, is_postgres_url
+import pytest
+
+from orchestrator.store import MIGRATIONS, Store, StoreOpenError, is_postgres_url
 from orchestrator.store.postgres import (
     location_of,
     postgres_statement,
@@ -54,3 +56,12 @@ def test_the_schema_is_spelled_for_postgresql_statement_by_statement() -> None:
         for step in MIGRATIONS
         if any("PRAGMA" in statement for statement in step.statements)
     )
+
+
+async def test_a_url_the_driver_cannot_read_is_refused_without_quoting_it() -> None:
+    """libpq quotes the part of a URL it cannot parse (here the password, with a bad escape):
+    the store's error redacts it and does not chain the driver's own words."""
+    with pytest.raises(StoreOpenError) as caught:
+        await Store.open("postgresql://orch:pa%zzss@127.0.0.1:1/orchestrator")
+    assert "pa%zzss" not in str(caught.value) and "invalid percent-encoded" in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
