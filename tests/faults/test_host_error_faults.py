@@ -29,7 +29,9 @@ from tests.faults.harness import (
     unit_text,
 )
 
-RESTORE_BEGAN = r"^ls -1A -- "
+RESTORE_BEGAN = r"^rmdir --ignore-fail-on-non-empty -- "
+"""A command only the restore runs (it removes the drop-in directory it made): a trial lists
+that directory too, for the launch files an engine such as SGLang may write beside the drop-in."""
 JOURNAL_READ = r"^journalctl .*--lines=1"
 JOURNAL_CORRUPT = "Failed to iterate through journal: Bad message\n"
 DAEMON_RELOAD = r"^systemctl daemon-reload"
