@@ -20,6 +20,7 @@ from orchestrator.engines.schedule import PROBE_KEY
 from orchestrator.evidence import RefusalEvidence
 from orchestrator.host.dropin import ExtraFlagConflict
 from orchestrator.host.errors import HostError
+from orchestrator.host.launchfile import LaunchFileError
 from orchestrator.host.lease import HostLease, LeaseLost
 from orchestrator.hostloop import Refusal, Stopped
 from orchestrator.lifecycle import (
@@ -102,6 +103,9 @@ class SessionDriver:
             # exec_start): which value the server would take is up to its parser.
             evidence = RefusalEvidence("drop-in", message=str(conflict), flag=conflict.flag)
             return Refusal("invalid-config", evidence, str(conflict))
+        except LaunchFileError as unwritable:
+            evidence = RefusalEvidence("drop-in", message=str(unwritable))
+            return Refusal("invalid-config", evidence, str(unwritable))
         return None
 
     @contextlib.asynccontextmanager

@@ -56,13 +56,13 @@ from orchestrator.host.dropin import (
 )
 from orchestrator.host.gpu import GpuQueryError, GpuSnapshot
 from orchestrator.host.handle import HostHandle
-from orchestrator.host.launchfile import content_problem
+from orchestrator.host.launchfile import LaunchFileError, content_problem
 from orchestrator.host.transport import TransportError
 from orchestrator.host.unitcommand import unit_env_prefix, working_directory
 from orchestrator.invocation import ServerRecipe, UnitBase
 from orchestrator.plan import expand_configs, first_key, space_trials
 from orchestrator.sweepfile import HostSpec, Sweep
-from orchestrator.types import ApiKind, KnobValue, MetricsMode
+from orchestrator.types import ApiKind, KnobValue, LaunchOverlay, MetricsMode
 
 HELP_TIMEOUT_S = 300.0  # importing SGLang on a real host takes tens of seconds
 MIN_FREE_BYTES = 1 << 30
@@ -261,18 +261,24 @@ def _trial_invocations(
     trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
     recipe: ServerRecipe,
     schedule: NativeSchedule | None = None,
-) -> dict[str, TrialInvocation]:
+) -> dict[str, TrialInvocation | LaunchFileError]:
     """Each trial's invocation as its drop-in will have it (a conflicting extra flag is the
-    drop-in's own failure, reported when the trial runs), and the representative schedule's
-    under :data:`~orchestrator.engines.schedule.PROBE_KEY`."""
+    drop-in's own failure, reported when the trial runs; a launch file that cannot be written
+    is the trial's :class:`LaunchFileError`), and the representative schedule's under
+    :data:`~orchestrator.engines.schedule.PROBE_KEY`."""
     base = UnitBase.of(service)
-    out: dict[str, TrialInvocation] = {}
-    for key, config in trials:
-        with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
-            out[key] = recipe.invocation(config, base)
+    out: dict[str, TrialInvocation | LaunchFileError] = {}
+    asked: list[tuple[str, Mapping[str, KnobValue], LaunchOverlay | None]] = [
+        (key, config, None) for key, config in trials
+    ]
     if schedule is not None:
+        asked.append((PROBE_KEY, schedule.config, schedule.overlay))
+    for key, config, overlay in asked:
         with contextlib.suppress(ExtraFlagConflict, UnknownKnobError):
-            out[PROBE_KEY] = recipe.invocation(schedule.config, base, overlay=schedule.overlay)
+            try:
+                out[key] = recipe.invocation(config, base, overlay=overlay)
+            except LaunchFileError as unwritable:
+                out[key] = unwritable
     return out
 
 
@@ -602,13 +608,20 @@ async def _check_flags(
 
 
 def _check_launch_files(
-    checks: _Checks, invocations: Mapping[str, TrialInvocation], engine: Engine
+    checks: _Checks,
+    invocations: Mapping[str, TrialInvocation],
+    engine: Engine,
+    unwritable: Mapping[str, LaunchFileError],
 ) -> dict[str, ParseVerdict]:
-    """The ``launch_files`` check, where any config launches from a file."""
+    """The ``launch_files`` check, where any config launches from a file (``unwritable``: the
+    configs whose file cannot even be written, refused alike)."""
     with_files = {key: i for key, i in invocations.items() if i.launch_files}
-    if not with_files:
+    if not with_files and not unwritable:
         return {}
     refused = launch_file_refusals(with_files, engine)
+    for key, error in unwritable.items():
+        refused[key] = ParseVerdict(ok=False, kind="resolution", error=str(error),
+                                    parser=engine.name)  # fmt: skip
     detail = "; ".join(f"{key}: {verdict.error}" for key, verdict in sorted(refused.items()))
     taken = f"{len(with_files)} configs' launch files read as {engine.name} takes them"
     checks.add("launch_files", not refused, detail or f"{taken}: all taken")
@@ -695,12 +708,16 @@ async def check_host(
         )  # fmt: skip
         await _check_disk(host, checks, timeout=command_timeout)
         recipe = _trial_recipe(unit, knobs, extra_flags, environment, metrics, engine)
-        invocations = _trial_invocations(reached.service, trials, recipe, schedule)
+        built = _trial_invocations(reached.service, trials, recipe, schedule)
+        invocations = {k: i for k, i in built.items() if isinstance(i, TrialInvocation)}
         found = await _check_flags(
             host, checks, reached.service, invocations, recipe, flags, timeout=help_timeout,
             engine=engine,
         )  # fmt: skip
-        unfit_files = _check_launch_files(checks, invocations, engine)
+        unfit_files = _check_launch_files(
+            checks, invocations, engine,
+            {k: e for k, e in built.items() if isinstance(e, LaunchFileError)},
+        )  # fmt: skip
     except _SetAside as aside:
         return HostCheck(
             name, tuple(checks.items), reason=aside.reason, exec_start=aside.exec_start,

@@ -46,6 +46,11 @@ MARK_SUFFIX = ".written-by-orchestrator"
 ours ends so, and systemd reads only ``*.conf``."""
 
 
+class LaunchFileError(ValueError):
+    """A launch file that cannot be written from a config (a key below a value, a flag that
+    cannot name a file): the config is refused as ``invalid-config``, before any restart."""
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchFile:
     """One file on the host a trial's server is launched with: written atomically before the
@@ -70,7 +75,7 @@ def launch_file_path(dropin: str | PurePosixPath, flag: str, fmt: LaunchFormat) 
     path = PurePosixPath(dropin)
     words = flag.lstrip("-").replace("_", "-")
     if not words or "/" in words or words.startswith("."):
-        raise ValueError(f"{flag!r} cannot name a launch file")
+        raise LaunchFileError(f"{flag!r} cannot name a launch file")
     return str(path.with_name(f"{path.stem}.{words}.{fmt}"))
 
 
@@ -136,7 +141,7 @@ def _nested(entries: Mapping[str, KnobValue]) -> dict[str, Any]:
         for part in parents:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ValueError(f"launch-file key {key!r} is below a value")
+                raise LaunchFileError(f"launch-file key {key!r} is below a value")
             node = child
         node[leaf] = entries[key]
     return tree

@@ -10,9 +10,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+import pytest
+
 from orchestrator.host.dropin import TrialInvocation, apply_knobs
-from orchestrator.host.launchfile import LaunchFile, LaunchFormat, content_problem
-from orchestrator.preflight import launch_file_problem, launch_file_refusals
+from orchestrator.host.launchfile import LaunchFile, LaunchFileError, LaunchFormat, content_problem
+from orchestrator.host.systemd import UnitFile, merged_service
+from orchestrator.invocation import ServerRecipe
+from orchestrator.preflight import _trial_invocations, launch_file_problem, launch_file_refusals
 from tests.toyengine.engine import SPEC_FLAG, ToyEngine
 
 DROPIN = "/etc/systemd/system/toy.service.d/90-orchestrator.conf"
@@ -76,3 +80,18 @@ def test_content_problem_reads_each_format_as_a_mapping_of_settings() -> None:
     assert content_problem(b"[1, 2]", "json") == "not a JSON mapping of settings: list"
     assert content_problem(b"- a\n", "yaml") == "not a YAML mapping of settings: list"
     assert (content_problem(b"\xff", "yaml") or "").startswith("not YAML")
+
+
+def test_a_file_that_cannot_be_written_is_a_refusal_not_a_crash() -> None:
+    """Two knobs whose keys nest one below the other's value (``a`` and ``a.b``): the file has
+    no way to hold both, so the config is refused before any restart, naming the key."""
+    knobs: dict[str, Any] = {"outer": Knob("spec"), "inner": Knob("spec.depth")}
+    formats: dict[str, LaunchFormat] = {SPEC_FLAG: "json"}
+    with pytest.raises(LaunchFileError) as caught:
+        apply_knobs(BASE, {}, knobs, {"outer": 1, "inner": 2}, file_flags=formats, dropin=DROPIN)
+    assert "launch-file key 'spec.depth' is below a value" in str(caught.value)
+    recipe = ServerRecipe(knobs, file_flags=formats, dropin=DROPIN)
+    unit = UnitFile("/etc/systemd/system/toy.service", "[Service]\nExecStart=" + " ".join(BASE))
+    trials = [("k", {"outer": 1, "inner": 2}), ("ok", {"outer": 1})]
+    built = _trial_invocations(merged_service([unit]), trials, recipe)
+    assert isinstance(built["k"], LaunchFileError) and isinstance(built["ok"], TrialInvocation)
