@@ -13,13 +13,13 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord
+from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.point import (
     FLAG_CONCURRENCY_SHORT,
-    MeasuredPhase,
+    MeasuredRequests,
     PointSpec,
-    QualityThresholds,
     point_metrics,
+    send_request,
 )
 from orchestrator.engines.base import Prompt
 from orchestrator.points import ThroughputMetrics
@@ -50,15 +50,7 @@ async def closed_loop(
         while position < len(prompts):
             mine = position
             position += 1
-            prompt = prompts[mine]
-            raw = await client.stream(
-                prompt,
-                max_tokens=spec.max_tokens,  # a Prompt's own max_tokens overrides it
-                temperature=spec.temperature,
-                ignore_eos=spec.ignore_eos,
-                label=f"{phase}-{spec.tag}-{mine}",
-                phase=phase,
-            )
+            raw = await send_request(client, spec, prompts[mine], index=mine, phase=phase)
             results.append(Timed(index, raw))
 
     workers = min(concurrency, len(prompts))
@@ -85,21 +77,16 @@ def steady_window(timed: Sequence[tuple[int, float, float]]) -> tuple[float, flo
 
 
 def closed_metrics(
-    records: Sequence[RequestRecord],
-    workers: Sequence[int],
-    *,
-    spec: PointSpec,
-    cpu_seconds: float | None,
-    loop_lag_samples: Sequence[float],
-    thresholds: QualityThresholds,
-    prompts: Sequence[str | Prompt] | None = None,
+    measured: MeasuredRequests, workers: Sequence[int]
 ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
-    """Metrics and quality flags of a closed point's measured requests (pure).
+    """Metrics and quality flags of a closed point's measured requests (pure), ``workers[i]``
+    the worker that sent ``measured.records[i]``.
 
     :func:`~orchestrator.bench.point.point_metrics`, with the concurrency held read over the
     steady window (every worker busy) and flagged when short of the concurrency asked for.
     """
-    if spec.concurrency is None:
+    records, concurrency = measured.records, measured.spec.concurrency
+    if concurrency is None:
         raise ValueError("closed_metrics is for closed points; a rate point has no concurrency")
     window = steady_window(
         [
@@ -108,19 +95,10 @@ def closed_metrics(
             if r.end_time is not None
         ]
     )
-    metrics, flags = point_metrics(
-        records,
-        spec=spec,
-        cpu_seconds=cpu_seconds,
-        loop_lag_samples=loop_lag_samples,
-        thresholds=thresholds,
-        batch=spec.concurrency,
-        steady=window,
-        prompts=prompts,
-    )
-    wanted = min(spec.concurrency, max(len(records), 1))
+    metrics, flags = point_metrics(measured, batch=concurrency, steady=window)
+    wanted = min(concurrency, max(len(records), 1))
     held = metrics.concurrency_held
-    if held is None or held < thresholds.min_concurrency_fraction * wanted:
+    if held is None or held < measured.thresholds.min_concurrency_fraction * wanted:
         flags.insert(0, FLAG_CONCURRENCY_SHORT)
     return metrics, tuple(flags)
 
@@ -137,18 +115,8 @@ class ClosedRun:
     def exchanges(self) -> Sequence[RawExchange]:
         return [t.raw for t in self.timed]
 
-    def metrics(
-        self, records: Sequence[RequestRecord], phase: MeasuredPhase, thresholds: QualityThresholds
-    ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
-        return closed_metrics(
-            records,
-            [t.worker for t in self.timed],
-            spec=self.spec,
-            cpu_seconds=phase.cpu_seconds,
-            loop_lag_samples=phase.loop_lag,
-            thresholds=thresholds,
-            prompts=self.prompts,
-        )
+    def metrics(self, measured: MeasuredRequests) -> tuple[ThroughputMetrics, tuple[str, ...]]:
+        return closed_metrics(measured, [t.worker for t in self.timed])
 
 
 @dataclass(frozen=True)

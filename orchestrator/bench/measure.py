@@ -18,6 +18,7 @@ from orchestrator.bench.closedloop import ClosedLoop, closed_loop
 from orchestrator.bench.openloop import OpenLoop
 from orchestrator.bench.point import (
     Loop,
+    MeasuredRequests,
     Measurement,
     PointSpec,
     PreparedPoint,
@@ -90,7 +91,16 @@ async def measure_point(
     ) as phase:
         sent = await loop.send(client, ready.prompts)
     records = [parse_exchange(raw, client.dialect) for raw in sent.exchanges]
-    metrics, flags = sent.metrics(records, phase, thresholds or QualityThresholds())
+    metrics, flags = sent.metrics(
+        MeasuredRequests(
+            records,
+            spec,
+            thresholds or QualityThresholds(),
+            cpu_seconds=phase.cpu_seconds,
+            loop_lag_samples=phase.loop_lag,
+            prompts=sent.prompts,
+        )
+    )
     return assemble_point(
         ready,
         spec=spec,

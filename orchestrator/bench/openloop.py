@@ -38,14 +38,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord
+from orchestrator.bench.client import BenchClient, Phase, RawExchange
 from orchestrator.bench.point import (
     FLAG_RATE_SHORT,
-    MeasuredPhase,
+    MeasuredRequests,
     PointSpec,
-    QualityThresholds,
     latency,
     point_metrics,
+    send_request,
 )
 from orchestrator.bench.stats import summarize
 from orchestrator.engines.base import Prompt
@@ -121,20 +121,14 @@ class OpenLoopRun:
     def exchanges(self) -> Sequence[RawExchange]:
         return [s.raw for s in self.sent]
 
-    def metrics(
-        self, records: Sequence[RequestRecord], phase: MeasuredPhase, thresholds: QualityThresholds
-    ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
+    @property
+    def prompts(self) -> Sequence[str | Prompt]:
+        return [s.prompt for s in self.sent]
+
+    def metrics(self, measured: MeasuredRequests) -> tuple[ThroughputMetrics, tuple[str, ...]]:
+        dues = [s.due for s in self.sent]
         return rate_metrics(
-            records,
-            [s.due for s in self.sent],
-            spec=self.spec,
-            schedule=self.schedule,
-            start=self.start,
-            unsent=self.unsent,
-            cpu_seconds=phase.cpu_seconds,
-            loop_lag_samples=phase.loop_lag,
-            thresholds=thresholds,
-            prompts=[s.prompt for s in self.sent],
+            measured, dues, schedule=self.schedule, start=self.start, unsent=self.unsent
         )
 
 
@@ -191,14 +185,7 @@ async def open_loop(
 
     async def send(index: int, prompt: str | Prompt) -> RawExchange:
         try:
-            return await client.stream(
-                prompt,
-                max_tokens=spec.max_tokens,  # a Prompt's own max_tokens overrides it
-                temperature=spec.temperature,
-                ignore_eos=spec.ignore_eos,
-                label=f"{phase}-{spec.tag}-{index}",
-                phase=phase,
-            )
+            return await send_request(client, spec, prompt, index=index, phase=phase)
         finally:
             slots.release()
 
@@ -228,17 +215,12 @@ async def open_loop(
 
 
 def rate_metrics(
-    records: Sequence[RequestRecord],
+    measured: MeasuredRequests,
     dues: Sequence[float],
     *,
-    spec: PointSpec,
     schedule: Sequence[float],
     start: float,
     unsent: int,
-    cpu_seconds: float | None,
-    loop_lag_samples: Sequence[float],
-    thresholds: QualityThresholds,
-    prompts: Sequence[str | Prompt] | None = None,
 ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
     """Metrics and quality flags of a rate point's measured requests (pure).
 
@@ -252,20 +234,16 @@ def rate_metrics(
     - ``rate_short`` when ``achieved_rate`` is below ``min_rate_fraction`` of the
       schedule's own rate (``len(schedule) / duration_s``).
 
-    ``records`` and ``dues`` are the sent requests in schedule order.
+    ``measured.records`` and ``dues`` are the sent requests in schedule order.
     """
+    records, spec = measured.records, measured.spec
     if spec.rate is None or spec.duration_s is None:
         raise ValueError("rate_metrics needs a rate point (rate and duration_s set)")
     metrics, flags = point_metrics(
-        records,
-        spec=spec,
-        cpu_seconds=cpu_seconds,
-        loop_lag_samples=loop_lag_samples,
-        thresholds=thresholds,
+        measured,
         # About a second of completions per batch: the rate's standard error by batch means.
         batch=max(1, math.ceil(spec.rate)),
         origin=start,
-        prompts=prompts,
         min_wall=spec.duration_s,
     )
     last_send = max((r.send_time for r in records), default=start)
@@ -280,7 +258,7 @@ def rate_metrics(
             summarize(r.send_time - due for r, due in zip(records, dues, strict=True))
         ),
     )
-    if achieved < thresholds.min_rate_fraction * offered_rate(schedule, spec.duration_s):
+    if achieved < measured.thresholds.min_rate_fraction * offered_rate(schedule, spec.duration_s):
         flags.insert(0, FLAG_RATE_SHORT)
     return metrics, tuple(flags)
 

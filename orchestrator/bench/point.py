@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from orchestrator.bench import acceptlen
 from orchestrator.bench.acceptlen import DecodeSample
-from orchestrator.bench.client import BenchClient, RawExchange, RequestRecord
+from orchestrator.bench.client import BenchClient, Phase, RawExchange, RequestRecord
 from orchestrator.bench.prompts import Calibration
 from orchestrator.bench.stats import (
     Summary,
@@ -342,17 +342,26 @@ def _per_s(count: float | None, wall: float | None) -> float | None:
     return count / wall if count is not None and wall else None
 
 
+@dataclass(frozen=True)
+class MeasuredRequests:
+    """A point's measured requests as parsed, with what the client saw while it sent them: what
+    every point's metrics read, whichever loop sent them. ``prompts`` is what the phase sent
+    (for :func:`prompt_reuse`; None: not counted)."""
+
+    records: Sequence[RequestRecord]
+    spec: PointSpec
+    thresholds: QualityThresholds
+    cpu_seconds: float | None = None
+    loop_lag_samples: Sequence[float] = ()
+    prompts: Sequence[str | Prompt] | None = None
+
+
 def point_metrics(
-    records: Sequence[RequestRecord],
+    measured: MeasuredRequests,
     *,
-    spec: PointSpec,
-    cpu_seconds: float | None,
-    loop_lag_samples: Sequence[float],
-    thresholds: QualityThresholds,
     batch: int,
     origin: float | None = None,
     steady: tuple[float, float] | None = None,
-    prompts: Sequence[str | Prompt] | None = None,
     min_wall: float = 0.0,
 ) -> tuple[ThroughputMetrics, list[str]]:
     """Metrics and the load-independent quality flags of a point's measured requests (pure).
@@ -361,10 +370,11 @@ def point_metrics(
     (``closedloop.closed_metrics``, ``openloop.rate_metrics``). ``origin`` is the measured
     phase's start (None: the first send), ``steady`` the window the concurrency held is read
     over (None: the whole phase), ``batch`` the completions per batch of the rate's standard
-    error, ``prompts`` what the phase sent (for :func:`prompt_reuse`), ``min_wall`` the
-    shortest wall time the rates divide by (a rate point's ``duration_s``: its load was offered
-    over the whole window, so a fast server's early drain does not inflate its rates).
+    error, ``min_wall`` the shortest wall time the rates divide by (a rate point's
+    ``duration_s``: its load was offered over the whole window, so a fast server's early drain
+    does not inflate its rates).
     """
+    records, spec, prompts = measured.records, measured.spec, measured.prompts
     ok = [r for r in records if r.ok]
     window = _phase_window(records, origin=origin, steady=steady, min_wall=min_wall)
     wall = window.wall
@@ -375,12 +385,12 @@ def point_metrics(
     )
     good = good_requests(records, spec.slo) if spec.slo is not None and spec.slo.bounds() else None
     distinct, reused = prompt_reuse(prompts) if prompts is not None else (None, None)
-    lag = summarize(loop_lag_samples)
+    lag = summarize(measured.loop_lag_samples)
     metrics = replace(
         _request_metrics(records, ok, context=spec.context, wall=wall),
         concurrency_held=window.held,
         concurrency_held_full=window.held_full,
-        client_cpu_fraction=_per_s(cpu_seconds, wall),
+        client_cpu_fraction=_per_s(measured.cpu_seconds, wall),
         loop_lag_max_s=lag.max,
         loop_lag_p99_s=lag.p99,
         good_requests=good,
@@ -391,7 +401,7 @@ def point_metrics(
         output_tok_s_se=rate_se,
         output_tok_s_batches=batches,
     )
-    return metrics, quality_flags(metrics, thresholds)
+    return metrics, quality_flags(metrics, measured.thresholds)
 
 
 def _request_metrics(
@@ -521,18 +531,35 @@ def quality_flags(metrics: ThroughputMetrics, thresholds: QualityThresholds) -> 
 
 
 class LoopRun(Protocol):
-    """What one loop's measured phase sent: its exchanges in send (or schedule) order, and how
-    its load facts turn their parsed records into the point's metrics and flags."""
+    """What one loop's measured phase sent: its exchanges and their prompts in send (or
+    schedule) order, and how its load facts turn their parsed records into the point's metrics
+    and flags."""
 
     @property
     def exchanges(self) -> Sequence[RawExchange]: ...
 
-    def metrics(
-        self,
-        records: Sequence[RequestRecord],
-        phase: MeasuredPhase,
-        thresholds: QualityThresholds,
-    ) -> tuple[ThroughputMetrics, tuple[str, ...]]: ...
+    @property
+    def prompts(self) -> Sequence[str | Prompt]: ...
+
+    def metrics(self, measured: MeasuredRequests) -> tuple[ThroughputMetrics, tuple[str, ...]]:
+        """``measured``: the parsed :attr:`exchanges`, in their order, with :attr:`prompts`."""
+        ...
+
+
+async def send_request(
+    client: BenchClient, spec: PointSpec, prompt: str | Prompt, *, index: int, phase: Phase
+) -> RawExchange:
+    """One request of ``spec``'s point, as every loop sends it: the point's sampling settings
+    (a Prompt's own ``max_tokens`` overrides the point's) and a label naming the phase, the
+    point and the request's place in it."""
+    return await client.stream(
+        prompt,
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        ignore_eos=spec.ignore_eos,
+        label=f"{phase}-{spec.tag}-{index}",
+        phase=phase,
+    )
 
 
 class Loop(Protocol):
@@ -742,6 +769,7 @@ __all__ = [
     "LoopLagMonitor",
     "LoopRun",
     "MeasuredPhase",
+    "MeasuredRequests",
     "Measurement",
     "PointSpec",
     "PreparedPoint",
@@ -755,6 +783,7 @@ __all__ = [
     "point_metrics",
     "prompt_reuse",
     "quality_flags",
+    "send_request",
     "stored_request",
     "with_journal",
 ]

@@ -34,6 +34,7 @@ from orchestrator.bench.client import Chunk, ErrorKind, RequestRecord, TokenSour
 from orchestrator.bench.closedloop import closed_metrics
 from orchestrator.bench.coding import Outcome
 from orchestrator.bench.point import (
+    MeasuredRequests,
     PointSpec,
     QualityThresholds,
     calibration_json,
@@ -224,12 +225,14 @@ def point_result(
     records, workers, accept = _records(rng, spec, config, fault, scale)
     wall = max(r.end_time or 0.0 for r in records) - min(r.send_time for r in records)
     metrics, flags = closed_metrics(
-        records,
+        MeasuredRequests(
+            records,
+            spec,
+            QualityThresholds(),
+            cpu_seconds=0.05 * wall,
+            loop_lag_samples=[0.0004, 0.0007, 0.0011],
+        ),
         workers,
-        spec=spec,
-        cpu_seconds=0.05 * wall,
-        loop_lag_samples=[0.0004, 0.0007, 0.0011],
-        thresholds=QualityThresholds(),
     )
     ok = [r for r in records if r.ok]
     metrics_estimate = (

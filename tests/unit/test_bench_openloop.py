@@ -17,6 +17,7 @@ from orchestrator.bench.point import (
     FLAG_RATE_SHORT,
     FLAG_SHORT_OUTPUTS,
     FLAG_TRUNCATED,
+    MeasuredRequests,
     PointSpec,
     QualityThresholds,
     Slo,
@@ -133,13 +134,7 @@ def test_goodput_counts_requests_meeting_every_bound_over_the_wall_time() -> Non
     assert good_requests(records, slo) == 2
     spec = dataclasses.replace(RATE_SPEC, slo=slo)
     metrics, _ = point_metrics(
-        records,
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(),
-        batch=2,
-        origin=0.0,
+        MeasuredRequests(records, spec, QualityThresholds()), batch=2, origin=0.0
     )
     # wall: from the phase's start (0) to the last response's end (2.0 + 0.25)
     assert metrics.wall_s == pytest.approx(2.25)
@@ -160,11 +155,9 @@ def test_each_bound_alone_and_no_bound_at_all() -> None:
     # Without a bound there is no goodput (not "every request is good").
     for slo in (None, Slo()):
         metrics, _ = point_metrics(
-            records,
-            spec=dataclasses.replace(RATE_SPEC, slo=slo),
-            cpu_seconds=None,
-            loop_lag_samples=[],
-            thresholds=QualityThresholds(),
+            MeasuredRequests(
+                records, dataclasses.replace(RATE_SPEC, slo=slo), QualityThresholds()
+            ),
             batch=2,
         )
         assert metrics.goodput is None and metrics.goodput_fraction is None
@@ -183,12 +176,8 @@ def test_closed_points_get_goodput_too() -> None:
     )
     records = [_record(0.0), _record(0.19, ttft=0.2)]
     metrics, flags = closed_metrics(
-        records,
+        MeasuredRequests(records, spec, QualityThresholds(min_requests=1)),
         [0, 0],
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
     )
     assert metrics.good_requests == 1
     assert metrics.wall_s == pytest.approx(0.19 + 0.29)
@@ -208,15 +197,11 @@ def _rate_metrics(
     spec: PointSpec = RATE_SPEC,
 ) -> tuple[ThroughputMetrics, tuple[str, ...]]:
     return rate_metrics(
-        records,
+        MeasuredRequests(records, spec, QualityThresholds(min_requests=1)),
         schedule if dues is None else dues,
-        spec=spec,
         schedule=schedule,
         start=0.0,
         unsent=unsent,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
     )
 
 
@@ -263,11 +248,7 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
     spec = dataclasses.replace(RATE_SPEC, max_tokens=10)
     asked = [_record(0.0, tokens=4, max_tokens=4), _record(0.5, tokens=6, max_tokens=6)]
     metrics, flags = point_metrics(
-        asked,
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
+        MeasuredRequests(asked, spec, QualityThresholds(min_requests=1)),
         batch=1,
     )
     assert metrics.short_outputs == 0 and FLAG_SHORT_OUTPUTS not in flags
@@ -276,11 +257,7 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
     # One stopped early against its own 6: short, whatever the point's max_tokens says.
     early = [_record(0.0, tokens=4, max_tokens=4), _record(0.5, tokens=5, max_tokens=6)]
     metrics, flags = point_metrics(
-        early,
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
+        MeasuredRequests(early, spec, QualityThresholds(min_requests=1)),
         batch=1,
     )
     assert metrics.short_outputs == 1 and FLAG_SHORT_OUTPUTS in flags
@@ -290,11 +267,11 @@ def test_lengths_are_judged_against_each_requests_own_max_tokens() -> None:
         _record(0.5, tokens=10, max_tokens=10, ignore_eos=False, finish="length"),
     ]
     metrics, flags = point_metrics(
-        natural,
-        spec=dataclasses.replace(spec, ignore_eos=False),
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
+        MeasuredRequests(
+            natural,
+            dataclasses.replace(spec, ignore_eos=False),
+            QualityThresholds(min_requests=1),
+        ),
         batch=1,
     )
     assert metrics.truncated == 1 and metrics.short_outputs == 0 and FLAG_TRUNCATED in flags
@@ -319,13 +296,8 @@ def test_reuse_is_counted_by_sample_line_and_synthetic_prompts_are_always_distin
     spec = dataclasses.replace(RATE_SPEC, workload="file:traffic.jsonl")
     records = [_record(0.5 * i) for i in range(len(sent))]
     metrics, _ = point_metrics(
-        records,
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(),
+        MeasuredRequests(records, spec, QualityThresholds(), prompts=sent),
         batch=2,
-        prompts=sent,
     )
     assert (metrics.prompts_distinct, metrics.prompts_reused) == (3, 3)
     fields = metrics.measured_json()

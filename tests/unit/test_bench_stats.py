@@ -19,6 +19,7 @@ from orchestrator.bench.point import (
     FLAG_SHORT_OUTPUTS,
     FLAG_TOO_FEW_REQUESTS,
     FLAG_TRUNCATED,
+    MeasuredRequests,
     PointSpec,
     QualityThresholds,
 )
@@ -156,12 +157,10 @@ def test_closed_metrics_on_a_clean_closed_loop() -> None:
             assert r.end_time is not None
             t = r.end_time
     metrics, flags = closed_metrics(
-        records,
+        MeasuredRequests(
+            records, SPEC, QualityThresholds(), cpu_seconds=0.01, loop_lag_samples=[0.001] * 50
+        ),
         workers,
-        spec=SPEC,
-        cpu_seconds=0.01,
-        loop_lag_samples=[0.001] * 50,
-        thresholds=QualityThresholds(),
     )
     assert metrics.requests == metrics.requests_ok == 8
     assert metrics.output_tokens == 80
@@ -187,12 +186,10 @@ def test_closed_metrics_flags_what_makes_a_point_untrustworthy() -> None:
         _record(0.0, error=ErrorKind.TIMEOUT),
     ]
     metrics, flags = closed_metrics(
-        records,
+        MeasuredRequests(
+            records, spec, QualityThresholds(), cpu_seconds=0.9, loop_lag_samples=[0.2]
+        ),
         [0, 1, 2, 3],
-        spec=spec,
-        cpu_seconds=0.9,
-        loop_lag_samples=[0.2],
-        thresholds=QualityThresholds(),
     )
     assert metrics.errors == 1 and metrics.errors_by_kind == {"timeout": 1}
     assert metrics.short_outputs == 1
@@ -212,21 +209,13 @@ def test_length_finish_is_truncation_only_without_ignore_eos() -> None:
     )
     records = [_record(0.0, ignore_eos=False, finish="length")]
     metrics, flags = closed_metrics(
-        records,
+        MeasuredRequests(records, spec, QualityThresholds(min_requests=1)),
         [0],
-        spec=spec,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
     )
     assert metrics.truncated == 1 and FLAG_TRUNCATED in flags
     metrics, flags = closed_metrics(
-        [_record(0.0)],
+        MeasuredRequests([_record(0.0)], SPEC, QualityThresholds(min_requests=1)),
         [0],
-        spec=SPEC,
-        cpu_seconds=None,
-        loop_lag_samples=[],
-        thresholds=QualityThresholds(min_requests=1),
     )
     assert metrics.truncated == 0 and FLAG_TRUNCATED not in flags
 

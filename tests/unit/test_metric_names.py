@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.bench.client import RequestRecord
-from orchestrator.bench.point import PointSpec, QualityThresholds, point_metrics
+from orchestrator.bench.point import MeasuredRequests, PointSpec, QualityThresholds, point_metrics
 from orchestrator.points import ThroughputMetrics
 from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, ThroughputScalars
 from tests.unit.test_bench_stats import _record
@@ -30,13 +30,15 @@ def _measured() -> ThroughputMetrics:
     records: list[RequestRecord] = [_record(0.1 * i) for i in range(6)]
     spec = PointSpec(context=100, concurrency=2, rounds=3, warmup_requests=0, max_tokens=10)
     metrics, _ = point_metrics(
-        records,
-        spec=spec,
-        cpu_seconds=0.01,
-        loop_lag_samples=[0.001, 0.002],
-        thresholds=QualityThresholds(),
+        MeasuredRequests(
+            records,
+            spec,
+            QualityThresholds(),
+            cpu_seconds=0.01,
+            loop_lag_samples=[0.001, 0.002],
+            prompts=["a"] * 6,
+        ),
         batch=2,
-        prompts=["a"] * 6,
     )
     return metrics
 
