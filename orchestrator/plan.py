@@ -625,17 +625,28 @@ def _short_assumptions(sweep: Sweep) -> str:
 def plan_notes(sweep: Sweep, plan: Plan) -> list[str]:
     """What ``orchestrator plan`` says beyond the table: under a search strategy, that the
     table is only the grid's view; under the grid, what the restart cap cut."""
+    schedules = sweep.schedule_restarts()
+    then = (
+        [
+            f"then up to {schedules} schedule trial(s) per host type (search.schedule_trials): "
+            "the schedule the answer across load proposes, in the engine's own form, measured "
+            "against the best fixed config; not in the table, since it is known only then"
+        ]
+        if schedules
+        else []
+    )
     if sweep.search.strategy != "grid":
         return [
             f"strategy {sweep.search.strategy} (seed {sweep.search.seed}): the search proposes "
             f"its own trials from these {len(expand_configs(sweep))} configs, at most "
             f"{sweep.search.max_restarts} unit starts per host type; the table is the grid's "
-            "order, cut to that cap"
+            "order, cut to that cap",
+            *then,
         ]
     notes = [str(cut) for cut in plan.cuts]
     if plan.cuts:
         notes.append("retries count against search.max_restarts when the sweep runs")
-    return notes
+    return [*notes, *then]
 
 
 def repeat_warnings(sweep: Sweep) -> list[str]:
@@ -700,6 +711,7 @@ def _search_json(plan: Plan, sweep: Sweep) -> dict[str, Any]:
         "max_restarts": sweep.search.max_restarts,
         "seed": sweep.search.seed,
         "space": len(expand_configs(sweep)),
+        "schedule_trials": sweep.schedule_restarts(),
         "cuts": [
             {
                 "host_type": cut.host_type,
