@@ -24,7 +24,7 @@ from orchestrator.store import MatrixCell, ThroughputMetrics, ThroughputPoint
 from orchestrator.sweepfile import parse_sweep
 from orchestrator.sweepfile.schema import KnobMapping
 from tests.unit.test_answers import Bench, only
-from tests.unit.test_answers_across_load import measured, sweep_text
+from tests.unit.test_answers_across_load import CONFIGS, measured, sweep_text
 
 VLLM_KNOBS = {
     "method": KnobMapping(flag="--speculative-config", json_key="method"),
@@ -262,3 +262,25 @@ def test_schedule_trials_are_not_a_fixed_config() -> None:
     labels = [c.label for c in answer.contenders]
     assert all("schedule" not in label for label in labels)
     assert answer.best is not None and answer.best.estimate.value < 2000
+
+
+def test_a_ddtree_answer_across_load_has_no_native_schedule_and_gives_the_bands() -> None:
+    text = sweep_text("{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}").replace(
+        "  knobs: {tokens: {flag: --num-speculative-tokens}}\n",
+        "  knobs:\n"
+        "    algorithm: {flag: --speculative-algorithm}\n"
+        "    tokens: {flag: --speculative-ddtree-budget}\n",
+    ).replace(
+        "configs: [{tokens: 3}, {tokens: 5}, {tokens: 7}]",
+        "configs: [{algorithm: DDTREE, tokens: 3}, {algorithm: DDTREE, tokens: 5},"
+        " {algorithm: DDTREE, tokens: 7}]",
+    )
+    ddtree = {key: {"algorithm": "DDTREE", **c} if c else {} for key, c in CONFIGS.items()}
+    bench = Bench()
+    measured(bench, np.random.default_rng(6), 3, configs=ddtree)
+    answer = only(answer_sweep(bench.results(), parse_sweep(text, "s.yaml")))
+    schedule = answer.schedule
+    assert schedule is not None and schedule.native is None
+    assert schedule.no_native is not None and "(here DDTREE)" in schedule.no_native
+    assert [b.best.config["tokens"] for b in schedule.bands] == [7, 5, 3]
+    assert [(b.start, b.end) for b in schedule.bands] == [(1, 2), (3, 15), (16, None)]

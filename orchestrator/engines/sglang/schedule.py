@@ -61,12 +61,19 @@ def native_schedule(
     """``bands`` as SGLang's adaptive config and its flags, or why SGLang cannot take them."""
     check_bands(bands)
     flags = _by_flag(knobs)
-    steps_knob = flags.get(STEPS_FLAG)
-    if steps_knob is None:
-        return NoNativeSchedule(f"no knob sets {STEPS_FLAG}, the setting SGLang adapts by batch")
     speculative = [band for band in bands if any(v is not None for v in band.config.values())]
     if not speculative:
         return NoNativeSchedule("the baseline wins at every load: there is nothing to schedule")
+    algorithms = {str(b.config.get(flags.get(ALGORITHM_FLAG, ""), "")).upper() for b in speculative}
+    if ALGORITHM_FLAG in flags and not algorithms <= set(ADAPTIVE_ALGORITHMS):
+        named = ", ".join(sorted(a or "no algorithm" for a in algorithms))
+        return NoNativeSchedule(
+            f"SGLang adapts its steps only for EAGLE/EAGLE3 with top-k 1 (here {named}): "
+            "run each band's config"
+        )
+    steps_knob = flags.get(STEPS_FLAG)
+    if steps_knob is None:
+        return NoNativeSchedule(f"no knob sets {STEPS_FLAG}, the setting SGLang adapts by batch")
     # With top-k 1 SGLang sets the draft tokens to steps + 1 itself: they may follow the steps.
     fixed = varying_knobs(speculative) - {steps_knob, flags.get(DRAFT_TOKENS_FLAG, "")}
     if fixed:
