@@ -22,6 +22,10 @@ nothing and leave no host broken:
   resume (it was cancelled, failed, replaced) are restored before any sweep may use them.
 - **systemd.** ``READY=1`` once the API listens, ``WATCHDOG=1`` at half ``WatchdogSec``,
   ``STATUS=`` naming each host's current trial, ``STOPPING=1`` on the way out.
+- **A team.** Over a PostgreSQL store (``store:`` / ``--db``) several daemons share one queue:
+  each runs only the sweeps it has claimed, renews its claims by a heartbeat, and takes over
+  the sweeps of a daemon whose claims expired (:mod:`orchestrator.team`). Over its own
+  SQLite file a daemon claims nothing: every sweep there is its own.
 
 The parts, one job each, composed by :class:`Daemon` (``core.py``): ``statedir.py`` (layout,
 lock, socket, token), ``inbox.py`` (the spool directory), ``order.py`` (which sweeps may run,
