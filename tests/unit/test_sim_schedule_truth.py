@@ -97,7 +97,7 @@ def test_a_vllm_sweep_is_read_as_vllm_command_lines() -> None:
     sweep = load_sweep(REPO / "sweeps" / "demo-vllm.yaml")
     truth = sweep_truth(sweep, replications=2)
     errors = {json.dumps(e.config, sort_keys=True): e.error for e in truth.configs}
-    assert sum(error is None for error in errors.values()) == 4  # baseline, 2 DFlash, EAGLE-3
+    assert sum(error is None for error in errors.values()) == 6  # baseline, 2 DFlash, 3 EAGLE-3
     refused = [error for error in errors.values() if error is not None]
     assert refused[0] == ("bad-flag: vllm serve: error: unrecognized arguments: "
                           "--speculative-algorithm DFLASH")  # fmt: skip
