@@ -15,18 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.daemon import HostClaims, ParsedSweeps, daemon_holds
+from orchestrator.daemon import HostClaims, ParsedSweeps
 from orchestrator.daemon.adopt import AdoptRefused, adopt_sweep
-from orchestrator.store import Store, StoreError, SweepNotFound, is_postgres_url
+from orchestrator.store import Store, StoreError, SweepNotFound
 from orchestrator.types import valid_ref
 from orchestrator.verbs.apiclient import (
-    DaemonUnreachable,
     add_socket_argument,
     call,
     socket_path,
     sweep_url,
 )
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput
+from orchestrator.verbs.source import act_or_exit, store_without_daemon
 
 ADOPT_TIMEOUT_S = 7200.0
 """One clean restart per host of the type, each minutes long on a real host."""
@@ -74,20 +74,12 @@ async def _from_store(
 
 
 def _adopt_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    # A PostgreSQL store is the daemons' own, shared: each host's lease arbitrates there.
-    db = args.db
-    path: Path | str = db if is_postgres_url(db) else Path(db).expanduser().absolute()
-    if isinstance(path, Path) and not path.is_file():
-        return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
-    if isinstance(path, Path) and daemon_holds(path.parent):
-        return EXIT_BAD_INPUT, {
-            "error": f"a daemon runs on {path.parent}: adopt through it (without --db)"
-        }
     try:
+        path = store_without_daemon(args.db, "adopt")
         document = asyncio.run(
             _from_store(path, args.sweep, args.host_type, args.allow_tie, args.allow_unexplored)
         )
-    except (AdoptRefused, SweepNotFound) as refused:
+    except (BadInput, AdoptRefused, SweepNotFound) as refused:
         return EXIT_BAD_INPUT, {"error": str(refused)}
     except StoreError as error:
         return EXIT_FAILED, {"error": str(error)}
@@ -118,16 +110,10 @@ def run(args: argparse.Namespace) -> int:
     if not valid_ref(args.sweep) or not valid_ref(args.host_type):
         print("adopt: the sweep and --type are names (letters, digits, . _ -)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    try:
-        if args.db is not None:
-            code, document = _adopt_from_store(args)
-        else:
-            code, document = _adopt_through_daemon(args)
-    except DaemonUnreachable as error:
-        print(error, file=sys.stderr)
+    done = act_or_exit(args, _adopt_from_store, _adopt_through_daemon)
+    if done is None:
         return EXIT_FAILED
-    if args.json:
-        emit_json(document)
+    code, document = done
     if "hosts" not in document:
         print(f"adopt: {document.get('error')}", file=sys.stderr)
         return code

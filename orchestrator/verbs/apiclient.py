@@ -40,6 +40,15 @@ class DaemonUnreachable(Exception):
         self.reason = reason
 
 
+class DaemonError(Exception):
+    """The daemon's answer is an error, or no document of the kind asked for: what to say, and
+    the exit status (a sweep it does not know: 2; its own failure: 1)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 @dataclass(frozen=True, slots=True)
 class ApiResponse:
     status: int
@@ -146,17 +155,45 @@ def call(
     return ApiResponse(status, document, text)
 
 
-def post_to_sweep(args: Any, action: str, said: Callable[[dict[str, Any]], str]) -> int:
-    """``POST /sweeps/{args.sweep}/{action}`` (cancel, resume): the daemon's answer as JSON with
-    ``--json``, and in words (``said`` of the answer) on stderr; returns the exit status."""
+def daemon_get(
+    socket: str | None, ref: str, tail: str, params: dict[str, str] | None = None
+) -> ApiResponse:
+    """``GET /sweeps/<ref><tail>`` from the daemon on ``socket`` (``--socket``'s value);
+    :class:`DaemonError` when it answers with an error."""
+    response = call(socket_path(socket), "GET", sweep_url(ref, tail), params=params)
+    if not response.ok:
+        raise DaemonError(response.error, response.exit_code())
+    return response
+
+
+def ask_or_exit(
+    socket: str | None,
+    method: str,
+    sweep: str | None,
+    tail: str = "",
+    *,
+    params: dict[str, str] | None = None,
+) -> ApiResponse | int:
+    """``METHOD /sweeps/<sweep><tail>`` (``/sweeps`` when ``sweep`` is None) to the daemon on
+    ``socket`` (``--socket``'s value): its answer, an error or not, or the exit status after
+    saying on stderr why there is none: ``sweep`` is no name or id (2), no daemon answers (1)."""
     try:
-        response = call(socket_path(args.socket), "POST", sweep_url(args.sweep, f"/{action}"))
+        path = "/sweeps" if sweep is None else sweep_url(sweep, tail)
+        return call(socket_path(socket), method, path, params=params)
     except BadInput as error:
         print(error, file=sys.stderr)
         return EXIT_BAD_INPUT
     except DaemonUnreachable as error:
         print(error, file=sys.stderr)
         return EXIT_FAILED
+
+
+def post_to_sweep(args: Any, action: str, said: Callable[[dict[str, Any]], str]) -> int:
+    """``POST /sweeps/{args.sweep}/{action}`` (cancel, resume): the daemon's answer as JSON with
+    ``--json``, and in words (``said`` of the answer) on stderr; returns the exit status."""
+    response = ask_or_exit(args.socket, "POST", args.sweep, f"/{action}")
+    if isinstance(response, int):
+        return response
     if args.json:
         emit_json(response.document)
     if response.ok:

@@ -14,24 +14,10 @@ import sys
 from pathlib import Path
 
 from orchestrator.export.benchmark_report import BenchmarkReports, benchmark_reports
-from orchestrator.store import Store, StoreError, SweepNotFound, SweepResults
-from orchestrator.verbs.apiclient import (
-    DaemonUnreachable,
-    add_socket_argument,
-    call,
-    socket_path,
-    sweep_url,
-)
-from orchestrator.verbs.common import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    BadInput,
-    add_db_argument,
-    db_path,
-    missing_store,
-    write_atomically,
-)
+from orchestrator.store import SweepResults
+from orchestrator.verbs.apiclient import DaemonError, daemon_get
+from orchestrator.verbs.common import EXIT_FAILED, EXIT_OK, write_atomically
+from orchestrator.verbs.source import add_source_arguments, open_store, read_or_exit
 
 FORMATS = ("benchmark-report",)
 
@@ -44,9 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="benchmark-report: llm-d's Benchmark Report v0.2.1, one JSON file per point",
     )
-    source = parser.add_mutually_exclusive_group()
-    add_db_argument(source)
-    add_socket_argument(source)
+    add_source_arguments(parser)
     parser.add_argument(
         "--output",
         metavar="DIR",
@@ -55,26 +39,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 async def _from_store(value: str | None, ref: str) -> SweepResults:
-    path = db_path(value)
-    missing = missing_store(path)
-    if missing is not None:
-        raise FileNotFoundError(missing)
-    async with await Store.open(path) as store:
+    async with open_store(value) as store:
         return await store.results(ref)
 
 
-def _from_daemon(socket: str | None, ref: str) -> SweepResults | int:
-    """The results as the daemon reads them from its store (``GET /sweeps/{ref}/results``),
-    or the exit status after saying why not (a sweep it does not know: 2)."""
-    response = call(socket_path(socket), "GET", sweep_url(ref, "/results"))
-    if not response.ok:
-        print(f"export: {response.error}", file=sys.stderr)
-        return response.exit_code()
+def _from_daemon(socket: str | None, ref: str) -> SweepResults:
+    """The results as the daemon reads them from its store (``GET /sweeps/{ref}/results``)."""
+    response = daemon_get(socket, ref, "/results")
     try:
         return SweepResults.from_json(response.document)
     except (KeyError, TypeError, ValueError) as error:
-        print(f"export: the daemon's answer is no results document ({error})", file=sys.stderr)
-        return EXIT_FAILED
+        raise DaemonError(
+            f"the daemon's answer is no results document ({error})", EXIT_FAILED
+        ) from error
 
 
 def write_reports(exported: BenchmarkReports, directory: Path) -> None:
@@ -98,18 +75,14 @@ def _summary(exported: BenchmarkReports, directory: Path) -> str:
     return words
 
 
+def _read(args: argparse.Namespace) -> SweepResults:
+    if args.socket:
+        return _from_daemon(args.socket, args.sweep)
+    return asyncio.run(_from_store(args.db, args.sweep))
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.socket:
-            results = _from_daemon(args.socket, args.sweep)
-        else:
-            results = asyncio.run(_from_store(args.db, args.sweep))
-    except (SweepNotFound, BadInput, FileNotFoundError, StoreError) as error:
-        print(f"export: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except DaemonUnreachable as error:
-        print(f"export: {error}", file=sys.stderr)
-        return EXIT_FAILED
+    results = read_or_exit("export", lambda: _read(args))
     if isinstance(results, int):
         return results
     exported = benchmark_reports(results)

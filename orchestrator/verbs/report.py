@@ -12,24 +12,9 @@ from pathlib import Path
 from typing import cast
 
 from orchestrator.report import FORMATS, ReportFormat, render_report
-from orchestrator.store import Store, StoreError, SweepNotFound
-from orchestrator.verbs.apiclient import (
-    DaemonUnreachable,
-    add_socket_argument,
-    call,
-    socket_path,
-    sweep_url,
-)
-from orchestrator.verbs.common import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    BadInput,
-    add_db_argument,
-    db_path,
-    missing_store,
-    write_atomically,
-)
+from orchestrator.verbs.apiclient import daemon_get, sweep_url
+from orchestrator.verbs.common import EXIT_OK, write_atomically
+from orchestrator.verbs.source import add_source_arguments, open_store, read_or_exit
 
 _SUFFIXES: dict[str, ReportFormat] = {".md": "md", ".html": "html", ".htm": "html", ".csv": "csv"}
 _SUFFIXES[".json"] = "json"
@@ -39,9 +24,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "sweeps", nargs="+", metavar="SWEEP", help="sweep name or id; two or more compare"
     )
-    source = parser.add_mutually_exclusive_group()
-    add_db_argument(source)
-    add_socket_argument(source)
+    add_source_arguments(parser)
     parser.add_argument(
         "--format",
         choices=FORMATS,
@@ -62,21 +45,9 @@ def _format(args: argparse.Namespace) -> ReportFormat:
 
 
 async def _render(args: argparse.Namespace, fmt: ReportFormat) -> str:
-    path = db_path(args.db)
-    missing = missing_store(path)
-    if missing is not None:
-        raise FileNotFoundError(missing)
-    async with await Store.open(path) as store:
+    async with open_store(args.db) as store:
         refs: list[str | int] = list(args.sweeps)
         return await render_report(store, refs, fmt, include_requests=args.requests)
-
-
-class _DaemonRefused(Exception):
-    """The daemon answered with an error (a sweep it does not know: exit 2)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def _from_daemon(args: argparse.Namespace, fmt: ReportFormat) -> str:
@@ -89,28 +60,18 @@ def _from_daemon(args: argparse.Namespace, fmt: ReportFormat) -> str:
         params["with"] = ",".join(others)
     if args.requests:
         params["requests"] = "1"
-    response = call(socket_path(args.socket), "GET", sweep_url(first, "/report"), params=params)
-    if not response.ok:
-        raise _DaemonRefused(response.error, response.exit_code())
-    return response.text
+    return daemon_get(args.socket, first, "/report", params=params).text
+
+
+def _read(args: argparse.Namespace, fmt: ReportFormat) -> str:
+    return _from_daemon(args, fmt) if args.socket else asyncio.run(_render(args, fmt))
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = _format(args)
-    try:
-        text = _from_daemon(args, fmt) if args.socket else asyncio.run(_render(args, fmt))
-    except (SweepNotFound, BadInput) as error:
-        print(f"report: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (FileNotFoundError, StoreError) as error:
-        print(f"report: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except _DaemonRefused as error:
-        print(f"report: {error}", file=sys.stderr)
-        return error.exit_code
-    except DaemonUnreachable as error:
-        print(f"report: {error}", file=sys.stderr)
-        return EXIT_FAILED
+    text = read_or_exit("report", lambda: _read(args, fmt))
+    if isinstance(text, int):
+        return text
     if args.output:
         output = Path(args.output).expanduser()
         write_atomically(output, text)

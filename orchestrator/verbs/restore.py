@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store import Store, StoreError, is_postgres_url
+from orchestrator.store import Store, StoreError
 from orchestrator.types import valid_ref
-from orchestrator.verbs.apiclient import DaemonUnreachable, add_socket_argument, call, socket_path
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
+from orchestrator.verbs.apiclient import add_socket_argument, call, socket_path
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput
+from orchestrator.verbs.source import act_or_exit, store_without_daemon
 
 RESTORE_TIMEOUT_S = 3600.0
 """A restore restarts the unit and waits for readiness: minutes on a real host."""
@@ -53,22 +54,16 @@ async def _from_store(path: Path | str, host: str | None, force: bool) -> dict[s
     return {"restored": [outcome.to_json() for outcome in outcomes]}
 
 
-def _restore_from_store(db: str, host: str | None, force: bool) -> tuple[int, dict[str, Any]]:
+def _restore_from_store(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     # Imported here: the daemon's restore path (the lifecycle, SSH, the runner's parts) costs a
     # second to load, and a restore through a running daemon is only an API call.
-    from orchestrator.daemon import UnknownHost, daemon_holds
+    from orchestrator.daemon import UnknownHost
 
-    # A PostgreSQL store is the daemons' own, shared: each host's lease arbitrates there.
-    path: Path | str = db if is_postgres_url(db) else Path(db).expanduser().absolute()
-    if isinstance(path, Path) and not path.is_file():
-        return EXIT_BAD_INPUT, {"error": f"{path}: no such store"}
-    if isinstance(path, Path) and daemon_holds(path.parent):
-        return EXIT_BAD_INPUT, {
-            "error": f"a daemon runs on {path.parent}: restore through it (without --db)"
-        }
     try:
-        return EXIT_OK, asyncio.run(_from_store(path, host, force))
-    except UnknownHost as error:
+        path = store_without_daemon(args.db, "restore")
+        host = None if args.all else args.host
+        return EXIT_OK, asyncio.run(_from_store(path, host, args.force))
+    except (BadInput, UnknownHost) as error:
         return EXIT_BAD_INPUT, {"error": str(error)}
     except StoreError as error:
         return EXIT_FAILED, {"error": str(error)}
@@ -96,18 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if args.host is not None and not valid_ref(args.host):
         print(f"{args.host!r} is not a host name", file=sys.stderr)
         return EXIT_BAD_INPUT
-    try:
-        if args.db is not None:
-            code, document = _restore_from_store(
-                args.db, None if args.all else args.host, args.force
-            )
-        else:
-            code, document = _restore_through_daemon(args)
-    except DaemonUnreachable as error:
-        print(error, file=sys.stderr)
+    done = act_or_exit(args, _restore_from_store, _restore_through_daemon)
+    if done is None:
         return EXIT_FAILED
-    if args.json:
-        emit_json(document)
+    code, document = done
     if code != EXIT_OK:
         print(f"restore: {document['error']}", file=sys.stderr)
         return code

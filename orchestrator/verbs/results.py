@@ -17,14 +17,8 @@ from orchestrator.answers import AnsweredResults, answered_from_text
 from orchestrator.report.model import shared_knobs, short_labels
 from orchestrator.store import Store, StoreError, SweepNotFound, SweepResults, TrialOutcome
 from orchestrator.store.results import config_label
-from orchestrator.verbs.apiclient import (
-    DaemonUnreachable,
-    add_socket_argument,
-    call,
-    socket_path,
-    sweep_url,
-)
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, BadInput, emit_json
+from orchestrator.verbs.apiclient import add_socket_argument, ask_or_exit
+from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, emit_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -136,38 +130,42 @@ def _decode(document: dict[str, Any]) -> SweepResults | None:
         return None
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        if args.db:
-            document = asyncio.run(_from_store(args.db, args.sweep))
-            if args.json:
-                emit_json(document.to_json())
-                return EXIT_OK
-            results = document.results
-        else:
-            response = call(socket_path(args.socket), "GET", sweep_url(args.sweep, "/results"))
-            if not response.ok:
-                if args.json:
-                    emit_json(response.document)
-                print(f"results {args.sweep}: {response.error}", file=sys.stderr)
-                return response.exit_code()
-            if args.json:  # the daemon's document as it sent it (a newer one may add keys)
-                emit_json(response.document)
-                return EXIT_OK
-            decoded = _decode(response.document)
-            if decoded is None:
-                print(
-                    f"results {args.sweep}: the daemon's answer is no results document",
-                    file=sys.stderr,
-                )
-                return EXIT_FAILED
-            results = decoded
-    except (BadInput, SweepNotFound) as error:
-        print(error, file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (DaemonUnreachable, StoreError) as error:
-        print(error, file=sys.stderr)
+def _from_daemon(args: argparse.Namespace) -> SweepResults | int:
+    """The results the daemon sends, or the exit status after saying why none came (with
+    ``--json``, the daemon's document as it sent it, which a newer one may add keys to; then
+    the exit status, 0 when it was no error)."""
+    response = ask_or_exit(args.socket, "GET", args.sweep, "/results")
+    if isinstance(response, int):
+        return response
+    if args.json:
+        emit_json(response.document)
+    if not response.ok:
+        print(f"results {args.sweep}: {response.error}", file=sys.stderr)
+    if args.json or not response.ok:
+        return response.exit_code()
+    decoded = _decode(response.document)
+    if decoded is None:
+        print(f"results {args.sweep}: the daemon's answer is no results document", file=sys.stderr)
         return EXIT_FAILED
+    return decoded
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.db:
+        try:
+            document = asyncio.run(_from_store(args.db, args.sweep))
+        except StoreError as error:  # no such sweep: the user's mistake
+            print(error, file=sys.stderr)
+            return EXIT_BAD_INPUT if isinstance(error, SweepNotFound) else EXIT_FAILED
+        if args.json:
+            emit_json(document.to_json())
+            return EXIT_OK
+        results = document.results
+    else:
+        decoded = _from_daemon(args)
+        if isinstance(decoded, int):
+            return decoded
+        results = decoded
     if args.json:
         emit_json(results.to_json())
     else:

@@ -11,14 +11,8 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.progress.snapshot import ProgressSnapshot, clock_time
-from orchestrator.verbs.apiclient import (
-    DaemonUnreachable,
-    add_socket_argument,
-    call,
-    socket_path,
-    sweep_url,
-)
-from orchestrator.verbs.common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, emit_json
+from orchestrator.verbs.apiclient import add_socket_argument, ask_or_exit
+from orchestrator.verbs.common import emit_json
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -114,17 +108,11 @@ def print_sweep(sweep: dict[str, Any], console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        path = sweep_url(args.sweep) if args.sweep else "/sweeps"
-        response = call(
-            socket_path(args.socket), "GET", path, params={"all": "1"} if args.all else None
-        )
-    except BadInput as error:
-        print(error, file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except DaemonUnreachable as error:
-        print(error, file=sys.stderr)
-        return EXIT_FAILED
+    response = ask_or_exit(
+        args.socket, "GET", args.sweep or None, params={"all": "1"} if args.all else None
+    )
+    if isinstance(response, int):
+        return response
     if not response.ok:
         if args.json:
             emit_json(response.document)
