@@ -469,17 +469,7 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
     time, each writing up to its ``max_tokens``. Retries and failures (which end a trial early)
     are not counted."""
     assumed = sweep.estimate
-    bench = sweep.benchmark
-    bench_s = 0.0
-    for cell in bench.matrix_cells():
-        wave_s = cell.context / assumed.prefill_tokens_per_s + (
-            bench.max_tokens / assumed.decode_tokens_per_s
-        )
-        if cell.concurrency is not None:
-            waves = bench.rounds + math.ceil(bench.warmup_requests / cell.concurrency)
-            bench_s += waves * wave_s
-        else:
-            bench_s += bench.rate_duration_s + 2 * wave_s
+    bench_s = _benchmark_s(sweep)
     problems = _coding_problem_count(sweep)
     coding_s = 0.0
     if sweep.coding is not None and problems:
@@ -490,6 +480,35 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
         per_host[trial.host] += trial_s
     for name in per_host:
         per_host[name] += assumed.restart
+    return PlanEstimate(
+        trial_s=trial_s,
+        restart_s=assumed.restart,
+        bench_s=bench_s,
+        coding_s=coding_s,
+        per_host_s=per_host,
+        assumptions=tuple(_estimate_assumptions(sweep, problems)),
+    )
+
+
+def _benchmark_s(sweep: Sweep) -> float:
+    """One trial's benchmark at the assumed per-request rates (:func:`estimate_plan`)."""
+    assumed, bench = sweep.estimate, sweep.benchmark
+    total = 0.0
+    for cell in bench.matrix_cells():
+        wave_s = cell.context / assumed.prefill_tokens_per_s + (
+            bench.max_tokens / assumed.decode_tokens_per_s
+        )
+        if cell.concurrency is not None:
+            waves = bench.rounds + math.ceil(bench.warmup_requests / cell.concurrency)
+            total += waves * wave_s
+        else:
+            total += bench.rate_duration_s + 2 * wave_s
+    return total
+
+
+def _estimate_assumptions(sweep: Sweep, problems: int | None) -> list[str]:
+    """What the estimate assumes, in words, each with the setting that changes it."""
+    assumed = sweep.estimate
     restart = format_duration(assumed.restart)
     restart_source = (
         "estimate.restart"
@@ -518,14 +537,7 @@ def estimate_plan(plan: Plan, sweep: Sweep) -> PlanEstimate:
         )
     if sweep.coding is not None and problems is None:
         assumptions.append(f"the coding problems of {sweep.coding.problems!r} are not counted")
-    return PlanEstimate(
-        trial_s=trial_s,
-        restart_s=assumed.restart,
-        bench_s=bench_s,
-        coding_s=coding_s,
-        per_host_s=per_host,
-        assumptions=tuple(assumptions),
-    )
+    return assumptions
 
 
 @dataclass(frozen=True, slots=True)

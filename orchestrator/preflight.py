@@ -708,15 +708,9 @@ async def check_host(
         )  # fmt: skip
         await _check_disk(host, checks, timeout=command_timeout)
         recipe = _trial_recipe(unit, knobs, extra_flags, environment, metrics, engine)
-        built = _trial_invocations(reached.service, trials, recipe, schedule)
-        invocations = {k: i for k, i in built.items() if isinstance(i, TrialInvocation)}
-        found = await _check_flags(
-            host, checks, reached.service, invocations, recipe, flags, timeout=help_timeout,
-            engine=engine,
-        )  # fmt: skip
-        unfit_files = _check_launch_files(
-            checks, invocations, engine,
-            {k: e for k, e in built.items() if isinstance(e, LaunchFileError)},
+        found = await _check_trials(
+            host, checks, reached.service, trials, recipe, schedule, flags,
+            timeout=help_timeout, engine=engine,
         )  # fmt: skip
     except _SetAside as aside:
         return HostCheck(
@@ -729,8 +723,32 @@ async def check_host(
     except (systemd.SystemdError, systemd.UnitFileError) as exc:
         checks.add("unit", False, str(exc))
         return HostCheck(name, tuple(checks.items), reason=str(exc))
-    found = replace(found, refused={**unfit_files, **found.refused})  # argv before file
     return _taking_part(host, checks, reached, found, model_mismatch, metrics_warning)
+
+
+async def _check_trials(
+    host: HostHandle,
+    checks: _Checks,
+    service: systemd.ServiceConfig,
+    trials: Sequence[tuple[str, Mapping[str, KnobValue]]],
+    recipe: ServerRecipe,
+    schedule: NativeSchedule | None,
+    flags: Iterable[str],
+    *,
+    timeout: float,
+    engine: Engine,
+) -> _FlagFindings:
+    """Every trial's argv (and the representative schedule's) asked of the host's engine, and
+    their launch files read as it takes them: what each trial will meet, refusals by argv
+    first, then by file."""
+    built = _trial_invocations(service, trials, recipe, schedule)
+    invocations = {k: i for k, i in built.items() if isinstance(i, TrialInvocation)}
+    found = await _check_flags(
+        host, checks, service, invocations, recipe, flags, timeout=timeout, engine=engine
+    )
+    unwritable = {k: e for k, e in built.items() if isinstance(e, LaunchFileError)}
+    unfit_files = _check_launch_files(checks, invocations, engine, unwritable)
+    return replace(found, refused={**unfit_files, **found.refused})  # argv before file
 
 
 async def _check_serving(

@@ -77,6 +77,19 @@ class SourcedTrial:
     record: TrialRecord
 
 
+def sourced(record: TrialRecord) -> SourcedTrial:
+    """A stored trial as a source offers it (its plan view rebuilt from its row): what a
+    source that proposes as it goes hands the host loop."""
+    planned = Trial(
+        key=record.key,
+        host=record.host,
+        config=dict(record.config),
+        is_baseline=record.is_baseline,
+        ordinal=record.ordinal,
+    )
+    return SourcedTrial(planned, record)
+
+
 class TrialSource(Protocol):
     """A sweep's supply of trials, asked per host; hosts ask concurrently, each one at a time."""
 

@@ -21,11 +21,16 @@ from collections.abc import Sequence
 
 from orchestrator.answers import answer_sweep
 from orchestrator.engines.schedule import NativeSchedule
-from orchestrator.plan import Trial
 from orchestrator.points import Point
 from orchestrator.store import Attempt, NewTrial, Store, SweepRecord, TrialPlan, TrialRecord
 from orchestrator.sweepfile import Sweep
-from orchestrator.trialsource import SourcedTrial, TrialSource, TrialSourceFactory, trial_plan
+from orchestrator.trialsource import (
+    SourcedTrial,
+    TrialSource,
+    TrialSourceFactory,
+    sourced,
+    trial_plan,
+)
 
 SCHEDULE_EVENT = "schedule.proposed"
 
@@ -64,7 +69,7 @@ class ScheduleTrials:
                     if o.state in ("done", "failed", "skipped", "cancelled")}  # fmt: skip
         for row in await store.trials(record.id):
             if _is_schedule(row) and (row.key, row.host) not in finished:
-                source._pending.setdefault(row.host, []).append(_sourced(row))
+                source._pending.setdefault(row.host, []).append(sourced(row))
         return source
 
     @property
@@ -124,7 +129,7 @@ class ScheduleTrials:
             self.record.id, SCHEDULE_EVENT, host=host,
             fields={"host_type": host_type, "trial": key, "schedule": native.to_json()},
         )  # fmt: skip
-        return _sourced(row)
+        return sourced(row)
 
     async def _proposal(self, host_type: str) -> NativeSchedule | None:
         """The native schedule the type's answer across load proposes from what is stored."""
@@ -133,17 +138,6 @@ class ScheduleTrials:
             if answer.host_type == host_type and answer.schedule is not None:
                 return answer.schedule.native
         return None
-
-
-def _sourced(record: TrialRecord) -> SourcedTrial:
-    planned = Trial(
-        key=record.key,
-        host=record.host,
-        config=dict(record.config),
-        is_baseline=False,
-        ordinal=record.ordinal,
-    )
-    return SourcedTrial(planned, record)
 
 
 def with_schedule_trials(factory: TrialSourceFactory) -> TrialSourceFactory:

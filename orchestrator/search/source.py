@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from orchestrator.answers.saturation import FRACTION_METRICS, at_cap, measured_cap, offered_cap
 from orchestrator.answers.smooth import Axes, restart_spread, smooth_picks
 from orchestrator.causes import INVALID_CONFIG_CAUSES
-from orchestrator.plan import Plan, Trial, estimate_plan, repeat_key, trial_key
+from orchestrator.plan import Plan, estimate_plan, repeat_key, trial_key
 from orchestrator.points import Point, ThroughputPoint
 from orchestrator.search.budget import (
     RESTART_EVENT,
@@ -93,6 +93,7 @@ from orchestrator.trialsource import (
     TrialSource,
     TrialSourceFactory,
     plan_trial_source,
+    sourced,
     trial_plan,
 )
 from orchestrator.types import KnobValue
@@ -284,6 +285,15 @@ def _mean_cap(caps: Sequence[float | None]) -> float | None:
     return sum(known) / len(known) if known and len(known) == len(caps) else None
 
 
+def baseline_points(observed: Sequence[Observation]) -> tuple[Point, ...] | None:
+    """The points of the first done baseline among ``observed`` (what constraints against
+    the baseline read), or None before one is done."""
+    for seen in observed:
+        if seen.record.is_baseline and seen.state == "done":
+            return seen.points
+    return None
+
+
 class SearchTrialSource:
     """A :class:`~orchestrator.trialsource.TrialSource` for ``random`` and ``adaptive``."""
 
@@ -336,7 +346,7 @@ class SearchTrialSource:
         for seen in await source.observe():
             if seen.state in _UNFINISHED:
                 source._pending.setdefault(seen.record.host, []).append(
-                    source._sourced(seen.record)
+                    sourced(seen.record)
                 )
         return source
 
@@ -366,7 +376,7 @@ class SearchTrialSource:
             return None
         host_type = self.type_of[trial.host]
         observed = [o for o in await self.observe() if o.host_type == host_type]
-        baseline = self._baseline_points(observed)
+        baseline = baseline_points(observed)
         score = score_trial(self.sweep, self.objective, points, baseline)
         if not score.feasible:
             return None
@@ -415,12 +425,6 @@ class SearchTrialSource:
 
     def _identity(self, host_type: str, config: dict[str, KnobValue]) -> str:
         return server_identity(self.sweep, self._representative[host_type], config)
-
-    def _baseline_points(self, observed: Sequence[Observation]) -> tuple[Point, ...] | None:
-        for seen in observed:
-            if seen.record.is_baseline and seen.state == "done":
-                return seen.points
-        return None
 
     def _score(self, seen: Observation, baseline: Sequence[Point] | None) -> TrialScore:
         if seen.state != "done":
@@ -578,7 +582,7 @@ class SearchTrialSource:
     async def _explore(
         self, host: str, host_type: str, observed: Sequence[Observation], candidates: list[int]
     ) -> SourcedTrial:
-        baseline = self._baseline_points(observed)
+        baseline = baseline_points(observed)
         explored = [o for o in observed if o.explores]
         seen = [o for o in explored if o.finished]
         results = []
@@ -627,7 +631,7 @@ class SearchTrialSource:
         screened, measured or raced it, pooled (a screen is a restart of the objective's own
         cells); confirmations never count (they must not pick what they report). Space order
         of first measurement."""
-        baseline = self._baseline_points(observed)
+        baseline = baseline_points(observed)
         values: dict[str, list[float]] = {}
         caps: dict[str, list[float | None]] = {}
         configs: dict[str, Config] = {}
@@ -720,16 +724,6 @@ class SearchTrialSource:
 
     # --- storing -----------------------------------------------------------------------------
 
-    def _sourced(self, record: TrialRecord) -> SourcedTrial:
-        planned = Trial(
-            key=record.key,
-            host=record.host,
-            config=dict(record.config),
-            is_baseline=record.is_baseline,
-            ordinal=record.ordinal,
-        )
-        return SourcedTrial(planned, record)
-
     async def _store_trial(
         self, host: str, config: Config, plan: TrialPlan, *, baseline: bool = False
     ) -> SourcedTrial:
@@ -742,7 +736,7 @@ class SearchTrialSource:
             [NewTrial(key, host, config, ordinal, is_baseline=baseline, plan=plan)],
         )
         (row,) = [r for r in rows if r.key == key and r.host == host]
-        return self._sourced(row)
+        return sourced(row)
 
 
 def search_trial_source(clock: Callable[[], float] = time.time) -> TrialSourceFactory:
