@@ -14,7 +14,6 @@ workers on two cores would blur a 10 % difference. Addresses 127.0.0.243-244 are
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
