@@ -31,10 +31,10 @@ from orchestrator.points import Point, ThroughputPoint, cell_point_key
 from orchestrator.search.budget import RESTART_EVENT, RestartBudget
 from orchestrator.store import (
     Attempt,
-    Store,
     SweepRecord,
     TrialPlan,
     TrialRecord,
+    TrialStore,
     point_from_record,
 )
 from orchestrator.store.results import config_label
@@ -101,7 +101,9 @@ class SweepContext:
 
     sweep: Sweep
     record: SweepRecord
-    store: Store
+    store: TrialStore
+    """What the loop records: the store's attempts, points, plans and events (a protocol, so
+    the fake-driver tests and the benchmark hand it what they like)."""
     progress: Progress
     stop: StopSignal
     source: TrialSource
@@ -444,7 +446,9 @@ async def set_aside(
     get_logger(host=host).warning("host.set_aside", reason=reason)
 
 
-async def cancel_trials(store: Store, sweep_id: int, trials: Sequence[TrialRecord]) -> None:
+async def cancel_trials(
+    store: TrialStore, sweep_id: int, trials: Sequence[TrialRecord]
+) -> None:
     """``trials`` will not run because their sweep was cancelled: one never attempted gets a
     cancelled attempt, one left running (in flight, or interrupted earlier) ends cancelled;
     finished ones stay as they ended."""
@@ -513,7 +517,7 @@ async def _after_failure(run: SweepContext) -> None:
         run.stop.stop("abort: a trial failed and policy.on_trial_failure is abort")
 
 
-async def _latest_attempt(store: Store, sweep_id: int, trial_id: int) -> Attempt | None:
+async def _latest_attempt(store: TrialStore, sweep_id: int, trial_id: int) -> Attempt | None:
     attempts = [a for a in await store.attempts(sweep_id) if a.trial_id == trial_id]
     return attempts[-1] if attempts else None
 

@@ -103,6 +103,7 @@ class _SweepRun(SweepContext):
     """Shared state of one running sweep: the host loop's, and what the runner's drivers and
     restores add to it."""
 
+    store: Store  # all of it: the runner also backs up, restores and ends the sweep
     samples: WorkloadSamples = field(kw_only=True)
     """The workloads' samples, parsed once for the sweep."""
     controller: Controller = field(kw_only=True)
