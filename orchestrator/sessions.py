@@ -8,14 +8,12 @@ The store keeps a backup as the unit's files (path -> bytes, None where a file d
 its state (``systemctl show``'s properties) and our drop-in's slot (where it goes, whether its
 directory existed, its mode) in a column of its own. The operator's launch files found beside
 our drop-in are among the files; any other launch file there was absent. For an engine that
-launches from files, the state also holds :data:`LAUNCH_FILES_KEY`: the found files' modes
-(path -> octal text), whose presence says a restore must list and clear the launch files even
-where the operator had none (the slot's column has no room for them).
+launches from files, the slot also says so (a restore must list and clear the launch files even
+where the operator had none) and keeps the found files' modes.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -58,11 +56,6 @@ def lifecycle_timeouts(sweep: Sweep) -> LifecycleTimeouts:
     )
 
 
-LAUNCH_FILES_KEY = "__launch_files"
-"""The reserved key of a backup's state for its launch files' modes (JSON: path -> octal
-text), present exactly when the engine launches from files."""
-
-
 @dataclass(frozen=True, slots=True)
 class StoredUnit:
     """A unit as found, in the store's terms: its files (None where one did not exist, so a
@@ -79,12 +72,14 @@ def snapshot_to_backup(snapshot: systemd.UnitSnapshot) -> StoredUnit:
     files: dict[str, bytes | None] = {f.path: f.data for f in snapshot.files}
     files[snapshot.dropin_path] = snapshot.dropin_before
     files.update((f.path, f.content) for f in snapshot.launch_before)
-    state = dict(snapshot.state.raw)
-    if snapshot.launch_managed:
-        modes = {f.path: f"{f.mode:04o}" for f in snapshot.launch_before}
-        state[LAUNCH_FILES_KEY] = json.dumps(modes, sort_keys=True)
-    slot = DropinSlot(snapshot.dropin_path, snapshot.dropin_dir_existed, snapshot.dropin_mode)
-    return StoredUnit(files, state, slot)
+    slot = DropinSlot(
+        snapshot.dropin_path,
+        snapshot.dropin_dir_existed,
+        snapshot.dropin_mode,
+        launch_managed=snapshot.launch_managed,
+        launch_modes={f.path: f.mode for f in snapshot.launch_before},
+    )
+    return StoredUnit(files, dict(snapshot.state.raw), slot)
 
 
 def backup_to_snapshot(backup: UnitBackup) -> systemd.UnitSnapshot:
@@ -98,29 +93,25 @@ def backup_to_snapshot(backup: UnitBackup) -> systemd.UnitSnapshot:
         here = PurePosixPath(path)
         return here.parent == dropin.parent and is_launch_file(here.name, dropin.name)
 
-    state = dict(backup.state)
-    modes_text = state.pop(LAUNCH_FILES_KEY, None)
-    modes: dict[str, str] = json.loads(modes_text) if modes_text is not None else {}
     kept = [systemd.FileBytes(p, d) for p, d in backup.files.items() if d is not None]
     return systemd.UnitSnapshot(
         unit=backup.unit,
-        state=systemd.unit_state(state),
+        state=systemd.unit_state(dict(backup.state)),
         files=tuple(f for f in kept if f.path != slot.path and not launch(f.path)),
         dropin_path=slot.path,
         dropin_before=backup.files.get(slot.path),
         dropin_dir_existed=slot.dir_existed,
         dropin_mode=slot.mode,
         launch_before=tuple(
-            LaunchFile(f.path, f.data, int(modes.get(f.path, f"{LAUNCH_FILE_MODE:o}"), 8))
+            LaunchFile(f.path, f.data, slot.launch_modes.get(f.path, LAUNCH_FILE_MODE))
             for f in kept
             if launch(f.path)
         ),
-        launch_managed=modes_text is not None,
+        launch_managed=slot.launch_managed,
     )
 
 
 __all__ = [
-    "LAUNCH_FILES_KEY",
     "StoredUnit",
     "backup_to_snapshot",
     "host_session",

@@ -10,7 +10,7 @@ A point's identity, row and requests (:func:`point_key`, :class:`NewPoint`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from orchestrator.points import POINT_KINDS as POINT_KINDS
@@ -237,14 +237,22 @@ class EventRecord:
 @dataclass(frozen=True, slots=True)
 class DropinSlot:
     """Where our drop-in goes on a unit, as found: its path, whether its directory existed
-    and the mode to put back (a restore removes what the sweep created, nothing more)."""
+    and the mode to put back (a restore removes what the sweep created, nothing more); for an
+    engine that launches from files, that its launch files are ours to clear and the modes of
+    the operator's found in their place (path -> mode)."""
 
     path: str
     dir_existed: bool
     mode: int
+    launch_managed: bool = False
+    launch_modes: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
-        return {"path": self.path, "dir_existed": self.dir_existed, "mode": self.mode}
+        out: JsonObject = {"path": self.path, "dir_existed": self.dir_existed, "mode": self.mode}
+        if self.launch_managed:
+            out["launch_managed"] = True
+            out["launch_modes"] = {path: f"{mode:04o}" for path, mode in self.launch_modes.items()}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

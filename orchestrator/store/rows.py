@@ -107,7 +107,14 @@ def _load_dropin(text: str | None) -> DropinSlot | None:
     if text is None:
         return None
     data = from_json(text)
-    return DropinSlot(str(data["path"]), bool(data["dir_existed"]), int(data["mode"]))
+    modes = data.get("launch_modes") or {}
+    return DropinSlot(
+        str(data["path"]),
+        bool(data["dir_existed"]),
+        int(data["mode"]),
+        launch_managed=bool(data.get("launch_managed")),
+        launch_modes={str(path): int(str(mode), 8) for path, mode in modes.items()},
+    )
 
 
 def _dump_dropin(slot: DropinSlot | None) -> str | None:

@@ -122,4 +122,8 @@ async def test_a_backup_says_the_engine_launches_from_files_though_none_was_foun
     assert back.launch_managed and back == managed
     plain = await _round_trip(tmp_path / "b", SNAPSHOT)
     assert not backup_to_snapshot(plain).launch_managed
-    assert not any(key.startswith("__") for key in plain.state)
+    assert not any(key.startswith("__") for key in plain.state)  # no reserved keys at all
+    assert plain.dropin is not None and plain.dropin.to_json() == {
+        "path": SNAPSHOT.dropin_path, "dir_existed": SNAPSHOT.dropin_dir_existed,
+        "mode": SNAPSHOT.dropin_mode,
+    }  # fmt: skip
