@@ -19,8 +19,6 @@ import os
 import signal
 import sqlite3
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -34,25 +32,13 @@ import pytest
 from orchestrator import engines
 from tests.realengine import compare
 from tests.realengine.sizing import TIER
+from tests.realengine.sweeping import by_config, key, run_sweep, running, throughput
 from tests.realengine.unit import LlamaHost
 
 pytestmark = [pytest.mark.realengine, pytest.mark.timeout(1800)]
 
 DRAFT_SIZES = TIER.draft_sizes
 MISSING_DRAFT = "/nonexistent/draft.gguf"
-SHARED_MACHINE_CAUSES = frozenset({"memory-not-released"})
-"""Causes the machine's other work gives an attempt: its RAM grew by more than the host-memory
-gate's margin while the trial waited for the last server's memory (docs/operator-guide.md).
-Such an attempt is retried (``trial_retries``) and set aside by :func:`settled`."""
-
-
-def running(trial_retries: int) -> str:
-    return (
-        "timeouts: {connect: 15, stop: 30, memory_release: 30, ready: 120, request: 120}\n"
-        f"policy: {{trial_retries: {trial_retries}, restore: as-found}}\n"
-    )
-
-
 BENCHMARK = TIER.benchmark_yaml() + running(trial_retries=2)
 
 
@@ -63,28 +49,6 @@ def direct(llama_host: LlamaHost) -> compare.Comparison:
     comparison = compare.run_comparison(llama_host.engine)
     print(json.dumps({"direct": comparison.to_json()}))
     return comparison
-
-
-def run_sweep(text: str, tmp_path: Path, name: str) -> tuple[int, dict[str, Any], str]:
-    """``orchestrator run FILE --json`` as an operator runs it: (exit code, document, log)."""
-    sweep = tmp_path / f"{name}.yaml"
-    sweep.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "--db",
-         str(tmp_path / f"{name}.db"), "--json"],
-        capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
-    (tmp_path / f"{name}.json").write_text(done.stdout)
-    (tmp_path / f"{name}.log").write_text(done.stderr)
-    try:
-        document = json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(f"run gave no JSON (exit {done.returncode}): {done.stderr[-4000:]}")
-    return done.returncode, document, done.stderr
-
-
-def key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
 
 
 def draft_config(llama: LlamaHost, n_max: int) -> dict[str, Any]:
@@ -108,9 +72,7 @@ def test_a_llama_server_sweep_answers_which_draft_size(
     )
     elapsed = time.monotonic() - started
     assert code == 1, log[-3000:]  # the missing draft and the removed flag fail by design
-    trials: dict[str, list[dict[str, Any]]] = {}
-    for trial in settled(document["trials"]):
-        trials.setdefault(key(trial["config"]), []).append(trial)
+    trials = by_config(document["trials"])
 
     # Faults: the removed flag never reached the host (the host's own llama-server refused
     # it in the preflight); the missing draft failed at startup, its cause read from the
@@ -166,21 +128,6 @@ def test_a_llama_server_sweep_answers_which_draft_size(
     }
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report))
-
-
-def settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The attempts without those the shared machine failed (:data:`SHARED_MACHINE_CAUSES`),
-    after checking that each such one was followed by another attempt of its trial."""
-    retried = [t for t in attempts if t["cause"] in SHARED_MACHINE_CAUSES]
-    for failed in retried:
-        later = [t for t in attempts if t["key"] == failed["key"] and t is not failed]
-        assert later and later[-1]["cause"] not in SHARED_MACHINE_CAUSES, (failed, later)
-    return [t for t in attempts if t["cause"] not in SHARED_MACHINE_CAUSES]
-
-
-def throughput(trial: dict[str, Any]) -> float:
-    (point,) = [p for p in trial["points"] if p["kind"] == "throughput"]
-    return float(point["metrics"]["output_tok_s"])
 
 
 def check_provenance(llama: LlamaHost, name: str, provenance: dict[str, Any]) -> None:
