@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from orchestrator.daemon.metrics import Exposition
     from orchestrator.dashboard.board import Board
     from orchestrator.host.systemd import ForeignChange
-from orchestrator.progress.snapshot import ProgressSnapshot
 from orchestrator.store import (
     JsonObject,
     Store,
@@ -67,6 +66,7 @@ from orchestrator.store import (
 from orchestrator.store.results import config_label
 from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
+from orchestrator.sweepview import SweepView
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -98,41 +98,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class Conflict(Exception):
     """The request is well formed but the daemon's state refuses it (HTTP 409)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SweepView:
-    """One sweep as the API lists it: its record and whether the daemon is running it."""
-
-    record: SweepRecord
-    active: bool = False
-    stopping: str | None = None
-    """Why a running sweep was asked to stop (``cancel``, ``shutdown``), if it was."""
-    progress: ProgressSnapshot | None = None
-    """A running sweep's progress, ETA and best so far; None when it is not running."""
-    daemon: str | None = None
-    """The daemon that runs it now, over a store several daemons share (``ctl-2 (daemon, pid
-    4411)``); None over a daemon's own store, and for a sweep no daemon runs."""
-
-    def to_json(self) -> JsonObject:
-        r = self.record
-        return {
-            "name": r.name,
-            "id": r.id,
-            "state": r.state,
-            "priority": r.priority,
-            "submitted_at": r.submitted_at,
-            "started_at": r.started_at,
-            "finished_at": r.finished_at,
-            "source_path": r.source_path,
-            "content_hash": r.content_hash,
-            "replaced_by": r.replaced_by,
-            "active": self.active,
-            "stopping": self.stopping,
-            "summary": r.summary,
-            "progress": None if self.progress is None else self.progress.to_json(),
-            "daemon": self.daemon,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ from orchestrator.api import (
     RestoreOutcome,
     Submitted,
     SweepStatus,
-    SweepView,
     sweep_status,
 )
 from orchestrator.daemon.adopt import HostsBusy, adopt_sweep
@@ -28,14 +27,18 @@ from orchestrator.hostloop import cancel_trials
 from orchestrator.log import get_logger
 from orchestrator.report import ReportFormat, render_report
 from orchestrator.store import Store, SweepRecord
+from orchestrator.store.records import TERMINAL_SWEEP_STATES
 from orchestrator.sweepfile import StoredWorkloads, SweepFileError, parse_sweep
+from orchestrator.sweepview import SweepView
 
 
 def sweep_view(
     record: SweepRecord, active: ActiveSweep | None, *, daemon: str | None = None
 ) -> SweepView:
-    """One sweep as the API lists it; ``daemon``: which daemon runs it (a shared store)."""
-    if active is None:
+    """One sweep as the API lists it; ``daemon``: which daemon runs it (a shared store). A
+    sweep whose stored state has ended is not active, though its task may still be letting go
+    of its hosts for a moment: a reader never sees "cancelled" and running at once."""
+    if active is None or record.state in TERMINAL_SWEEP_STATES:
         return SweepView(record, daemon=daemon)
     return SweepView(
         record,

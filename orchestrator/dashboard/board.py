@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.answers import AnsweredResults
-from orchestrator.api import SweepView
 from orchestrator.progress.snapshot import ProgressSnapshot, clock_time
 from orchestrator.report.words import answer_words, readable
 from orchestrator.store import JsonObject, SweepRecord
+from orchestrator.sweepview import SweepView
 
 ENDED_SHOWN = 10
 """The ended sweeps the page lists, latest first (``status`` lists them all)."""

@@ -17,8 +17,9 @@ import pytest
 from rich.console import Console
 
 from orchestrator import store as store_types
-from orchestrator.api import SweepView, sweep_status
+from orchestrator.api import sweep_status
 from orchestrator.store import NewTrial, Store
+from orchestrator.sweepview import SweepView
 from orchestrator.verbs.apiclient import call
 from orchestrator.verbs.status import print_sweep
 from tests.integration.daemon_proc import (

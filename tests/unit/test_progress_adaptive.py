@@ -18,13 +18,13 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.api import SweepView
 from orchestrator.progress.live import LiveProgress
 from orchestrator.progress.reports import SweepProgress
 from orchestrator.progress.snapshot import BestBy, ProgressSnapshot, clock_time
 from orchestrator.progress.tracker import SweepShape
 from orchestrator.store import LatencySummary, SweepRecord, ThroughputMetrics, ThroughputPoint
 from orchestrator.store.results import config_label
+from orchestrator.sweepview import SweepView
 from orchestrator.types import MatrixCell
 from orchestrator.verbs.demo import load_demo_sweep
 from orchestrator.verbs.status import print_sweep, print_sweeps

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.api import SweepView
 from orchestrator.store import Store, SweepRecord
+from orchestrator.sweepview import SweepView
 from orchestrator.team import CLAIMED_EVENT, Solo, Team, daemon_identity
 from orchestrator.verbs.status import print_sweep, print_sweeps
 
