@@ -46,29 +46,23 @@ SERVER_PORT = 30000
 MODEL_PATH = "/models/Kimi-K2.6"
 
 
+def _serving_kimi(tp_flag: str, address: str, port: int) -> list[str]:
+    """The flags both simulated units serve Kimi K2.6 with: its served name, tensor parallel
+    over 8 GPUs (``tp_flag``: each engine's own spelling), the address and port, the kimi_k2
+    reasoning parser."""
+    return [
+        "--served-model-name", "kimi-k2.6", tp_flag, "8", "--host", address, "--port", str(port),
+        "--reasoning-parser", "kimi_k2",
+    ]  # fmt: skip
+
+
 def sglang_argv(address: str, port: int = SERVER_PORT) -> list[str]:
     """The unit's base command line: what a Kimi K2.6 host's SGLang unit runs."""
     return [
-        sys.executable,
-        "-m",
-        "orchestrator.sim.sglang_server",
-        "--model-path",
-        MODEL_PATH,
-        "--served-model-name",
-        "kimi-k2.6",
-        "--tp-size",
-        "8",
-        "--host",
-        address,
-        "--port",
-        str(port),
-        "--reasoning-parser",
-        "kimi_k2",
-        "--decode-log-interval",
-        "40",
-        "--enable-metrics",
-        "--trust-remote-code",
-    ]
+        sys.executable, "-m", "orchestrator.sim.sglang_server", "--model-path", MODEL_PATH,
+        *_serving_kimi("--tp-size", address, port),
+        "--decode-log-interval", "40", "--enable-metrics", "--trust-remote-code",
+    ]  # fmt: skip
 
 
 VLLM_UNIT_NAME = "vllm.service"
@@ -77,23 +71,10 @@ VLLM_UNIT_NAME = "vllm.service"
 def vllm_argv(address: str, port: int = SERVER_PORT) -> list[str]:
     """The base command line of a Kimi K2.6 host's vLLM unit (``vllm serve``, simulated)."""
     return [
-        sys.executable,
-        "-m",
-        "orchestrator.sim.vllm_server",
-        "serve",
-        MODEL_PATH,
-        "--served-model-name",
-        "kimi-k2.6",
-        "--tensor-parallel-size",
-        "8",
-        "--host",
-        address,
-        "--port",
-        str(port),
-        "--reasoning-parser",
-        "kimi_k2",
+        sys.executable, "-m", "orchestrator.sim.vllm_server", "serve", MODEL_PATH,
+        *_serving_kimi("--tensor-parallel-size", address, port),
         "--trust-remote-code",
-    ]
+    ]  # fmt: skip
 
 
 def render_unit(argv: list[str], *, description: str, timeout_stop_s: int = 30) -> str:

@@ -19,7 +19,7 @@ import random
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchestrator.sim.content import ContentClass
@@ -58,14 +58,7 @@ class CellTruth:
     accept_len_sd: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "context": self.context,
-            "concurrency": self.concurrency,
-            "output_tok_s": self.output_tok_s,
-            "accept_len": self.accept_len,
-            "output_tok_s_sd": self.output_tok_s_sd,
-            "accept_len_sd": self.accept_len_sd,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

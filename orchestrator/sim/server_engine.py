@@ -225,14 +225,7 @@ class Scheduler:
         self._truth_index: dict[str, TruthRecord] = {}
         self._wake = asyncio.Event()
         self._decode_iter = 0
-        self._interval_tokens = 0
-        self._interval_spec_tokens = 0
-        self._interval_steps = 0
-        self._interval_correct = 0
-        self._interval_proposed = 0
-        self._interval_correct = 0
-        self._interval_proposed = 0
-        self._interval_start = time.monotonic()
+        self._start_interval(time.monotonic())
         self._step_end = self._interval_start
         """When the current (or last) step is due to end on the model's clock."""
 
@@ -447,6 +440,10 @@ class Scheduler:
                 queue_req=len(self.waiting),
             )
         )
+        self._start_interval(now)
+
+    def _start_interval(self, now: float) -> None:
+        """Start the decode-log interval the next decode line sums (at ``now``)."""
         self._interval_start = now
         self._interval_tokens = 0
         self._interval_spec_tokens = 0

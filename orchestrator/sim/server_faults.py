@@ -24,13 +24,6 @@ def log_startup_exception(log: SglangLog, exc: BaseException) -> None:
     log.write_raw("".join(traceback.format_exception(exc)).rstrip("\n"))
 
 
-def log_port_in_use(log: SglangLog, host: str, port: int) -> None:
-    log.write_raw(
-        f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): "
-        "address already in use"
-    )
-
-
 def _scheduler_traceback(log: SglangLog, frames: list[tuple[str, int, str, str]],
                          last: str) -> None:
     lines = ["Scheduler hit an exception: Traceback (most recent call last):"]

@@ -10,11 +10,12 @@ goes through), READY (everything). Two debug endpoints expose ground truth for t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,17 +315,26 @@ class SimServerApp:
 
     async def _drain(self, req: Request) -> list[Chunk]:
         chunks: list[Chunk] = []
-        try:
+        with self._aborted_if_left(req):
             while True:
                 chunk = await req.queue.get()
                 chunks.append(chunk)
                 if chunk.finish is not None:
                     break
+        req.truth.stamp(req.emitted)
+        return chunks
+
+    @contextlib.contextmanager
+    def _aborted_if_left(self, req: Request) -> Iterator[None]:
+        """Abort ``req`` in the scheduler when its client leaves: the handler cancelled (the
+        cancellation goes on) or, mid-stream, the connection reset (the stream just ends)."""
+        try:
+            yield
         except asyncio.CancelledError:
             self._abort(req)
             raise
-        req.truth.stamp(req.emitted)
-        return chunks
+        except ConnectionResetError:
+            self._abort(req)
 
     def _abort(self, req: Request) -> None:
         if self.state.scheduler is not None:
@@ -334,7 +344,7 @@ class SimServerApp:
         resp = request.stream()
         sock = request.socket
         text = ""
-        try:
+        with self._aborted_if_left(req):
             while True:
                 chunk = await req.queue.get()
                 text += "".join(chunk.tokens)
@@ -346,11 +356,6 @@ class SimServerApp:
                 if final:
                     break
             await resp.write(b"data: [DONE]\n\n")
-        except asyncio.CancelledError:
-            self._abort(req)
-            raise
-        except ConnectionResetError:
-            self._abort(req)
         return resp
 
     async def chat(self, request: HttpRequest) -> HttpResponse | EventStream:
@@ -431,7 +436,7 @@ class SimServerApp:
             return f"data: {json.dumps(data)}\n\n".encode()
 
         first = True
-        try:
+        with self._aborted_if_left(req):
             while True:
                 chunk = await req.queue.get()
                 out = b""
@@ -453,11 +458,6 @@ class SimServerApp:
             if include_usage:
                 await resp.write(event(None, usage=self._usage(req)))
             await resp.write(b"data: [DONE]\n\n")
-        except asyncio.CancelledError:
-            self._abort(req)
-            raise
-        except ConnectionResetError:
-            self._abort(req)
         return resp
 
 

@@ -12,18 +12,16 @@ Faults from the settings file (ORCH_SIM_CONFIG) bend this path; see docs/simulat
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import shlex
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 
 import h11
 
-from orchestrator.sim import server_faults, stamped
+from orchestrator.sim import server_faults
 from orchestrator.sim.drafting import AdaptiveSteps, DraftPolicy
 from orchestrator.sim.http_server import HttpServer
 from orchestrator.sim.perfmodel import restart_speed_factor
@@ -44,6 +42,7 @@ from orchestrator.sim.server_log import (
     ddtree_init_line,
     dflash_init_line,
 )
+from orchestrator.sim.server_process import exit_after, listen, log_uvicorn_startup
 from orchestrator.sim.settings import ServerSimSettings
 
 WARMUP_PROMPT = "The capital city of France is"
@@ -94,15 +93,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = stamped.listener(socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
 class _Http:
     """The HTTP server, started only once the scheduler is up (as uvicorn is)."""
 
@@ -116,17 +106,9 @@ class _Http:
         log = state.log
         args = state.args
         host, port = str(args.get("host")), int(args.get("port"))
-        log.write_raw(f"INFO:     Started server process [{os.getpid()}]")
-        log.write_raw("INFO:     Waiting for application startup.")
-        log.write_raw("INFO:     Application startup complete.")
-        try:
-            if crash == "port-in-use":
-                raise OSError(errno.EADDRINUSE, "address already in use")
-            sock = _bind(host, port)
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            server_faults.log_port_in_use(log, host, port)
+        log_uvicorn_startup(log.write_raw)
+        sock = listen(host, port, log.write_raw, taken=crash == "port-in-use")
+        if sock is None:
             log.write_raw("INFO:     Waiting for application shutdown.")
             log.write_raw("INFO:     Application shutdown complete.")
             return 1
@@ -316,13 +298,5 @@ async def _post(host: str, port: int, path: str, body: bytes) -> tuple[int, str]
         writer.close()
 
 
-def run() -> None:
-    """Exit without waiting on anything left behind (the process dies like SGLang's does)."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    run()
+    exit_after(main)

@@ -26,7 +26,6 @@ engine is busy, the ``Engine 000: Avg prompt throughput ...`` and ``SpecDecoding
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import shlex
 import signal
@@ -44,8 +43,8 @@ from orchestrator.sim.server_args import ServerArgs
 from orchestrator.sim.server_engine import Scheduler
 from orchestrator.sim.server_gpu import gpu_indices, register_gpu_memory
 from orchestrator.sim.server_http import Phase, ServerState, SimServerApp
+from orchestrator.sim.server_process import exit_after, listen, log_uvicorn_startup
 from orchestrator.sim.settings import ServerSimSettings
-from orchestrator.sim.sglang_server import _bind
 from orchestrator.sim.vllm_args import (
     VERSION,
     ArgparseExit,
@@ -447,22 +446,13 @@ async def _start(
     state.background.add(task)
     host, port = str(args.get("host") or "0.0.0.0"), int(args.get("port"))
     log.line(f"Starting vLLM server on http://{host}:{port}", where="entry.py:139")
-    try:
-        if crash == "port-in-use":
-            raise OSError(errno.EADDRINUSE, "address already in use")
-        sock = _bind(host, port)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        log.write_raw(f"ERROR:    [Errno 98] error while attempting to bind on address "
-                      f"('{host}', {port}): address already in use")  # fmt: skip
+    sock = listen(host, port, log.write_raw, taken=crash == "port-in-use")
+    if sock is None:
         return 1, None
     app = VllmApp(state, stats, os.environ.get(DEV_MODE_ENV, "0") not in ("", "0"))
     server = HttpServer(app.router().dispatch, on_answer=app.access_log)
     await server.start(sock)
-    log.write_raw(f"INFO:     Started server process [{os.getpid()}]")
-    log.write_raw("INFO:     Waiting for application startup.")
-    log.write_raw("INFO:     Application startup complete.")
+    log_uvicorn_startup(log.write_raw)
     state.phase = Phase.READY
     interval = _stats_interval(settings, os.environ)
     state.background.add(asyncio.create_task(_log_stats(state, stats, log, interval)))
@@ -495,12 +485,5 @@ async def _serve(state: ServerState, log: VllmLog, crash: str | None,
     return 0
 
 
-def run() -> None:
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    run()
+    exit_after(main)
