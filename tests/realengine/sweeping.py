@@ -4,8 +4,10 @@ does, and reading its JSON document (trials by config, attempts the shared machi
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,50 @@ def throughput_point(trial: dict[str, Any]) -> dict[str, Any]:
 
 def throughput(trial: dict[str, Any]) -> float:
     return float(throughput_point(trial)["metrics"]["output_tok_s"])
+
+
+def check_answer(
+    document: dict[str, Any],
+    measured: dict[str, list[dict[str, Any]]],
+    name_of: Callable[[dict[str, Any]], str],
+    repeats: int,
+) -> dict[str, Any]:
+    """The answer, read: the best config with its interval over restarts, every measured
+    config a contender and no failed one; its summary, configs named by ``name_of`` (whether
+    it decides is each tier's own check)."""
+    (answer,) = document["answers"]
+    best = answer["best"]
+    low, high = best["ci95"]
+    assert low <= best["estimate"] <= high and best["restarts"] >= repeats, best
+    contenders = {key(c["config"]) for c in answer["contenders"]}
+    assert contenders == {key(attempts[0]["config"]) for attempts in measured.values()}
+    return {
+        "verdict": answer["verdict"],
+        "best": name_of(best["config"]),
+        "estimate": round(best["estimate"], 1),
+        "ci95": [round(low, 1), round(high, 1)],
+        "speedup_vs_baseline": best["speedup_vs_baseline"],
+        "speedup_ci95": best["speedup_ci95"],
+        "tied": [name_of(c) for c in answer["tied"]],
+    }
+
+
+def host_events(db: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The sweep's events as the store kept them, in order."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as store:
+        rows = store.execute("SELECT kind, fields FROM events ORDER BY id").fetchall()
+    return [(kind, json.loads(fields)) for kind, fields in rows]
+
+
+def check_host_events(db: Path, parser: str) -> dict[str, dict[str, Any]]:
+    """The preflight asked the host's own ``parser`` and judged memory by the host's RAM, as
+    every release after it; the preflight's checks by name."""
+    events = host_events(db)
+    (preflight,) = [fields for kind, fields in events if kind == "preflight"]
+    assert preflight["parser"] == parser and preflight["gpu_reader"] == "host-memory"
+    checks = {c["name"]: c for c in preflight["checks"]}
+    assert "method: host-memory" in checks["gpus"]["detail"], checks["gpus"]
+    assert "rejected" in checks[f"{parser}_parser"]["detail"], checks
+    released = [fields for kind, fields in events if kind == "memory.released"]
+    assert released and {r["method"] for r in released} == {"host-memory"}, released
+    return checks

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import signal
-import sqlite3
 import statistics
 import threading
 import time
@@ -30,7 +29,7 @@ import aiohttp
 import pytest
 
 from orchestrator import engines
-from tests.realengine import compare
+from tests.realengine import compare, sweeping
 from tests.realengine.sizing import TIER
 from tests.realengine.sweeping import by_config, key, run_sweep, running, throughput
 from tests.realengine.unit import LlamaHost
@@ -173,23 +172,11 @@ def accept_lengths(attempts: list[dict[str, Any]]) -> list[float | None]:
 
 
 def check_answer(document: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
-    """The answer, read: the best config with its interval over restarts, every measured
-    config a contender and no failed one (whether it decides: :func:`check_decision`)."""
-    (answer,) = document["answers"]
-    best = answer["best"]
-    low, high = best["ci95"]
-    assert low <= best["estimate"] <= high and best["restarts"] >= TIER.repeats, best
-    contenders = {key(c["config"]) for c in answer["contenders"]}
-    assert contenders == {key(attempts[0]["config"]) for attempts in measured.values()}
-    return {
-        "verdict": answer["verdict"],
-        "best": compare.config_name(best["config"].get("n_max")),
-        "estimate": round(best["estimate"], 1),
-        "ci95": [round(low, 1), round(high, 1)],
-        "speedup_vs_baseline": best["speedup_vs_baseline"],
-        "speedup_ci95": best["speedup_ci95"],
-        "tied": [compare.config_name(c.get("n_max")) for c in answer["tied"]],
-    }
+    """The answer, read (:func:`tests.realengine.sweeping.check_answer`), configs named by
+    their draft size (whether it decides: :func:`check_decision`)."""
+    return sweeping.check_answer(
+        document, measured, lambda config: compare.config_name(config.get("n_max")), TIER.repeats
+    )
 
 
 def check_decision(answer: dict[str, Any], direct: compare.Comparison) -> None:
@@ -207,16 +194,7 @@ def check_decision(answer: dict[str, Any], direct: compare.Comparison) -> None:
 
 def check_host_events(db: Path) -> None:
     """The preflight asked the host's own llama-server and judged memory by the host's RAM."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as store:
-        rows = store.execute("SELECT kind, fields FROM events ORDER BY id").fetchall()
-    events = [(kind, json.loads(fields)) for kind, fields in rows]
-    (preflight,) = [fields for kind, fields in events if kind == "preflight"]
-    assert preflight["parser"] == "llamacpp" and preflight["gpu_reader"] == "host-memory"
-    checks = {c["name"]: c for c in preflight["checks"]}
-    assert "method: host-memory" in checks["gpus"]["detail"], checks["gpus"]
-    assert "rejected" in checks["llamacpp_parser"]["detail"], checks
-    released = [fields for kind, fields in events if kind == "memory.released"]
-    assert released and {r["method"] for r in released} == {"host-memory"}, released
+    sweeping.check_host_events(db, "llamacpp")
 
 
 def test_readiness_is_loading_503_then_200(llama_host: LlamaHost) -> None:

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import signal
-import sqlite3
 import statistics
 import threading
 import time
@@ -35,6 +34,7 @@ import pytest
 from orchestrator import engines
 from orchestrator.bench.acceptlen import parse_prometheus_totals
 from orchestrator.engines.base import DecodeEvent, InitEvent
+from tests.realengine import sweeping
 from tests.realengine.sweeping import (
     by_config,
     key,
@@ -278,23 +278,9 @@ def accept_lengths(attempts: list[dict[str, Any]]) -> list[float | None]:
 
 
 def check_answer(document: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
-    """The answer, read: the best config with its interval over restarts, every measured
-    config a contender and no failed one (whether it decides: :func:`check_decision`)."""
-    (answer,) = document["answers"]
-    best = answer["best"]
-    low, high = best["ci95"]
-    assert low <= best["estimate"] <= high and best["restarts"] >= VLLM_TIER.repeats, best
-    contenders = {key(c["config"]) for c in answer["contenders"]}
-    assert contenders == {key(attempts[0]["config"]) for attempts in measured.values()}
-    return {
-        "verdict": answer["verdict"],
-        "best": config_name(best["config"]),
-        "estimate": round(best["estimate"], 1),
-        "ci95": [round(low, 1), round(high, 1)],
-        "speedup_vs_baseline": best["speedup_vs_baseline"],
-        "speedup_ci95": best["speedup_ci95"],
-        "tied": [config_name(c) for c in answer["tied"]],
-    }
+    """The answer, read (:func:`tests.realengine.sweeping.check_answer`), configs named as
+    the tier names them (whether it decides: :func:`check_decision`)."""
+    return sweeping.check_answer(document, measured, config_name, VLLM_TIER.repeats)
 
 
 def check_decision(answer: dict[str, Any], direct: DirectComparison) -> None:
@@ -313,17 +299,10 @@ def check_decision(answer: dict[str, Any], direct: DirectComparison) -> None:
 
 
 def check_host_events(db: Path) -> None:
-    """The preflight asked the host's own vLLM and judged memory by the host's RAM."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as store:
-        rows = store.execute("SELECT kind, fields FROM events ORDER BY id").fetchall()
-    events = [(kind, json.loads(fields)) for kind, fields in rows]
-    (preflight,) = [fields for kind, fields in events if kind == "preflight"]
-    assert preflight["parser"] == "vllm" and preflight["gpu_reader"] == "host-memory"
-    checks = {c["name"]: c for c in preflight["checks"]}
-    assert "method: host-memory" in checks["gpus"]["detail"], checks["gpus"]
+    """The preflight asked the host's own vLLM (which refused the one config with an unknown
+    flag) and judged memory by the host's RAM."""
+    checks = sweeping.check_host_events(db, "vllm")
     assert "1 rejected" in checks["vllm_parser"]["detail"], checks
-    released = [fields for kind, fields in events if kind == "memory.released"]
-    assert released and {r["method"] for r in released} == {"host-memory"}, released
 
 
 def test_sigkill_mid_benchmark_is_a_crash(vllm_host: VllmHost, tmp_path: Path) -> None:

@@ -22,8 +22,47 @@ THREADS = ("--threads", "1", "--spec-draft-threads", "1")
 two cores collapse throughput (FACTS.md)."""
 
 
+class UnitOnHost:
+    """What the tier does with a unit on its real-systemd host, whichever engine it runs: the
+    unit's files, its state, its server's HTTP API, the sweep file's host entry."""
+
+    host: RealHost
+    unit: str
+    TEXT_PATHS: tuple[str, ...] = ("/metrics",)
+    """Paths whose answer is text, not JSON."""
+
+    @property
+    def base_url(self) -> str:
+        raise NotImplementedError
+
+    def unit_files(self) -> dict[str, bytes]:
+        return {
+            str(p.relative_to(self.host.unit_dir)): p.read_bytes()
+            for p in self.host.unit_dir.rglob("*")
+            if p.is_file()
+        }
+
+    def show(self, *props: str) -> dict[str, str]:
+        out = self.host.ssh(["systemctl", "show", "-p", ",".join(props), self.unit]).stdout
+        return dict(line.split("=", 1) for line in out.decode().splitlines() if "=" in line)
+
+    def get(self, path: str, timeout: float = 10.0) -> Any:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as reply:
+            body = reply.read()
+        return body.decode() if path in self.TEXT_PATHS else json.loads(body)
+
+    def hosts_yaml(self) -> str:
+        """The sweep file's ``hosts`` section: this host, over SSH as root."""
+        host = self.host
+        return (
+            f"hosts:\n  - name: {host.name}\n    address: {host.address}\n"
+            f"    port: {host.port}\n    user: root\n    identity_file: {host.identity_file}\n"
+            f"    known_hosts: {host.known_hosts}\n    base_url: {self.base_url}\n"
+        )
+
+
 @dataclass
-class LlamaHost:
+class LlamaHost(UnitOnHost):
     host: RealHost
     engine: RealEngine
     unit: str = UNIT
@@ -50,22 +89,6 @@ class LlamaHost:
         )
         self.host.ssh(["systemctl", "daemon-reload"])
 
-    def unit_files(self) -> dict[str, bytes]:
-        return {
-            str(p.relative_to(self.host.unit_dir)): p.read_bytes()
-            for p in self.host.unit_dir.rglob("*")
-            if p.is_file()
-        }
-
-    def show(self, *props: str) -> dict[str, str]:
-        out = self.host.ssh(["systemctl", "show", "-p", ",".join(props), self.unit]).stdout
-        return dict(line.split("=", 1) for line in out.decode().splitlines() if "=" in line)
-
-    def get(self, path: str, timeout: float = 5.0) -> Any:
-        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as reply:
-            body = reply.read()
-        return json.loads(body) if path != "/metrics" else body.decode()
-
     def await_serving(self, timeout: float = 60.0) -> dict[str, Any]:
         """``/props`` once ``/health`` answers 200."""
         deadline = time.monotonic() + timeout
@@ -82,12 +105,8 @@ class LlamaHost:
     def sweep_yaml(self, name: str, body: str) -> str:
         """A sweep file of the tier: ``body`` (configs, benchmark, ...) after the host and the
         server with the tier's knobs."""
-        host = self.host
         return (
-            f"name: {name}\nengine: llamacpp\n"
-            f"hosts:\n  - name: {host.name}\n    address: {host.address}\n"
-            f"    port: {host.port}\n    user: root\n    identity_file: {host.identity_file}\n"
-            f"    known_hosts: {host.known_hosts}\n    base_url: {self.base_url}\n"
+            f"name: {name}\nengine: llamacpp\n{self.hosts_yaml()}"
             f"server:\n  unit: {self.unit}\n  model: {MODEL}\n  knobs:\n"
             "    spec: {flag: --spec-type}\n"
             "    draft: {flag: --spec-draft-model}\n"

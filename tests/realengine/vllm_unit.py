@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.realengine.unit import UnitOnHost
 from tests.realengine.vllm_compare import MODEL, server_argv, watch_health
 from tests.realengine.vllm_cpu import VllmCpu, unit_environment
 from tests.realhost.realhost import RealHost
@@ -33,12 +34,13 @@ others are kept from its startup line), and a flag no vLLM has."""
 
 
 @dataclass
-class VllmHost:
+class VllmHost(UnitOnHost):
     host: RealHost
     engine: VllmCpu
     unit: str = UNIT
     startup_health: list[str] = field(default_factory=list)
     """What ``/health`` answered during the module's first start (:meth:`watch_health`)."""
+    TEXT_PATHS = ("/metrics", "/health")
 
     @property
     def base_url(self) -> str:
@@ -66,22 +68,6 @@ class VllmHost:
             "LimitNOFILE=65536\nKillMode=control-group\nTimeoutStopSec=30\n"
         )
         self.host.ssh(["systemctl", "daemon-reload"])
-
-    def unit_files(self) -> dict[str, bytes]:
-        return {
-            str(p.relative_to(self.host.unit_dir)): p.read_bytes()
-            for p in self.host.unit_dir.rglob("*")
-            if p.is_file()
-        }
-
-    def show(self, *props: str) -> dict[str, str]:
-        out = self.host.ssh(["systemctl", "show", "-p", ",".join(props), self.unit]).stdout
-        return dict(line.split("=", 1) for line in out.decode().splitlines() if "=" in line)
-
-    def get(self, path: str, timeout: float = 10.0) -> Any:
-        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as reply:
-            body = reply.read()
-        return json.loads(body) if path not in ("/metrics", "/health") else body.decode()
 
     def await_serving(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
         """``/version`` once ``/health`` answers 200."""
@@ -120,12 +106,8 @@ class VllmHost:
     def sweep_yaml(self, name: str, body: str) -> str:
         """A sweep file of the tier: ``body`` (configs, benchmark, ...) after the host and the
         server with the tier's knobs."""
-        host = self.host
         return (
-            f"name: {name}\nengine: vllm\n"
-            f"hosts:\n  - name: {host.name}\n    address: {host.address}\n"
-            f"    port: {host.port}\n    user: root\n    identity_file: {host.identity_file}\n"
-            f"    known_hosts: {host.known_hosts}\n    base_url: {self.base_url}\n"
+            f"name: {name}\nengine: vllm\n{self.hosts_yaml()}"
             f"server:\n  unit: {self.unit}\n  model: {MODEL}\n  knobs:\n{KNOBS}"
             f"{body}"
         )
