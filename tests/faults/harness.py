@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -401,6 +402,18 @@ async def run(
             outcome = await run_sweep(sweep, text, store)
         events = await store.events(outcome.sweep_id)
     return SweepRun(outcome, events, time.monotonic() - started)
+
+
+async def orchestrator_cli(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """``orchestrator ARGS`` as an operator runs it (a real subprocess): status, stdout,
+    stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "orchestrator.cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 async def poll_until(

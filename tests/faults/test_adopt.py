@@ -6,10 +6,8 @@ Uses address 127.0.0.149 of the fault tests' range (see harness.py).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +22,13 @@ from tests.faults.harness import (
     UNIT_DIR,
     assert_restored,
     fault_host,
+    orchestrator_cli,
     run,
     sweep_yaml,
     unit_text,
 )
 
 ADDRESS = "127.0.0.149"
-
-
-async def orchestrator(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "orchestrator.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -> None:
@@ -61,7 +46,7 @@ async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -
         assert finished.outcome.all_succeeded, finished.results
         db = str(tmp_path / "orchestrator.db")
 
-        code, out, err = await orchestrator(
+        code, out, err = await orchestrator_cli(
             "adopt", "adopt-sim", "--type", host.name, "--db", db, "--allow-tie", "--json"
         )
         assert code == 0, err
@@ -81,7 +66,7 @@ async def test_adopt_installs_the_winner_and_restore_undoes_it(tmp_path: Path) -
         changed = set(host.unit_files()) ^ set(host.unit_files_before)
         assert changed == {f"{UNIT_NAME}.d/{ADOPTED_DROPIN_NAME}"}
 
-        code, out, err = await orchestrator("restore", "--all", "--db", db, "--json")
+        code, out, err = await orchestrator_cli("restore", "--all", "--db", db, "--json")
         assert code == 0, err
         assert [entry["ok"] for entry in json.loads(out)["restored"]] == [True]
         with sqlite3.connect(db) as conn:
@@ -99,7 +84,7 @@ async def test_adopt_refuses_a_sweep_without_one_answer_and_changes_nothing(
         finished = await run(tmp_path, sweep_yaml(host, "adopt-none", [HEALTHY]))
         assert finished.outcome.all_succeeded, finished.results
         db = str(tmp_path / "orchestrator.db")
-        code, _, err = await orchestrator("adopt", "adopt-none", "--type", "gpu", "--db", db)
+        code, _, err = await orchestrator_cli("adopt", "adopt-none", "--type", "gpu", "--db", db)
         assert code == 2
         assert "no answer for host type 'gpu'" in err
         await assert_restored(host)

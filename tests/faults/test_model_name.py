@@ -5,15 +5,14 @@ within seconds instead of measuring a point of failed requests."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 from tests.faults.harness import (
     HEALTHY,
     assert_restored,
     fault_host,
+    orchestrator_cli,
     run,
     sweep_yaml,
 )
@@ -26,19 +25,8 @@ WRONG_MODEL = "kimi-k2"  # the host serves kimi-k2.6
 
 async def _check_json(path: Path) -> tuple[int, dict[str, object], str]:
     """``orchestrator check FILE --json`` as an operator runs it (a real subprocess)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "orchestrator.cli",
-        "check",
-        str(path),
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, json.loads(out), err.decode()
+    code, out, err = await orchestrator_cli("check", str(path), "--json")
+    return code, json.loads(out), err
 
 
 async def test_wrong_model_and_misspelt_flag_found_by_check_and_at_readiness(
