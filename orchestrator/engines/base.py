@@ -262,20 +262,23 @@ class LinePrefix:
 
 @dataclass(frozen=True, slots=True)
 class DecodeEvent:
-    """A ``Decode batch`` interval line. ``accept_len`` is None when speculative decoding is off."""
+    """A ``Decode batch`` interval line. ``accept_len`` is None when speculative decoding is off.
+
+    A reading the engine's line does not carry is None (vLLM's and llama.cpp's lines say only
+    some of SGLang's), so each parser names just what its line says."""
 
     prefix: LinePrefix
     fields: Mapping[str, FieldValue]
-    running_req: int | None
-    queue_req: int | None
-    gen_throughput: float | None
-    accept_len: float | None
-    accept_rate: float | None
-    token_usage: float | None
-    num_tokens: int | None
-    graph: bool | None
-    graph_kind: str | None
-    forward_iter: int | None
+    running_req: int | None = None
+    queue_req: int | None = None
+    gen_throughput: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    token_usage: float | None = None
+    num_tokens: int | None = None
+    graph: bool | None = None
+    graph_kind: str | None = None
+    forward_iter: int | None = None
     kind: Literal["decode"] = "decode"
 
 

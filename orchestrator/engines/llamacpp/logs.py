@@ -108,16 +108,8 @@ def _acceptance(message: str) -> DecodeEvent | None:
     return DecodeEvent(
         prefix=NO_PREFIX,
         fields=fields,
-        running_req=None,
-        queue_req=None,
-        gen_throughput=None,
         accept_len=float(found["mean"]),
         accept_rate=accepted / drafted if drafted else None,
-        token_usage=None,
-        num_tokens=None,
-        graph=None,
-        graph_kind=None,
-        forward_iter=None,
     )
 
 

@@ -176,16 +176,8 @@ def _spec_decoding(prefix: LinePrefix, rest: str) -> DecodeEvent | None:
     return DecodeEvent(
         prefix=prefix,
         fields=fields,
-        running_req=None,
-        queue_req=None,
-        gen_throughput=None,
         accept_len=accept_len,
         accept_rate=None if rate is None else rate / 100.0,
-        token_usage=None,
-        num_tokens=None,
-        graph=None,
-        graph_kind=None,
-        forward_iter=None,
     )
 
 
@@ -198,13 +190,7 @@ def _throughput(prefix: LinePrefix, rest: str) -> DecodeEvent:
         running_req=_count(fields, "Running"),
         queue_req=_count(fields, "Waiting"),
         gen_throughput=_finite(fields, "Avg generation throughput"),
-        accept_len=None,
-        accept_rate=None,
         token_usage=usage / 100.0 if isinstance(usage, int | float) else None,
-        num_tokens=None,
-        graph=None,
-        graph_kind=None,
-        forward_iter=None,
     )
 
 
