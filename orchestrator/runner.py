@@ -70,6 +70,7 @@ from orchestrator.store import (
     HostEntry,
     HostRecord,
     Store,
+    SubmitResult,
     SweepRecord,
     SweepResults,
     SweepState,
@@ -115,6 +116,21 @@ class _SweepRun(SweepContext):
     its leftovers are cleared before anything else."""
 
 
+async def submit_sweep(
+    store: Store, sweep: Sweep, yaml_text: str, *, source_path: str | None, replace: bool
+) -> SubmitResult:
+    """Queue ``sweep`` (its text and workload files) in ``store``: a foreground run, the
+    daemon's intake and a run's claim on a shared store queue it alike."""
+    return await store.submit_sweep(
+        sweep.name,
+        yaml_text,
+        priority=sweep.priority,
+        source_path=source_path,
+        replace=replace,
+        workloads=sweep.benchmark.workload_files(),
+    )
+
+
 async def run_sweep(
     sweep: Sweep,
     yaml_text: str,
@@ -135,13 +151,8 @@ async def run_sweep(
     ``store``'s file when None).
     """
     controller = controller or Controller("run", str(store.path))
-    submitted = await store.submit_sweep(
-        sweep.name,
-        yaml_text,
-        priority=sweep.priority,
-        source_path=source_path,
-        replace=replace,
-        workloads=sweep.benchmark.workload_files(),
+    submitted = await submit_sweep(
+        store, sweep, yaml_text, source_path=source_path, replace=replace
     )
     record = submitted.sweep
     if record.state in ("done", "failed", "cancelled"):

@@ -31,7 +31,7 @@ from orchestrator.hostloop import StopSignal
 from orchestrator.log import get_logger
 from orchestrator.notify import post_webhook, sweep_summary
 from orchestrator.progress.reports import SweepProgress
-from orchestrator.runner import run_sweep
+from orchestrator.runner import run_sweep, submit_sweep
 from orchestrator.search.source import trial_source_for as search_source_for
 from orchestrator.store import Store, SweepRecord, SweepResults
 from orchestrator.sweepfile import Sweep, SweepFileError
@@ -104,13 +104,8 @@ class Scheduler:
     ) -> Submitted:
         """Queue ``sweep``; a replaced sweep that is running stops and restores its hosts."""
         previous = await self.store.find_sweep(sweep.name)
-        submitted = await self.store.submit_sweep(
-            sweep.name,
-            text,
-            priority=sweep.priority,
-            source_path=source_path,
-            replace=replace,
-            workloads=sweep.benchmark.workload_files(),
+        submitted = await submit_sweep(
+            self.store, sweep, text, source_path=source_path, replace=replace
         )
         record = submitted.sweep
         replaced = None

@@ -13,7 +13,7 @@ from orchestrator.answers import answered
 from orchestrator.hostloop import INTERRUPT, StopSignal
 from orchestrator.progress.live import LiveProgress
 from orchestrator.progress.tracker import SweepShape
-from orchestrator.runner import SweepOutcome, run_sweep
+from orchestrator.runner import SweepOutcome, run_sweep, submit_sweep
 from orchestrator.search.source import trial_source_for
 from orchestrator.store import Store, StoreError, SweepNameConflict
 from orchestrator.sweepfile import Sweep
@@ -114,16 +114,7 @@ async def claimed(
     if not store.shared:
         yield
         return
-    record = (
-        await store.submit_sweep(
-            sweep.name,
-            text,
-            priority=sweep.priority,
-            source_path=source,
-            replace=replace,
-            workloads=sweep.benchmark.workload_files(),
-        )
-    ).sweep
+    record = (await submit_sweep(store, sweep, text, source_path=source, replace=replace)).sweep
     team = Team(store, daemon_identity(kind="run"))
     if not await team.claim(record.id, wait=True, interrupted=True):
         holder = (await team.elsewhere()).get(record.id)
