@@ -21,6 +21,7 @@ from orchestrator.answers.model import named, standing_words
 from orchestrator.api import Adoption, AdoptOutcome
 from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import host_keys
+from orchestrator.daemon.restore import take_for_command
 from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.host import systemd
 from orchestrator.host.connect import open_host
@@ -28,7 +29,7 @@ from orchestrator.host.dropin import ExtraFlagConflict, adopted_dropin_path, dro
 from orchestrator.host.errors import HostError
 from orchestrator.host.fence import held
 from orchestrator.host.handle import HostHandle
-from orchestrator.host.lease import Controller, HostBusy, take_at_once
+from orchestrator.host.lease import Controller, HostBusy
 from orchestrator.lifecycle import (
     HostSession,
     TrialDropin,
@@ -114,12 +115,7 @@ async def adopt_host(
     handle = open_host(host, connect_timeout=sweep.timeouts.connect)
     try:
         try:
-            taken = await take_at_once(
-                handle,
-                controller.holder(sweep.name, record.id),
-                expiry_s=sweep.policy.lease_expiry,
-                timeout=sweep.timeouts.connect,
-            )
+            taken = await take_for_command(handle, controller, sweep, record)
             lease = taken.lease
         except HostBusy as busy:
             return AdoptOutcome(host.name, ok=False, error=str(busy))

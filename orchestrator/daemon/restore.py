@@ -19,9 +19,11 @@ from orchestrator.daemon.claims import HostClaims
 from orchestrator.daemon.order import ParsedSweeps
 from orchestrator.host.connect import open_host
 from orchestrator.host.fence import held
+from orchestrator.host.handle import HostHandle
 from orchestrator.host.lease import (
     Controller,
     HostBusy,
+    Taken,
     take_at_once,
     take_over_fields,
 )
@@ -30,7 +32,7 @@ from orchestrator.lifecycle import restore_retrying
 from orchestrator.log import get_logger
 from orchestrator.sessions import backup_to_snapshot, host_session
 from orchestrator.store import Store, SweepRecord, UnitBackup
-from orchestrator.sweepfile import parse_sweep
+from orchestrator.sweepfile import Sweep, parse_sweep
 
 RestoreWhy = Literal["operator", "recovery", "runner-failed"]
 """Who asked: ``restore`` by hand, the daemon's start (a sweep that will not resume), or the
@@ -45,6 +47,20 @@ class UnknownHost(ValueError):
     def __init__(self, host: str) -> None:
         super().__init__(f"unknown host {host!r}: no sweep in this store names it")
         self.host = host
+
+
+async def take_for_command(
+    handle: HostHandle, controller: Controller, sweep: Sweep, record: SweepRecord
+) -> Taken:
+    """The host's lease for a person's command on ``record``'s sweep (a restore, an adopt):
+    taken now or refused (:func:`take_at_once`), with the sweep's lease expiry and connect
+    timeout."""
+    return await take_at_once(
+        handle,
+        controller.holder(sweep.name, record.id),
+        expiry_s=sweep.policy.lease_expiry,
+        timeout=sweep.timeouts.connect,
+    )
 
 
 async def restore_from_backup(
@@ -75,12 +91,7 @@ async def restore_from_backup(
         await store.add_event(record.id, kind, host=host.name, fields=fields)
 
     try:
-        taken = await take_at_once(
-            handle,
-            controller.holder(sweep.name, record.id),
-            expiry_s=sweep.policy.lease_expiry,
-            timeout=sweep.timeouts.connect,
-        )
+        taken = await take_for_command(handle, controller, sweep, record)
         if taken.took_over is not None:
             await events("lease.taken_over", **take_over_fields(taken))
         lease = taken.lease
