@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -647,20 +647,7 @@ def split_unit_words(value: str, *, exec_line: bool = False) -> list[str]:
 def _resolve_specifiers(word: str, line: str) -> str:
     """``%%`` -> ``%``; any other specifier depends on the unit and is refused; a lone
     trailing ``%`` stays literal (systemd's ``specifier_printf``)."""
-    out: list[str] = []
-    index = 0
-    while index < len(word):
-        char = word[index]
-        if char == "%" and index + 1 < len(word):
-            following = word[index + 1]
-            if following != "%":
-                raise ExecLineError(line, f"unit specifier %{following}")
-            out.append("%")
-            index += 2
-            continue
-        out.append(char)
-        index += 1
-    return "".join(out)
+    return _resolve_doubled(word, line, "%", lambda following: f"unit specifier %{following}")
 
 
 def _resolve_dollars(word: str, line: str) -> str:
@@ -668,18 +655,32 @@ def _resolve_dollars(word: str, line: str) -> str:
     ``$VAR`` are environment expansions and are refused; any other ``$`` is literal."""
     if word.startswith("$") and word[1:2] not in ("{", "$"):
         raise ExecLineError(line, f"environment expansion {word!r}")
+    return _resolve_doubled(
+        word,
+        line,
+        "$",
+        lambda following: "environment expansion ${...}" if following == "{" else None,
+    )
+
+
+def _resolve_doubled(
+    word: str, line: str, marker: str, refused: Callable[[str], str | None]
+) -> str:
+    """``word`` with each doubled ``marker`` made one, the two passes' shared walk: a marker
+    before another character is refused when ``refused`` names why, else kept literal."""
     out: list[str] = []
     index = 0
     while index < len(word):
         char = word[index]
-        if char == "$" and index + 1 < len(word):
+        if char == marker and index + 1 < len(word):
             following = word[index + 1]
-            if following == "$":
-                out.append("$")
+            if following == marker:
+                out.append(marker)
                 index += 2
                 continue
-            if following == "{":
-                raise ExecLineError(line, "environment expansion ${...}")
+            reason = refused(following)
+            if reason is not None:
+                raise ExecLineError(line, reason)
         out.append(char)
         index += 1
     return "".join(out)
