@@ -29,7 +29,32 @@ JOB_RESULTS: tuple[JobResult, ...] = (
 )
 
 
-class JobFailed(SystemdError):
+class JobError(SystemdError):
+    """A start/stop/restart job that did not end ``done``: failed, or past its bound."""
+
+    def __init__(
+        self,
+        unit: str,
+        operation: JobOperation,
+        what: str,
+        *,
+        job: str | None,
+        start_cause: FailureCause,
+        command: CompletedCommand | None = None,
+    ) -> None:
+        super().__init__(unit, f"{operation} {what}", command)
+        self.operation: JobOperation = operation
+        self.job = job
+        # A stop that did not end ``done`` leaves the old process's fate unknown, failed or
+        # past its bound alike; a start's failure says what became of the new process.
+        self.cause: FailureCause = "stop-timeout" if operation == "stop" else start_cause
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return {**super().evidence, "operation": self.operation}
+
+
+class JobFailed(JobError):
     """A start/stop/restart job ended without ``done``.
 
     ``result`` is systemd's job result where it is known (D-Bus ``JobRemoved``); ``systemctl``
@@ -46,34 +71,28 @@ class JobFailed(SystemdError):
         command: CompletedCommand | None = None,
     ) -> None:
         what = f"job result {result}" if result is not None else "systemctl failed"
-        super().__init__(unit, f"{operation} {what}", command)
-        self.operation: JobOperation = operation
+        # A start that failed is the new process dying at startup.
+        super().__init__(unit, operation, what, job=job, start_cause="exited", command=command)
         self.job_result = result
-        self.job = job
-        # A stop that did not end ``done`` leaves the old process's fate unknown, as one past
-        # its bound does; a start that failed is the new process dying at startup.
-        self.cause: FailureCause = "stop-timeout" if operation == "stop" else "exited"
 
     @property
     def evidence(self) -> dict[str, Any]:
-        return {**super().evidence, "operation": self.operation, "job_result": self.job_result}
+        return {**super().evidence, "job_result": self.job_result}
 
 
-class JobTimeout(SystemdError):
+class JobTimeout(JobError):
     """A job did not finish within ``timeout_s``; it may still be queued or running."""
 
     def __init__(
         self, unit: str, operation: JobOperation, timeout_s: float, *, job: str | None = None
     ) -> None:
-        super().__init__(unit, f"{operation} did not finish within {timeout_s:g}s")
-        self.operation: JobOperation = operation
+        what = f"did not finish within {timeout_s:g}s"
+        super().__init__(unit, operation, what, job=job, start_cause="ready-timeout")
         self.timeout_s = timeout_s
-        self.job = job
-        self.cause: FailureCause = "stop-timeout" if operation == "stop" else "ready-timeout"
 
     @property
     def evidence(self) -> dict[str, Any]:
-        return {**super().evidence, "operation": self.operation, "timeout_s": self.timeout_s}
+        return {**super().evidence, "timeout_s": self.timeout_s}
 
 
 @runtime_checkable
