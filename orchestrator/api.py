@@ -38,7 +38,7 @@ import hmac
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
@@ -172,13 +172,7 @@ class AdoptOutcome:
     error: str | None = None
 
     def to_json(self) -> JsonObject:
-        return {
-            "host": self.host,
-            "ok": self.ok,
-            "dropin": self.dropin,
-            "invocation_id": self.invocation_id,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +217,7 @@ class HostStatus:
     ``config``: the current trial's config by its knob values."""
 
     def to_json(self) -> JsonObject:
-        return {"name": self.name, "set_aside": self.set_aside, "current": self.current}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, cast, get_args
 
 from orchestrator.points import AcceptEstimate as AcceptEstimate
@@ -203,7 +203,7 @@ class HostOutcome:
     set_aside: str | None = None
 
     def to_json(self) -> JsonObject:
-        return {"name": self.name, "type": self.type, "set_aside": self.set_aside}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostOutcome:
@@ -224,12 +224,7 @@ class ExplorationStop:
     space: int | None = None
 
     def to_json(self) -> JsonObject:
-        return {
-            "host_type": self.host_type,
-            "reason": self.reason,
-            "explored": self.explored,
-            "space": self.space,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ExplorationStop:
