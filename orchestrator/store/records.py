@@ -311,17 +311,6 @@ class SweepClaim:
         """Held now: neither released nor expired."""
         return self.released_at is None and now < self.expires_at
 
-    def to_json(self) -> JsonObject:
-        return {
-            "daemon": self.daemon,
-            "daemon_id": self.daemon_id,
-            "generation": self.generation,
-            "claimed_at": self.claimed_at,
-            "renewed_at": self.renewed_at,
-            "expires_at": self.expires_at,
-            "took_over_from": self.took_over_from,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class ClaimOutcome:
