@@ -13,7 +13,7 @@ functions run only on the store's worker thread (see :mod:`orchestrator.store.db
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
 from orchestrator.store.connection import Connection
@@ -78,14 +78,20 @@ from orchestrator.types import content_hash
 
 
 @contextmanager
-def write_transaction(conn: Connection) -> Iterator[None]:
-    conn.begin_write()
+def _transaction(conn: Connection, begin: Callable[[], None]) -> Iterator[None]:
+    """The transaction ``begin`` opens: committed when the block ends, rolled back when it
+    raises (a read's as a write's, so neither is ever left open)."""
+    begin()
     try:
         yield
     except BaseException:
         conn.rollback()
         raise
     conn.commit()
+
+
+def write_transaction(conn: Connection) -> AbstractContextManager[None]:
+    return _transaction(conn, conn.begin_write)
 
 
 @contextmanager
@@ -94,13 +100,8 @@ def read_transaction(conn: Connection) -> Iterator[None]:
     if conn.in_transaction:
         yield
         return
-    conn.begin_read()
-    try:
+    with _transaction(conn, conn.begin_read):
         yield
-    except BaseException:
-        conn.rollback()
-        raise
-    conn.commit()
 
 
 def _select(
