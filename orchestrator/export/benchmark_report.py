@@ -194,6 +194,12 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def _served_model(outcome: TrialOutcome, launch: EngineLaunch) -> str:
+    """The model the server loaded, else the one the trial's plan names (the run's label and
+    the stack's model say the same)."""
+    return launch.model or (outcome.plan.model if outcome.plan else None) or UNKNOWN
+
+
 # --- run ------------------------------------------------------------------------------------
 
 
@@ -208,7 +214,7 @@ def _run(
 ) -> JsonObject:
     sweep = _sweep_identity(results)
     point_identity = f"{sweep}/{outcome.host}/{outcome.key}/{outcome.attempt}/{point.key}"
-    model = launch.model or (outcome.plan.model if outcome.plan else None) or UNKNOWN
+    model = _served_model(outcome, launch)
     run: JsonObject = {
         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, point_identity)),
         "eid": str(uuid.uuid5(uuid.NAMESPACE_URL, sweep)),
@@ -246,7 +252,7 @@ def engine_component(outcome: TrialOutcome, launch: EngineLaunch) -> JsonObject:
     config: JsonObject = {"exec_start": list(launch.exec_start)}
     if launch.launch_files:
         config["launch_files"] = {path: content for path, content in launch.launch_files}
-    model = launch.model or (outcome.plan.model if outcome.plan else None) or UNKNOWN
+    model = _served_model(outcome, launch)
     return {
         "metadata": {
             "schema_version": COMPONENT_SCHEMA_VERSION,
