@@ -66,7 +66,7 @@ from orchestrator.store import (
 from orchestrator.store.results import config_label
 from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
-from orchestrator.sweepview import SweepView
+from orchestrator.sweepview import SweepView, sweep_brief
 from orchestrator.types import valid_ref
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -110,12 +110,9 @@ class Submitted:
     replaced: int | None = None
 
     def to_json(self) -> JsonObject:
-        r = self.record
         return {
-            "id": r.id,
-            "name": r.name,
-            "state": r.state,
-            "priority": r.priority,
+            **sweep_brief(self.record),
+            "priority": self.record.priority,
             "created": self.created,
             "replaced": self.replaced,
         }
@@ -130,8 +127,7 @@ class CancelOutcome:
     cancelling: bool
 
     def to_json(self) -> JsonObject:
-        r = self.record
-        return {"id": r.id, "name": r.name, "state": r.state, "cancelling": self.cancelling}
+        return {**sweep_brief(self.record), "cancelling": self.cancelling}
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,9 +456,7 @@ class _Handlers:
 
     async def resume(self, request: web.Request) -> web.Response:
         record = await self.ops.resume(_ref(request))
-        return web.json_response(
-            {"id": record.id, "name": record.name, "state": record.state}, status=202
-        )
+        return web.json_response(sweep_brief(record), status=202)
 
     async def results(self, request: web.Request) -> web.Response:
         return web.json_response((await self.ops.results(_ref(request))).to_json())

@@ -10,6 +10,12 @@ from orchestrator.progress.snapshot import ProgressSnapshot
 from orchestrator.store import JsonObject, SweepRecord
 
 
+def sweep_brief(record: SweepRecord) -> JsonObject:
+    """A sweep by its id, name and state: how an answer about one sweep (submitted, cancelled,
+    resumed) names it."""
+    return {"id": record.id, "name": record.name, "state": record.state}
+
+
 @dataclass(frozen=True, slots=True)
 class SweepView:
     """One sweep as the API lists it: its record and whether the daemon is running it."""
