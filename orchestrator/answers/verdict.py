@@ -18,8 +18,7 @@ data cannot tell from the best; ``no-valid-config`` when nothing valid was measu
 from __future__ import annotations
 
 import dataclasses
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.answers.estimate import Spread, improvement
@@ -29,14 +28,6 @@ from orchestrator.bench.coding import Outcome
 from orchestrator.bench.lossless import compare_outputs
 from orchestrator.sweepfile.schema import Bound
 from orchestrator.types import MatrixCell
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge,
-    "<=": operator.le,
-    ">": operator.gt,
-    "<": operator.lt,
-    "==": operator.eq,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +76,7 @@ def _bound_problem(
         limit, shown = baseline_value, f"baseline ({baseline_value:.4g})"
     else:
         limit, shown = float(bound.value), f"{bound.value:g}"
-    if _OPS[bound.op](value, limit):
+    if bound.holds(value, limit):
         return None
     return f"{name} {value:.4g} breaks {bound.op} {shown}{_where(cell)}"
 

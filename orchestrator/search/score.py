@@ -21,8 +21,7 @@ Without an objective every cell of the matrix counts, output tokens per second.
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.answers.answer import default_metric
@@ -32,15 +31,6 @@ from orchestrator.points import CodingPoint, Point, ThroughputPoint
 from orchestrator.sweepfile import Sweep
 from orchestrator.sweepfile.schema import Bound
 from orchestrator.types import MatrixCell, metric_is_minimized
-
-_OPS: Mapping[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge,
-    "<=": operator.le,
-    ">": operator.gt,
-    "<": operator.lt,
-    "==": operator.eq,
-}
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +128,7 @@ def _holds(bound: Bound, value: float | None, baseline: float | None) -> bool:
     if value is None or limit is None:
         return True
     assert isinstance(limit, float | int)
-    return _OPS[bound.op](value, float(limit))
+    return bound.holds(value, float(limit))
 
 
 def _lossless(points: Sequence[Point], baseline: Sequence[Point] | None) -> bool:

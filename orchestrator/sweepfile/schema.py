@@ -7,7 +7,8 @@ models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -661,11 +662,25 @@ class ObjectiveSpec(_Model):
         return self.workload is not None
 
 
+_BOUND_OPS: Mapping[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+
+
 class Bound(_Model):
     """A constraint's bound: ``op`` against a number or against the baseline's value."""
 
     op: Literal[">=", "<=", ">", "<", "=="]
     value: float | Literal["baseline"]
+
+    def holds(self, value: float, limit: float) -> bool:
+        """Whether ``value`` is ``op`` ``limit``: the caller decides the limit (the number, or
+        the baseline's value), so the answers and the search judge a bound alike."""
+        return _BOUND_OPS[self.op](value, limit)
 
 
 def _constraint_value(value: object) -> Bound | bool:
