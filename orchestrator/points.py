@@ -261,17 +261,24 @@ class ThroughputMetrics(ThroughputScalars):
         a live display shows of the last point; :meth:`to_json` adds how the load was shaped."""
         return {**self._values(), **self._spread()}
 
+    def open_loop_load(self) -> JsonObject:
+        """How an open-loop point's load was shaped, by the stored names (empty for a
+        closed-loop point): what the stored metrics and an exported load config both write."""
+        if self.arrivals is None:
+            return {}
+        return {
+            "arrivals": self.arrivals,
+            "seed": self.seed,
+            "duration_s": self.duration_s,
+            "max_concurrency": self.max_concurrency,
+        }
+
     def to_json(self) -> JsonObject:
         out = self._values()
         out["calibration"] = self.calibration
-        if self.arrivals is not None:
-            out.update(
-                arrivals=self.arrivals,
-                seed=self.seed,
-                duration_s=self.duration_s,
-                max_concurrency=self.max_concurrency,
-                arrival_schedule=list(self.arrival_schedule),
-            )
+        load = self.open_loop_load()
+        if load:
+            out.update(load, arrival_schedule=list(self.arrival_schedule))
         if self.slo is not None:
             out["slo"] = dict(self.slo)
         out.update(self._spread())

@@ -343,14 +343,8 @@ def load_config(point: ThroughputPoint) -> JsonObject:
         "concurrency": point.concurrency,
         "rate": point.rate,
         "workload": point.workload,
+        **metrics.open_loop_load(),
     }
-    if metrics.arrivals is not None:
-        config.update(
-            arrivals=metrics.arrivals,
-            seed=metrics.seed,
-            duration_s=metrics.duration_s,
-            max_concurrency=metrics.max_concurrency,
-        )
     if metrics.slo is not None:
         config["slo"] = dict(metrics.slo)
     return config
