@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -51,6 +52,13 @@ def _planted(correct: str, *edits: tuple[str, str]) -> str:
     return wrong
 
 
+def _planted_solution(
+    correct: str, *, bugs: tuple[tuple[str, str], ...], draft: str, flaw: str
+) -> Solution:
+    """A problem whose wrong variant is its correct code with ``bugs`` planted."""
+    return Solution(correct, _planted(correct, *bugs), draft, flaw)
+
+
 def _palindrome(prompt: str) -> Solution:
     literal = "def is_palindrome(s: str) -> bool:\n    return s == s[::-1]\n"
     if re.search(r"ignor|case|punctuation|alphanumeric", prompt, re.I):
@@ -68,38 +76,35 @@ def _palindrome(prompt: str) -> Solution:
     return Solution(correct, wrong, draft, "s[-i] compares the wrong characters when i is 0")
 
 
-def _fib(_prompt: str) -> Solution:
-    correct = (
-        "def fib(n: int) -> int:\n"
-        "    a, b = 0, 1\n"
-        "    for _ in range(n):\n"
-        "        a, b = b, a + b\n"
-        "    return a\n"
-    )
-    wrong = _planted(correct, ("a, b = 0, 1", "a, b = 1, 1"))
-    draft = "def fib(n):\n    return fib(n - 1) + fib(n - 2)\n"
-    return Solution(correct, wrong, draft, "the recursion has no base case and is exponential")
+_FIB = _planted_solution(
+    "def fib(n: int) -> int:\n"
+    "    a, b = 0, 1\n"
+    "    for _ in range(n):\n"
+    "        a, b = b, a + b\n"
+    "    return a\n",
+    bugs=(("a, b = 0, 1", "a, b = 1, 1"),),
+    draft="def fib(n):\n    return fib(n - 1) + fib(n - 2)\n",
+    flaw="the recursion has no base case and is exponential",
+)
 
-
-def _merge_sorted(_prompt: str) -> Solution:
-    correct = (
-        "def merge_sorted(a: list, b: list) -> list:\n"
-        "    result = []\n"
-        "    i = j = 0\n"
-        "    while i < len(a) and j < len(b):\n"
-        "        if a[i] <= b[j]:\n"
-        "            result.append(a[i])\n"
-        "            i += 1\n"
-        "        else:\n"
-        "            result.append(b[j])\n"
-        "            j += 1\n"
-        "    result.extend(a[i:])\n"
-        "    result.extend(b[j:])\n"
-        "    return result\n"
-    )
-    wrong = _planted(correct, ("    result.extend(a[i:])\n    result.extend(b[j:])\n", ""))
-    draft = "def merge_sorted(a, b):\n    result = []\n    while a and b:\n        result.append(\n"
-    return Solution(correct, wrong, draft, "popping from the front of a list is quadratic")
+_MERGE_SORTED = _planted_solution(
+    "def merge_sorted(a: list, b: list) -> list:\n"
+    "    result = []\n"
+    "    i = j = 0\n"
+    "    while i < len(a) and j < len(b):\n"
+    "        if a[i] <= b[j]:\n"
+    "            result.append(a[i])\n"
+    "            i += 1\n"
+    "        else:\n"
+    "            result.append(b[j])\n"
+    "            j += 1\n"
+    "    result.extend(a[i:])\n"
+    "    result.extend(b[j:])\n"
+    "    return result\n",
+    bugs=(("    result.extend(a[i:])\n    result.extend(b[j:])\n", ""),),
+    draft="def merge_sorted(a, b):\n    result = []\n    while a and b:\n        result.append(\n",
+    flaw="popping from the front of a list is quadratic",
+)
 
 
 def _word_count(prompt: str) -> Solution:
@@ -128,17 +133,16 @@ def _word_count(prompt: str) -> Solution:
     return Solution(correct, wrong, draft, "the for statement is missing its colon")
 
 
-def _gcd(_prompt: str) -> Solution:
-    correct = (
-        "def gcd(a: int, b: int) -> int:\n"
-        "    a, b = abs(a), abs(b)\n"
-        "    while b:\n"
-        "        a, b = b, a % b\n"
-        "    return a\n"
-    )
-    wrong = _planted(correct, ("    a, b = abs(a), abs(b)\n", ""), ("return a", "return b"))
-    draft = "def gcd(a, b):\n    for d in range(min(a, b), 0, -1):\n"
-    return Solution(correct, wrong, draft, "counting down is too slow for large inputs")
+_GCD = _planted_solution(
+    "def gcd(a: int, b: int) -> int:\n"
+    "    a, b = abs(a), abs(b)\n"
+    "    while b:\n"
+    "        a, b = b, a % b\n"
+    "    return a\n",
+    bugs=(("    a, b = abs(a), abs(b)\n", ""), ("return a", "return b")),
+    draft="def gcd(a, b):\n    for d in range(min(a, b), 0, -1):\n",
+    flaw="counting down is too slow for large inputs",
+)
 
 
 def _generic(name: str) -> Solution:
@@ -154,13 +158,23 @@ def _generic(name: str) -> Solution:
     return Solution(correct, wrong, draft, "it returns nothing useful yet")
 
 
-_BUILTIN = {
+_FIXED: dict[str, Solution] = {"fib": _FIB, "merge_sorted": _MERGE_SORTED, "gcd": _GCD}
+"""Problems whose prompt does not change the answer."""
+_BY_PROMPT: dict[str, Callable[[str], Solution]] = {
     "is_palindrome": _palindrome,
-    "fib": _fib,
-    "merge_sorted": _merge_sorted,
     "word_count": _word_count,
-    "gcd": _gcd,
 }
+"""Problems whose prompt chooses which function is right (normalised, a dict of counts)."""
+
+
+def _solution(name: str, prompt: str) -> Solution:
+    """The built-in problem ``name`` as ``prompt`` asks it, else a generic function."""
+    fixed = _FIXED.get(name)
+    if fixed is not None:
+        return fixed
+    factory = _BY_PROMPT.get(name)
+    return factory(prompt) if factory is not None else _generic(name)
+
 
 _FILLER_TEXT = (
     "the model the server a request batch of tokens is decoded and each step verifies draft "
@@ -217,8 +231,7 @@ def coding_answer_is_wrong(prompt: str, seed: int, wrong_rate: float, nonce: int
 def coding_text(prompt: str, name: str, seed: int, wrong_rate: float, nonce: int = 0) -> str:
     """The whole output for a coding prompt: <think> drafts </think> answer."""
     rng = random.Random(prompt_seed(prompt, seed, nonce))
-    factory = _BUILTIN.get(name)
-    solution = factory(prompt) if factory is not None else _generic(name)
+    solution = _solution(name, prompt)
     final = solution.wrong if coding_answer_is_wrong(prompt, seed, wrong_rate, nonce) else (
         solution.correct
     )
