@@ -76,6 +76,14 @@ def _error(message: str, status: int) -> HttpResponse:
                   "param": None, "code": status}, status)
 
 
+def _json_body(request: HttpRequest) -> Any:
+    """The request's JSON body, or the 400 answer the server gives a body that is not JSON."""
+    try:
+        return request.json()
+    except json.JSONDecodeError:
+        return _error("invalid JSON body", 400)
+
+
 class SimServerApp:
     """Route handlers over one :class:`ServerState`."""
 
@@ -270,10 +278,9 @@ class SimServerApp:
         )
 
     async def generate(self, request: HttpRequest) -> HttpResponse | EventStream:
-        try:
-            body = request.json()
-        except json.JSONDecodeError:
-            return _error("invalid JSON body", 400)
+        body = _json_body(request)
+        if isinstance(body, HttpResponse):
+            return body
         text = body.get("text")
         if not isinstance(text, str):
             return _error("the simulated server takes 'text' as a single string", 400)
@@ -359,10 +366,9 @@ class SimServerApp:
         return resp
 
     async def chat(self, request: HttpRequest) -> HttpResponse | EventStream:
-        try:
-            body = request.json()
-        except json.JSONDecodeError:
-            return _error("invalid JSON body", 400)
+        body = _json_body(request)
+        if isinstance(body, HttpResponse):
+            return body
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error("messages must be a non-empty list", 400)
