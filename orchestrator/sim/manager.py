@@ -111,16 +111,20 @@ class ServiceRuntime:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class UnitNotFound(Exception):
+class UnitError(Exception):
+    """A unit that a job or a reset cannot act on, as systemctl reports it by ``name``."""
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
 
 
-class BadUnitSetting(Exception):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
+class UnitNotFound(UnitError):
+    """No unit file by that name (and nothing of it still running)."""
+
+
+class BadUnitSetting(UnitError):
+    """The unit file loaded with a setting systemd refuses to start."""
 
 
 class JobFailed(Exception):
