@@ -11,13 +11,13 @@ answers are drawn once per daemon (:class:`EndedAnswers`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from orchestrator.answers import AnsweredResults
 from orchestrator.progress.snapshot import ProgressSnapshot, clock_time
 from orchestrator.report.words import answer_words, readable
 from orchestrator.store import JsonObject, SweepRecord
-from orchestrator.sweepview import SweepView
+from orchestrator.sweepview import SweepView, sweep_brief
 
 ENDED_SHOWN = 10
 """The ended sweeps the page lists, latest first (``status`` lists them all)."""
@@ -35,7 +35,7 @@ class AnswerLine:
     headline: str
 
     def to_json(self) -> JsonObject:
-        return {"host_type": self.host_type, "verdict": self.verdict, "headline": self.headline}
+        return asdict(self)
 
 
 def answer_lines(answered: AnsweredResults) -> tuple[AnswerLine, ...]:
@@ -58,9 +58,7 @@ class EndedSweep:
         r = self.record
         summary = r.summary or {}
         return {
-            "id": r.id,
-            "name": r.name,
-            "state": r.state,
+            **sweep_brief(r),
             "started_at": r.started_at,
             "finished_at": r.finished_at,
             "error": summary.get("error"),
