@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Final, Literal, get_args, get_type_hints
 
@@ -227,7 +227,7 @@ class OfferedLoad:
         return f"{self.offered:.3g} offered{sent}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"offered": self.offered, "sent": self.sent}
+        return asdict(self)
 
 
 def _measured(nominal: str, measured: OfferedLoad | None) -> str:

@@ -8,7 +8,7 @@ JSON is made only by their ``to_json``, at those edges.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from orchestrator.engines.schedule import NativeSchedule
@@ -117,7 +117,7 @@ class HostFlag:
     message: str
 
     def to_json(self) -> JsonObject:
-        return {"host": self.host, "host_type": self.host_type, "message": self.message}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,7 @@ class FailedConfig:
     cause: str | None
 
     def to_json(self) -> JsonObject:
-        return {"config": self.config, "label": self.label, "cause": self.cause}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +198,7 @@ class ConvergenceStep:
     label: str | None
 
     def to_json(self) -> JsonObject:
-        return {"restarts": self.restarts, "best": self.best, "label": self.label}
+        return asdict(self)
 
 
 EXPLORATION_MARGIN = 0.02
