@@ -18,7 +18,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Self
 
 from orchestrator.sim.perfmodel import SpecShape
 
@@ -36,8 +36,19 @@ class DraftPolicy(Protocol):
         ...
 
 
+class _Unmoved:
+    """A schedule that acceptance never moves: its description is its own running policy, and
+    what each step accepted changes nothing, so nothing is logged."""
+
+    def observe(self, batch: int, correct_drafts: Sequence[int]) -> str | None:
+        return None
+
+    def policy(self) -> Self:
+        return self
+
+
 @dataclass(frozen=True)
-class FixedDraft:
+class FixedDraft(_Unmoved):
     """The same shape at every batch size: a server without a schedule."""
 
     fixed: SpecShape
@@ -45,19 +56,13 @@ class FixedDraft:
     def shape(self, batch: int) -> SpecShape:
         return self.fixed
 
-    def observe(self, batch: int, correct_drafts: Sequence[int]) -> str | None:
-        return None
-
-    def policy(self) -> FixedDraft:
-        return self
-
     @property
     def shapes(self) -> tuple[SpecShape, ...]:
         return (self.fixed,)
 
 
 @dataclass(frozen=True)
-class BatchDraft:
+class BatchDraft(_Unmoved):
     """A shape per range of batch sizes: ``starts[i]`` (rising, the first 1) up to the next
     start runs ``steps[i]``. What a vLLM schedule's dense lookup and an adaptive config of
     pinned slots both come to."""
@@ -73,12 +78,6 @@ class BatchDraft:
 
     def shape(self, batch: int) -> SpecShape:
         return self.steps[max(0, bisect.bisect_right(self.starts, batch) - 1)]
-
-    def observe(self, batch: int, correct_drafts: Sequence[int]) -> str | None:
-        return None
-
-    def policy(self) -> BatchDraft:
-        return self
 
     @property
     def shapes(self) -> tuple[SpecShape, ...]:
