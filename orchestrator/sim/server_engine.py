@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.sim.content import ContentClass
@@ -51,21 +51,21 @@ class Chunk:
     verify_step: bool
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TruthRecord:
-    """Ground truth of one request, as /sim/requests reports it."""
+    """Ground truth of one request, as /sim/requests reports it: its fields, in their order."""
 
     id: str
     arrival_monotonic: float
-    prompt_tokens: int
     arrival_kernel_monotonic: float | None = None
-    content: ContentClass = ContentClass.PLAIN
-    """The request's content class (:mod:`orchestrator.sim.content`): what its drafter
-    acceptance and natural answer length were drawn for."""
     """When the request's bytes reached the server's socket (the kernel's stamp), before the
     event loop got to parse it; None where the socket keeps no stamps."""
     first_emit_monotonic: float | None = None
     chunks: list[list[float]] = field(default_factory=list)
+    prompt_tokens: int
+    content: ContentClass = ContentClass.PLAIN
+    """The request's content class (:mod:`orchestrator.sim.content`): what its drafter
+    acceptance and natural answer length were drawn for."""
     completion_tokens: int = 0
     verify_steps: int = 0
     finish_reason: str | None = None
@@ -79,18 +79,8 @@ class TruthRecord:
         self.chunks.append([now, n_tokens])
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "arrival_monotonic": self.arrival_monotonic,
-            "arrival_kernel_monotonic": self.arrival_kernel_monotonic,
-            "first_emit_monotonic": self.first_emit_monotonic,
-            "chunks": self.chunks,
-            "prompt_tokens": self.prompt_tokens,
-            "content": self.content.value,
-            "completion_tokens": self.completion_tokens,
-            "verify_steps": self.verify_steps,
-            "finish_reason": self.finish_reason,
-        }
+        """The JSON form: the fields by name, the content class by its value."""
+        return {**asdict(self), "content": self.content.value}
 
 
 @dataclass
@@ -243,7 +233,11 @@ class Scheduler:
     ) -> Request:
         rid = uuid.uuid4().hex
         truth = TruthRecord(
-            rid, time.monotonic(), len(prompt), arrival_kernel_monotonic=arrival, content=content
+            id=rid,
+            arrival_monotonic=time.monotonic(),
+            prompt_tokens=len(prompt),
+            arrival_kernel_monotonic=arrival,
+            content=content,
         )
         req = Request(
             rid, tuple(prompt), plan, truth, content=content, internal=internal, hang=hang
