@@ -214,6 +214,22 @@ def _smoothed(grouped: dict[str, ConfigRuns], axes: Axes) -> dict[str, float]:
     return {key: fit.value for key, fit in zip(keys, fits, strict=True) if fit.shrunk}
 
 
+def _shown(
+    pairs: Sequence[tuple[Run, Sample]],
+    restarts: int,
+    variance: VarianceModel | None,
+    own: OwnVariance | None,
+    scale: Scale,
+) -> Spread:
+    """One config's estimate from ``pairs`` resting on ``restarts`` restarts, as the answer
+    shows it: a within-run-only one as the tie rule weighs it, with the assumed restart spread
+    in it, so intervals that do not overlap are never tied (docs/answers.md, "What the
+    interval covers")."""
+    found = spread(_samples(pairs), variance, own=own, restarts=restarts, scale=scale)
+    assert found is not None  # a group has a sample
+    return with_assumed_restarts(found)
+
+
 def _standings(
     grouped: dict[str, ConfigRuns], scope: _Scope, sweep: Sweep, axes: Axes
 ) -> list[RankedConfig]:
@@ -225,25 +241,8 @@ def _standings(
         # The estimate rests on every restart of the config: its value on the reported ones,
         # its variance on all of them (moderated toward the type's).
         own = _own(config, scale)
-        selection = spread(
-            _samples(config.selection),
-            scope.variance,
-            own=own,
-            restarts=len(config.selection),
-            scale=scale,
-        )
-        reported = spread(
-            _samples(config.reported),
-            scope.variance,
-            own=own,
-            restarts=len(config.every),
-            scale=scale,
-        )
-        assert selection is not None and reported is not None  # a group has a sample
-        # One interval per config: a within-run-only one is shown as the tie rule weighs it,
-        # with the assumed restart spread in it, so intervals that do not overlap are never
-        # tied (docs/answers.md, "What the interval covers").
-        selection, reported = with_assumed_restarts(selection), with_assumed_restarts(reported)
+        selection = _shown(config.selection, len(config.selection), scope.variance, own, scale)
+        reported = _shown(config.reported, len(config.every), scope.variance, own, scale)
         out.append(
             RankedConfig(
                 key,
