@@ -35,8 +35,10 @@ from orchestrator.engines.base import (
     KnobResolution,
     KnobRules,
     Provenance,
+    ProvenanceSources,
     file_flags,
 )
+from orchestrator.engines.shared import env_differences
 from orchestrator.evidence import ServerEvidence, Timeline
 from orchestrator.host import gpu, journal, systemd
 from orchestrator.host.dropin import (
@@ -796,8 +798,8 @@ async def _check_config(
                 privileged=True,
             )
             environ = parse_proc_environ(result.stdout) if result.ok else {}
-    check = session.engine.check_server_config(
-        info, readiness.flag_knobs, readiness.env_knobs, environ
+    check = session.engine.check_server_config(info, readiness.flag_knobs).also(
+        *env_differences(readiness.env_knobs, environ)
     )
     allowed = [d for d in check.mismatches if d.knob in readiness.server_may_override]
     if not allowed:
@@ -876,11 +878,13 @@ async def _provenance(
     unit's command line (flags, launch files)."""
     asked = readiness.invocation
     provenance = session.engine.build_provenance(
-        info,
-        await _gpu_identities(session),
-        asked.argv if asked is not None else (),
-        asked.environment if asked is not None else {},
-        init_events=init_events,
+        ProvenanceSources(
+            info,
+            gpus=await _gpu_identities(session),
+            exec_start=asked.argv if asked is not None else (),
+            environment=asked.environment if asked is not None else {},
+            init_events=init_events,
+        )
     )
     if asked is not None and (asked.added_flags or asked.launch_files):
         provenance = dataclasses.replace(

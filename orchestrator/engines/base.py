@@ -444,6 +444,45 @@ class Provenance:
 
 
 @dataclass(frozen=True, slots=True)
+class ProvenanceSources:
+    """What a trial saw of its server, from which its engine says what ran
+    (:meth:`Engine.build_provenance`): the server's own account (``/server_info``, ``/props``,
+    ``/version``), the host's GPUs, the command line and environment the trial asked for, and
+    the invocation's startup lines. One object, so that a new source is one field here and not
+    a parameter of every engine."""
+
+    server_info: Mapping[str, Any]
+    gpus: Sequence[GpuIdentity] = ()
+    exec_start: Sequence[str] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    init_events: Sequence[InitEvent] = ()
+
+    def provenance(
+        self,
+        engine: str,
+        *,
+        engine_version: str | None,
+        model_path: str | None,
+        server_args: Mapping[str, Any],
+        launch_command: str | None,
+        worker_init: Mapping[str, Mapping[str, FieldValue]],
+    ) -> Provenance:
+        """The engine's account (``engine_version`` .. ``worker_init``) with the host's side
+        (the GPUs, the command line and environment asked) as the trial saw it."""
+        return Provenance(
+            engine=engine,
+            engine_version=engine_version,
+            model_path=model_path,
+            server_args=server_args,
+            launch_command=launch_command,
+            gpus=tuple(self.gpus),
+            exec_start=tuple(self.exec_start),
+            environment=dict(self.environment),
+            worker_init=worker_init,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ServedModel:
     """The model name a command line serves, and the flag that says so."""
 
@@ -570,12 +609,12 @@ class Engine(Protocol):
     ) -> KnobResolution: ...
 
     def check_server_config(
-        self,
-        server_info: Mapping[str, Any],
-        flags: Sequence[KnobResolution],
-        env: Sequence[EnvKnob],
-        process_environ: Mapping[str, str],
-    ) -> ConfigCheck: ...
+        self, server_info: Mapping[str, Any], flags: Sequence[KnobResolution]
+    ) -> ConfigCheck:
+        """Whether the running server reports the trial's flag knobs (``server_info``: its
+        running config). Env knobs are not the engine's: the lifecycle checks them in the
+        main process's environment, alike for every engine."""
+        ...
 
     def served_model(self, argv: Sequence[str]) -> ServedModel | None:
         """The model name a server started with ``argv`` serves, when the argv says."""
@@ -596,14 +635,7 @@ class Engine(Protocol):
         timeout: float,
     ) -> ProbeResult: ...
 
-    def build_provenance(
-        self,
-        server_info: Mapping[str, Any],
-        gpus: Sequence[GpuIdentity],
-        exec_start: Sequence[str],
-        environment: Mapping[str, str],
-        init_events: Sequence[InitEvent] = (),
-    ) -> Provenance: ...
+    def build_provenance(self, sources: ProvenanceSources) -> Provenance: ...
 
     def decode_log_interval(self, server_info: Mapping[str, Any]) -> int:
         """How many decode iterations one decode log line stands for, as the running server

@@ -42,6 +42,7 @@ from orchestrator.bench.point import (
     with_journal,
 )
 from orchestrator.bench.prompts import Calibration
+from orchestrator.engines.base import ProvenanceSources
 from orchestrator.engines.sglang.engine import ConfigDifference, build_provenance
 from orchestrator.evidence import Timeline
 from orchestrator.host.gpu import GpuIdentity
@@ -353,10 +354,12 @@ def _server(spec: SweepSpec, config: ConfigSpec, host: str, begin: float) -> Ser
         overridden=config.overridden,
         server_info=info,
         provenance=build_provenance(
-            info,
-            [GpuIdentity(spec.gpu_name, "570.86.15")] * 8,
-            argv,
-            environment,
+            ProvenanceSources(
+                info,
+                gpus=[GpuIdentity(spec.gpu_name, "570.86.15")] * 8,
+                exec_start=argv,
+                environment=environment,
+            )
         ),
     )
 

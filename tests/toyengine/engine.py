@@ -27,10 +27,8 @@ from orchestrator.engines.base import (
     ConfigDifference,
     DecodeEvent,
     Dialect,
-    EnvKnob,
     FieldValue,
     Generation,
-    InitEvent,
     KnobResolution,
     LinePrefix,
     LogEvent,
@@ -39,6 +37,7 @@ from orchestrator.engines.base import (
     ParseVerdict,
     ProbeResult,
     Provenance,
+    ProvenanceSources,
     ReadyEvent,
     Reply,
     ServedModel,
@@ -56,7 +55,6 @@ from orchestrator.engines.shared import (
     read_marked_answers,
 )
 from orchestrator.host.dropin import format_knob_value
-from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.launchfile import LaunchFormat
 from orchestrator.host.unitcommand import unit_env_prefix
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
@@ -252,11 +250,7 @@ class ToyEngine:
         return KnobResolution(knob=knob, flag=flag, value=value, server_info_keys=(key,))
 
     def check_server_config(
-        self,
-        server_info: Mapping[str, Any],
-        flags: Sequence[KnobResolution],
-        env: Sequence[EnvKnob],
-        process_environ: Mapping[str, str],
+        self, server_info: Mapping[str, Any], flags: Sequence[KnobResolution]
     ) -> ConfigCheck:
         self.calls["check_server_config"] += 1
         mismatches: list[ConfigDifference] = []
@@ -270,12 +264,6 @@ class ToyEngine:
                 mismatches.append(ConfigDifference(knob.knob, where, knob.value, None, reason))
             elif not _same(knob.value, server_info[key]):
                 mismatches.append(ConfigDifference(knob.knob, where, knob.value, server_info[key]))
-        for variable in env:
-            expected = None if variable.value is None else format_knob_value(variable.value)
-            actual = process_environ.get(variable.name)
-            if actual != expected:
-                where = f"environ[{variable.name}]"
-                mismatches.append(ConfigDifference(variable.knob, where, expected, actual))
         return ConfigCheck(mismatches=tuple(mismatches), overridden=())
 
     def served_model(self, argv: Sequence[str]) -> ServedModel | None:
@@ -317,25 +305,17 @@ class ToyEngine:
 
     # --- provenance and metrics ------------------------------------------------------------
 
-    def build_provenance(
-        self,
-        server_info: Mapping[str, Any],
-        gpus: Sequence[GpuIdentity],
-        exec_start: Sequence[str],
-        environment: Mapping[str, str],
-        init_events: Sequence[InitEvent] = (),
-    ) -> Provenance:
+    def build_provenance(self, sources: ProvenanceSources) -> Provenance:
         self.calls["build_provenance"] += 1
+        server_info = sources.server_info
         argv = server_info.get("argv")
-        return Provenance(
-            engine=self.name,
+        return sources.provenance(
+            self.name,
             engine_version=str(server_info["version"]) if server_info.get("version") else None,
             model_path=str(server_info.get("model_name")),
             server_args={k: v for k, v in server_info.items() if k not in ("argv", "engine")},
             launch_command=" ".join(argv) if isinstance(argv, list) else None,
-            gpus=tuple(gpus),
-            exec_start=tuple(exec_start),
-            environment=dict(environment),
+            worker_init={},
         )
 
     def metrics_flags(self, metrics: MetricsMode) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from orchestrator.engines.base import (
     Generation,
     InitEvent,
     KnobResolution,
+    ProvenanceSources,
     ReadyEvent,
     TokenSource,
 )
@@ -110,15 +111,15 @@ def test_running_config(engine: Engine) -> None:
         engine.resolve_flag_knob("slots", "--parallel", 1),
     ]
     assert knobs[2].server_info_keys == ()  # reported nowhere over HTTP
-    assert engine.check_server_config(info, knobs, [], {}).ok
+    assert engine.check_server_config(info, knobs).ok
     off = {**info, "speculative": False}
-    check = engine.check_server_config(off, knobs, [], {})
+    check = engine.check_server_config(off, knobs)
     assert [d.knob for d in check.mismatches] == ["spec"], check
     none = [KnobResolution("spec", "--spec-type", "none", ("speculative",))]
-    assert engine.check_server_config(off, none, [], {}).ok
-    two = engine.check_server_config(info, [engine.resolve_flag_knob("s", "--parallel", 2)], [], {})
+    assert engine.check_server_config(off, none).ok
+    two = engine.check_server_config(info, [engine.resolve_flag_knob("s", "--parallel", 2)])
     assert [(d.expected, d.actual) for d in two.mismatches] == [(2, 1)]
-    provenance = engine.build_provenance(info, (), ("llama-server",), {})
+    provenance = engine.build_provenance(ProvenanceSources(info, exec_start=("llama-server",)))
     assert provenance.engine_version == "b1-0c1e570"
     assert provenance.model_path == "/models/tiny-llama-g1-h1024-l8-s0.08-seed0.gguf"
 

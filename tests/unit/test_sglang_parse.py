@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from orchestrator.engines.base import ProvenanceSources
 from orchestrator.engines.sglang.engine import (
     DdtreeInitEvent,
     DecodeEvent,
@@ -29,6 +30,7 @@ from orchestrator.engines.sglang.engine import (
     server_info_keys,
     version_tuple,
 )
+from orchestrator.engines.shared import env_differences
 from orchestrator.host.gpu import GpuIdentity
 
 DECODE = (
@@ -98,11 +100,13 @@ def test_ddtree_init_line_goes_into_the_provenance() -> None:
         "model=/d, block_size=16, draft_window_size=None, compact_cache=False"
     )
     assert isinstance(dflash, DflashInitEvent)
-    provenance = build_provenance({"version": "0.5.23"}, [], [], {}, [dflash, event, event])
+    provenance = build_provenance(
+        ProvenanceSources({"version": "0.5.23"}, init_events=[dflash, event, event])
+    )
     worker = json.loads(json.dumps(provenance.to_json()))["worker_init"]
     assert worker["ddtree_init"] == {"block_size": 16, "tree_budget": 15, "max_tree_nodes": 16}
     assert worker["dflash_init"]["block_size"] == 16
-    assert build_provenance({}, [], [], {}).worker_init == {}
+    assert build_provenance(ProvenanceSources({})).worker_init == {}
 
 
 def test_decode_without_speculative_decoding_has_no_accept_len() -> None:
@@ -224,9 +228,10 @@ def test_config_check_ok_with_algorithm_case_and_nextn() -> None:
         resolve_flag_knob("algo", "--speculative-algorithm", "nextn"),
         resolve_flag_knob("budget", "--speculative-num-draft-tokens", "8"),
     ]
-    env = [EnvKnob("topk", "SGLANG_DDTREE_MAX_TOPK", 4), EnvKnob("bonus", "SGLANG_X", None)]
-    check = check_server_config(info, flags, env, {"SGLANG_DDTREE_MAX_TOPK": "4"})
+    check = check_server_config(info, flags)
     assert check.ok and not check.overridden
+    env = [EnvKnob("topk", "SGLANG_DDTREE_MAX_TOPK", 4), EnvKnob("bonus", "SGLANG_X", None)]
+    assert env_differences(env, {"SGLANG_DDTREE_MAX_TOPK": "4"}) == []
 
 
 def test_config_check_mismatch_missing_key_and_env() -> None:
@@ -236,7 +241,9 @@ def test_config_check_mismatch_missing_key_and_env() -> None:
         resolve_flag_knob("window", "--speculative-draft-window-size", 2048),
     ]
     env = [EnvKnob("topk", "SGLANG_DDTREE_MAX_TOPK", 4)]
-    check = check_server_config(info, flags, env, {"SGLANG_DDTREE_MAX_TOPK": "2"})
+    check = check_server_config(info, flags).also(
+        *env_differences(env, {"SGLANG_DDTREE_MAX_TOPK": "2"})
+    )  # as the lifecycle checks a trial: the engine's flags, then the environment
     assert not check.ok
     assert [(m.knob, m.expected, m.actual) for m in check.mismatches] == [
         ("budget", 8, 16),
@@ -248,7 +255,7 @@ def test_config_check_mismatch_missing_key_and_env() -> None:
 def test_config_check_window_found_under_the_old_key_on_0_5_11() -> None:
     info = {"speculative_dflash_draft_window_size": 2048}
     flags = [resolve_flag_knob("window", "--speculative-dflash-draft-window-size", 2048)]
-    assert check_server_config(info, flags, [], {}).ok
+    assert check_server_config(info, flags).ok
 
 
 def test_dflash_and_topk1_overrides_are_warnings() -> None:
@@ -258,7 +265,7 @@ def test_dflash_and_topk1_overrides_are_warnings() -> None:
         "speculative_eagle_topk": 1,
     }
     flags = [resolve_flag_knob("topk", "--speculative-eagle-topk", 4)]
-    check = check_server_config(dflash, flags, [], {})
+    check = check_server_config(dflash, flags)
     assert check.ok
     assert check.overridden[0].knob == "topk" and "DFLASH" in check.overridden[0].reason
 
@@ -269,7 +276,7 @@ def test_dflash_and_topk1_overrides_are_warnings() -> None:
         "speculative_num_draft_tokens": 4,
     }
     flags = [resolve_flag_knob("budget", "--speculative-num-draft-tokens", 16)]
-    check = check_server_config(eagle, flags, [], {})
+    check = check_server_config(eagle, flags)
     assert check.ok and check.overridden[0].actual == 4
 
 
@@ -373,9 +380,10 @@ def test_provenance_from_server_info() -> None:
         "internal_states": [{"avg_spec_accept_length": 3.2}],
         "launch_command": "python -m sglang.launch_server ...",
     }
-    provenance = build_provenance(
-        info, [GpuIdentity("NVIDIA H200", "570.86.15")], ["python", "-m", "x"], {"A": "1"}
-    )
+    provenance = build_provenance(ProvenanceSources(
+        info, gpus=[GpuIdentity("NVIDIA H200", "570.86.15")], exec_start=["python", "-m", "x"],
+        environment={"A": "1"},
+    ))  # fmt: skip
     assert provenance.engine == "sglang" and provenance.engine_version == "0.5.23"
     assert provenance.model_path == "/models/kimi"
     assert provenance.to_json()["sglang_version"] == "0.5.23"  # the key stores read before
@@ -390,7 +398,7 @@ def test_left_out_flag_is_not_checked_and_bare_flag_is_true() -> None:
         resolve_flag_knob("metrics", "--enable-metrics", True),
         resolve_flag_knob("budget", "--speculative-ddtree-budget", None),
     ]
-    assert check_server_config(info, flags, [], {}).ok
+    assert check_server_config(info, flags).ok
 
 
 def test_decode_log_interval_as_the_server_reports_it_else_sglangs_default() -> None:

@@ -17,7 +17,6 @@ from orchestrator.bench import acceptlen
 from orchestrator.engines.base import (
     DecodeEvent,
     Engine,
-    EnvKnob,
     FailureEvent,
     InitEvent,
     KnobRules,
@@ -240,13 +239,13 @@ def test_the_running_config_from_server_info_and_from_metrics() -> None:
                                server_info_key="speculative_config.num_speculative_tokens"),
         VLLM.resolve_flag_knob("s", "--max-num-seqs", 128),
     ]  # fmt: skip
-    check = VLLM.check_server_config(dev, knobs, [EnvKnob("e", "X", 1)], {"X": "1"})
+    check = VLLM.check_server_config(dev, knobs)
     assert [d.knob for d in check.mismatches] == ["s"], check  # deepseek_mtp runs as mtp
     metrics_only = {"config_source": "metrics", "speculative_config": {"num_speculative_tokens": 4}}
-    check = VLLM.check_server_config(metrics_only, knobs, [], {})
+    check = VLLM.check_server_config(metrics_only, knobs)
     assert [(d.knob, d.actual) for d in check.mismatches] == [("n", 4)], check
     off = {"config_source": "metrics", "speculative_config": None}
-    (missing,) = VLLM.check_server_config(off, knobs, [], {}).mismatches
+    (missing,) = VLLM.check_server_config(off, knobs).mismatches
     assert missing.knob == "n" and missing.reason == "speculative decoding is off"
 
 
@@ -262,7 +261,7 @@ def test_dflash_forces_parallel_drafting_which_is_overridden_not_a_mismatch() ->
     knob = VLLM.resolve_flag_knob(
         "pd", "--speculative-config", False, server_info_key="speculative_config.parallel_drafting"
     )
-    check = VLLM.check_server_config(running, [knob], [], {})
+    check = VLLM.check_server_config(running, [knob])
     assert check.ok and [d.knob for d in check.overridden] == ["pd"]
 
 

@@ -22,7 +22,14 @@ import pytest
 
 from orchestrator import engines
 from orchestrator.bench import acceptlen
-from orchestrator.engines.base import DecodeEvent, FailureEvent, InitEvent, LogEvent, ReadyEvent
+from orchestrator.engines.base import (
+    DecodeEvent,
+    FailureEvent,
+    InitEvent,
+    LogEvent,
+    ProvenanceSources,
+    ReadyEvent,
+)
 from orchestrator.engines.shared import init_fields
 from orchestrator.engines.vllm import config
 from orchestrator.engines.vllm.engine import ACCEPTANCE_COUNTERS
@@ -83,10 +90,10 @@ def test_startup_lines_give_version_model_args_and_ready(name: str) -> None:
         assert args["speculative_config.method"] == "draft_model"
     assert sum(isinstance(e, ReadyEvent) for e in found) == 1
     assert not [e for e in found if isinstance(e, FailureEvent)]
-    provenance = VLLM.build_provenance(
+    provenance = VLLM.build_provenance(ProvenanceSources(
         {"config_source": "metrics", "version": VERSION, "speculative_config": None},
-        (), ("python",), {}, [e for e in found if isinstance(e, InitEvent)],
-    )  # fmt: skip
+        exec_start=("python",), init_events=[e for e in found if isinstance(e, InitEvent)],
+    ))  # fmt: skip
     assert provenance.model_path == MANIFEST["model"] and provenance.engine_version == VERSION
 
 

@@ -25,20 +25,17 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
-    EnvKnob,
-    InitEvent,
     KnobResolution,
     Provenance,
+    ProvenanceSources,
     ServedModel,
 )
 from orchestrator.engines.shared import (
-    env_differences,
     init_fields,
     last_flag_value,
     normal_scalar_word,
 )
 from orchestrator.host.dropin import format_knob_value
-from orchestrator.host.gpu import GpuIdentity
 
 if TYPE_CHECKING:
     import aiohttp
@@ -181,17 +178,14 @@ def _difference(knob: KnobResolution, config: Mapping[str, Any]) -> ConfigDiffer
 
 
 def check_server_config(
-    server_info: Mapping[str, Any],
-    flags: Sequence[KnobResolution],
-    env: Sequence[EnvKnob],
-    process_environ: Mapping[str, str],
+    server_info: Mapping[str, Any], flags: Sequence[KnobResolution]
 ) -> ConfigCheck:
     """Prove what the running server reports of the trial's config (the model, the slots,
-    whether it speculates), env knobs by the main process's environment."""
+    whether it speculates)."""
     flagged = (_difference(knob, server_info) for knob in flags if knob.value is not None)
     mismatches = [d for d in flagged if d is not None]
     return ConfigCheck(
-        mismatches=(*mismatches, *env_differences(env, process_environ)), overridden=()
+        mismatches=tuple(mismatches), overridden=()
     )
 
 
@@ -232,35 +226,27 @@ def served_model(argv: Sequence[str]) -> ServedModel | None:
     return None if model is None else ServedModel(os.path.basename(model[1]), flag="--model")
 
 
-def build_provenance(
-    server_info: Mapping[str, Any],
-    gpus: Sequence[GpuIdentity],
-    exec_start: Sequence[str],
-    environment: Mapping[str, str],
-    init_events: Sequence[InitEvent] = (),
-) -> Provenance:
+def build_provenance(sources: ProvenanceSources) -> Provenance:
     """What ran: ``/props``' ``build_info`` (``b1-0c1e570``: the build number and commit
     ``--version`` prints), the model path, the slots and whether they speculate, and the
     startup lines (the models loaded, the draft's among them, and the slots) by kind."""
-    worker_init = init_fields(init_events)
-    version = server_info.get("build_info")
+    info = sources.server_info
+    worker_init = init_fields(sources.init_events)
+    version = info.get("build_info")
     args = {
-        key: server_info.get(key)
+        key: info.get(key)
         for key in ("model_path", "model_alias", "total_slots", SPECULATING, "build_info")
     }
-    settings = server_info.get("default_generation_settings")
+    settings = info.get("default_generation_settings")
     if isinstance(settings, Mapping):
         args["n_ctx"] = settings.get("n_ctx")
-    model = server_info.get("model_path")
-    return Provenance(
-        engine="llamacpp",
+    model = info.get("model_path")
+    return sources.provenance(
+        "llamacpp",
         engine_version=str(version) if version else None,
         model_path=str(model) if model else None,
         server_args=args,
         launch_command=None,
-        gpus=tuple(gpus),
-        exec_start=tuple(exec_start),
-        environment=dict(environment),
         worker_init=worker_init,
     )
 

@@ -44,6 +44,7 @@ from orchestrator.engines.base import (
     PrefillEvent,
     ProbeResult,
     Provenance,
+    ProvenanceSources,
     ReadyEvent,
     Reply,
     ServedModel,
@@ -62,7 +63,6 @@ from orchestrator.engines.openai_chat import (
 from orchestrator.engines.shared import (
     PROBE_MAX_TOKENS,
     PROBE_PROMPT,
-    env_differences,
     failure_event,
     first_failure,
     init_fields,
@@ -72,7 +72,6 @@ from orchestrator.engines.shared import (
     probe_request,
     program_help_argv,
 )
-from orchestrator.host.gpu import GpuIdentity
 from orchestrator.host.launchfile import LaunchFormat
 from orchestrator.host.procfs import parse_proc_environ
 from orchestrator.types import ApiKind, FailureCause, KnobValue, MetricsMode
@@ -449,13 +448,9 @@ def _forced_by_server(key: str, actual: Any, server_info: Mapping[str, Any]) -> 
 
 
 def check_server_config(
-    server_info: Mapping[str, Any],
-    flags: Sequence[KnobResolution],
-    env: Sequence[EnvKnob],
-    process_environ: Mapping[str, str],
+    server_info: Mapping[str, Any], flags: Sequence[KnobResolution]
 ) -> ConfigCheck:
-    """Prove the running server took the trial's config: flags by ``/server_info``, env by
-    the main process's environment (``/proc/<MainPID>/environ``)."""
+    """Prove the running server took the trial's flags, by ``/server_info``."""
     mismatches: list[ConfigDifference] = []
     overridden: list[ConfigDifference] = []
     for knob in flags:
@@ -482,7 +477,6 @@ def check_server_config(
             overridden.append(ConfigDifference(knob.knob, where, knob.value, actual, forced))
         else:
             mismatches.append(ConfigDifference(knob.knob, where, knob.value, actual))
-    mismatches.extend(env_differences(env, process_environ))
     return ConfigCheck(mismatches=tuple(mismatches), overridden=tuple(overridden))
 
 
@@ -679,29 +673,21 @@ def decode_log_interval(server_info: Mapping[str, Any]) -> int:
     return DEFAULT_DECODE_LOG_INTERVAL
 
 
-def build_provenance(
-    server_info: Mapping[str, Any],
-    gpus: Sequence[GpuIdentity],
-    exec_start: Sequence[str],
-    environment: Mapping[str, str],
-    init_events: Sequence[InitEvent] = (),
-) -> Provenance:
+def build_provenance(sources: ProvenanceSources) -> Provenance:
     """Provenance from ``/server_info``, the GPU identities, the ExecStart/env we installed,
     and the speculative workers' init lines of the invocation (the first of each kind: with
     several DP groups each logs the same)."""
-    worker_init = init_fields(init_events)
-    version = server_info.get("version")
-    model_path = server_info.get("model_path")
-    launch = server_info.get("launch_command")
-    return Provenance(
-        engine="sglang",
+    info = sources.server_info
+    worker_init = init_fields(sources.init_events)
+    version = info.get("version")
+    model_path = info.get("model_path")
+    launch = info.get("launch_command")
+    return sources.provenance(
+        "sglang",
         engine_version=str(version) if version is not None else None,
         model_path=str(model_path) if model_path is not None else None,
-        server_args={k: v for k, v in server_info.items() if k not in _NOT_ARGS},
+        server_args={k: v for k, v in info.items() if k not in _NOT_ARGS},
         launch_command=str(launch) if launch is not None else None,
-        gpus=tuple(gpus),
-        exec_start=tuple(exec_start),
-        environment=dict(environment),
         worker_init=worker_init,
     )
 

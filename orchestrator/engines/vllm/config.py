@@ -24,14 +24,12 @@ import orchestrator.engines.vllm.facts as facts
 from orchestrator.engines.base import (
     ConfigCheck,
     ConfigDifference,
-    EnvKnob,
     FieldValue,
-    InitEvent,
     KnobResolution,
     Provenance,
+    ProvenanceSources,
 )
-from orchestrator.engines.shared import env_differences, init_fields, normal_scalar_word
-from orchestrator.host.gpu import GpuIdentity
+from orchestrator.engines.shared import init_fields, normal_scalar_word
 
 if TYPE_CHECKING:
     import aiohttp
@@ -211,13 +209,10 @@ def _flag_difference(
 
 
 def check_server_config(
-    server_info: Mapping[str, Any],
-    flags: Sequence[KnobResolution],
-    env: Sequence[EnvKnob],
-    process_environ: Mapping[str, str],
+    server_info: Mapping[str, Any], flags: Sequence[KnobResolution]
 ) -> ConfigCheck:
-    """Prove the running server took the trial's config: flag and JSON knobs by the running
-    config (what its source reports), env knobs by the main process's environment."""
+    """Prove the running server took the trial's flag and JSON knobs, by the running config
+    (what its source reports)."""
     mismatches: list[ConfigDifference] = []
     overridden: list[ConfigDifference] = []
     for knob in flags:
@@ -226,7 +221,6 @@ def check_server_config(
         mismatch, forced = _flag_difference(knob, server_info)
         mismatches.extend([mismatch] if mismatch else [])
         overridden.extend([forced] if forced else [])
-    mismatches.extend(env_differences(env, process_environ))
     return ConfigCheck(mismatches=tuple(mismatches), overridden=tuple(overridden))
 
 
@@ -261,36 +255,28 @@ def forced_flags(values: Mapping[str, str | None]) -> frozenset[str]:
     return frozenset()
 
 
-def build_provenance(
-    server_info: Mapping[str, Any],
-    gpus: Sequence[GpuIdentity],
-    exec_start: Sequence[str],
-    environment: Mapping[str, str],
-    init_events: Sequence[InitEvent] = (),
-) -> Provenance:
+def build_provenance(sources: ProvenanceSources) -> Provenance:
     """What ran: the version (``/version``, else the startup line), the resolved config
     (``vllm_config`` in dev mode; else the startup ``non-default args``), the resolved
     speculative config, and the process's startup lines by kind."""
-    worker_init = init_fields(init_events)
-    version = server_info.get("version") or worker_init.get("vllm_version", {}).get("version")
-    vllm_config = server_info.get("vllm_config")
+    info = sources.server_info
+    worker_init = init_fields(sources.init_events)
+    version = info.get("version") or worker_init.get("vllm_version", {}).get("version")
+    vllm_config = info.get("vllm_config")
     args: dict[str, Any]
     if isinstance(vllm_config, Mapping):
         args = dict(vllm_config)
     else:
         args = dict(worker_init.get("non_default_args", {}))
-    args["config_source"] = server_info.get("config_source")
-    args[SPEC_SECTION] = server_info.get(SPEC_SECTION)
+    args["config_source"] = info.get("config_source")
+    args[SPEC_SECTION] = info.get(SPEC_SECTION)
     model = _model_path(vllm_config, worker_init)
-    return Provenance(
-        engine="vllm",
+    return sources.provenance(
+        "vllm",
         engine_version=str(version) if version else None,
         model_path=model,
         server_args=args,
         launch_command=None,
-        gpus=tuple(gpus),
-        exec_start=tuple(exec_start),
-        environment=dict(environment),
         worker_init=worker_init,
     )
 
