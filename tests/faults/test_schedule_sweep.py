@@ -7,7 +7,7 @@ matrix, and recommends it over the best fixed config; the host ends as found.
 vLLM: ``num_speculative_tokens_per_batch_size`` inside ``--speculative-config``; SGLang with
 EAGLE3 at top-k 1: ``--speculative-adaptive`` and its file, written beside the drop-in.
 The sweeps decide by measured speed ratios: marked ``calibrated``, they run one at a time
-with the machine to themselves (``make calibrated-test``, after ``make test`` in CI), where six
+with the machine to themselves (``make calibrated-test``; not yet in CI, see .ci/run), where six
 workers on two cores would blur a 10 % difference. Addresses 127.0.0.243-244 are this file's.
 """
 
