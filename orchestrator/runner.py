@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,15 +66,14 @@ from orchestrator.search.budget import RestartBudget
 from orchestrator.search.deadline import local_deadline
 from orchestrator.sessions import backup_to_snapshot, host_session, snapshot_to_backup
 from orchestrator.store import (
-    Attempt,
     HostEntry,
-    HostRecord,
     Store,
     SubmitResult,
     SweepRecord,
     SweepResults,
     SweepState,
 )
+from orchestrator.store.records import nothing_ran
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.trialsource import TrialSourceFactory, plan_trial_source
 from orchestrator.types import DEADLINE_STOP
@@ -240,24 +239,6 @@ async def _finished(run: _SweepRun) -> SweepOutcome:
     await run.event("sweep.finished", {"state": state, "stopped": stop.reason, "error": error})
     log.info("sweep.finished", state=state, stopped=stop.reason, error=error)
     return SweepOutcome(record.id, record.name, state, await store.results(record.id))
-
-
-def nothing_ran(hosts: Sequence[HostRecord], attempts: Sequence[Attempt]) -> str | None:
-    """Why a sweep that was not stopped has nothing to show, or None when a trial ran.
-
-    A sweep whose every host was set aside (or whose every trial was skipped) measured nothing:
-    that is a failure with a reason, not ``done``.
-    """
-    if any(a.state not in ("skipped", "cancelled") for a in attempts):
-        return None
-    if hosts and all(h.set_aside_reason for h in hosts):
-        reasons = "; ".join(
-            reason if reason.startswith(f"{h.name}:") else f"{h.name}: {reason}"
-            for h in hosts
-            if (reason := h.set_aside_reason)
-        )
-        return f"every host was set aside: {reasons}"
-    return "no trial ran"
 
 
 # --- one host ------------------------------------------------------------------------------

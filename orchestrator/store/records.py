@@ -9,7 +9,7 @@ A point's identity, row and requests (:func:`point_key`, :class:`NewPoint`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -320,3 +320,21 @@ class ClaimOutcome:
 
     claim: SweepClaim | None = None
     holder: SweepClaim | None = None
+
+
+def nothing_ran(hosts: Sequence[HostRecord], attempts: Sequence[Attempt]) -> str | None:
+    """Why a sweep that was not stopped has nothing to show, or None when a trial ran.
+
+    A sweep whose every host was set aside (or whose every trial was skipped) measured nothing:
+    that is a failure with a reason, not ``done``.
+    """
+    if any(a.state not in ("skipped", "cancelled") for a in attempts):
+        return None
+    if hosts and all(h.set_aside_reason for h in hosts):
+        reasons = "; ".join(
+            reason if reason.startswith(f"{h.name}:") else f"{h.name}: {reason}"
+            for h in hosts
+            if (reason := h.set_aside_reason)
+        )
+        return f"every host was set aside: {reasons}"
+    return "no trial ran"
