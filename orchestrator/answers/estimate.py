@@ -84,14 +84,23 @@ of its cap (module docstring)."""
 
 
 @functools.lru_cache(maxsize=4096)
-def t_quantile(df: float) -> float:
-    """The two-sided 95 % quantile of Student's t with ``df`` degrees of freedom (cached: an
-    answer asks for the same few many times); the normal's for infinite ``df``."""
+def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
+    """The two-sided quantile of Student's t with ``df`` degrees of freedom at ``confidence``
+    (95 % unless a family of intervals asks for more, :func:`simultaneous`; cached: an answer
+    asks for the same few many times); the normal's for infinite ``df``."""
     from scipy import special  # imported on first use: scipy is slow to import
 
     if math.isinf(df):
-        return float(special.ndtri(0.5 + CONFIDENCE / 2))
-    return float(special.stdtrit(df, 0.5 + CONFIDENCE / 2))
+        return float(special.ndtri(0.5 + confidence / 2))
+    return float(special.stdtrit(df, 0.5 + confidence / 2))
+
+
+def simultaneous(confidence: float, count: int) -> float:
+    """The level each of ``count`` intervals is built at so that all of them hold at once with
+    ``confidence`` (Bonferroni). It assumes nothing about how the intervals depend on one
+    another, which matters where they share restarts: a schedule's comparisons at each load
+    read the same restarts of the same two configs."""
+    return 1.0 - (1.0 - confidence) / max(count, 1)
 
 
 def t_interval(value: float, scale: float, df: float) -> tuple[float, float]:
@@ -498,9 +507,10 @@ def _welch(var_a: float, df_a: float, var_b: float, df_b: float) -> float:
 
 
 def ratio_interval(
-    numerator: Spread, denominator: Spread
+    numerator: Spread, denominator: Spread, *, confidence: float = CONFIDENCE
 ) -> tuple[float, tuple[float, float] | None]:
-    """``numerator / denominator`` with a 95 % interval read on the two spreads' scale.
+    """``numerator / denominator`` with an interval at ``confidence`` (95 % unless one of a
+    family, :func:`simultaneous`) read on the two spreads' scale.
 
     The two estimates come from different restarts, so their errors are independent: the
     difference's standard error is the two in quadrature, with Welch-Satterthwaite degrees of
@@ -515,11 +525,11 @@ def ratio_interval(
     interval or a log-scale value is not positive.
     """
     if numerator.scale == "share" and denominator.scale == "share":
-        return _share_ratio(numerator, denominator)
+        return _share_ratio(numerator, denominator, confidence)
     if numerator.value <= 0 or denominator.value <= 0:
         return math.nan, None
     ratio = numerator.value / denominator.value
-    errors = _errors(numerator, denominator)
+    errors = _errors(numerator, denominator, confidence)
     if errors is None:
         return ratio, None
     half = errors[2]
@@ -528,16 +538,17 @@ def ratio_interval(
     return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
 
 
-def _errors(a: Spread, b: Spread) -> tuple[float, float, float] | None:
-    """The two sides' variances and the 95 % half-width of their difference (independent
-    errors in quadrature, Welch-Satterthwaite degrees of freedom); None when either side has
-    no error."""
+def _errors(a: Spread, b: Spread, confidence: float) -> tuple[float, float, float] | None:
+    """The two sides' variances and the half-width at ``confidence`` of their difference
+    (independent errors in quadrature, Welch-Satterthwaite degrees of freedom); None when
+    either side has no error."""
     if a.rel_se is None or b.rel_se is None or a.df is None or b.df is None:
         return None
     var_a, var_b = a.rel_se**2, b.rel_se**2
     if var_a + var_b == 0.0:
         return var_a, var_b, 0.0
-    return var_a, var_b, t_quantile(_welch(var_a, a.df, var_b, b.df)) * math.sqrt(var_a + var_b)
+    df = _welch(var_a, a.df, var_b, b.df)
+    return var_a, var_b, t_quantile(df, confidence) * math.sqrt(var_a + var_b)
 
 
 def _least_share(spread_: Spread) -> float:
@@ -546,10 +557,12 @@ def _least_share(spread_: Spread) -> float:
     return cap * 0.5 / spread_.count if spread_.count else cap * MIN_RESTART_CV
 
 
-def _share_ratio(a: Spread, b: Spread) -> tuple[float, tuple[float, float] | None]:
+def _share_ratio(
+    a: Spread, b: Spread, confidence: float
+) -> tuple[float, tuple[float, float] | None]:
     least_a, least_b = _least_share(a), _least_share(b)
     ratio = max(a.value, least_a) / max(b.value, least_b)
-    errors = _errors(a, b)
+    errors = _errors(a, b, confidence)
     if errors is None or a.cap is None or b.cap is None:
         return ratio, None
     var_a, var_b, half = errors
@@ -568,11 +581,11 @@ def _share_ratio(a: Spread, b: Spread) -> tuple[float, tuple[float, float] | Non
 
 
 def improvement(
-    better: Spread, other: Spread, *, minimized: bool
+    better: Spread, other: Spread, *, minimized: bool, confidence: float = CONFIDENCE
 ) -> tuple[float, tuple[float, float] | None]:
     """How many times ``better`` beats ``other`` (above 1 = better, whichever way the metric
-    goes: for a minimized metric, ``other / better``), with the 95 % interval of
-    :func:`ratio_interval`."""
+    goes: for a minimized metric, ``other / better``), with the interval of
+    :func:`ratio_interval` at ``confidence``."""
     if minimized:
-        return ratio_interval(other, better)
-    return ratio_interval(better, other)
+        return ratio_interval(other, better, confidence=confidence)
+    return ratio_interval(better, other, confidence=confidence)

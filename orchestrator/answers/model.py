@@ -308,7 +308,8 @@ class Schedule:
 class LoadComparison:
     """The measured schedule against the best fixed config at one load: the relative
     difference (positive = the schedule is better, whichever way the metric goes) with its
-    95 % interval, and what it says: ``better`` or ``worse`` beyond the noise, else ``tie``."""
+    interval, one of the verdict's simultaneous family (:attr:`ScheduleVerdict.confidence`),
+    and what it says: ``better`` or ``worse`` beyond the noise, else ``tie``."""
 
     cell: MatrixCell
     fixed: Contender
@@ -340,6 +341,21 @@ class ScheduleVerdict:
     words: str
     restarts: int
     """Schedule trials measured (each a restart)."""
+    confidence: float = 0.95
+    """The level each load's margin interval is built at, so that all of them hold at once
+    with 95 % (Bonferroni over the loads compared): a verdict that reads every load may not
+    take one load's 1-in-40 miss for a loss."""
+
+    @property
+    def intervals(self) -> str:
+        """What the margins' intervals are, in words every reader of the verdict shows."""
+        loads = len(self.comparisons)
+        each = f"each at {self.confidence:.1%}" if loads > 1 else "one load"
+        return (
+            f"simultaneous 95% intervals over {loads} load{'s' if loads != 1 else ''} "
+            f"(Bonferroni, {each}); each covers the restart-to-restart and "
+            "request-to-request variance of both sides' restarts"
+        )
 
     def to_json(self) -> JsonObject:
         return {
@@ -347,6 +363,12 @@ class ScheduleVerdict:
             "comparisons": [c.to_json() for c in self.comparisons],
             "words": self.words,
             "restarts": self.restarts,
+            "intervals": {
+                "simultaneous": 0.95,
+                "each": self.confidence,
+                "method": "bonferroni",
+                "covers": self.intervals,
+            },
         }
 
 

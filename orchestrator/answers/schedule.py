@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from orchestrator.answers.estimate import improvement
+from orchestrator.answers.estimate import CONFIDENCE, Spread, improvement, simultaneous
 from orchestrator.answers.model import (
     Answer,
     Band,
@@ -101,40 +101,80 @@ def _measured(proposed: Schedule, scheduled: Sequence[Run]) -> list[Run]:
     ]
 
 
-def _comparison(
-    at: Answer, fixed: Contender, ranked: list[RankedConfig]
-) -> LoadComparison | None:
-    """The schedule against ``fixed`` (the config the answer names over every load) at
-    ``at``'s load, as the answers rank both there."""
-    by_key = {standing.key: standing for standing in ranked}
-    schedule, best = by_key.get(SCHEDULE_ID), by_key.get(config_id(fixed.config))
-    if schedule is None or best is None:
-        return None
-    factor, ci = improvement(schedule.reported, best.reported, minimized=at.objective.minimized)
-    margin = Margin(factor - 1.0, None if ci is None else (ci[0] - 1.0, ci[1] - 1.0))
-    verdict: Literal["better", "worse", "tie"] = "tie"
-    if margin.ci95 is not None and margin.ci95[0] > 0:
-        verdict = "better"
-    elif margin.ci95 is not None and margin.ci95[1] < 0:
-        verdict = "worse"
-    here = next((c for c in at.contenders if c.config == fixed.config), fixed)
-    return LoadComparison(at.load_cell, here, schedule.reported.estimate(), margin, verdict)
+LoadVerdict = Literal["better", "worse", "tie"]
 
 
-def _words(comparisons: Sequence[LoadComparison], recommended: bool) -> str:
+def judged_loads(
+    pairs: Sequence[tuple[Spread, Spread]], *, minimized: bool
+) -> tuple[tuple[tuple[Margin, LoadVerdict], ...], float]:
+    """The schedule's margin over the fixed config at each load (each pair: the schedule's
+    spread, the fixed config's, at one load) and what it says there, with the level each
+    margin's interval is built at: all of them hold at once with 95 %
+    (:func:`~orchestrator.answers.estimate.simultaneous`). The verdict reads every load, and
+    one load's miss in forty, taken as a loss, would say "keep the fixed config" of a schedule
+    that is its equal there; ``benchmarks/schedule_verdict.py`` counts how often."""
+    confidence = simultaneous(CONFIDENCE, len(pairs))
+    judged = []
+    for schedule, fixed in pairs:
+        factor, ci = improvement(schedule, fixed, minimized=minimized, confidence=confidence)
+        margin = Margin(factor - 1.0, None if ci is None else (ci[0] - 1.0, ci[1] - 1.0))
+        verdict: LoadVerdict = "tie"
+        if margin.ci95 is not None and margin.ci95[0] > 0:
+            verdict = "better"
+        elif margin.ci95 is not None and margin.ci95[1] < 0:
+            verdict = "worse"
+        judged.append((margin, verdict))
+    return tuple(judged), confidence
+
+
+def _comparisons(
+    answer: Answer, fixed: Contender, ranked: Callable[[Answer], list[RankedConfig]]
+) -> tuple[tuple[LoadComparison, ...], float]:
+    """The schedule against ``fixed`` (the config the answer names over every load) at each
+    load where both were ranked (:func:`judged_loads`), and the level each margin's interval
+    is built at."""
+    pairs: list[tuple[Answer, RankedConfig, RankedConfig]] = []
+    for at in answer.per_load:
+        by_key = {standing.key: standing for standing in ranked(at)}
+        schedule, best = by_key.get(SCHEDULE_ID), by_key.get(config_id(fixed.config))
+        if schedule is not None and best is not None:
+            pairs.append((at, schedule, best))
+    minimized = answer.objective.minimized
+    judged, confidence = judged_loads(
+        [(schedule.reported, best.reported) for _, schedule, best in pairs], minimized=minimized
+    )
+    return tuple(
+        LoadComparison(
+            at.load_cell,
+            next((c for c in at.contenders if c.config == fixed.config), fixed),
+            schedule.reported.estimate(),
+            margin,
+            verdict,
+        )
+        for (at, schedule, _), (margin, verdict) in zip(pairs, judged, strict=True)
+    ), confidence
+
+
+def _words(verdict: ScheduleVerdict) -> str:
     def said(c: LoadComparison) -> str:
         ci = "" if c.margin.ci95 is None else (
             f" [{c.margin.ci95[0]:+.0%}, {c.margin.ci95[1]:+.0%}]"
         )  # fmt: skip
         return f"{c.cell.load} {c.margin.relative:+.0%}{ci} vs {c.fixed.label}"
 
+    comparisons = verdict.comparisons
     better = [said(c) for c in comparisons if c.verdict == "better"]
     worse = [said(c) for c in comparisons if c.verdict == "worse"]
-    if recommended:
-        return f"deploy the schedule: better at {'; '.join(better)}, and no worse elsewhere"
+    loads = len(comparisons)
+    family = f" (simultaneous 95% intervals over {loads} loads)" if loads > 1 else ""
+    if verdict.recommended:
+        return f"deploy the schedule: better at {'; '.join(better)}, and no worse elsewhere{family}"
     if worse:
-        return f"keep the best fixed config: the schedule lost at {'; '.join(worse)}"
-    return "keep the best fixed config: the schedule is better at no load beyond the noise"
+        return f"keep the best fixed config: the schedule lost at {'; '.join(worse)}{family}"
+    return (
+        "keep the best fixed config: the schedule is better at no load beyond the noise"
+        + family
+    )
 
 
 def judge_schedule(
@@ -147,7 +187,8 @@ def judge_schedule(
     """``proposed`` with its verdict once trials of it ran: at each load the schedule's
     restarts ranked beside the fixed configs' (one variance model), against the best fixed
     config (the one the answer names over every load, what would be deployed instead).
-    Recommended only when it is worse at no load beyond the noise and better at one;
+    Recommended only when it is worse at no load beyond the noise and better at one, each
+    load's margin read on an interval of a simultaneous 95 % family over the loads;
     a schedule trial that never measured (e.g. the engine ignored the schedule) is no
     recommendation either, and the words say why."""
     measured = _measured(proposed, scheduled)
@@ -161,18 +202,18 @@ def judge_schedule(
         return dataclasses.replace(
             proposed, verdict=ScheduleVerdict(False, (), words, len(measured))
         )
-    comparisons = tuple(
-        found
-        for at in answer.per_load
-        if (found := _comparison(at, fixed, ranked(at.objective, [*runs, *done]))) is not None
+    comparisons, confidence = _comparisons(
+        answer, fixed, lambda at: ranked(at.objective, [*runs, *done])
     )
     recommended = bool(comparisons) and all(c.verdict != "worse" for c in comparisons) and any(
         c.verdict == "better" for c in comparisons
     )
-    verdict = ScheduleVerdict(
-        recommended, comparisons, _words(comparisons, recommended), len(measured)
+    verdict = ScheduleVerdict(recommended, comparisons, "", len(measured), confidence)
+    return dataclasses.replace(
+        proposed, verdict=dataclasses.replace(verdict, words=_words(verdict))
     )
-    return dataclasses.replace(proposed, verdict=verdict)
 
 
-__all__ = ["Ranker", "band_starts", "judge_schedule", "propose_schedule"]
+__all__ = [
+    "LoadVerdict", "Ranker", "band_starts", "judge_schedule", "judged_loads", "propose_schedule"
+]

@@ -1018,8 +1018,8 @@ def schedule_verdict_table(answer: Answer) -> Table | None:
         ),
         rows,
         note=f"{plural(verdict.restarts, 'restart')} of the schedule. schedule vs fixed: the "
-        "relative difference (positive = the schedule is better) with its 95% interval; a tie "
-        "when it holds 0. "
+        f"relative difference (positive = the schedule is better), with {verdict.intervals}; "
+        "a tie when its interval holds 0. "
         + ("Recommended." if verdict.recommended else "Not recommended."),
     )
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.answers import answer_sweep
-from orchestrator.answers.schedule import band_starts
+from orchestrator.answers.estimate import Spread
+from orchestrator.answers.schedule import band_starts, judged_loads
 from orchestrator.engines.schedule import NativeSchedule, NoNativeSchedule, ScheduleBand
 from orchestrator.engines.sglang.schedule import native_schedule as sglang_schedule
 from orchestrator.engines.shared import last_flag_value
@@ -243,6 +244,30 @@ def test_a_schedule_that_wins_where_the_best_fixed_config_loses_is_recommended()
     assert verdict.recommended and verdict.words.startswith("deploy the schedule")
     document = json.loads(json.dumps(answer.to_json(), allow_nan=False))
     assert document["schedule"]["verdict"]["recommended"] is True
+    # Three loads read at once: each margin's interval is one of a simultaneous 95 % family,
+    # and every reader is told so.
+    assert verdict.confidence == 1 - 0.05 / 3
+    intervals = document["schedule"]["verdict"]["intervals"]
+    assert intervals["simultaneous"] == 0.95 and intervals["method"] == "bonferroni"
+    assert intervals["each"] == verdict.confidence and "98.3%" in intervals["covers"]
+    assert verdict.words.endswith("(simultaneous 95% intervals over 3 loads)")
+
+
+def test_a_load_s_margin_is_read_on_the_family_s_wider_interval() -> None:
+    """The same two spreads judged alone and as one of three loads: the family's interval is
+    wider (Bonferroni's 98.3 % each), so a margin just beyond one 95 % interval is a tie
+    among three."""
+    fixed = Spread(100.0, 0.01, 8.0, "restarts", 3)
+    schedule = Spread(103.2, 0.01, 8.0, "restarts", 3)
+    ((alone, said_alone),), level = judged_loads([(schedule, fixed)], minimized=False)
+    assert level == 0.95 and said_alone == "better"
+    family, level = judged_loads([(schedule, fixed)] * 3, minimized=False)
+    assert level == 1 - 0.05 / 3
+    assert [said for _, said in family] == ["tie"] * 3
+    (margin, _) = family[0]
+    assert margin.ci95 is not None and alone.ci95 is not None
+    assert margin.ci95[0] < 0 < alone.ci95[0] and margin.ci95[1] > alone.ci95[1]
+    assert margin.relative == alone.relative
 
 
 def test_a_schedule_that_loses_at_one_load_is_not_recommended_and_says_where() -> None:
