@@ -7,8 +7,11 @@ matrix, and recommends it over the best fixed config; the host ends as found.
 vLLM: ``num_speculative_tokens_per_batch_size`` inside ``--speculative-config``; SGLang with
 EAGLE3 at top-k 1: ``--speculative-adaptive`` and its file, written beside the drop-in.
 The sweeps decide by measured speed ratios: marked ``calibrated``, they run one at a time
-with the machine to themselves (``make calibrated-test``; not yet in CI, see .ci/run), where six
-workers on two cores would blur a 10 % difference. Addresses 127.0.0.243-244 are this file's.
+with the machine to themselves (``make calibrated-test``, which CI runs after ``make test``),
+where six workers on two cores would blur a 10 % difference. A DDTree sweep, whose winners differ by
+50-75 % between its loads, runs in ``make test``: SGLang adapts no DDTree, so its answer says
+so, gives the bands' configs as they are, and runs no schedule trial. Addresses
+127.0.0.243-245 are this file's.
 """
 
 from __future__ import annotations
@@ -186,3 +189,43 @@ async def adopt_and_restore(
     assert code == 0, err
     assert [entry["ok"] for entry in json.loads(out)["restored"]] == [True]
     await assert_restored(host)
+
+
+DDTREE_BUDGETS = {1: 16, 32: 2}
+"""The simulator's truth at context 60: budget 16 is 75 % faster than 2 at c1, budget 2 52 %
+faster than 16 at c32, far beyond what a loaded machine blurs."""
+
+
+async def test_a_ddtree_sweep_says_sglang_has_no_schedule_for_it_and_gives_the_bands(
+    tmp_path: Path,
+) -> None:
+    settings = {"ddtree": True}
+    async with fault_host(tmp_path, "127.0.0.245", settings=settings) as host:
+        benchmark = {"contexts": [60], "concurrency": [1, 32], "max_tokens": 64, "rounds": 2}
+        document = yaml.safe_load(sweep_yaml(host, "ddtree-across", [], benchmark=benchmark))
+        document["server"]["knobs"] = {
+            "algorithm": {"flag": "--speculative-algorithm"},
+            "draft": {"flag": "--speculative-draft-model-path"},
+            "budget": {"flag": "--speculative-ddtree-budget"},
+        }
+        document["configs"] = [
+            {"algorithm": "DDTREE", "draft": DFLASH_DRAFT, "budget": budget}
+            for budget in sorted(set(DDTREE_BUDGETS.values()))
+        ]
+        document["objective"] = {"metric": "output_tok_s", "context": 60, "concurrency": [1, 32]}
+        document["search"] = {"schedule_trials": 1}
+        sweep, outcome = await run_across_load(tmp_path, yaml.safe_dump(document))
+        assert outcome.state == "done", outcome.results
+        await assert_restored(host)
+    (answer,) = answer_sweep(outcome.sweep_results, sweep)
+    per_load = {a.load_cell.concurrency: a.best.config["budget"] for a in answer.per_load}
+    assert per_load == DDTREE_BUDGETS, per_load
+    schedule = answer.schedule
+    assert schedule is not None and schedule.native is None and schedule.verdict is None
+    assert schedule.no_native is not None and "(here DDTREE)" in schedule.no_native
+    assert [(b.start, b.end, b.best.config["budget"]) for b in schedule.bands] == [
+        (1, 5, 16), (6, None, 2)
+    ]  # fmt: skip
+    # Nothing to run as a schedule: every restart went to the fixed configs.
+    purposes = [t["plan"]["purpose"] for t in outcome.results["trials"]]
+    assert "schedule" not in purposes and len(purposes) == 2, purposes
