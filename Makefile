@@ -128,7 +128,7 @@ real-engine: $(STAMP_REAL)
 # answers and the direct comparisons' rankings, in CI's log.
 # Tests that decide by measured speed ratios on simulated hosts (marker calibrated: the answer
 # across load and its schedule, tests/faults/test_schedule_sweep.py): one at a time, with the
-# machine to themselves (not yet in .ci/run: see its comment). About 4 minutes on 2 cores.
+# machine to themselves (.ci/run runs them after make test). About 3 minutes on 2 cores.
 calibrated-test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q -p no:xdist -m calibrated --durations=10 $(PYTEST_ARGS) tests
 
