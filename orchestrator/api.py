@@ -63,7 +63,7 @@ from orchestrator.store import (
     SweepRecord,
     count_states,
 )
-from orchestrator.store.results import config_label
+from orchestrator.store.results import trial_label
 from orchestrator.submission import SubmitBody
 from orchestrator.sweepfile import MAX_FILE_BYTES, MAX_WORKLOAD_BYTES, SweepFileError
 from orchestrator.sweepview import SweepView, sweep_brief
@@ -239,7 +239,7 @@ async def sweep_status(
     progress names its trial's config by knob values."""
     sweep_id = view.record.id
     states = await store.trial_states(sweep_id)
-    labels = {t.key: config_label(t.config) for t in await store.trials(sweep_id)}
+    labels = {t.key: trial_label(t.config, t.plan) for t in await store.trials(sweep_id)}
     hosts = []
     for host in await store.hosts(sweep_id):
         progress = live.get(host.name)

@@ -37,7 +37,7 @@ from orchestrator.store import (
     TrialStore,
     point_from_record,
 )
-from orchestrator.store.results import config_label
+from orchestrator.store.results import trial_label
 from orchestrator.sweepfile import Sweep
 from orchestrator.trialsource import SourcedTrial, TrialSource, trial_plan
 from orchestrator.types import SYNTHETIC_WORKLOAD
@@ -263,7 +263,7 @@ async def run_trial(run: SweepContext, driver: Driver, planned: Trial, trial: Tr
     refused = await driver.refusal(planned, trial)
     if refused is not None:
         attempt = resumable or await store.start_attempt(trial.id)
-        await _fail_attempt(run, planned, attempt, refused)
+        await _fail_attempt(run, trial_label(planned.config, trial.plan), attempt, refused)
         return
     if resumable is not None:
         attempt = await store.resume_attempt(resumable.id)
@@ -273,7 +273,7 @@ async def run_trial(run: SweepContext, driver: Driver, planned: Trial, trial: Tr
         run.progress.update(
             driver.host,
             trial=trial.key,
-            config=config_label(planned.config),
+            config=trial_label(planned.config, trial.plan),
             step="reconfigure",
             attempt=attempt.number,
         )
@@ -363,7 +363,7 @@ def point_step(key: str, plan: TrialPlan) -> str:
 
 
 async def _fail_attempt(
-    run: SweepContext, planned: Trial, attempt: Attempt, refused: Refusal
+    run: SweepContext, label: str, attempt: Attempt, refused: Refusal
 ) -> None:
     """An attempt that failed before any restart was made for it: recorded with its evidence,
     warned of, and held against the failure policy."""
@@ -371,7 +371,7 @@ async def _fail_attempt(
         attempt.id, "failed", cause=refused.cause, evidence=refused.evidence.to_json()
     )
     run.failures += 1
-    _warn_failed(planned, refused.cause, refused.message)
+    _warn_failed(label, refused.cause, refused.message)
     await _after_failure(run)
 
 
@@ -409,7 +409,10 @@ async def _retry_after(
     await run.store.finish_attempt(
         attempt.id, "failed", cause=failed.cause, evidence=failed.to_json()
     )
-    _warn_failed(planned, failed.cause, failed.message, attempt=attempt.number)
+    _warn_failed(
+        trial_label(planned.config, trial.plan), failed.cause, failed.message,
+        attempt=attempt.number,
+    )  # fmt: skip
     await driver.events("trial.failed", trial=trial.key, attempt=attempt.number, cause=failed.cause)
     finished = await run.store.get_attempt(attempt.id)
     if (
@@ -493,12 +496,12 @@ async def _take_restart(run: SweepContext, host: str, attempt: Attempt) -> bool:
     return False
 
 
-def _warn_failed(planned: Trial, cause: str, message: str, *, attempt: int = 1) -> None:
+def _warn_failed(label: str, cause: str, message: str, *, attempt: int = 1) -> None:
     """A failed attempt is a warning: a person at the terminal (which shows warnings only)
     learns of it when it happens, not at the sweep's end; the host and trial are bound."""
     get_logger().warning(
         "trial.failed",
-        config=config_label(planned.config),
+        config=label,
         attempt=attempt,
         cause=cause,
         message=message[:300],

@@ -22,7 +22,7 @@ from orchestrator.causes import NEVER_STARTED
 from orchestrator.plan import normalize_config
 from orchestrator.points import ThroughputPoint
 from orchestrator.store.records import TrialPurpose
-from orchestrator.store.results import SweepResults, TrialOutcome
+from orchestrator.store.results import SweepResults, TrialOutcome, is_schedule_plan
 from orchestrator.sweepfile import Sweep
 from orchestrator.types import LATENCIES, THROUGHPUT_SCALARS, JsonObject, MatrixCell
 
@@ -87,7 +87,7 @@ config its server starts from."""
 
 def is_schedule(outcome: TrialOutcome) -> bool:
     """A trial that ran a proposed speculative schedule (its plan's overlay)."""
-    return outcome.plan is not None and outcome.plan.purpose == "schedule"
+    return is_schedule_plan(outcome.plan)
 
 
 def runs_of_type(

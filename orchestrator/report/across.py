@@ -10,21 +10,15 @@ the band chart, the tables and the front.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from orchestrator.answers import Answer, Contender
 from orchestrator.answers.model import Band, named
-from orchestrator.report.model import HostTypeGroup, PointView, TrialView
+from orchestrator.report.model import HostTypeGroup, PointView, TrialView, config_key
 from orchestrator.types import MatrixCell
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """A config's identity across trials, answers and pictures (its knob values)."""
-    return json.dumps(dict(config), sort_keys=True, default=str)
 
 
 def load_value(cell: MatrixCell) -> float:
@@ -125,7 +119,7 @@ def _pooled(group: HostTypeGroup, cell: MatrixCell, left_out: frozenset[str]) ->
         point = trial.point_at(cell)
         if trial.host in left_out or point is None or point.output_tok_s is None:
             continue
-        by_config.setdefault(config_key(trial.config), (trial, []))[1].append(point)
+        by_config.setdefault(trial.identity, (trial, []))[1].append(point)
     return {
         key: (trial, [p for p in points if p.trusted] or points)
         for key, (trial, points) in by_config.items()

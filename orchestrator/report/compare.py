@@ -7,11 +7,10 @@ paired in order, so a PCIe-only sweep still compares with an NVLink-only one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.report.model import HostTypeGroup, PointView, SweepReport, TrialView
+from orchestrator.report.model import HostTypeGroup, PointView, SweepReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +91,9 @@ def _pairings(reports: Sequence[SweepReport]) -> list[tuple[Side, ...]]:
     return pairs
 
 
-def _config_key(trial: TrialView) -> str:
-    return json.dumps(trial.config, sort_keys=True)
-
-
 def _config_point(group: HostTypeGroup, key: str, ctx: int, conc: int) -> PointView | None:
     for trial in group.trials:
-        if _config_key(trial) == key and (point := group.point(trial, ctx, conc)) is not None:
+        if trial.identity == key and (point := group.point(trial, ctx, conc)) is not None:
             return point
     return None
 
@@ -122,8 +117,8 @@ def compare_sides(sides: Sequence[Side]) -> Comparison:
     keys: list[str] = []
     labels: dict[str, str] = {}
     for trial in sides[0].group.trials:
-        key = _config_key(trial)
-        present = all(any(_config_key(t) == key for t in s.group.trials) for s in sides)
+        key = trial.identity
+        present = all(any(t.identity == key for t in s.group.trials) for s in sides)
         if present and key not in keys:
             keys.append(key)
             labels[key] = trial.short_label or trial.label

@@ -8,7 +8,6 @@ never as zeros.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import orchestrator.report.fmt as fmt
@@ -141,7 +140,7 @@ def _by_config(group: HostTypeGroup) -> dict[str, list[TrialView]]:
     """The group's trials by config (its restarts, on any host), in first-trial order."""
     configs: dict[str, list[TrialView]] = {}
     for trial in group.trials:
-        configs.setdefault(json.dumps(trial.config, sort_keys=True), []).append(trial)
+        configs.setdefault(trial.identity, []).append(trial)
     return configs
 
 

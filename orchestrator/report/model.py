@@ -35,10 +35,13 @@ from orchestrator.store import (
 )
 from orchestrator.store import ThroughputPoint as StoredThroughput
 from orchestrator.store.results import (
+    SCHEDULE_LABEL,
     HostOutcome,
     SweepResults,
     TrialOutcome,
     config_label,
+    is_schedule_plan,
+    trial_label,
     unattempted_state,
 )
 from orchestrator.types import SYNTHETIC_WORKLOAD, MatrixCell
@@ -262,6 +265,14 @@ class TrialView:
     plan: TrialPlan | None = None
     never_run_state: TrialState = "queued"
     """What a trial without an attempt is: ``queued``, or ``cancelled`` when its sweep was."""
+
+    @property
+    def identity(self) -> str:
+        """What this trial's restarts on any host share, as the report pools them: its
+        config's knob values (:func:`config_key`), or for a schedule trial the schedule, whose
+        config is only its fixed settings: its points are never that fixed config's."""
+        key = config_key(self.config)
+        return f"schedule {key}" if is_schedule_plan(self.plan) else key
 
     @property
     def latest(self) -> AttemptView | None:
@@ -592,8 +603,21 @@ def short_labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [config_label(config, omit=omit) for config in configs]
 
 
+def config_key(config: Mapping[str, Any]) -> str:
+    """A config's identity across trials, answers and pictures (its knob values)."""
+    return json.dumps(dict(config), sort_keys=True, default=str)
+
+
+def trial_labels(configs: Sequence[Mapping[str, Any]], scheduled: Sequence[bool]) -> list[str]:
+    """Each trial's name: :func:`short_labels` of the fixed configs' trials, and
+    :data:`SCHEDULE_LABEL` for those that ran a schedule (``scheduled``)."""
+    fixed = iter(short_labels([c for c, s in zip(configs, scheduled, strict=True) if not s]))
+    return [SCHEDULE_LABEL if s else next(fixed) for s in scheduled]
+
+
 def _short_labels(trials: Sequence[TrialView]) -> None:
-    for trial, label in zip(trials, short_labels([t.config for t in trials]), strict=True):
+    labels = trial_labels([t.config for t in trials], [is_schedule_plan(t.plan) for t in trials])
+    for trial, label in zip(trials, labels, strict=True):
         trial.short_label = label
 
 
@@ -836,7 +860,7 @@ def _trial_view(
         config=dict(first.config),
         is_baseline=first.baseline,
         ordinal=ordinal,
-        label=config_label(first.config),
+        label=trial_label(first.config, first.plan),
         attempts=_attempt_views(tried, first.host, records.events_by_host.get(first.host, [])),
         throughput=throughput,
         coding=shown.coding if shown else (),
@@ -1011,10 +1035,12 @@ __all__ = [
     "SweepReport",
     "TrialView",
     "build_report",
+    "config_key",
     "config_label",
     "flag_codes",
     "flag_info",
     "load_report",
     "requests_key",
     "short_labels",
+    "trial_labels",
 ]

@@ -6,7 +6,6 @@ each renderer only decides how a cell's kind (failed, best, flagged, ...) looks.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -512,10 +511,6 @@ class PooledConfig:
     is_baseline: bool
 
 
-def _config_key(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
-
-
 def pooled_cell(
     group: HostTypeGroup, context: int, concurrency: int, left_out: frozenset[str] = frozenset()
 ) -> list[PooledConfig]:
@@ -527,7 +522,7 @@ def pooled_cell(
         point = group.point(trial, context, concurrency)
         if trial.host in left_out or point is None or point.output_tok_s is None:
             continue
-        by_config.setdefault(_config_key(trial.config), []).append((trial, point))
+        by_config.setdefault(trial.identity, []).append((trial, point))
     pooled: list[PooledConfig] = []
     for measured in by_config.values():
         trusted = [(t, p) for t, p in measured if p.trusted]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import orchestrator.report.fmt as fmt
 from orchestrator.answers import Answer, Contender, IntervalBasis, ObjectiveView
-from orchestrator.answers.model import Exploration, Schedule, named
+from orchestrator.answers.model import Band, Exploration, Schedule, named
 from orchestrator.answers.smooth import PRIOR_RESTART_CV
 from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.report.across import batch_range, load_value
@@ -517,8 +517,16 @@ def _changes(answer: Answer) -> str:
 
 
 def bands_text(schedule: Schedule) -> str:
-    """``tokens=7 at batch 1–2, tokens=5 at batch 3–15, tokens=3 at batch 16 and up``."""
-    return ", ".join(f"{band.best.label} at {batch_range(band)}" for band in schedule.bands)
+    """``tokens=7 at batch 1–2, tokens=5 at batch 3–15, tokens=3 at batch 16 and up``;
+    neighbouring bands of one config said once, as the server runs them (``tokens=7 at batch
+    1–15``), where the bands (one per load) and the per-load table keep each."""
+    runs: list[Band] = []
+    for band in schedule.bands:
+        if runs and runs[-1].best.config == band.best.config:
+            runs[-1] = replace(runs[-1], end=band.end)
+        else:
+            runs.append(band)
+    return ", ".join(f"{band.best.label} at {batch_range(band)}" for band in runs)
 
 
 def _fixed_advice(answer: Answer) -> str:

@@ -23,6 +23,7 @@ from orchestrator.answers import answer_sweep
 from orchestrator.engines.schedule import NativeSchedule
 from orchestrator.points import Point
 from orchestrator.store import Attempt, NewTrial, Store, SweepRecord, TrialPlan, TrialRecord
+from orchestrator.store.results import is_schedule_plan
 from orchestrator.sweepfile import Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
@@ -33,10 +34,6 @@ from orchestrator.trialsource import (
 )
 
 SCHEDULE_EVENT = "schedule.proposed"
-
-
-def _is_schedule(record: TrialRecord) -> bool:
-    return record.plan is not None and record.plan.purpose == "schedule"
 
 
 def schedule_key(host: str, native: NativeSchedule, repeat: int) -> str:
@@ -68,7 +65,7 @@ class ScheduleTrials:
         finished = {(o.key, o.host) for o in (await store.results(record.id)).latest()
                     if o.state in ("done", "failed", "skipped", "cancelled")}  # fmt: skip
         for row in await store.trials(record.id):
-            if _is_schedule(row) and (row.key, row.host) not in finished:
+            if is_schedule_plan(row.plan) and (row.key, row.host) not in finished:
                 source._pending.setdefault(row.host, []).append(sourced(row))
         return source
 
@@ -87,14 +84,14 @@ class ScheduleTrials:
             return await self._schedule_trial(host)
 
     async def tell(self, trial: SourcedTrial, outcome: Attempt | None) -> None:
-        if not _is_schedule(trial.record):
+        if not is_schedule_plan(trial.record.plan):
             await self.inner.tell(trial, outcome)
 
     def withdraw(self, host: str) -> list[SourcedTrial]:
         return [*self.inner.withdraw(host), *self._pending.pop(host, [])]
 
     async def extend(self, trial: TrialRecord, points: Sequence[Point]) -> TrialPlan | None:
-        if _is_schedule(trial):
+        if is_schedule_plan(trial.plan):
             return None  # a schedule trial measures its plan, nothing more
         return await self.inner.extend(trial, points)
 
@@ -103,7 +100,9 @@ class ScheduleTrials:
         proposes none the engine takes, or nothing is measured yet."""
         host_type = self.type_of[host]
         rows = await self.store.trials(self.record.id)
-        ran = [r for r in rows if _is_schedule(r) and self.type_of.get(r.host) == host_type]
+        ran = [
+            r for r in rows if is_schedule_plan(r.plan) and self.type_of.get(r.host) == host_type
+        ]
         if len(ran) >= self.wanted:
             return None
         native = await self._proposal(host_type)

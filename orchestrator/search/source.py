@@ -87,6 +87,7 @@ from orchestrator.store import (
     TrialState,
 )
 from orchestrator.store.records import TrialPurpose
+from orchestrator.store.results import is_schedule_plan
 from orchestrator.sweepfile import HostSpec, Sweep
 from orchestrator.trialsource import (
     SourcedTrial,
@@ -401,9 +402,7 @@ class SearchTrialSource:
         latest = {(o.key, o.host): o for o in results.latest()}
         out = []
         for record in await self.store.trials(self.record.id):
-            if record.host not in self.type_of or (
-                record.plan is not None and record.plan.purpose == "schedule"
-            ):
+            if record.host not in self.type_of or is_schedule_plan(record.plan):
                 continue  # a schedule is no config of the space: its trials are not observed
             host_type = self.type_of[record.host]
             if record.plan is None:

@@ -76,6 +76,23 @@ def config_label(config: Mapping[str, Any], *, omit: frozenset[str] = frozenset(
     )
 
 
+SCHEDULE_LABEL = "schedule (across load)"
+"""A schedule trial in a person's words. Its config is the schedule's fixed settings (vLLM's
+largest draft length, say), and named by it the trial would read as one more run of that
+fixed config."""
+
+
+def is_schedule_plan(plan: TrialPlan | None) -> bool:
+    """A trial planned to run a proposed speculative schedule (its plan's overlay)."""
+    return plan is not None and plan.purpose == "schedule"
+
+
+def trial_label(config: Mapping[str, Any], plan: TrialPlan | None) -> str:
+    """What a person reads for a trial: :data:`SCHEDULE_LABEL` for a schedule trial, else its
+    config's :func:`config_label`."""
+    return SCHEDULE_LABEL if is_schedule_plan(plan) else config_label(config)
+
+
 # --- points ---------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from orchestrator.answers import Answer
 from orchestrator.bench.coding import Outcome
 from orchestrator.causes import CAUSE_WORDS, PREFLIGHT_REFUSAL
-from orchestrator.report.model import short_labels
+from orchestrator.report.model import trial_labels
 from orchestrator.report.words import answer_words, readable
 
 # The excerpt line that names a startup failure: a Python exception, argparse's complaint.
@@ -91,6 +91,11 @@ def _trial_summary(trial: Mapping[str, Any]) -> tuple[str, str]:
     return state, ""
 
 
+def _labels(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+    scheduled = [(t.get("plan") or {}).get("purpose") == "schedule" for t in trials]
+    return trial_labels([t.get("config") or {} for t in trials], scheduled)
+
+
 OutcomeNote = Callable[[Mapping[str, Any]], str | None]
 """A caller's word on one trial attempt of the results (the demo: "as intended")."""
 
@@ -100,7 +105,7 @@ def outcome_lines(results: Mapping[str, Any], *, note: OutcomeNote | None = None
     (with ``note``'s word on it) and what it measured or why it failed. Plain lines, not a
     table: a failure's evidence stays one piece of text however narrow the terminal."""
     trials = list(results.get("trials", []))
-    words = short_labels([t.get("config") or {} for t in trials])
+    words = _labels(trials)
     labels = []
     for trial, label in zip(trials, words, strict=True):
         attempt = trial.get("attempt")
@@ -165,7 +170,7 @@ def _terminal_width(stream: TextIO) -> int:
 def best_config(results: Mapping[str, Any]) -> str | None:
     """The fastest throughput point of a finished trial, named by its config's knob values."""
     trials = list(results.get("trials", []))
-    words = short_labels([t.get("config") or {} for t in trials])
+    words = _labels(trials)
     best: tuple[float, str] | None = None
     for trial, label in zip(trials, words, strict=True):
         if trial.get("state") != "done":

@@ -72,6 +72,25 @@ def test_outcome_says_each_failure_in_plain_words_and_the_best_config() -> None:
     assert best_config(results) == "budget=16 topk=4 @sim-01: 5,408 tok/s (ctx 60, c=4)"
 
 
+def test_a_schedule_trial_is_named_as_the_schedule_not_as_its_fixed_settings() -> None:
+    """A schedule trial's config is the schedule's fixed settings (vLLM's largest draft
+    length): under that name it would read as one more run of the fixed config."""
+    fixed = {"method": "eagle3", "tokens": 7}
+    points = [{"kind": "throughput", "context": 1024, "concurrency": 32,
+               "metrics": {"output_tok_s": 4440.0}}]  # fmt: skip
+    results = {"sweep": "demo-vllm", "id": 1, "state": "done", "trials": [
+        _attempt(config={"method": "eagle3", "tokens": 2}),
+        _attempt(config=fixed),
+        _attempt(config=fixed, plan={"purpose": "schedule"}, points=points),
+    ]}  # fmt: skip
+    lines = outcome_lines(results)
+    assert "tokens=7" in lines[2] and "schedule" not in lines[2]
+    assert "schedule (across load)" in lines[3] and "tokens=7" not in lines[3], lines
+    assert best_config(results) == (
+        "schedule (across load) @sim-01: 4,440 tok/s (ctx 1024, c=32)"
+    )
+
+
 def test_every_failure_cause_has_plain_words() -> None:
     assert set(get_args(FailureCause)) <= set(CAUSE_WORDS)
 

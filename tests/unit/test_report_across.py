@@ -24,14 +24,26 @@ from orchestrator.answers.model import LoadComparison, ScheduleVerdict
 from orchestrator.points import ThroughputPoint
 from orchestrator.report import render
 from orchestrator.report.across import FrontPoint, front_points, load_rows, pareto
-from orchestrator.report.model import SweepReport, build_report
-from orchestrator.report.tables import front_table, per_load_table, schedule_verdict_table
-from orchestrator.report.words import across_load_words, answer_words, native_form, readable
+from orchestrator.report.model import SCHEDULE_LABEL, SweepReport, build_report
+from orchestrator.report.tables import (
+    front_table,
+    per_load_table,
+    pooled_cell,
+    schedule_verdict_table,
+)
+from orchestrator.report.words import (
+    across_load_words,
+    answer_words,
+    bands_text,
+    native_form,
+    readable,
+)
 from orchestrator.store.results import SweepResults
 from orchestrator.sweepfile import parse_sweep
 from orchestrator.types import MatrixCell
 from tests.unit.test_answers import Bench, only
 from tests.unit.test_answers_across_load import measured, sweep_text
+from tests.unit.test_schedules import schedule_results
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 OBJECTIVE = "{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}"
@@ -193,6 +205,20 @@ def test_a_measured_schedule_that_wins_leads_the_headline_one_that_loses_does_no
     )
 
 
+def test_neighbouring_bands_of_one_config_are_said_once() -> None:
+    """The server runs one config over both bands: the words say so once, while the bands
+    (one per measured load) keep each."""
+    _, answer = across()
+    assert answer.schedule is not None
+    first, second, third = answer.schedule.bands
+    same = dataclasses.replace(second, best=first.best)
+    schedule = dataclasses.replace(answer.schedule, bands=(first, same, third))
+    assert bands_text(readable(dataclasses.replace(answer, schedule=schedule)).schedule) == (
+        "tokens=7 at batch 1–15, tokens=3 at batch 16 and up"
+    )
+    assert len(schedule.bands) == 3
+
+
 def test_a_tie_at_a_load_names_the_tied_configs() -> None:
     _, answer = across()
     at8 = answer.per_load[1]
@@ -287,6 +313,31 @@ def test_the_front_reads_every_config_at_every_load_with_the_answers_numbers() -
     )  # fmt: skip
     marked = [(r[0].text, i) for r in table.rows for i, c in enumerate(r) if c.kind == "best"]
     assert sorted(marked) == [("tokens=3", 3), ("tokens=5", 2), ("tokens=7", 1)]
+
+
+def test_schedule_trials_are_the_schedule_s_own_never_pooled_into_its_fixed_settings() -> None:
+    """A schedule trial's config is the schedule's fixed settings (tokens 7, its largest draft
+    length): its points are the schedule's, on the front and in the cell tables, and the
+    fixed config's numbers are what its own restarts measured."""
+    values = {1: 150.0, 8: 600.0, 32: 1200.0}
+    results = schedule_results(values)
+    fixed_only = dataclasses.replace(results, trials=tuple(
+        t for t in results.trials if t.plan is None or t.plan.purpose != "schedule"
+    ))  # fmt: skip
+    answer = readable(vllm_sweep(results))
+    report = build_report(results, [], {}, answers=[answer])
+    group = report.groups[0]
+    scheduled = [t for t in group.trials if t.plan is not None and t.plan.purpose == "schedule"]
+    assert len(scheduled) == 3 and {t.config["tokens"] for t in scheduled} == {7}
+    assert {(t.label, t.short_label) for t in scheduled} == {(SCHEDULE_LABEL, SCHEDULE_LABEL)}
+    before = build_report(fixed_only, [], {}, answers=[answer]).groups[0]
+    for cell in (1, 8, 32):
+        pooled = {row.label: row.output_tok_s for row in pooled_cell(group, 1024, cell)}
+        alone = {row.label: row.output_tok_s for row in pooled_cell(before, 1024, cell)}
+        assert pooled.pop(SCHEDULE_LABEL) == pytest.approx(values[cell], rel=0.05)
+        assert pooled == alone  # tokens=7 is its own restarts, not the schedule's
+    front = [p for p in front_points(group, answer) if p.label == SCHEDULE_LABEL]
+    assert [p.cell.concurrency for p in front] == [1, 8, 32]
 
 
 def test_without_a_decode_rate_the_total_over_the_concurrency_stands_in() -> None:

@@ -206,10 +206,19 @@ def test_a_load_list_on_an_engine_without_a_schedule_gives_the_bands_as_they_are
     assert [b.best.config for b in schedule.bands] == [{"tokens": 7}, {"tokens": 5}, {"tokens": 3}]
 
 
+ACROSS = "{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}"
+
+
 def _with_schedule_trials(values: dict[int, float], repeats: int = 3, seed: int = 5) -> Any:
+    """The answer to :func:`schedule_results`."""
+    results = schedule_results(values, repeats, seed)
+    return only(answer_sweep(results, parse_sweep(_vllm_text(ACROSS), "s.yaml")))
+
+
+def schedule_results(values: dict[int, float], repeats: int = 3, seed: int = 5) -> Any:
     """The vLLM sweep's results plus ``repeats`` restarts of the proposed schedule, measuring
     ``values`` per concurrency (each restart's speed drawn like the fixed configs')."""
-    objective = "{metric: output_tok_s, context: 1024, concurrency: [1, 8, 32]}"
+    objective = ACROSS
     first = _vllm_answer(objective)
     native = first.schedule.native
     bench = Bench()
@@ -228,7 +237,7 @@ def _with_schedule_trials(values: dict[int, float], repeats: int = 3, seed: int 
         last = bench.trials[-1]
         plan = dataclasses.replace(last.plan, purpose="schedule", overlay=native.overlay)
         bench.trials[-1] = dataclasses.replace(last, plan=plan)
-    return only(answer_sweep(bench.results(), parse_sweep(_vllm_text(objective), "s.yaml")))
+    return bench.results()
 
 
 def test_a_schedule_that_wins_where_the_best_fixed_config_loses_is_recommended() -> None:
