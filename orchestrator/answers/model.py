@@ -350,11 +350,14 @@ class ScheduleVerdict:
     def intervals(self) -> str:
         """What the margins' intervals are, in words every reader of the verdict shows."""
         loads = len(self.comparisons)
-        each = f"each at {self.confidence:.1%}" if loads > 1 else "one load"
+        covers = (
+            "the restart-to-restart and request-to-request variance of both sides' restarts"
+        )
+        if loads <= 1:
+            return f"a 95% interval at the one load compared, covering {covers}"
         return (
-            f"simultaneous 95% intervals over {loads} load{'s' if loads != 1 else ''} "
-            f"(Bonferroni, {each}); each covers the restart-to-restart and "
-            "request-to-request variance of both sides' restarts"
+            f"simultaneous 95% intervals over {loads} loads (Bonferroni, each at "
+            f"{self.confidence:.1%}); each covers {covers}"
         )
 
     def to_json(self) -> JsonObject:
@@ -368,7 +371,9 @@ class ScheduleVerdict:
                 "each": self.confidence,
                 "method": "bonferroni",
                 "covers": self.intervals,
-            },
+            }
+            if self.comparisons
+            else None,
         }
 
 
