@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.answers.estimate import Sample, Spread, own_variance, spread, variance_model
-from orchestrator.answers.schedule import LoadVerdict, judged_loads
+from orchestrator.answers.model import LoadVerdict
+from orchestrator.answers.schedule import judged_loads
 
 RESTART_CV = 0.02
 """Restart-to-restart spread of a config's speed (log sd), shared by its loads."""

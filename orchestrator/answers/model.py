@@ -24,6 +24,9 @@ with an assumed restart spread added since none was measured, so no deploy basis
 
 Verdict = Literal["better", "tie", "no-valid-config"]
 
+LoadVerdict = Literal["better", "worse", "tie"]
+"""What a measured schedule's margin over the best fixed config says at one load."""
+
 RANK_WORDS = (
     "ranked on each config's restarts it was picked on (measuring and screening, never its "
     "confirmations), shrunk toward its neighbours' where a smooth surface fits the space"
@@ -317,7 +320,7 @@ class LoadComparison:
     schedule: Estimate
     """The schedule trial's value at this load."""
     margin: Margin
-    verdict: Literal["better", "worse", "tie"]
+    verdict: LoadVerdict
 
     def to_json(self) -> JsonObject:
         return {

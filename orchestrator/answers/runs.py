@@ -85,11 +85,6 @@ SCHEDULE_ID = "schedule"
 config its server starts from."""
 
 
-def is_schedule(outcome: TrialOutcome) -> bool:
-    """A trial that ran a proposed speculative schedule (its plan's overlay)."""
-    return is_schedule_plan(outcome.plan)
-
-
 def runs_of_type(
     results: SweepResults, sweep: Sweep, host_type: str, *, schedules: bool = False
 ) -> list[Run]:
@@ -107,7 +102,7 @@ def runs_of_type(
         and outcome.state != "skipped"  # the runner skips only before a start
         and outcome.state != "cancelled"  # a cancel records the trials it kept from starting
         and not _failed_before_start(outcome)
-        and is_schedule(outcome) == schedules
+        and is_schedule_plan(outcome.plan) == schedules
     ]
     ordered = sorted(attempts, key=_finish_key)
     return [

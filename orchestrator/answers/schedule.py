@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
 
 from orchestrator.answers.estimate import CONFIDENCE, Spread, improvement, simultaneous
 from orchestrator.answers.model import (
@@ -23,6 +22,7 @@ from orchestrator.answers.model import (
     Band,
     Contender,
     LoadComparison,
+    LoadVerdict,
     Margin,
     ObjectiveView,
     Schedule,
@@ -101,9 +101,6 @@ def _measured(proposed: Schedule, scheduled: Sequence[Run]) -> list[Run]:
     ]
 
 
-LoadVerdict = Literal["better", "worse", "tie"]
-
-
 def judged_loads(
     pairs: Sequence[tuple[Spread, Spread]], *, minimized: bool
 ) -> tuple[tuple[tuple[Margin, LoadVerdict], ...], float]:
@@ -155,19 +152,18 @@ def _comparisons(
     ), confidence
 
 
-def _words(verdict: ScheduleVerdict) -> str:
+def _words(comparisons: Sequence[LoadComparison], recommended: bool) -> str:
     def said(c: LoadComparison) -> str:
         ci = "" if c.margin.ci95 is None else (
             f" [{c.margin.ci95[0]:+.0%}, {c.margin.ci95[1]:+.0%}]"
         )  # fmt: skip
         return f"{c.cell.load} {c.margin.relative:+.0%}{ci} vs {c.fixed.label}"
 
-    comparisons = verdict.comparisons
     better = [said(c) for c in comparisons if c.verdict == "better"]
     worse = [said(c) for c in comparisons if c.verdict == "worse"]
     loads = len(comparisons)
     family = f" (simultaneous 95% intervals over {loads} loads)" if loads > 1 else ""
-    if verdict.recommended:
+    if recommended:
         return f"deploy the schedule: better at {'; '.join(better)}, and no worse elsewhere{family}"
     if worse:
         return f"keep the best fixed config: the schedule lost at {'; '.join(worse)}{family}"
@@ -208,12 +204,9 @@ def judge_schedule(
     recommended = bool(comparisons) and all(c.verdict != "worse" for c in comparisons) and any(
         c.verdict == "better" for c in comparisons
     )
-    verdict = ScheduleVerdict(recommended, comparisons, "", len(measured), confidence)
-    return dataclasses.replace(
-        proposed, verdict=dataclasses.replace(verdict, words=_words(verdict))
-    )
+    words = _words(comparisons, recommended)
+    verdict = ScheduleVerdict(recommended, comparisons, words, len(measured), confidence)
+    return dataclasses.replace(proposed, verdict=verdict)
 
 
-__all__ = [
-    "LoadVerdict", "Ranker", "band_starts", "judge_schedule", "judged_loads", "propose_schedule"
-]
+__all__ = ["Ranker", "band_starts", "judge_schedule", "judged_loads", "propose_schedule"]
