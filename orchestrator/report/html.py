@@ -563,18 +563,20 @@ def space_figure(answer: Answer) -> str | None:
 # --- the answer across load ----------------------------------------------------------------
 
 
-def config_colors(answer: Answer) -> dict[str, str]:
+def config_colors(answer: Answer, drawn: Sequence[str] = ()) -> dict[str, str]:
     """One colour per config across the across-load pictures: the configs named at some load
-    first (the band chart's few get the most distinct colours), then the other contenders;
-    the baseline its usual grey."""
+    first (the band chart's few get the most distinct colours), then the other contenders,
+    then whatever else is ``drawn`` (by key: a measured schedule, which no answer contends
+    with); the baseline its usual grey."""
     configs = [c.config for each in answer.per_load if (c := named(each)) is not None]
     configs += [c.config for each in answer.per_load for c in each.contenders]
     configs += [c.config for c in answer.contenders]
     colors: dict[str, str] = {}
-    for config in configs:
-        key = config_key(config)
+    for key in [*(config_key(config) for config in configs), *drawn]:
         if key not in colors:
-            colors[key] = svg.BASELINE_COLOR if not config else svg.color_for(len(colors))
+            colors[key] = (
+                svg.BASELINE_COLOR if key == config_key({}) else svg.color_for(len(colors))
+            )
     return colors
 
 
@@ -718,9 +720,9 @@ def across_load_html(report: SweepReport, answer: Answer, heading: str) -> str:
     said = across_load_words(answer)
     if said is None:
         return ""
-    colors = config_colors(answer)
     group = next((g for g in report.groups if g.host_type == answer.host_type), None)
     points = front_points(group, answer) if group is not None else ()
+    colors = config_colors(answer, [p.key for p in points])
     legend = "".join(
         f'<span><span class="swatch{" dashed" if key == config_key({}) else ""}" '
         f'style="background:{color}"></span>{esc(label)}</span>'

@@ -24,6 +24,7 @@ from orchestrator.answers.model import LoadComparison, ScheduleVerdict
 from orchestrator.points import ThroughputPoint
 from orchestrator.report import render
 from orchestrator.report.across import FrontPoint, front_points, load_rows, pareto
+from orchestrator.report.html import across_load_html
 from orchestrator.report.model import SCHEDULE_LABEL, SweepReport, build_report
 from orchestrator.report.tables import (
     front_table,
@@ -338,6 +339,19 @@ def test_schedule_trials_are_the_schedule_s_own_never_pooled_into_its_fixed_sett
         assert pooled == alone  # tokens=7 is its own restarts, not the schedule's
     front = [p for p in front_points(group, answer) if p.label == SCHEDULE_LABEL]
     assert [p.cell.concurrency for p in front] == [1, 8, 32]
+
+
+def test_the_front_draws_the_schedule_in_a_colour_and_legend_entry_of_its_own() -> None:
+    """The schedule is no contender of any load, so it has no colour from the answers: it
+    gets the next one, and the legend names it, rather than wearing the first config's."""
+    results = schedule_results({1: 150.0, 8: 600.0, 32: 1200.0})
+    answer = readable(vllm_sweep(results))
+    report = build_report(results, [], {}, answers=[answer])
+    html = across_load_html(report, answer, "h3")
+    legend = re.findall(r'style="background:([^"]+)"></span>([^<]+)</span>', html)
+    colors = {name: color for color, name in legend}
+    assert SCHEDULE_LABEL in colors, legend
+    assert [color for color, _ in legend].count(colors[SCHEDULE_LABEL]) == 1, legend
 
 
 def test_without_a_decode_rate_the_total_over_the_concurrency_stands_in() -> None:
