@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -97,6 +98,25 @@ class SqliteConnection:
         self.raw.close()
 
 
+WAL_RETRY_S = 0.02
+
+
+def _switch_to_wal(raw: sqlite3.Connection, busy_timeout_s: float) -> str:
+    """``PRAGMA journal_mode = WAL``, retried while another connection holds the lock, up to
+    the busy timeout. The switch needs an exclusive lock, and when two connections opening a
+    new file ask for it at once SQLite answers one of them "database is locked" at once,
+    without waiting (a wait could deadlock): daemons started together would otherwise fail to
+    open their store, saying it was locked for the whole timeout."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            return str(raw.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(WAL_RETRY_S)
+
+
 def open_sqlite(
     path: Path, *, busy_timeout_s: float, migrations: Sequence[Migration]
 ) -> SqliteConnection:
@@ -113,7 +133,7 @@ def open_sqlite(
         raw.row_factory = sqlite3.Row
         raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         check_not_newer(conn, migrations)
-        mode = raw.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _switch_to_wal(raw, busy_timeout_s)
         if str(mode).lower() != "wal":
             raise StoreOpenError(path, f"journal_mode is {mode!r}, WAL is required")
         raw.execute("PRAGMA synchronous = FULL")

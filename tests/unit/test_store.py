@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -778,6 +779,31 @@ async def test_lock_held_elsewhere_surfaces_as_store_busy(target: str) -> None:
             with pytest.raises(StoreBusy):  # opening migrates under the same lock
                 await Store.open(target, busy_timeout_s=0.2)
         assert (await store.submit_sweep("demo", SWEEP_YAML)).created
+
+
+def test_connections_opening_a_new_file_at_once_all_open(tmp_path: Path) -> None:
+    """Six connections released together on a new SQLite file: each asks to switch it to WAL,
+    which takes an exclusive lock, and SQLite answers one of two such askers "database is
+    locked" at once rather than wait (about one round in twenty did before the switch was
+    retried). Every one must open, as daemons started together must."""
+    failures: list[BaseException] = []
+    for round_ in range(200):
+        target = tmp_path / f"{round_}.db"
+        release = threading.Barrier(6)
+
+        def opener(target: Path = target, release: threading.Barrier = release) -> None:
+            release.wait()
+            try:
+                open_store_connection(target).close()
+            except BaseException as exc:  # collected, and shown by the assertion
+                failures.append(exc)
+
+        threads = [threading.Thread(target=opener) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
 
 
 async def test_cancelled_write_is_all_or_nothing(store: Store) -> None:
